@@ -1,0 +1,100 @@
+package algo
+
+import (
+	"math"
+
+	"github.com/sluice-go/sluice"
+)
+
+// fixedWindow mirrors fixed_window.lua. State: A window index, B count.
+func fixedWindow(st State, now, limit, period, cost int64) (sluice.Result, State, int64) {
+	w := floorDiv(now, period)
+	var count int64
+	if st.Set && st.A == w {
+		count = st.B
+	}
+	reset := (w+1)*period - now
+	if count+cost > limit {
+		return result(false, limit, limit-count, reset, reset), st, 0
+	}
+	count += cost
+	if count == 0 {
+		return result(true, limit, limit, 0, 0), State{}, 0
+	}
+	return result(true, limit, limit-count, reset, 0), State{Set: true, A: w, B: count}, reset
+}
+
+// swCounts returns the previous and current window counts at window w of
+// the sliding-window state st.
+func swCounts(st State, w int64) (prev, cur int64) {
+	switch {
+	case !st.Set:
+		return 0, 0
+	case st.A == w:
+		return st.B, st.C
+	case st.A == w-1:
+		return st.C, 0
+	}
+	return 0, 0
+}
+
+// swAllows reports whether cost fits at elapsed time e into the current
+// window: prev×(period−e)/period + cur + cost <= limit, multiplied out by
+// period and evaluated in float64 exactly as the Lua script does.
+func swAllows(prev, cur, e, limit, period, cost int64) bool {
+	lhs := float64(float64(prev)*float64(period-e)) + float64(float64(cur+cost)*float64(period))
+	return lhs <= float64(float64(limit)*float64(period))
+}
+
+// swRemaining is floor(limit − cur − prev×(period−e)/period), at least 0.
+func swRemaining(prev, cur, e, limit, period int64) int64 {
+	r := math.Floor(float64(limit-cur) - float64(float64(prev)*float64(period-e))/float64(period))
+	if r < 0 {
+		return 0
+	}
+	return int64(r)
+}
+
+// swReset is the time until neither window holds a count.
+func swReset(prev, cur, w, now, period int64) int64 {
+	switch {
+	case cur > 0:
+		return (w+2)*period - now
+	case prev > 0:
+		return (w+1)*period - now
+	}
+	return 0
+}
+
+// slidingWindow mirrors sliding_window.lua. State: A window index, B the
+// previous window's count, C the current window's count.
+func slidingWindow(st State, now, limit, period, cost int64) (sluice.Result, State, int64) {
+	w := floorDiv(now, period)
+	e := now - w*period
+	prev, cur := swCounts(st, w)
+	if swAllows(prev, cur, e, limit, period, cost) {
+		cur += cost
+		reset := swReset(prev, cur, w, now, period)
+		rem := swRemaining(prev, cur, e, limit, period)
+		if reset <= 0 {
+			return result(true, limit, rem, 0, 0), State{}, 0
+		}
+		return result(true, limit, rem, reset, 0), State{Set: true, A: w, B: prev, C: cur}, reset
+	}
+	// The estimate only falls as time passes, and two windows from now both
+	// counts are gone, so the earliest admitting instant lies in
+	// (now, (w+2)×period]: find it by bisection on whole microseconds.
+	lo, hi := int64(1), (w+2)*period-now
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		t := now + mid
+		wt := floorDiv(t, period)
+		p, c := swCounts(st, wt)
+		if swAllows(p, c, t-wt*period, limit, period, cost) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return result(false, limit, swRemaining(prev, cur, e, limit, period), swReset(prev, cur, w, now, period), lo), st, 0
+}

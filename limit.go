@@ -1,0 +1,211 @@
+package sluice
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Algorithm names a rate-limiting algorithm. The zero value means TokenBucket.
+type Algorithm string
+
+// The algorithms every store implements with identical semantics.
+const (
+	// FixedWindow counts requests in windows aligned to the Unix epoch and
+	// admits a request while count+cost <= Limit. Cheapest; a client can send
+	// 2×Limit around a window boundary.
+	FixedWindow Algorithm = "fixed_window"
+	// SlidingWindow weights the previous window's count by the part of it still
+	// inside the sliding period: estimate = prev×(1−elapsed/Period) + current.
+	// Nearly as cheap as FixedWindow, without most of the boundary burst.
+	SlidingWindow Algorithm = "sliding_window"
+	// SlidingLog keeps one timestamp per admitted request and admits while the
+	// requests in (now−Period, now] plus cost fit in Limit. Exact, but its
+	// memory grows with Limit.
+	SlidingLog Algorithm = "sliding_log"
+	// TokenBucket refills Limit tokens per Period up to Burst and admits a
+	// request while at least cost tokens are left. Allows bursts while
+	// enforcing an average rate: the default for most APIs.
+	TokenBucket Algorithm = "token_bucket"
+	// GCRA (generic cell rate algorithm) admits exactly what TokenBucket admits
+	// for the same Limit, Period and Burst, keeping a single integer of state.
+	GCRA Algorithm = "gcra"
+)
+
+// Algorithms lists every supported algorithm, in documentation order.
+var Algorithms = []Algorithm{FixedWindow, SlidingWindow, SlidingLog, TokenBucket, GCRA}
+
+// ParseAlgorithm returns the Algorithm named s, or an error listing the names
+// it accepts.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for _, a := range Algorithms {
+		if string(a) == s {
+			return a, nil
+		}
+	}
+	return "", fmt.Errorf("%w: algorithm %q is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra", ErrInvalidLimit, s)
+}
+
+// String returns the algorithm's name; the zero value prints as token_bucket.
+func (a Algorithm) String() string {
+	if a == "" {
+		return string(TokenBucket)
+	}
+	return string(a)
+}
+
+// bursty reports whether the algorithm has a Burst distinct from its Limit.
+func (a Algorithm) bursty() bool { return a == "" || a == TokenBucket || a == GCRA }
+
+// Errors returned for requests that can never be valid. Limiter methods wrap
+// them with a message that says what is wrong; test with errors.Is.
+var (
+	// ErrInvalidLimit reports a Limit that cannot be enforced as written.
+	ErrInvalidLimit = errors.New("invalid limit")
+	// ErrInvalidCost reports a negative cost, or a cost larger than the
+	// limit could ever admit at once (a request that would wait forever).
+	ErrInvalidCost = errors.New("invalid cost")
+)
+
+// Bounds on the parameters of a Limit. They keep every intermediate value an
+// exact integer in the float64 arithmetic of Redis' Lua (at most 2^53).
+const (
+	MaxLimit  = 1 << 40
+	MinPeriod = time.Millisecond
+	MaxPeriod = 10 * 365 * 24 * time.Hour
+)
+
+// maxExact is the largest integer every store represents exactly (Lua numbers
+// are float64).
+const maxExact = 1 << 53
+
+// A Limit is Limit requests per Period, enforced by Algorithm.
+//
+// The zero Algorithm is TokenBucket. Burst applies to TokenBucket and GCRA
+// only: it is the bucket's capacity, the number of requests a client that
+// has been idle may send at once; zero means Burst = Limit. Name tells apart
+// two limits with equal parameters that must not share state for the same
+// key (for example two rules both keyed by client IP); it may hold letters,
+// digits, '-', '_' and '.'.
+//
+// Build a Limit with a literal or with the helpers:
+//
+//	sluice.PerMinute(100).Using(sluice.SlidingWindow)
+//	sluice.PerSecond(5).WithBurst(20)
+type Limit struct {
+	Algorithm Algorithm
+	Limit     int
+	Period    time.Duration
+	Burst     int
+	Name      string
+}
+
+// PerSecond returns a token-bucket limit of n requests per second.
+func PerSecond(n int) Limit { return Per(n, time.Second) }
+
+// PerMinute returns a token-bucket limit of n requests per minute.
+func PerMinute(n int) Limit { return Per(n, time.Minute) }
+
+// PerHour returns a token-bucket limit of n requests per hour.
+func PerHour(n int) Limit { return Per(n, time.Hour) }
+
+// PerDay returns a token-bucket limit of n requests per 24 hours.
+func PerDay(n int) Limit { return Per(n, 24*time.Hour) }
+
+// Per returns a token-bucket limit of n requests per period.
+func Per(n int, period time.Duration) Limit {
+	return Limit{Algorithm: TokenBucket, Limit: n, Period: period}
+}
+
+// Using returns a copy of l enforced by algorithm a.
+func (l Limit) Using(a Algorithm) Limit { l.Algorithm = a; return l }
+
+// WithBurst returns a copy of l with capacity b (TokenBucket and GCRA only).
+func (l Limit) WithBurst(b int) Limit { l.Burst = b; return l }
+
+// Named returns a copy of l with the given Name.
+func (l Limit) Named(name string) Limit { l.Name = name; return l }
+
+// Capacity returns the most requests l can admit at one instant: Burst (or
+// Limit when Burst is zero) for TokenBucket and GCRA, Limit for the window
+// algorithms. It is the Result.Limit of every decision under l.
+func (l Limit) Capacity() int {
+	if l.Algorithm.bursty() && l.Burst > 0 {
+		return l.Burst
+	}
+	return l.Limit
+}
+
+// Interval returns the time in which TokenBucket and GCRA regain one token:
+// Period/Limit rounded up to the microsecond, so that they never admit more
+// than Limit per Period. It is exact when Period is a whole multiple of Limit
+// microseconds (100 per minute, 5 per second).
+func (l Limit) Interval() time.Duration {
+	p := l.Period.Microseconds()
+	n := int64(l.Limit)
+	if n <= 0 {
+		return 0
+	}
+	return time.Duration((p+n-1)/n) * time.Microsecond
+}
+
+// String describes l, for example "token_bucket 5/1s burst 20".
+func (l Limit) String() string {
+	s := fmt.Sprintf("%s %d/%s", l.Algorithm, l.Limit, l.Period)
+	if l.Algorithm.bursty() && l.Burst > 0 && l.Burst != l.Limit {
+		s += fmt.Sprintf(" burst %d", l.Burst)
+	}
+	if l.Name != "" {
+		s = l.Name + ": " + s
+	}
+	return s
+}
+
+// Validate reports why l cannot be enforced, or nil. The error wraps
+// ErrInvalidLimit.
+func (l Limit) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w (%s): %s", ErrInvalidLimit, l, fmt.Sprintf(format, args...))
+	}
+	if l.Algorithm != "" {
+		if _, err := ParseAlgorithm(string(l.Algorithm)); err != nil {
+			return err
+		}
+	}
+	switch {
+	case l.Limit <= 0:
+		return bad("limit must be at least 1, got %d", l.Limit)
+	case l.Limit > MaxLimit:
+		return bad("limit must be at most %d, got %d", MaxLimit, l.Limit)
+	case l.Period < MinPeriod:
+		return bad("period must be at least %s, got %s", MinPeriod, l.Period)
+	case l.Period > MaxPeriod:
+		return bad("period must be at most %s, got %s", MaxPeriod, l.Period)
+	case l.Period%time.Microsecond != 0:
+		return bad("period must be a whole number of microseconds, got %s", l.Period)
+	case l.Burst < 0:
+		return bad("burst must not be negative, got %d", l.Burst)
+	case l.Burst != 0 && !l.Algorithm.bursty():
+		return bad("burst applies to token_bucket and gcra only; %s admits at most limit per window", l.Algorithm)
+	}
+	if l.Algorithm.bursty() && int64(l.Capacity())*int64(l.Interval()/time.Microsecond) > maxExact {
+		return bad("burst × period/limit exceeds 2^53 µs; use a smaller burst or a shorter period")
+	}
+	for _, r := range l.Name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return bad("name %q may hold only letters, digits, '-', '_' and '.'", l.Name)
+		}
+	}
+	return nil
+}
+
+// validateCost reports whether a request of cost n can ever be admitted by l.
+func (l Limit) validateCost(n int) error {
+	if n < 0 {
+		return fmt.Errorf("%w: cost must not be negative, got %d", ErrInvalidCost, n)
+	}
+	if c := l.Capacity(); n > c {
+		return fmt.Errorf("%w: cost %d exceeds the capacity %d of %s; it could never be admitted", ErrInvalidCost, n, c, l)
+	}
+	return nil
+}

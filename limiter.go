@@ -1,0 +1,240 @@
+package sluice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// A Limiter decides requests against limits kept in a Store. It validates
+// every request up front, supplies the clock, and applies its ErrorPolicy
+// when the store fails. A Limiter is safe for concurrent use; most programs
+// create one per store and share it.
+type Limiter struct {
+	store   Store
+	now     func() time.Time
+	policy  ErrorPolicy
+	onError func(ctx context.Context, err error)
+}
+
+// Option configures a Limiter.
+type Option func(*Limiter)
+
+// New returns a Limiter over store. Without options it uses the store's
+// clock and returns store errors to the caller (ReturnErrors).
+func New(store Store, opts ...Option) *Limiter {
+	l := &Limiter{store: store}
+	for _, o := range opts {
+		o(l)
+	}
+	return l
+}
+
+// WithClock makes the Limiter pass now() to the store as the time of every
+// decision, instead of letting the store read its own clock. Tests use it to
+// drive the algorithms with fixed instants; production code should not,
+// because the Redis store's own clock (the server's TIME) is what keeps
+// replicas with skewed clocks in agreement.
+func WithClock(now func() time.Time) Option {
+	return func(l *Limiter) { l.now = now }
+}
+
+// WithErrorPolicy sets what the Limiter answers when the store fails.
+func WithErrorPolicy(p ErrorPolicy) Option {
+	return func(l *Limiter) { l.policy = p }
+}
+
+// WithErrorHandler registers f to be told of every store failure, before
+// the ErrorPolicy decides; use it to log or count outages.
+func WithErrorHandler(f func(ctx context.Context, err error)) Option {
+	return func(l *Limiter) { l.onError = f }
+}
+
+// Allow is shorthand for AllowN(ctx, key, limit, 1).
+func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, error) {
+	return l.AllowN(ctx, key, limit, 1)
+}
+
+// AllowN decides whether a request of cost n by key fits in limit, and
+// consumes n if it does. It returns an error wrapping ErrInvalidLimit or
+// ErrInvalidCost for a request that can never be valid, and a store error
+// only under the ReturnErrors policy.
+func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (Result, error) {
+	rs, err := l.take(ctx, key, n, []Limit{limit})
+	if err != nil {
+		return Result{}, err
+	}
+	return rs[0], nil
+}
+
+// AllowAll decides a request of cost n by key against several limits at once
+// (say 10 per second AND 1000 per hour): it is admitted, and n consumed from
+// every limit, only if every limit admits it; otherwise nothing is consumed.
+// The decision is one atomic store call.
+func (l *Limiter) AllowAll(ctx context.Context, key string, n int, limits ...Limit) (MultiResult, error) {
+	if len(limits) == 0 {
+		return MultiResult{}, fmt.Errorf("%w: AllowAll needs at least one limit", ErrInvalidLimit)
+	}
+	rs, err := l.take(ctx, key, n, limits)
+	if err != nil {
+		return MultiResult{}, err
+	}
+	return combine(rs), nil
+}
+
+// Reset forgets the state of key under each of limits, so that its next
+// request starts afresh. Store errors are returned whatever the policy.
+func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error {
+	for _, lim := range limits {
+		if err := lim.Validate(); err != nil {
+			return err
+		}
+	}
+	if err := l.store.Reset(ctx, key, limits...); err != nil {
+		return fmt.Errorf("sluice: reset: %w", err)
+	}
+	return nil
+}
+
+func (l *Limiter) take(ctx context.Context, key string, n int, limits []Limit) ([]Result, error) {
+	if err := validate(limits, n); err != nil {
+		return nil, err
+	}
+	req := Request{Key: key, Limits: limits, Cost: n}
+	if l.now != nil {
+		req.Now = l.now()
+	}
+	rs, err := l.store.Take(ctx, req)
+	if err == nil {
+		return rs, nil
+	}
+	if ctx.Err() != nil {
+		// The caller gave up; there is no one left to answer.
+		return nil, fmt.Errorf("sluice: %w", err)
+	}
+	if l.onError != nil {
+		l.onError(ctx, err)
+	}
+	return l.policy.decide(ctx, req, err)
+}
+
+// validate checks every limit, the cost against each, and that no two limits
+// share storage.
+func validate(limits []Limit, n int) error {
+	for i, lim := range limits {
+		if err := lim.Validate(); err != nil {
+			return err
+		}
+		if err := lim.validateCost(n); err != nil {
+			return err
+		}
+		for _, prev := range limits[:i] {
+			if prev.normalized() == lim.normalized() {
+				return fmt.Errorf("%w: %s appears twice in one request; give one of them a Name", ErrInvalidLimit, lim)
+			}
+		}
+	}
+	return nil
+}
+
+// normalized returns l with defaults filled in, so that equal limits compare
+// equal.
+func (l Limit) normalized() Limit {
+	if l.Algorithm == "" {
+		l.Algorithm = TokenBucket
+	}
+	if l.Algorithm.bursty() && l.Burst == 0 {
+		l.Burst = l.Limit
+	}
+	return l
+}
+
+// ErrorPolicy says what a Limiter answers when its store fails (Redis
+// unreachable, timed out, out of memory). Results made by the policy carry
+// Degraded = true. Whatever the policy, a Limiter never panics on a store
+// error, and a request canceled by its caller gets its context's error.
+type ErrorPolicy struct {
+	mode     policyMode
+	fallback Store
+}
+
+type policyMode int
+
+const (
+	modeReturn policyMode = iota
+	modeAllow
+	modeDeny
+	modeLocal
+)
+
+// The fixed error policies; LocalOnError builds the fourth.
+var (
+	// ReturnErrors, the default, returns the store's error to the caller.
+	ReturnErrors = ErrorPolicy{mode: modeReturn}
+	// AllowOnError admits every request while the store fails (fail open):
+	// availability over protection.
+	AllowOnError = ErrorPolicy{mode: modeAllow}
+	// DenyOnError denies every request while the store fails (fail closed),
+	// with RetryAfter = DegradedRetryAfter.
+	DenyOnError = ErrorPolicy{mode: modeDeny}
+)
+
+// DegradedRetryAfter is the RetryAfter of requests denied by DenyOnError.
+const DegradedRetryAfter = time.Second
+
+// LocalOnError decides with fallback, an in-process store such as
+// memory.New(), while the main store fails: each replica then enforces the
+// limits on its own, so the fleet admits up to replicas × limit.
+func LocalOnError(fallback Store) ErrorPolicy {
+	return ErrorPolicy{mode: modeLocal, fallback: fallback}
+}
+
+// ParseErrorPolicy returns the policy named by s: "return", "allow", "deny",
+// or "local" (which decides with fallback).
+func ParseErrorPolicy(s string, fallback Store) (ErrorPolicy, error) {
+	switch s {
+	case "return":
+		return ReturnErrors, nil
+	case "allow":
+		return AllowOnError, nil
+	case "deny":
+		return DenyOnError, nil
+	case "local":
+		if fallback == nil {
+			return ErrorPolicy{}, errors.New(`sluice: error policy "local" needs a fallback store`)
+		}
+		return LocalOnError(fallback), nil
+	}
+	return ErrorPolicy{}, fmt.Errorf(`sluice: error policy %q is not one of return, allow, deny, local`, s)
+}
+
+// String returns the policy's name as ParseErrorPolicy accepts it.
+func (p ErrorPolicy) String() string {
+	return [...]string{"return", "allow", "deny", "local"}[p.mode]
+}
+
+func (p ErrorPolicy) decide(ctx context.Context, req Request, storeErr error) ([]Result, error) {
+	rs := make([]Result, len(req.Limits))
+	switch p.mode {
+	case modeAllow, modeDeny:
+		for i, lim := range req.Limits {
+			rs[i] = Result{Allowed: p.mode == modeAllow, Limit: lim.Capacity(), Degraded: true}
+			if p.mode == modeDeny {
+				rs[i].RetryAfter = DegradedRetryAfter
+				rs[i].ResetAfter = DegradedRetryAfter
+			}
+		}
+		return rs, nil
+	case modeLocal:
+		local, err := p.fallback.Take(ctx, req)
+		if err != nil {
+			return nil, fmt.Errorf("sluice: store: %w; fallback: %w", storeErr, err)
+		}
+		for i := range local {
+			local[i].Degraded = true
+		}
+		return local, nil
+	}
+	return nil, fmt.Errorf("sluice: store: %w", storeErr)
+}

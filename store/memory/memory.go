@@ -1,0 +1,226 @@
+// Package memory is a sluice.Store that keeps its state in the process: the
+// store for a single replica, for tests, and the local fallback of a Limiter
+// whose Redis store fails.
+//
+// A limit enforced by this store holds per process: behind a load balancer
+// with N replicas each replica counts alone, and clients get up to N × limit.
+// Use the Redis store (package store/redis) when more than one process
+// serves the traffic.
+//
+// The store is safe for concurrent use. Its map is split into shards locked
+// independently; all limits of one key live in one shard, so a multi-limit
+// decision is atomic. Every piece of state carries the shortest sufficient
+// lifetime (until it would be equivalent to no state at all) and expired
+// state is evicted as the store is used, so idle keys do not accumulate.
+package memory
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/algo"
+)
+
+// Store is an in-process sluice.Store. Create it with New; the zero value is
+// not usable.
+type Store struct {
+	shards []shard
+	seed   maphash.Seed
+	now    func() time.Time
+}
+
+// shard is one independently locked part of the map, padded so that two
+// shards never share a cache line.
+type shard struct {
+	mu sync.Mutex
+	m  map[entryKey]*entry
+	_  [48]byte
+}
+
+type entryKey struct {
+	key string // the client key
+	id  string // algo.ID of the limit
+}
+
+type entry struct {
+	st      algo.State
+	expires int64 // µs; the state is gone at and after this instant
+}
+
+// evictSample is how many entries each decision inspects for expiry, beyond
+// the ones it touches. Two per decision keep expired entries below about
+// half of the map under any steady load.
+const evictSample = 2
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithClock sets the clock used when a request carries no time, and for
+// expiry (TTL and Sweep). The default is time.Now.
+func WithClock(now func() time.Time) Option {
+	return func(s *Store) { s.now = now }
+}
+
+// WithShards sets the number of independently locked shards (rounded up to
+// a power of two; default 256).
+func WithShards(n int) Option {
+	return func(s *Store) {
+		p := 1
+		for p < n {
+			p *= 2
+		}
+		s.shards = make([]shard, p)
+	}
+}
+
+// New returns an empty Store.
+func New(opts ...Option) *Store {
+	s := &Store{seed: maphash.MakeSeed(), now: time.Now}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.shards == nil {
+		s.shards = make([]shard, 256)
+	}
+	for i := range s.shards {
+		s.shards[i].m = make(map[entryKey]*entry)
+	}
+	return s
+}
+
+func (s *Store) shard(key string) *shard {
+	return &s.shards[maphash.String(s.seed, key)&uint64(len(s.shards)-1)]
+}
+
+func (s *Store) micros(t time.Time) int64 {
+	if t.IsZero() {
+		t = s.now()
+	}
+	return t.UnixMicro()
+}
+
+// Take implements sluice.Store.
+func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, error) {
+	now := s.micros(req.Now)
+	cost := int64(req.Cost)
+	n := len(req.Limits)
+	keys := make([]entryKey, n)
+	for i, l := range req.Limits {
+		keys[i] = entryKey{req.Key, algo.ID(l)}
+	}
+	rs := make([]sluice.Result, n)
+	states := make([]algo.State, n)
+	nexts := make([]algo.State, n)
+	ttls := make([]int64, n)
+
+	sh := s.shard(req.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	allowed := true
+	for i, l := range req.Limits {
+		if e := sh.m[keys[i]]; e != nil && e.expires > now {
+			states[i] = e.st
+		}
+		rs[i], nexts[i], ttls[i] = algo.Check(l, states[i], now, cost)
+		allowed = allowed && rs[i].Allowed
+	}
+	if allowed {
+		for i := range keys {
+			sh.store(keys[i], nexts[i], now+ttls[i], ttls[i] > 0)
+		}
+	} else {
+		// Nothing is consumed: the limits that would have admitted the
+		// request report their state as it is.
+		for i, l := range req.Limits {
+			if rs[i].Allowed {
+				rs[i], _, _ = algo.Check(l, states[i], now, 0)
+			}
+		}
+	}
+	sh.evict(now, evictSample)
+	return rs, nil
+}
+
+// store saves st for k until expires, or deletes k when keep is false.
+func (sh *shard) store(k entryKey, st algo.State, expires int64, keep bool) {
+	if !keep {
+		delete(sh.m, k)
+		return
+	}
+	if e := sh.m[k]; e != nil {
+		e.st, e.expires = st, expires
+		return
+	}
+	sh.m[k] = &entry{st: st, expires: expires}
+}
+
+// evict deletes the expired entries among up to n entries of the shard.
+// Map iteration starts at a random place, so this samples the shard.
+func (sh *shard) evict(now int64, n int) int {
+	deleted := 0
+	for k, e := range sh.m {
+		if n == 0 {
+			break
+		}
+		n--
+		if e.expires <= now {
+			delete(sh.m, k)
+			deleted++
+		}
+	}
+	return deleted
+}
+
+// Reset implements sluice.Store.
+func (s *Store) Reset(_ context.Context, key string, limits ...sluice.Limit) error {
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for _, l := range limits {
+		delete(sh.m, entryKey{key, algo.ID(l)})
+	}
+	return nil
+}
+
+// TTL returns how long the state of key under l will live if nothing else
+// happens, or 0 when there is none.
+func (s *Store) TTL(_ context.Context, key string, l sluice.Limit) (time.Duration, error) {
+	now := s.micros(time.Time{})
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.m[entryKey{key, algo.ID(l)}]; e != nil && e.expires > now {
+		return time.Duration(e.expires-now) * time.Microsecond, nil
+	}
+	return 0, nil
+}
+
+// Len returns the number of pieces of state held, expired or not.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Sweep deletes every expired piece of state and returns how many it
+// deleted. Decisions evict expired state as they go; call Sweep
+// periodically only to return memory after traffic stops.
+func (s *Store) Sweep() int {
+	now := s.micros(time.Time{})
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += sh.evict(now, len(sh.m))
+		sh.mu.Unlock()
+	}
+	return n
+}

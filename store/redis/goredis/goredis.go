@@ -1,0 +1,57 @@
+// Package goredis lets an application hand its existing
+// github.com/redis/go-redis/v9 client to the sluice Redis store:
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+//	store := goredis.New(rdb)
+//	lim := sluice.New(store)
+//
+// Any go-redis client works: Client, ClusterClient, Ring, the failover
+// (Sentinel) client, or a UniversalClient.
+package goredis
+
+import (
+	"context"
+	"fmt"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	sluiceredis "github.com/sluice-go/sluice/store/redis"
+)
+
+// New returns a Redis store that runs its scripts through c. The caller
+// keeps owning c and closes it.
+func New(c goredis.Scripter, opts ...sluiceredis.Option) *sluiceredis.Store {
+	return sluiceredis.New(Client{c}, opts...)
+}
+
+// Client adapts a go-redis client to sluiceredis.Client.
+type Client struct {
+	// Scripter is the go-redis client (any of its client types).
+	Scripter goredis.Scripter
+}
+
+// EvalSha implements sluiceredis.Client.
+func (c Client) EvalSha(ctx context.Context, sha string, keys, args []string) ([]int64, error) {
+	return ints(c.Scripter.EvalSha(ctx, sha, keys, anys(args)...))
+}
+
+// Eval implements sluiceredis.Client.
+func (c Client) Eval(ctx context.Context, script string, keys, args []string) ([]int64, error) {
+	return ints(c.Scripter.Eval(ctx, script, keys, anys(args)...))
+}
+
+func ints(cmd *goredis.Cmd) ([]int64, error) {
+	v, err := cmd.Int64Slice()
+	if err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+		return nil, fmt.Errorf("%w: %w", sluiceredis.ErrNoScript, err)
+	}
+	return v, err
+}
+
+func anys(args []string) []any {
+	out := make([]any, len(args))
+	for i, a := range args {
+		out[i] = a
+	}
+	return out
+}

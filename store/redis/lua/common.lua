@@ -1,0 +1,23 @@
+-- common.lua: helpers shared by the algorithms. The Go side concatenates
+-- this file, one file per algorithm and take.lua into one script.
+--
+-- Every number is an integer: microseconds or requests. A number handed to
+-- redis.call is formatted by Lua with %.14g, which turns a 16-digit
+-- microsecond timestamp into 1.7329e+15, so numbers go to Redis as strings
+-- made by str().
+local floor = math.floor
+
+local function str(x)
+  return string.format('%d', x)
+end
+
+-- save stores value at key for ttl microseconds (rounded up to whole
+-- milliseconds), or deletes key when ttl <= 0: such state is equivalent to
+-- none.
+local function save(key, value, ttl)
+  if ttl > 0 then
+    redis.call('SET', key, value, 'PX', str(math.ceil(ttl / 1000)))
+  else
+    redis.call('DEL', key)
+  end
+end

@@ -1,0 +1,24 @@
+-- fixed_window mirrors fixedWindow in internal/algo/window.go.
+-- State: the string "window:count", window = floor(now / period).
+local function fixed_window(key, now, limit, period, cost)
+  local w = floor(now / period)
+  local count = 0
+  local v = redis.call('GET', key)
+  if v then
+    local sw, c = string.match(v, '^(%d+):(%d+)$')
+    if sw and tonumber(sw) == w then
+      count = tonumber(c)
+    end
+  end
+  local reset = (w + 1) * period - now
+  if count + cost > limit then
+    return 0, limit - count, reset, reset
+  end
+  count = count + cost
+  if count == 0 then
+    return 1, limit, 0, 0, function() redis.call('DEL', key) end
+  end
+  return 1, limit - count, reset, 0, function()
+    save(key, str(w) .. ':' .. str(count), reset)
+  end
+end

@@ -1,0 +1,74 @@
+-- sliding_window mirrors slidingWindow in internal/algo/window.go.
+-- State: the string "window:previous:current", the counts of the stored
+-- window and of the one before it.
+
+-- sw_counts returns the previous and current counts at window w.
+local function sw_counts(sw, a, b, w)
+  if sw == w then
+    return a, b
+  elseif sw == w - 1 then
+    return b, 0
+  end
+  return 0, 0
+end
+
+-- sw_allows: prev*(period-e)/period + cur + cost <= limit, multiplied out.
+local function sw_allows(prev, cur, e, limit, period, cost)
+  return prev * (period - e) + (cur + cost) * period <= limit * period
+end
+
+local function sw_remaining(prev, cur, e, limit, period)
+  local r = floor((limit - cur) - prev * (period - e) / period)
+  if r < 0 then
+    return 0
+  end
+  return r
+end
+
+local function sw_reset(prev, cur, w, now, period)
+  if cur > 0 then
+    return (w + 2) * period - now
+  elseif prev > 0 then
+    return (w + 1) * period - now
+  end
+  return 0
+end
+
+local function sliding_window(key, now, limit, period, cost)
+  local w = floor(now / period)
+  local e = now - w * period
+  local sw, a, b = false, 0, 0
+  local v = redis.call('GET', key)
+  if v then
+    local x, y, z = string.match(v, '^(%d+):(%d+):(%d+)$')
+    if x then
+      sw, a, b = tonumber(x), tonumber(y), tonumber(z)
+    end
+  end
+  local prev, cur = sw_counts(sw, a, b, w)
+  if sw_allows(prev, cur, e, limit, period, cost) then
+    cur = cur + cost
+    local reset = sw_reset(prev, cur, w, now, period)
+    local rem = sw_remaining(prev, cur, e, limit, period)
+    if reset <= 0 then
+      return 1, rem, 0, 0, function() redis.call('DEL', key) end
+    end
+    return 1, rem, reset, 0, function()
+      save(key, str(w) .. ':' .. str(prev) .. ':' .. str(cur), reset)
+    end
+  end
+  -- The earliest admitting instant lies in (now, (w+2)*period]: bisect.
+  local lo, hi = 1, (w + 2) * period - now
+  while lo < hi do
+    local mid = lo + floor((hi - lo) / 2)
+    local t = now + mid
+    local wt = floor(t / period)
+    local p, c = sw_counts(sw, a, b, wt)
+    if sw_allows(p, c, t - wt * period, limit, period, cost) then
+      hi = mid
+    else
+      lo = mid + 1
+    end
+  end
+  return 0, sw_remaining(prev, cur, e, limit, period), sw_reset(prev, cur, w, now, period), lo
+end

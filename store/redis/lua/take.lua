@@ -1,0 +1,54 @@
+-- take.lua: decides one request against every limit in KEYS, all or
+-- nothing, and returns four integers per limit: allowed (0/1), remaining,
+-- reset after (µs), retry after (µs).
+--
+-- ARGV[1]   now in µs, or '' to use the server's clock (TIME)
+-- ARGV[2]   cost
+-- ARGV[3i], ARGV[3i+1], ARGV[3i+2]   for KEYS[i]: algorithm code and its
+--           two parameters (limit, period) or (interval, capacity)
+local algorithms = {
+  fw = fixed_window,
+  sw = sliding_window,
+  sl = sliding_log,
+  tb = token_bucket,
+  gcra = gcra,
+}
+
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[1])
+end
+local cost = tonumber(ARGV[2])
+
+local out, commits, allowed = {}, {}, true
+for i = 1, #KEYS do
+  local j = 3 * i
+  local f = algorithms[ARGV[j]]
+  if not f then
+    return redis.error_reply('sluice: unknown algorithm ' .. tostring(ARGV[j]))
+  end
+  local ok, rem, reset, retry, commit = f(KEYS[i], now, tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), cost)
+  out[4 * i - 3], out[4 * i - 2], out[4 * i - 1], out[4 * i] = ok, rem, reset, retry
+  commits[i] = commit
+  allowed = allowed and ok == 1
+end
+
+if allowed then
+  for i = 1, #KEYS do
+    commits[i]()
+  end
+else
+  -- Nothing is consumed: limits that would have admitted the request
+  -- report their state as it is.
+  for i = 1, #KEYS do
+    if out[4 * i - 3] == 1 then
+      local j = 3 * i
+      local _, rem, reset = algorithms[ARGV[j]](KEYS[i], now, tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), 0)
+      out[4 * i - 2], out[4 * i - 1] = rem, reset
+    end
+  end
+end
+return out

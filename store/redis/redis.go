@@ -1,0 +1,243 @@
+// Package redis is a sluice.Store that keeps its state in Redis, so that
+// every replica of a service enforces one shared limit: 100 per minute means
+// 100 per minute whether 1 or 40 replicas serve the traffic.
+//
+// Each decision is one atomic Lua script and one round trip, whatever the
+// number of limits. The script of each algorithm lives in its own file under
+// lua/ and mirrors the Go function in internal/algo that the memory store
+// runs, so both stores give identical Results. The scripts are loaded once
+// and run by SHA; when the server answers NOSCRIPT (after a restart or a
+// SCRIPT FLUSH) the store sends the source and carries on.
+//
+// Time comes from the Redis server's TIME, so replicas whose clocks disagree
+// still enforce one limit, unless the request carries its own time (tests).
+//
+// # Keys
+//
+// The state of a client key under a limit lives at
+//
+//	<prefix>:{<client key>}:[<name>:]<algorithm>:<limit>:<period µs>[:<burst>]
+//
+// with one Redis key per limit. The client key is the Redis Cluster hash
+// tag, so every key of one decision lands in one slot; '{', '}' and '%' in
+// it are percent-encoded, and client keys longer than 128 bytes are replaced
+// by a hash so that a hostile key cannot bloat memory. Every key expires as
+// soon as its state is equivalent to none (the window ended, the bucket is
+// full).
+//
+// # Clients
+//
+// Open connects with github.com/redis/rueidis (auto-pipelining) to a
+// standalone server, a Cluster (detected) or through Sentinel. FromRueidis
+// wraps a rueidis client you already have; package store/redis/goredis
+// wraps a github.com/redis/go-redis/v9 client; New takes any Client.
+package redis
+
+import (
+	"context"
+	"crypto/sha1"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/algo"
+)
+
+// Client is what the Store needs of a Redis client: running Lua scripts.
+// Adapters for rueidis (FromRueidis) and go-redis (package goredis) are
+// provided; another client fits with a few lines.
+type Client interface {
+	// EvalSha runs the cached script with the given SHA-1 and returns its
+	// array-of-integers reply. When the server does not have the script it
+	// must return an error wrapping ErrNoScript.
+	EvalSha(ctx context.Context, sha1 string, keys, args []string) ([]int64, error)
+	// Eval runs script and returns its array-of-integers reply.
+	Eval(ctx context.Context, script string, keys, args []string) ([]int64, error)
+}
+
+// ErrNoScript is wrapped by Client.EvalSha errors when the server answers
+// NOSCRIPT.
+var ErrNoScript = errors.New("NOSCRIPT")
+
+//go:embed lua/*.lua
+var luaFiles embed.FS
+
+// script is a Lua script and its SHA-1.
+type script struct{ src, sha string }
+
+func newScript(src string) script {
+	sum := sha1.Sum([]byte(src))
+	return script{src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+// takeScript is every algorithm file between the helpers and the main
+// chunk, in one script so that a multi-limit decision mixing algorithms is
+// one atomic call.
+var takeScript = func() script {
+	var b strings.Builder
+	for _, f := range []string{"common", "fixed_window", "sliding_window", "sliding_log", "token_bucket", "gcra", "take"} {
+		src, err := luaFiles.ReadFile("lua/" + f + ".lua")
+		if err != nil {
+			panic(err) // embedded at build time: cannot happen
+		}
+		b.Write(src)
+		b.WriteByte('\n')
+	}
+	return newScript(b.String())
+}()
+
+var (
+	resetScript = newScript("return {redis.call('DEL', unpack(KEYS))}")
+	ttlScript   = newScript("return {redis.call('PTTL', KEYS[1])}")
+)
+
+// Store is a sluice.Store over Redis. It is safe for concurrent use.
+type Store struct {
+	client Client
+	prefix string
+	close  func()
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithPrefix sets the first part of every key (default "sluice"). Braces in
+// it are percent-encoded.
+func WithPrefix(p string) Option {
+	return func(s *Store) { s.prefix = escape(p) }
+}
+
+// New returns a Store that runs its scripts through c.
+func New(c Client, opts ...Option) *Store {
+	s := &Store{client: c, prefix: "sluice"}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Close releases the connections the Store opened (Open). It does nothing
+// for a Store over a client that the caller passed in.
+func (s *Store) Close() {
+	if s.close != nil {
+		s.close()
+	}
+}
+
+// Take implements sluice.Store: one script run, one round trip.
+func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	n := len(req.Limits)
+	keys := make([]string, n)
+	args := make([]string, 2+3*n)
+	if !req.Now.IsZero() {
+		args[0] = strconv.FormatInt(req.Now.UnixMicro(), 10)
+	}
+	args[1] = strconv.Itoa(req.Cost)
+	for i, l := range req.Limits {
+		keys[i] = s.key(req.Key, l)
+		p1, p2 := algo.Params(l)
+		args[2+3*i] = algo.Code(l.Algorithm)
+		args[3+3*i] = strconv.FormatInt(p1, 10)
+		args[4+3*i] = strconv.FormatInt(p2, 10)
+	}
+	reply, err := s.run(ctx, takeScript, keys, args)
+	if err != nil {
+		return nil, fmt.Errorf("redis store: %w", err)
+	}
+	if len(reply) != 4*n {
+		return nil, fmt.Errorf("redis store: script replied %d integers, want %d", len(reply), 4*n)
+	}
+	rs := make([]sluice.Result, n)
+	for i, l := range req.Limits {
+		v := reply[4*i : 4*i+4]
+		rs[i] = sluice.Result{
+			Allowed:    v[0] == 1,
+			Limit:      l.Capacity(),
+			Remaining:  int(v[1]),
+			ResetAfter: time.Duration(v[2]) * time.Microsecond,
+			RetryAfter: time.Duration(v[3]) * time.Microsecond,
+		}
+	}
+	return rs, nil
+}
+
+// Reset implements sluice.Store.
+func (s *Store) Reset(ctx context.Context, key string, limits ...sluice.Limit) error {
+	if len(limits) == 0 {
+		return nil
+	}
+	keys := make([]string, len(limits))
+	for i, l := range limits {
+		keys[i] = s.key(key, l)
+	}
+	if _, err := s.run(ctx, resetScript, keys, nil); err != nil {
+		return fmt.Errorf("redis store: reset: %w", err)
+	}
+	return nil
+}
+
+// TTL returns how long the state of key under l will live in Redis if
+// nothing else happens, or 0 when there is none.
+func (s *Store) TTL(ctx context.Context, key string, l sluice.Limit) (time.Duration, error) {
+	reply, err := s.run(ctx, ttlScript, []string{s.key(key, l)}, nil)
+	if err != nil {
+		return 0, fmt.Errorf("redis store: ttl: %w", err)
+	}
+	if len(reply) != 1 || reply[0] < 0 {
+		return 0, nil
+	}
+	return time.Duration(reply[0]) * time.Millisecond, nil
+}
+
+// Key returns the Redis key that holds the state of key under l.
+func (s *Store) Key(key string, l sluice.Limit) string { return s.key(key, l) }
+
+func (s *Store) key(key string, l sluice.Limit) string {
+	return s.prefix + ":{" + escape(key) + "}:" + algo.ID(l)
+}
+
+// run runs sc by SHA and falls back to sending its source when the server
+// does not have it.
+func (s *Store) run(ctx context.Context, sc script, keys, args []string) ([]int64, error) {
+	reply, err := s.client.EvalSha(ctx, sc.sha, keys, args)
+	if errors.Is(err, ErrNoScript) {
+		reply, err = s.client.Eval(ctx, sc.src, keys, args)
+	}
+	return reply, err
+}
+
+// maxKeyLen is the longest client key used as is; longer keys are hashed.
+const maxKeyLen = 128
+
+// escape makes a client key safe as a hash tag: '%', '{' and '}' are
+// percent-encoded (so distinct keys stay distinct) and long keys become
+// "%H" and a hash, which no encoded key can equal.
+func escape(key string) string {
+	if len(key) > maxKeyLen {
+		sum := sha256.Sum256([]byte(key))
+		return "%H" + hex.EncodeToString(sum[:16])
+	}
+	if !strings.ContainsAny(key, "%{}") {
+		return key
+	}
+	var b strings.Builder
+	for i := 0; i < len(key); i++ {
+		switch c := key[i]; c {
+		case '%':
+			b.WriteString("%25")
+		case '{':
+			b.WriteString("%7B")
+		case '}':
+			b.WriteString("%7D")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,59 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/rueidis"
+)
+
+// Open connects to Redis at url with rueidis and returns a Store that
+// closes the connection on Close. The URL takes every topology:
+//
+//	redis://[user:password@]host:port[/db]                 standalone, or a Cluster (detected)
+//	redis://host1:port?addr=host2:port&addr=host3:port      several Cluster seed nodes
+//	redis://host:26379?addr=host2:26379&master_set=mymaster  through Sentinel
+//	rediss://...                                           TLS
+//	unix:///path/to/redis.sock
+//
+// The URL's further options are those of rueidis.ParseURL.
+func Open(url string, opts ...Option) (*Store, error) {
+	opt, err := rueidis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("redis store: %w", err)
+	}
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, fmt.Errorf("redis store: connect: %w", err)
+	}
+	s := FromRueidis(c, opts...)
+	s.close = c.Close
+	return s, nil
+}
+
+// FromRueidis returns a Store over a rueidis client the caller owns (and
+// closes).
+func FromRueidis(c rueidis.Client, opts ...Option) *Store {
+	return New(rueidisClient{c}, opts...)
+}
+
+// rueidisClient adapts a rueidis.Client to Client.
+type rueidisClient struct{ c rueidis.Client }
+
+func (r rueidisClient) EvalSha(ctx context.Context, sha string, keys, args []string) ([]int64, error) {
+	cmd := r.c.B().Evalsha().Sha1(sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	return r.ints(ctx, cmd)
+}
+
+func (r rueidisClient) Eval(ctx context.Context, script string, keys, args []string) ([]int64, error) {
+	cmd := r.c.B().Eval().Script(script).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	return r.ints(ctx, cmd)
+}
+
+func (r rueidisClient) ints(ctx context.Context, cmd rueidis.Completed) ([]int64, error) {
+	v, err := r.c.Do(ctx, cmd).AsIntSlice()
+	if re, ok := rueidis.IsRedisErr(err); ok && re.IsNoScript() {
+		return nil, fmt.Errorf("%w: %w", ErrNoScript, err)
+	}
+	return v, err
+}
