@@ -1,0 +1,128 @@
+// Package redistest starts real redis-server processes for tests: on a free
+// loopback port, without persistence, stopped by pid when the test ends.
+// There is no fake: a test that needs Redis fails, with a message saying how
+// to install it, when redis-server is missing.
+package redistest
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Server is one redis-server process.
+type Server struct {
+	// Addr is the server's host:port on 127.0.0.1.
+	Addr string
+
+	cmd    *exec.Cmd
+	log    *bytes.Buffer
+	once   sync.Once
+	exited chan struct{}
+}
+
+// Start starts a redis-server for t and stops it when t ends. It fails t if
+// redis-server is not installed or does not come up.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server is not installed (it is not in PATH): run `make test`, which installs it, or `sudo apt-get install -y redis-server`")
+	}
+	var lastErr error
+	for range 5 {
+		s, err := start(path, t.TempDir())
+		if err == nil {
+			t.Cleanup(s.Stop)
+			return s
+		}
+		lastErr = err // most likely the port was taken meanwhile: try another
+	}
+	t.Fatalf("redistest: %v", lastErr)
+	return nil
+}
+
+func start(path, dir string) (*Server, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), log: new(bytes.Buffer)}
+	s.cmd = exec.Command(path,
+		"--bind", "127.0.0.1",
+		"--port", strconv.Itoa(port),
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", dir,
+		"--daemonize", "no",
+		"--loglevel", "warning",
+	)
+	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+	if err := s.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start redis-server: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = s.cmd.Wait(); close(exited) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return nil, fmt.Errorf("redis-server on port %d exited: %s", port, s.log)
+		default:
+		}
+		if ping(s.Addr) == nil {
+			s.exited = exited
+			return s, nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_ = s.cmd.Process.Kill()
+	<-exited
+	return nil, fmt.Errorf("redis-server on port %d did not answer PING within 10s: %s", port, s.log)
+}
+
+// Stop kills the server (by its pid) and waits for it to exit. It is safe
+// to call more than once; tests call it to simulate an outage.
+func (s *Server) Stop() {
+	s.once.Do(func() {
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+	})
+}
+
+// freePort asks the kernel for a free loopback port.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// ping sends PING and expects +PONG.
+func ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line != "+PONG\r\n" {
+		return fmt.Errorf("PING answered %q", line)
+	}
+	return nil
+}

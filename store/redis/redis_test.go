@@ -1,0 +1,73 @@
+package redis_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredislib "github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/redistest"
+	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis/goredis"
+	"github.com/sluice-go/sluice/storetest"
+)
+
+// newRueidis connects a rueidis client to addr, closed when t ends.
+func newRueidis(t testing.TB, addr string) rueidis.Client {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// newGoRedis connects a go-redis client to addr, closed when t ends.
+func newGoRedis(t testing.TB, addr string) *goredislib.Client {
+	t.Helper()
+	c := goredislib.NewClient(&goredislib.Options{Addr: addr})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// prefixes gives every store of a test run its own key space on one server.
+var prefixes atomic.Int64
+
+func prefix() sluiceredis.Option {
+	return sluiceredis.WithPrefix(fmt.Sprintf("t%d", prefixes.Add(1)))
+}
+
+func TestConformanceRueidis(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newRueidis(t, srv.Addr)
+	storetest.Run(t, func(t *testing.T, _ func() time.Time) sluice.Store {
+		return sluiceredis.FromRueidis(c, prefix())
+	})
+}
+
+func TestConformanceGoRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newGoRedis(t, srv.Addr)
+	storetest.Run(t, func(t *testing.T, _ func() time.Time) sluice.Store {
+		return goredis.New(c, prefix())
+	})
+}
+
+func TestConformanceOpen(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := sluiceredis.Open("redis://"+srv.Addr+"/0", prefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r, err := sluice.New(s).Allow(context.Background(), "k", sluice.PerMinute(1))
+	if err != nil || !r.Allowed {
+		t.Fatalf("Allow through Open = %+v, %v", r, err)
+	}
+}

@@ -1,0 +1,241 @@
+package storetest
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/store/memory"
+)
+
+// Randomized scenarios step a fake clock. A store that keeps state in a
+// server (Redis) expires it by the server's real clock, after the lifetime
+// computed on the fake one; so that no state vanishes in real time while the
+// fake clock still needs it, these scenarios write only where every
+// lifetime is long: costs are at least 1 (token-bucket state then lives at
+// least one interval) and no request falls in the last 2s of a fixed window.
+
+// safe moves at out of the last 2s of any window of the limits.
+func safe(at time.Duration, limits ...sluice.Limit) time.Duration {
+	for _, l := range limits {
+		if at%l.Period > l.Period-2*time.Second {
+			at += l.Period - at%l.Period
+		}
+	}
+	return at
+}
+
+// testLimits returns, for algorithm a, a limit whose token interval is not a
+// whole number of microseconds (7 per minute: 8571428.57µs per token).
+func testLimit(a sluice.Algorithm) sluice.Limit {
+	l := sluice.PerMinute(7).Using(a)
+	if a == sluice.TokenBucket || a == sluice.GCRA {
+		l = l.WithBurst(3)
+	}
+	return l
+}
+
+// testRetryAfterHonest: after a denial with RetryAfter d, the same request
+// is denied 1ms and 1µs before d (with exactly that much left to wait) and
+// admitted at d.
+func testRetryAfterHonest(t *testing.T, newStore Factory) {
+	check := func(t *testing.T, e *env, limits []sluice.Limit, seed uint64) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		ctx := context.Background()
+		take := func(at time.Duration, cost int) sluice.Result {
+			e.clock.Set(at)
+			r, err := e.lim.AllowAll(ctx, "client", cost, limits...)
+			if err != nil {
+				t.Fatalf("AllowAll(t=%v, cost %d): %v", at, cost, err)
+			}
+			return r.Result
+		}
+		var at time.Duration
+		for round := range 25 {
+			at = safe(at, limits...)
+			cost := 1 + rng.IntN(3)
+			r := take(at, cost)
+			for i := 0; r.Allowed; i++ {
+				if i > 100 {
+					t.Fatalf("round %d: 100 requests of cost %d admitted at one instant", round, cost)
+				}
+				r = take(at, cost)
+			}
+			d := r.RetryAfter
+			if d <= 0 {
+				t.Fatalf("round %d: denied with RetryAfter %v", round, d)
+			}
+			for _, early := range []time.Duration{time.Millisecond, time.Microsecond} {
+				if d <= early {
+					continue
+				}
+				if r := take(at+d-early, cost); r.Allowed || r.RetryAfter != early {
+					t.Fatalf("round %d: denied at %v with RetryAfter %v, but at %v (%v early) got %+v, want denied with RetryAfter %v",
+						round, at, d, at+d-early, early, r, early)
+				}
+			}
+			if r := take(at+d, cost); !r.Allowed {
+				t.Fatalf("round %d: denied at %v with RetryAfter %v, but at %v got %+v", round, at, d, at+d, r)
+			}
+			at += d + time.Duration(rng.Int64N(int64(90*time.Second)))
+		}
+	}
+	for i, a := range sluice.Algorithms {
+		t.Run(string(a), func(t *testing.T) {
+			check(t, newEnv(t, newStore), []sluice.Limit{testLimit(a)}, uint64(i))
+		})
+	}
+	t.Run("multi", func(t *testing.T) {
+		limits := []sluice.Limit{
+			sluice.PerMinute(5).Using(sluice.SlidingWindow),
+			testLimit(sluice.TokenBucket),
+			sluice.PerHour(10).Using(sluice.FixedWindow),
+			sluice.PerMinute(4).Using(sluice.SlidingLog),
+		}
+		check(t, newEnv(t, newStore), limits, 99)
+	})
+}
+
+// op is one randomized request.
+type op struct {
+	at   time.Duration
+	key  string
+	cost int
+}
+
+// ops returns n random requests over three keys, at safe instants.
+func ops(seed uint64, n, maxCost int, limits ...sluice.Limit) []op {
+	rng := rand.New(rand.NewPCG(seed, 11))
+	var at time.Duration
+	out := make([]op, n)
+	for i := range out {
+		switch rng.IntN(4) {
+		case 0: // several requests at one instant
+		case 1:
+			at += time.Duration(rng.Int64N(int64(time.Minute)))
+		default:
+			at += time.Duration(rng.Int64N(int64(5 * time.Second)))
+		}
+		at = safe(at, limits...)
+		out[i] = op{at: at, key: []string{"a", "b", "c"}[rng.IntN(3)], cost: 1 + rng.IntN(maxCost)}
+	}
+	return out
+}
+
+// testBucketEqualsGCRA: token_bucket and gcra return identical Results for
+// the same requests.
+func testBucketEqualsGCRA(t *testing.T, newStore Factory) {
+	for _, l := range []sluice.Limit{testLimit(sluice.TokenBucket), sluice.PerMinute(3).WithBurst(8)} {
+		e := newEnv(t, newStore)
+		tb, gc := l.Using(sluice.TokenBucket), l.Using(sluice.GCRA)
+		admitted, denied := 0, 0
+		for i, o := range ops(5, 400, 3, l) {
+			e.clock.Set(o.at)
+			r1, err1 := e.lim.AllowN(context.Background(), o.key, tb, o.cost)
+			r2, err2 := e.lim.AllowN(context.Background(), o.key, gc, o.cost)
+			if err1 != nil || err2 != nil {
+				t.Fatalf("step %d: %v, %v", i, err1, err2)
+			}
+			if r1 != r2 {
+				t.Fatalf("%s, step %d (t=%v key %s cost %d): token_bucket %+v, gcra %+v", l, i, o.at, o.key, o.cost, r1, r2)
+			}
+			if r1.Allowed {
+				admitted++
+			} else {
+				denied++
+			}
+		}
+		if admitted < 50 || denied < 50 {
+			t.Errorf("%s: %d admitted, %d denied: the sequence does not exercise both outcomes", l, admitted, denied)
+		}
+	}
+}
+
+// testMatchesReference: the store returns exactly the Results of the
+// reference algorithms (internal/algo, run by the memory store) for long
+// random sequences, one limit at a time and several at once.
+func testMatchesReference(t *testing.T, newStore Factory) {
+	check := func(t *testing.T, limits []sluice.Limit, seed uint64) {
+		e := newEnv(t, newStore)
+		ref := sluice.New(memory.New(memory.WithClock(e.clock.Now)), sluice.WithClock(e.clock.Now))
+		maxCost := 3
+		for i, o := range ops(seed, 300, maxCost, limits...) {
+			e.clock.Set(o.at)
+			got, err := e.lim.AllowAll(context.Background(), o.key, o.cost, limits...)
+			if err != nil {
+				t.Fatalf("step %d: %v", i, err)
+			}
+			want, _ := ref.AllowAll(context.Background(), o.key, o.cost, limits...)
+			for j := range limits {
+				if got.Results[j] != want.Results[j] {
+					t.Fatalf("step %d (t=%v key %s cost %d): %s = %+v, reference %+v", i, o.at, o.key, o.cost, limits[j], got.Results[j], want.Results[j])
+				}
+			}
+		}
+	}
+	for i, a := range sluice.Algorithms {
+		t.Run(string(a), func(t *testing.T) { check(t, []sluice.Limit{testLimit(a)}, uint64(i)) })
+	}
+	t.Run("multi", func(t *testing.T) {
+		var limits []sluice.Limit
+		for _, a := range sluice.Algorithms {
+			limits = append(limits, testLimit(a))
+		}
+		limits = append(limits, sluice.PerHour(40).Using(sluice.FixedWindow), sluice.PerHour(30).Using(sluice.SlidingWindow))
+		check(t, limits, 42)
+	})
+}
+
+// testConcurrency: many goroutines spending one key at one instant admit
+// exactly the limit, for every algorithm.
+func testConcurrency(t *testing.T, newStore Factory) {
+	each(t, func(t *testing.T, a sluice.Algorithm) {
+		clock := NewClock()
+		lim := sluice.New(newStore(t, clock.Now), sluice.WithClock(clock.Now))
+		l := sluice.PerMinute(500).Using(a)
+		if got := Hammer(t, []*sluice.Limiter{lim}, "hot", l, 64, 16); got != 500 {
+			t.Errorf("%s: 64 goroutines × 16 requests admitted %d, want exactly 500", l, got)
+		}
+	})
+}
+
+// Hammer sends attempts requests for key under l from each of workers
+// goroutines per limiter, all released at once, and returns how many were
+// admitted. Any error fails t.
+func Hammer(t testing.TB, lims []*sluice.Limiter, key string, l sluice.Limit, workers, attempts int) int {
+	t.Helper()
+	start := make(chan struct{})
+	results := make(chan int)
+	errs := make(chan error, len(lims)*workers)
+	for _, lim := range lims {
+		for range workers {
+			go func() {
+				<-start
+				n := 0
+				for range attempts {
+					r, err := lim.Allow(context.Background(), key, l)
+					if err != nil {
+						errs <- err
+						break
+					}
+					if r.Allowed {
+						n++
+					}
+				}
+				results <- n
+			}()
+		}
+	}
+	close(start)
+	total := 0
+	for range len(lims) * workers {
+		total += <-results
+	}
+	close(errs)
+	for err := range errs {
+		t.Fatalf("Hammer: %v", err)
+	}
+	return total
+}
