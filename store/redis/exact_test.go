@@ -1,0 +1,107 @@
+package redis_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/redistest"
+	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis/goredis"
+	"github.com/sluice-go/sluice/storetest"
+)
+
+const (
+	replicas   = 8  // independent clients, each with its own connections
+	goroutines = 32 // per client
+	attempts   = 8  // per goroutine: 2048 requests for a limit of 500
+)
+
+// replicaLimiters returns one Limiter per replica, each over its own
+// client: half rueidis, half go-redis.
+func replicaLimiters(t *testing.T, addr string, opts ...sluice.Option) []*sluice.Limiter {
+	var lims []*sluice.Limiter
+	for i := range replicas {
+		var store sluice.Store
+		if i%2 == 0 {
+			store = sluiceredis.FromRueidis(newRueidis(t, addr))
+		} else {
+			store = goredis.New(newGoRedis(t, addr))
+		}
+		lims = append(lims, sluice.New(store, opts...))
+	}
+	return lims
+}
+
+// TestExactUnderConcurrency: 8 replicas × 32 goroutines hammering one key
+// with 500 per minute admit exactly 500 for every algorithm, with a frozen
+// clock and with the Redis server's clock (a day's period, so that no
+// refill or window boundary falls inside the test).
+func TestExactUnderConcurrency(t *testing.T) {
+	srv := redistest.Start(t)
+	frozen := storetest.NewClock()
+	for _, a := range sluice.Algorithms {
+		t.Run(string(a)+"/frozen clock", func(t *testing.T) {
+			lims := replicaLimiters(t, srv.Addr, sluice.WithClock(frozen.Now))
+			l := sluice.PerMinute(500).Using(a)
+			got := storetest.Hammer(t, lims, "hot-frozen", l, goroutines, attempts)
+			t.Logf("%s: %d replicas × %d goroutines × %d requests admitted %d", l, replicas, goroutines, attempts, got)
+			if got != 500 {
+				t.Errorf("%s admitted %d, want exactly 500", l, got)
+			}
+		})
+		t.Run(string(a)+"/server clock", func(t *testing.T) {
+			lims := replicaLimiters(t, srv.Addr)
+			l := sluice.PerDay(500).Using(a)
+			got := storetest.Hammer(t, lims, "hot-server", l, goroutines, attempts)
+			if got != 500 {
+				t.Errorf("%s admitted %d, want exactly 500", l, got)
+			}
+		})
+	}
+}
+
+// racyStore is the broken limiter the seed article describes: GET the
+// count, add in the client, SET it back. Two replicas that read the same
+// count both write count+1 and an increment is lost. It exists only to
+// prove that the harness above catches the race.
+type racyStore struct{ c rueidis.Client }
+
+func (r racyStore) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	key := "racy:" + req.Key
+	n, err := r.c.Do(ctx, r.c.B().Get().Key(key).Build()).AsInt64()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return nil, err
+	}
+	limit := req.Limits[0].Limit
+	if int(n)+req.Cost > limit {
+		return []sluice.Result{{Limit: limit}}, nil
+	}
+	n += int64(req.Cost)
+	if err := r.c.Do(ctx, r.c.B().Set().Key(key).Value(strconv.FormatInt(n, 10)).Ex(time.Minute).Build()).Error(); err != nil {
+		return nil, err
+	}
+	return []sluice.Result{{Allowed: true, Limit: limit, Remaining: limit - int(n)}}, nil
+}
+
+func (r racyStore) Reset(context.Context, string, ...sluice.Limit) error { return nil }
+
+// TestHarnessCatchesRace: the same harness, on the GET-then-SET limiter,
+// admits more than the limit.
+func TestHarnessCatchesRace(t *testing.T) {
+	srv := redistest.Start(t)
+	var lims []*sluice.Limiter
+	for range replicas {
+		lims = append(lims, sluice.New(racyStore{newRueidis(t, srv.Addr)}))
+	}
+	l := sluice.PerMinute(500).Using(sluice.FixedWindow)
+	got := storetest.Hammer(t, lims, "hot", l, goroutines, attempts)
+	t.Logf("GET-then-SET limiter: %d replicas × %d goroutines admitted %d for a limit of 500", replicas, goroutines, got)
+	if got <= 500 {
+		t.Errorf("the racy limiter admitted %d; the harness should have caught lost increments (more than 500)", got)
+	}
+}

@@ -1,0 +1,179 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/store/memory"
+	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis/goredis"
+)
+
+// commandCalls returns how many times the server ran cmd (INFO
+// commandstats).
+func commandCalls(t *testing.T, c rueidis.Client, cmd string) int {
+	t.Helper()
+	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^cmdstat_` + cmd + `:calls=(\d+)`).FindStringSubmatch(info)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// TestScriptLoadedOnceAndReloaded: the script is sent once and then run by
+// SHA; after SCRIPT FLUSH (as after a restart) the store sends it again,
+// transparently, once.
+func TestScriptLoadedOnceAndReloaded(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := newRueidis(t, srv.Addr)
+	stores := map[string]sluice.Store{
+		"rueidis":  sluiceredis.FromRueidis(newRueidis(t, srv.Addr)),
+		"go-redis": goredis.New(newGoRedis(t, srv.Addr)),
+	}
+	for name, store := range stores {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			if err := admin.Do(ctx, admin.B().ScriptFlush().Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			if err := admin.Do(ctx, admin.B().ConfigResetstat().Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			lim := sluice.New(store)
+			for i := range 10 {
+				r, err := lim.Allow(ctx, "k-"+name, sluice.PerMinute(100))
+				if err != nil || !r.Allowed {
+					t.Fatalf("request %d: %+v, %v", i, r, err)
+				}
+			}
+			if evals, shas := commandCalls(t, admin, "eval"), commandCalls(t, admin, "evalsha"); evals != 1 || shas != 10 {
+				t.Errorf("after a flush, 10 decisions sent EVAL %d times and EVALSHA %d times; want 1 and 10", evals, shas)
+			}
+		})
+	}
+}
+
+// TestKeys: every key a workload leaves has a TTL and the schema
+// prefix:{client key}:limit, whatever the client key holds, and long keys
+// are hashed.
+func TestKeys(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newRueidis(t, srv.Addr)
+	store := sluiceredis.FromRueidis(c)
+	lim := sluice.New(store)
+	ctx := context.Background()
+	var limits []sluice.Limit
+	for _, a := range sluice.Algorithms {
+		limits = append(limits, sluice.PerMinute(3).Using(a))
+	}
+	clientKeys := []string{"plain", "br{ace}s", "}{", "%7B", strings.Repeat("x", 5000)}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 200 {
+		k := clientKeys[rng.IntN(len(clientKeys))]
+		if _, err := lim.AllowAll(ctx, k, 1+rng.IntN(2), limits...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys, err := c.Do(ctx, c.B().Keys().Pattern("*").Build()).AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := len(clientKeys) * len(limits); len(keys) != want {
+		t.Errorf("%d keys in Redis, want %d (one per client key and limit): %q", len(keys), want, keys)
+	}
+	schema := regexp.MustCompile(`^sluice:\{[^{}]+\}:(fw|sw|sl|tb|gcra):[0-9:]+$`)
+	for _, k := range keys {
+		if !schema.MatchString(k) {
+			t.Errorf("key %q does not follow sluice:{client}:limit with one hash tag", k)
+		}
+		if len(k) > 200 {
+			t.Errorf("key of %d bytes: long client keys must be hashed", len(k))
+		}
+		ttl, err := c.Do(ctx, c.B().Pttl().Key(k).Build()).AsInt64()
+		if err != nil || ttl <= 0 || ttl > int64(2*time.Minute/time.Millisecond) {
+			t.Errorf("key %q has PTTL %d, %v; want a TTL no longer than its state needs", k, ttl, err)
+		}
+	}
+	// Every key of one decision shares the hash tag, hence the Cluster slot.
+	tag := regexp.MustCompile(`\{[^}]*\}`)
+	for _, k := range clientKeys {
+		first := tag.FindString(store.Key(k, limits[0]))
+		for _, l := range limits[1:] {
+			if got := tag.FindString(store.Key(k, l)); got != first {
+				t.Errorf("client key %q: hash tags %s and %s differ", k, first, got)
+			}
+		}
+	}
+}
+
+// TestOutage: with the server gone, every error policy decides as
+// documented and nothing panics.
+func TestOutage(t *testing.T) {
+	srv := redistest.Start(t)
+	store := sluiceredis.FromRueidis(newRueidis(t, srv.Addr))
+	l := sluice.PerMinute(2)
+	if _, err := sluice.New(store).Allow(context.Background(), "k", l); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	tests := []struct {
+		policy  sluice.ErrorPolicy
+		allowed []bool // successive requests
+	}{
+		{sluice.ReturnErrors, nil},
+		{sluice.AllowOnError, []bool{true, true, true}},
+		{sluice.DenyOnError, []bool{false, false}},
+		{sluice.LocalOnError(memory.New()), []bool{true, true, false}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.policy.String(), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var seen []error
+			lim := sluice.New(store, sluice.WithErrorPolicy(tt.policy), sluice.WithErrorHandler(func(_ context.Context, err error) {
+				seen = append(seen, err)
+			}))
+			if tt.allowed == nil {
+				if _, err := lim.Allow(ctx, "k", l); err == nil {
+					t.Fatal("Allow with the server down returned no error under ReturnErrors")
+				}
+				return
+			}
+			for i, want := range tt.allowed {
+				r, err := lim.Allow(ctx, "k", l)
+				if err != nil || r.Allowed != want || !r.Degraded {
+					t.Fatalf("request %d: %+v, %v; want Allowed=%v Degraded", i, r, err, want)
+				}
+				if !want && r.RetryAfter <= 0 {
+					t.Errorf("request %d denied with RetryAfter %v", i, r.RetryAfter)
+				}
+			}
+			if len(seen) != len(tt.allowed) {
+				t.Errorf("error handler saw %d errors, want %d", len(seen), len(tt.allowed))
+			}
+		})
+	}
+	t.Run("canceled", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_, err := sluice.New(store, sluice.WithErrorPolicy(sluice.AllowOnError)).Allow(ctx, "k", l)
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("canceled request: err = %v, want context.Canceled whatever the policy", err)
+		}
+	})
+}
