@@ -1,0 +1,36 @@
+# make test: everything CI runs. It installs redis-server with apt-get when
+# it is missing, then checks formatting, vets, lints and runs every test
+# with the race detector against real redis-server processes.
+
+GO          ?= go
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: test deps fmt vet lint bench run
+
+test: deps fmt vet lint
+	$(GO) test -race -count=1 ./...
+
+deps:
+	@command -v redis-server >/dev/null 2>&1 || { \
+		echo "redis-server is missing: installing it with apt-get"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server; \
+	}
+
+fmt:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+lint:
+	$(GO) run $(STATICCHECK) ./...
+
+# Benchmarks of this module; peer comparisons live in bench/.
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+run:
+	$(GO) run ./examples/basic

@@ -1,0 +1,197 @@
+// Package bench compares sluice with peer rate-limiting libraries. It is a
+// module of its own so that the peers stay out of sluice's go.mod; see
+// README.md for how to run it and for measured results.
+package bench
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	goredislib "github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+	"golang.org/x/time/rate"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/store/memory"
+	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis/goredis"
+)
+
+// keySpace is how many client keys every benchmark cycles through, one per
+// iteration, so that each call reads and writes existing per-key state.
+const keySpace = 1000
+
+var keys = func() []string {
+	ks := make([]string, keySpace)
+	for i := range ks {
+		ks[i] = "client-" + strconv.Itoa(i)
+	}
+	return ks
+}()
+
+// Every limiter admits 1e9 requests per second with a burst of 1e9, which
+// no run comes near: the benchmarks measure the admitted path, the common
+// case of a rate limiter.
+const (
+	admitRate   = 1_000_000_000
+	admitPeriod = time.Second
+)
+
+func sluiceLimit(a sluice.Algorithm) sluice.Limit {
+	return sluice.Limit{Algorithm: a, Limit: admitRate, Period: admitPeriod}
+}
+
+// redisParallelism is the b.SetParallelism of the parallel Redis
+// benchmarks: 8 × GOMAXPROCS goroutines, so that the clients have
+// concurrent requests to pipeline (rueidis) or spread over their pool
+// (go-redis), as in a server handling many requests at once.
+const redisParallelism = 8
+
+// allowFunc decides one request of cost 1 by key and reports whether it was
+// admitted.
+type allowFunc func(ctx context.Context, key string) (bool, error)
+
+// sluiceAllow decides with a sluice Limiter under limit.
+func sluiceAllow(l *sluice.Limiter, limit sluice.Limit) allowFunc {
+	return func(ctx context.Context, key string) (bool, error) {
+		r, err := l.Allow(ctx, key, limit)
+		return r.Allowed, err
+	}
+}
+
+// run benchmarks the limiter that setup returns, as name/serial and
+// name/parallel. setup runs once per measurement, outside the timer; every
+// key is then decided once before timing starts so that the timed calls
+// find existing state. parallelism is passed to b.SetParallelism.
+func run(b *testing.B, name string, parallelism int, setup func(b *testing.B) allowFunc) {
+	ctx := context.Background()
+	warm := func(b *testing.B, allow allowFunc) {
+		for _, k := range keys {
+			if ok, err := allow(ctx, k); err != nil || !ok {
+				b.Fatalf("warm-up on %q: allowed %v, error %v", k, ok, err)
+			}
+		}
+	}
+	b.Run(name+"/serial", func(b *testing.B) {
+		allow := setup(b)
+		warm(b, allow)
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			k := keys[i%keySpace]
+			if ok, err := allow(ctx, k); err != nil || !ok {
+				b.Fatalf("%q: allowed %v, error %v", k, ok, err)
+			}
+		}
+	})
+	b.Run(name+"/parallel", func(b *testing.B) {
+		allow := setup(b)
+		warm(b, allow)
+		var goroutines atomic.Int64
+		b.SetParallelism(parallelism)
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			// Spread the goroutines over the key space.
+			i := int(goroutines.Add(1)) * 397
+			for ; pb.Next(); i++ {
+				k := keys[i%keySpace]
+				if ok, err := allow(ctx, k); err != nil || !ok {
+					b.Errorf("%q: allowed %v, error %v", k, ok, err)
+					return
+				}
+			}
+		})
+	})
+}
+
+// BenchmarkRedis compares sluice's Redis store, over rueidis and over
+// go-redis, with github.com/go-redis/redis_rate (GCRA over go-redis), all
+// against one redis-server on loopback started for this benchmark.
+func BenchmarkRedis(b *testing.B) {
+	srv := redistest.Start(b) // stopped when BenchmarkRedis ends
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(rc.Close)
+	gc := goredislib.NewClient(&goredislib.Options{Addr: srv.Addr})
+	b.Cleanup(func() { _ = gc.Close() })
+
+	// Every store gets its own key prefix, so that no two benchmarks share
+	// state.
+	var stores atomic.Int64
+	prefix := func() sluiceredis.Option {
+		return sluiceredis.WithPrefix("bench" + strconv.FormatInt(stores.Add(1), 10))
+	}
+
+	run(b, "redis_rate", redisParallelism, func(b *testing.B) allowFunc {
+		l := redis_rate.NewLimiter(gc)
+		limit := redis_rate.Limit{Rate: admitRate, Burst: admitRate, Period: admitPeriod}
+		p := "bench" + strconv.FormatInt(stores.Add(1), 10) + ":"
+		return func(ctx context.Context, key string) (bool, error) {
+			r, err := l.Allow(ctx, p+key, limit)
+			if err != nil {
+				return false, err
+			}
+			return r.Allowed > 0, nil
+		}
+	})
+	for _, a := range []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket, sluice.FixedWindow, sluice.SlidingWindow, sluice.SlidingLog} {
+		run(b, "sluice-"+string(a)+"-rueidis", redisParallelism, func(b *testing.B) allowFunc {
+			return sluiceAllow(sluice.New(sluiceredis.FromRueidis(rc, prefix())), sluiceLimit(a))
+		})
+		run(b, "sluice-"+string(a)+"-goredis", redisParallelism, func(b *testing.B) allowFunc {
+			return sluiceAllow(sluice.New(goredis.New(gc, prefix())), sluiceLimit(a))
+		})
+	}
+}
+
+// BenchmarkMemory compares sluice's in-process store with
+// golang.org/x/time/rate.
+//
+// The comparison is indicative only: x/time/rate is a single-process token
+// bucket for one stream of events, with no store of many keys, no expiry of
+// idle keys and no other algorithm. The two x/time/rate variants hold one
+// *rate.Limiter per key the way an application would, in a sync.Map or in a
+// map behind a mutex, and never evict; sluice's memory store shards its
+// map, gives every piece of state a lifetime and evicts expired state as it
+// goes.
+func BenchmarkMemory(b *testing.B) {
+	newRate := func() *rate.Limiter { return rate.NewLimiter(rate.Limit(admitRate), admitRate) }
+
+	run(b, "x-time-rate-syncmap", 1, func(b *testing.B) allowFunc {
+		var m sync.Map // string → *rate.Limiter
+		return func(_ context.Context, key string) (bool, error) {
+			v, ok := m.Load(key)
+			if !ok {
+				v, _ = m.LoadOrStore(key, newRate())
+			}
+			return v.(*rate.Limiter).Allow(), nil
+		}
+	})
+	run(b, "x-time-rate-mutexmap", 1, func(b *testing.B) allowFunc {
+		var mu sync.Mutex
+		m := make(map[string]*rate.Limiter)
+		return func(_ context.Context, key string) (bool, error) {
+			mu.Lock()
+			l := m[key]
+			if l == nil {
+				l = newRate()
+				m[key] = l
+			}
+			mu.Unlock()
+			return l.Allow(), nil
+		}
+	})
+	for _, a := range []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket, sluice.FixedWindow, sluice.SlidingWindow, sluice.SlidingLog} {
+		run(b, "sluice-"+string(a), 1, func(b *testing.B) allowFunc {
+			return sluiceAllow(sluice.New(memory.New()), sluiceLimit(a))
+		})
+	}
+}

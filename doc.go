@@ -1,0 +1,44 @@
+// Package sluice is a rate limiter whose limits hold across replicas.
+//
+// An in-memory limiter silently multiplies its limit by the number of
+// replicas behind a load balancer: each counts alone. sluice keeps the count
+// in a shared Store (package store/redis) and makes every decision one
+// atomic step there, so 100 per minute means 100 per minute whether 1 or 40
+// replicas serve the traffic. The in-process store (package store/memory)
+// has the same semantics for a single replica, for tests, and as a fallback
+// while Redis is unreachable.
+//
+// # Use
+//
+// Create one Limiter over a store and share it:
+//
+//	lim := sluice.New(memory.New())
+//	res, err := lim.Allow(ctx, "user:42", sluice.PerMinute(100))
+//	if err != nil { ... }       // invalid limit, or the store failed (see ErrorPolicy)
+//	if !res.Allowed { ... }     // answer 429; retry after res.RetryAfter
+//
+// AllowN spends a cost other than 1; AllowAll checks several limits (10 per
+// second AND 1000 per hour) in one atomic call, all or nothing; Reset
+// forgets a key.
+//
+// # Algorithms
+//
+//	fixed_window    count per window aligned to the epoch; cheapest; 2×limit possible across a boundary
+//	sliding_window  weighted count of this and the previous window; cheap; close to a true sliding window
+//	sliding_log     one entry per admitted request; exact; memory grows with the limit
+//	token_bucket    refills limit per period up to burst; allows bursts, enforces the average (the default)
+//	gcra            the token bucket's decisions with a single integer of state
+//
+// # Semantics
+//
+// Every store gives identical Results (the conformance suite in package
+// storetest is the judge). A denied request consumes nothing. RetryAfter is
+// exact: the same request is admitted at now+RetryAfter and denied a
+// microsecond earlier, if nothing else happens. Time is integer
+// microseconds; token_bucket and gcra regain a token every Period/Limit
+// rounded up to the microsecond (Limit.Interval), so they never admit more
+// than Limit per Period. Limits that cannot be enforced (zero period,
+// negative limit, burst on a window algorithm, a cost larger than the
+// limit's capacity) are errors wrapping ErrInvalidLimit or ErrInvalidCost,
+// never silent denials.
+package sluice

@@ -1,0 +1,67 @@
+package sluice_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/store/memory"
+)
+
+// fixed is a clock stopped at a round instant, so that the examples print
+// the same numbers on every run.
+func fixed() time.Time { return time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) }
+
+func Example() {
+	// memory.New() keeps state in this process; use the Redis store
+	// (store/redis) when several replicas share the limit.
+	lim := sluice.New(memory.New(), sluice.WithClock(fixed))
+	ctx := context.Background()
+	login := sluice.PerMinute(3).Using(sluice.SlidingWindow)
+
+	for i := range 4 {
+		res, err := lim.Allow(ctx, "203.0.113.7", login)
+		if err != nil {
+			panic(err)
+		}
+		if !res.Allowed {
+			fmt.Printf("request %d: denied, retry after %v\n", i+1, res.RetryAfter)
+			continue
+		}
+		fmt.Printf("request %d: allowed, %d remaining\n", i+1, res.Remaining)
+	}
+	// Output:
+	// request 1: allowed, 2 remaining
+	// request 2: allowed, 1 remaining
+	// request 3: allowed, 0 remaining
+	// request 4: denied, retry after 1m20s
+}
+
+func ExampleLimiter_AllowN() {
+	lim := sluice.New(memory.New(), sluice.WithClock(fixed))
+	// 10 tokens per second, up to 20 at once; a batch of 15 costs 15.
+	api := sluice.PerSecond(10).WithBurst(20)
+	for _, cost := range []int{15, 15} {
+		res, _ := lim.AllowN(context.Background(), "tenant-a", api, cost)
+		fmt.Printf("cost %d: allowed=%v remaining=%d retry after %v\n", cost, res.Allowed, res.Remaining, res.RetryAfter)
+	}
+	// Output:
+	// cost 15: allowed=true remaining=5 retry after 0s
+	// cost 15: allowed=false remaining=5 retry after 1s
+}
+
+func ExampleLimiter_AllowAll() {
+	lim := sluice.New(memory.New(), sluice.WithClock(fixed))
+	perSecond := sluice.PerSecond(2).Using(sluice.FixedWindow)
+	perHour := sluice.PerHour(100).Using(sluice.SlidingLog)
+	for range 3 {
+		res, _ := lim.AllowAll(context.Background(), "user:42", 1, perSecond, perHour)
+		fmt.Printf("allowed=%v binding=%s retry after %v; hourly remaining %d\n",
+			res.Allowed, []string{"per second", "per hour"}[res.Binding], res.RetryAfter, res.Results[1].Remaining)
+	}
+	// Output:
+	// allowed=true binding=per second retry after 0s; hourly remaining 99
+	// allowed=true binding=per second retry after 0s; hourly remaining 98
+	// allowed=false binding=per second retry after 1s; hourly remaining 98
+}

@@ -1,0 +1,113 @@
+package sluice
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestInterval(t *testing.T) {
+	tests := []struct {
+		l    Limit
+		want time.Duration
+	}{
+		{PerMinute(100), 600 * time.Millisecond},
+		{PerSecond(5), 200 * time.Millisecond},
+		{PerSecond(3), 333334 * time.Microsecond}, // rounded up: never more than 3 per second
+		{PerMinute(7), 8571429 * time.Microsecond},
+		{Per(1, time.Hour), time.Hour},
+	}
+	for _, tt := range tests {
+		if got := tt.l.Interval(); got != tt.want {
+			t.Errorf("%s: Interval() = %v, want %v", tt.l, got, tt.want)
+		}
+	}
+}
+
+func TestCapacity(t *testing.T) {
+	tests := []struct {
+		l    Limit
+		want int
+	}{
+		{PerSecond(5), 5},
+		{PerSecond(5).WithBurst(20), 20},
+		{Limit{Limit: 5, Period: time.Second, Burst: 7}, 7}, // zero Algorithm is token_bucket
+		{PerSecond(5).Using(GCRA).WithBurst(1), 1},
+		{PerSecond(5).Using(SlidingLog), 5},
+	}
+	for _, tt := range tests {
+		if got := tt.l.Capacity(); got != tt.want {
+			t.Errorf("%s: Capacity() = %d, want %d", tt.l, got, tt.want)
+		}
+	}
+}
+
+func TestParseAlgorithm(t *testing.T) {
+	for _, a := range Algorithms {
+		if got, err := ParseAlgorithm(string(a)); got != a || err != nil {
+			t.Errorf("ParseAlgorithm(%q) = %q, %v", a, got, err)
+		}
+	}
+	if _, err := ParseAlgorithm("leaky_bucket"); !errors.Is(err, ErrInvalidLimit) {
+		t.Errorf("ParseAlgorithm(leaky_bucket) error = %v, want ErrInvalidLimit", err)
+	}
+}
+
+func TestParseErrorPolicy(t *testing.T) {
+	for _, name := range []string{"return", "allow", "deny"} {
+		p, err := ParseErrorPolicy(name, nil)
+		if err != nil || p.String() != name {
+			t.Errorf("ParseErrorPolicy(%q) = %v, %v", name, p, err)
+		}
+	}
+	if _, err := ParseErrorPolicy("local", nil); err == nil {
+		t.Error(`ParseErrorPolicy("local", nil) accepted a policy with no fallback store`)
+	}
+	if _, err := ParseErrorPolicy("open", nil); err == nil {
+		t.Error(`ParseErrorPolicy("open") accepted an unknown policy`)
+	}
+}
+
+func TestLimitString(t *testing.T) {
+	tests := []struct {
+		l    Limit
+		want string
+	}{
+		{PerSecond(5).WithBurst(20), "token_bucket 5/1s burst 20"},
+		{PerMinute(5).Using(SlidingLog).Named("login"), "login: sliding_log 5/1m0s"},
+		{Limit{Limit: 1, Period: time.Hour}, "token_bucket 1/1h0m0s"},
+	}
+	for _, tt := range tests {
+		if got := tt.l.String(); got != tt.want {
+			t.Errorf("String() = %q, want %q", got, tt.want)
+		}
+	}
+}
+
+func TestCombine(t *testing.T) {
+	allow := func(rem int) Result { return Result{Allowed: true, Remaining: rem} }
+	deny := func(retry time.Duration) Result { return Result{RetryAfter: retry} }
+	tests := []struct {
+		name        string
+		rs          []Result
+		wantAllowed bool
+		wantBinding int
+	}{
+		{"one", []Result{allow(3)}, true, 0},
+		{"fewest remaining binds", []Result{allow(5), allow(2), allow(9)}, true, 1},
+		{"first of equals", []Result{allow(2), allow(2)}, true, 0},
+		{"the denying one binds", []Result{allow(0), deny(time.Second)}, false, 1},
+		{"the longest wait binds", []Result{deny(time.Second), allow(7), deny(time.Minute), deny(time.Millisecond)}, false, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := combine(tt.rs)
+			if m.Allowed != tt.wantAllowed || m.Binding != tt.wantBinding {
+				t.Fatalf("combine = Allowed %v Binding %d, want %v %d", m.Allowed, m.Binding, tt.wantAllowed, tt.wantBinding)
+			}
+			if b := tt.rs[m.Binding]; m.RetryAfter != b.RetryAfter || m.Remaining != b.Remaining {
+				t.Errorf("combined Result %+v is not the binding one %+v", m.Result, b)
+			}
+		})
+	}
+}

@@ -1,0 +1,58 @@
+package memory_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/store/memory"
+)
+
+// benchKeys is the number of distinct keys the benchmarks cycle through.
+const benchKeys = 1000
+
+var keys = func() []string {
+	k := make([]string, benchKeys)
+	for i := range k {
+		k[i] = "user:" + strconv.Itoa(i)
+	}
+	return k
+}()
+
+// BenchmarkAllow measures one admitted decision per algorithm, from one
+// goroutine and from GOMAXPROCS goroutines:
+//
+//	go test -run '^$' -bench Allow -benchmem ./store/memory/
+func BenchmarkAllow(b *testing.B) {
+	for _, a := range sluice.Algorithms {
+		l := sluice.PerSecond(1_000_000).Using(a)
+		b.Run(string(a)+"/serial", func(b *testing.B) {
+			lim := sluice.New(memory.New())
+			ctx := context.Background()
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				if _, err := lim.Allow(ctx, keys[i%benchKeys], l); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(string(a)+"/parallel", func(b *testing.B) {
+			lim := sluice.New(memory.New())
+			ctx := context.Background()
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(next.Add(1)) * 7919
+				for pb.Next() {
+					i++
+					if _, err := lim.Allow(ctx, keys[i%benchKeys], l); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
