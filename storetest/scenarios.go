@@ -382,3 +382,17 @@ func testStoreClock(t *testing.T, newStore Factory) {
 		}
 	})
 }
+
+// testPrecision: times 60µs apart stay distinct. Microsecond timestamps
+// have 16 digits; Lua formats numbers with %.14g (100µs steps), so a store
+// that let Lua format a time would merge these two requests into one log
+// entry and admit a third.
+func testPrecision(t *testing.T, newStore Factory) {
+	const us = time.Microsecond
+	newEnv(t, newStore).run("client", sluice.PerMinute(2).Using(sluice.SlidingLog), []step{
+		{0, 1, ok(1, m)},
+		{m - 50*us, 1, ok(0, m)},
+		{m + 10*us, 1, ok(0, m)}, // the first request expired at m
+		{m + 10*us, 1, deny(0, m, m-60*us)},
+	})
+}
