@@ -16,6 +16,7 @@ type Limiter struct {
 	now     func() time.Time
 	policy  ErrorPolicy
 	onError func(ctx context.Context, err error)
+	timeout time.Duration
 }
 
 // Option configures a Limiter.
@@ -43,6 +44,14 @@ func WithClock(now func() time.Time) Option {
 // WithErrorPolicy sets what the Limiter answers when the store fails.
 func WithErrorPolicy(p ErrorPolicy) Option {
 	return func(l *Limiter) { l.policy = p }
+}
+
+// WithStoreTimeout bounds every store call to d. A store that does not
+// answer in time has failed, and the ErrorPolicy decides; without it, a hung
+// Redis holds each request until the caller's own deadline, and a request
+// whose own context expires gets the context's error, not the policy.
+func WithStoreTimeout(d time.Duration) Option {
+	return func(l *Limiter) { l.timeout = d }
 }
 
 // WithErrorHandler registers f to be told of every store failure, before
@@ -105,7 +114,7 @@ func (l *Limiter) take(ctx context.Context, key string, n int, limits []Limit) (
 	if l.now != nil {
 		req.Now = l.now()
 	}
-	rs, err := l.store.Take(ctx, req)
+	rs, err := l.takeWithin(ctx, req)
 	if err == nil {
 		return rs, nil
 	}
@@ -117,6 +126,15 @@ func (l *Limiter) take(ctx context.Context, key string, n int, limits []Limit) (
 		l.onError(ctx, err)
 	}
 	return l.policy.decide(ctx, req, err)
+}
+
+func (l *Limiter) takeWithin(ctx context.Context, req Request) ([]Result, error) {
+	if l.timeout <= 0 {
+		return l.store.Take(ctx, req)
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	return l.store.Take(ctx, req)
 }
 
 // validate checks every limit, the cost against each, and that no two limits

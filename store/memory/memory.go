@@ -40,9 +40,21 @@ type shard struct {
 	_  [48]byte
 }
 
+// entryKey identifies one piece of state: a client key under a limit, the
+// limit normalized so that equal limits share state (algo.ID's identity,
+// without building a string).
 type entryKey struct {
-	key string // the client key
-	id  string // algo.ID of the limit
+	key   string
+	limit sluice.Limit
+}
+
+// normalize fills in a Limit's defaults.
+func normalize(l sluice.Limit) sluice.Limit {
+	if l.Algorithm == "" {
+		l.Algorithm = sluice.TokenBucket
+	}
+	l.Burst = l.Capacity()
+	return l
 }
 
 type entry struct {
@@ -106,42 +118,44 @@ func (s *Store) micros(t time.Time) int64 {
 func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, error) {
 	now := s.micros(req.Now)
 	cost := int64(req.Cost)
-	n := len(req.Limits)
-	keys := make([]entryKey, n)
-	for i, l := range req.Limits {
-		keys[i] = entryKey{req.Key, algo.ID(l)}
-	}
-	rs := make([]sluice.Result, n)
-	states := make([]algo.State, n)
-	nexts := make([]algo.State, n)
-	ttls := make([]int64, n)
+	rs := make([]sluice.Result, len(req.Limits))
+	work := make([]decision, len(req.Limits))
 
 	sh := s.shard(req.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	allowed := true
 	for i, l := range req.Limits {
-		if e := sh.m[keys[i]]; e != nil && e.expires > now {
-			states[i] = e.st
+		d := &work[i]
+		d.key = entryKey{req.Key, normalize(l)}
+		if e := sh.m[d.key]; e != nil && e.expires > now {
+			d.st = e.st
 		}
-		rs[i], nexts[i], ttls[i] = algo.Check(l, states[i], now, cost)
+		rs[i], d.next, d.ttl = algo.Check(l, d.st, now, cost)
 		allowed = allowed && rs[i].Allowed
 	}
 	if allowed {
-		for i := range keys {
-			sh.store(keys[i], nexts[i], now+ttls[i], ttls[i] > 0)
+		for _, d := range work {
+			sh.store(d.key, d.next, now+d.ttl, d.ttl > 0)
 		}
 	} else {
 		// Nothing is consumed: the limits that would have admitted the
 		// request report their state as it is.
 		for i, l := range req.Limits {
 			if rs[i].Allowed {
-				rs[i], _, _ = algo.Check(l, states[i], now, 0)
+				rs[i], _, _ = algo.Check(l, work[i].st, now, 0)
 			}
 		}
 	}
 	sh.evict(now, evictSample)
 	return rs, nil
+}
+
+// decision is the work of Take for one limit.
+type decision struct {
+	key      entryKey
+	st, next algo.State
+	ttl      int64
 }
 
 // store saves st for k until expires, or deletes k when keep is false.
@@ -180,7 +194,7 @@ func (s *Store) Reset(_ context.Context, key string, limits ...sluice.Limit) err
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	for _, l := range limits {
-		delete(sh.m, entryKey{key, algo.ID(l)})
+		delete(sh.m, entryKey{key, normalize(l)})
 	}
 	return nil
 }
@@ -192,7 +206,7 @@ func (s *Store) TTL(_ context.Context, key string, l sluice.Limit) (time.Duratio
 	sh := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := sh.m[entryKey{key, algo.ID(l)}]; e != nil && e.expires > now {
+	if e := sh.m[entryKey{key, normalize(l)}]; e != nil && e.expires > now {
 		return time.Duration(e.expires-now) * time.Microsecond, nil
 	}
 	return 0, nil

@@ -16,12 +16,14 @@ import (
 //	rediss://...                                           TLS
 //	unix:///path/to/redis.sock
 //
-// The URL's further options are those of rueidis.ParseURL.
+// The URL's further options are those of rueidis.ParseURL. Open fails when
+// no server answers.
 func Open(url string, opts ...Option) (*Store, error) {
 	opt, err := rueidis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("redis store: %w", err)
 	}
+	opt.DisableCache = true // the store never reads through the client-side cache
 	c, err := rueidis.NewClient(opt)
 	if err != nil {
 		return nil, fmt.Errorf("redis store: connect: %w", err)

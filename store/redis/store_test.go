@@ -177,3 +177,24 @@ func TestOutage(t *testing.T) {
 		}
 	})
 }
+
+// TestHungServer: a server that stops answering is an outage too: with a
+// store timeout the policy decides instead of holding the request.
+func TestHungServer(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := newRueidis(t, srv.Addr)
+	store := sluiceredis.FromRueidis(newRueidis(t, srv.Addr))
+	lim := sluice.New(store, sluice.WithStoreTimeout(100*time.Millisecond), sluice.WithErrorPolicy(sluice.DenyOnError))
+	ctx := context.Background()
+	if r, err := lim.Allow(ctx, "k", sluice.PerMinute(5)); err != nil || r.Degraded || !r.Allowed {
+		t.Fatalf("before the pause: %+v, %v", r, err)
+	}
+	// The server holds every client's commands for 1s.
+	if err := admin.Do(ctx, admin.B().ClientPause().Timeout(1000).All().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := lim.Allow(ctx, "k", sluice.PerMinute(5))
+	if err != nil || r.Allowed || !r.Degraded {
+		t.Fatalf("during the pause: %+v, %v; want denied by the policy, degraded", r, err)
+	}
+}
