@@ -20,7 +20,7 @@
 //
 // with one Redis key per limit. The client key is the Redis Cluster hash
 // tag, so every key of one decision lands in one slot; '{', '}' and '%' in
-// it are percent-encoded, and client keys longer than 128 bytes are replaced
+// it are percent-encoded (the empty key becomes %0), and client keys longer than 128 bytes are replaced
 // by a hash so that a hostile key cannot bloat memory. Every key expires as
 // soon as its state is equivalent to none (the window ended, the bucket is
 // full).
@@ -216,9 +216,14 @@ func (s *Store) run(ctx context.Context, sc script, keys, args []string) ([]int6
 const maxKeyLen = 128
 
 // escape makes a client key safe as a hash tag: '%', '{' and '}' are
-// percent-encoded (so distinct keys stay distinct) and long keys become
-// "%H" and a hash, which no encoded key can equal.
+// percent-encoded (so distinct keys stay distinct), long keys become "%H"
+// and a hash, and the empty key becomes "%0" (an empty tag "{}" would hash
+// the whole key, sending the keys of one decision to different slots); no
+// encoded key can equal either.
 func escape(key string) string {
+	if key == "" {
+		return "%0"
+	}
 	if len(key) > maxKeyLen {
 		sum := sha256.Sum256([]byte(key))
 		return "%H" + hex.EncodeToString(sum[:16])

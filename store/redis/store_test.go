@@ -81,7 +81,7 @@ func TestKeys(t *testing.T) {
 	for _, a := range sluice.Algorithms {
 		limits = append(limits, sluice.PerMinute(3).Using(a))
 	}
-	clientKeys := []string{"plain", "br{ace}s", "}{", "%7B", strings.Repeat("x", 5000)}
+	clientKeys := []string{"plain", "br{ace}s", "}{", "%7B", "", strings.Repeat("x", 5000)}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 200 {
 		k := clientKeys[rng.IntN(len(clientKeys))]
