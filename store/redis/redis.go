@@ -20,10 +20,10 @@
 //
 // with one Redis key per limit. The client key is the Redis Cluster hash
 // tag, so every key of one decision lands in one slot; '{', '}' and '%' in
-// it are percent-encoded (the empty key becomes %0), and client keys longer than 128 bytes are replaced
-// by a hash so that a hostile key cannot bloat memory. Every key expires as
-// soon as its state is equivalent to none (the window ended, the bucket is
-// full).
+// it are percent-encoded, the empty key becomes %0, and client keys longer
+// than 128 bytes are replaced by a hash so that a hostile key cannot bloat
+// memory. Every key expires as soon as its state is equivalent to none (the
+// window ended, the bucket is full).
 //
 // # Clients
 //
