@@ -2,9 +2,12 @@ package redis_test
 
 import (
 	"context"
+	"regexp"
 	"strconv"
 	"sync/atomic"
 	"testing"
+
+	"github.com/redis/rueidis"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/redistest"
@@ -66,4 +69,77 @@ func BenchmarkAllow(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkScriptCPU reports the Redis server's CPU time per decision
+// (INFO commandstats, usec_per_call of EVALSHA) for each algorithm, with an
+// INCR-in-a-script baseline: the Lua work, not the network, is what caps a
+// Redis server's decisions per second.
+//
+//	go test -run '^$' -bench ScriptCPU -benchmem ./store/redis/
+func BenchmarkScriptCPU(b *testing.B) {
+	srv := redistest.Start(b)
+	c := newRueidis(b, srv.Addr)
+	store := sluiceredis.FromRueidis(c)
+	ctx := context.Background()
+	measure := func(b *testing.B, run func(i int) error) {
+		if err := c.Do(ctx, c.B().ConfigResetstat().Build()).Error(); err != nil {
+			b.Fatal(err)
+		}
+		var next atomic.Int64
+		b.SetParallelism(16)
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(next.Add(1)) * 7919
+			for pb.Next() {
+				i++
+				if err := run(i); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		info, err := c.Do(ctx, c.B().Info().Section("commandstats").Build()).ToString()
+		if err != nil {
+			b.Fatal(err)
+		}
+		m := regexp.MustCompile(`cmdstat_evalsha:calls=\d+,usec=\d+,usec_per_call=([0-9.]+)`).FindStringSubmatch(info)
+		if m == nil {
+			b.Fatalf("no evalsha in commandstats: %s", info)
+		}
+		us, _ := strconv.ParseFloat(m[1], 64)
+		b.ReportMetric(us, "redis-µs/decision")
+	}
+	incr := rueidis.NewLuaScript("return redis.call('INCR', KEYS[1])")
+	b.Run("baseline-incr", func(b *testing.B) {
+		if err := incr.Exec(ctx, c, []string{"warm"}, nil).Error(); err != nil {
+			b.Fatal(err)
+		}
+		measure(b, func(i int) error {
+			return incr.Exec(ctx, c, []string{benchKeyNames[i%benchKeys]}, nil).Error()
+		})
+	})
+	for _, a := range sluice.Algorithms {
+		lim := sluice.New(store)
+		l := sluice.PerSecond(1_000_000).Using(a)
+		b.Run(string(a), func(b *testing.B) {
+			if _, err := lim.Allow(ctx, "warm", l); err != nil { // load the script
+				b.Fatal(err)
+			}
+			measure(b, func(i int) error {
+				_, err := lim.Allow(ctx, benchKeyNames[i%benchKeys], l)
+				return err
+			})
+		})
+	}
+	b.Run("multi-3", func(b *testing.B) {
+		lim := sluice.New(store)
+		limits := []sluice.Limit{sluice.PerSecond(1_000_000).Using(sluice.GCRA), sluice.PerMinute(1_000_000_000).Using(sluice.SlidingWindow), sluice.PerHour(1_000_000_000).Using(sluice.FixedWindow)}
+		if _, err := lim.AllowAll(ctx, "warm", 1, limits...); err != nil {
+			b.Fatal(err)
+		}
+		measure(b, func(i int) error {
+			_, err := lim.AllowAll(ctx, benchKeyNames[i%benchKeys], 1, limits...)
+			return err
+		})
+	})
 }

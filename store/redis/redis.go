@@ -3,9 +3,9 @@
 // 100 per minute whether 1 or 40 replicas serve the traffic.
 //
 // Each decision is one atomic Lua script and one round trip, whatever the
-// number of limits. The script of each algorithm lives in its own file under
-// lua/ and mirrors the Go function in internal/algo that the memory store
-// runs, so both stores give identical Results. The scripts are loaded once
+// number of limits. Each algorithm's Lua lives in its own file under lua/
+// and mirrors the Go function in internal/algo that the memory store runs,
+// so both stores give identical Results. The scripts are loaded once
 // and run by SHA; when the server answers NOSCRIPT (after a restart or a
 // SCRIPT FLUSH) the store sends the source and carries on.
 //
@@ -76,21 +76,56 @@ func newScript(src string) script {
 	return script{src: src, sha: hex.EncodeToString(sum[:])}
 }
 
-// takeScript is every algorithm file between the helpers and the main
-// chunk, in one script so that a multi-limit decision mixing algorithms is
-// one atomic call.
-var takeScript = func() script {
-	var b strings.Builder
-	for _, f := range []string{"common", "fixed_window", "sliding_window", "sliding_log", "token_bucket", "gcra", "take"} {
-		src, err := luaFiles.ReadFile("lua/" + f + ".lua")
+// Each decision runs a script made of common.lua, the files of the
+// algorithms it serves, a generated table of those algorithms and take.lua.
+// A decision whose limits share one algorithm runs that algorithm's script,
+// the cheapest; a decision mixing algorithms runs the script of all five,
+// so that it is still one atomic call.
+var (
+	algScripts = func() map[sluice.Algorithm]script {
+		m := make(map[sluice.Algorithm]script)
+		for _, a := range sluice.Algorithms {
+			m[a] = compose(a)
+		}
+		return m
+	}()
+	allScript = compose(sluice.Algorithms...)
+)
+
+// compose builds the decision script for algorithms.
+func compose(algorithms ...sluice.Algorithm) script {
+	read := func(name string) string {
+		src, err := luaFiles.ReadFile("lua/" + name + ".lua")
 		if err != nil {
 			panic(err) // embedded at build time: cannot happen
 		}
-		b.Write(src)
-		b.WriteByte('\n')
+		return string(src) + "\n"
 	}
+	var b strings.Builder
+	b.WriteString(read("common"))
+	table := "local algorithms = {\n"
+	for _, a := range algorithms {
+		b.WriteString(read(string(a)))
+		table += fmt.Sprintf("  %s = {%s, %s_write},\n", algo.Code(a), a, a)
+	}
+	b.WriteString(table + "}\n")
+	b.WriteString(read("take"))
 	return newScript(b.String())
-}()
+}
+
+// scriptFor returns the script for a decision under limits.
+func scriptFor(limits []sluice.Limit) script {
+	a := limits[0].Algorithm
+	for _, l := range limits[1:] {
+		if l.Algorithm != a {
+			return allScript
+		}
+	}
+	if a == "" {
+		a = sluice.TokenBucket
+	}
+	return algScripts[a]
+}
 
 var (
 	resetScript = newScript("return {redis.call('DEL', unpack(KEYS))}")
@@ -146,7 +181,7 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, 
 		args[3+3*i] = strconv.FormatInt(p1, 10)
 		args[4+3*i] = strconv.FormatInt(p2, 10)
 	}
-	reply, err := s.run(ctx, takeScript, keys, args)
+	reply, err := s.run(ctx, scriptFor(req.Limits), keys, args)
 	if err != nil {
 		return nil, fmt.Errorf("redis store: %w", err)
 	}

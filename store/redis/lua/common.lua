@@ -1,5 +1,6 @@
 -- common.lua: helpers shared by the algorithms. The Go side concatenates
--- this file, one file per algorithm and take.lua into one script.
+-- this file, the files of the algorithms a script serves, a generated table
+-- of those algorithms and take.lua into one script.
 --
 -- Every number is an integer: microseconds or requests. A number handed to
 -- redis.call is formatted by Lua with %.14g, which turns a 16-digit

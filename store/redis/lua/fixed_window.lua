@@ -1,5 +1,9 @@
 -- fixed_window mirrors fixedWindow in internal/algo/window.go.
 -- State: the string "window:count", window = floor(now / period).
+--
+-- Every algorithm returns allowed (0/1), remaining, reset after, retry
+-- after and the state to store if the decision is committed; its writer
+-- (here save) stores that state for reset after microseconds.
 local function fixed_window(key, now, limit, period, cost)
   local w = floor(now / period)
   local count = 0
@@ -16,9 +20,8 @@ local function fixed_window(key, now, limit, period, cost)
   end
   count = count + cost
   if count == 0 then
-    return 1, limit, 0, 0, function() redis.call('DEL', key) end
+    return 1, limit, 0, 0, ''
   end
-  return 1, limit - count, reset, 0, function()
-    save(key, str(w) .. ':' .. str(count), reset)
-  end
+  return 1, limit - count, reset, 0, str(w) .. ':' .. str(count)
 end
+local fixed_window_write = save

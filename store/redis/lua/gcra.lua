@@ -19,9 +19,8 @@ local function gcra(key, now, interval, capacity, cost)
   end
   local reset = new_tat - now
   if reset <= 0 then
-    return 1, capacity, 0, 0, function() redis.call('DEL', key) end
+    return 1, capacity, 0, 0, ''
   end
-  return 1, floor((full - reset) / interval), reset, 0, function()
-    save(key, str(new_tat), reset)
-  end
+  return 1, floor((full - reset) / interval), reset, 0, str(new_tat)
 end
+local gcra_write = save

@@ -13,7 +13,7 @@ local function sliding_log(key, now, limit, period, cost)
     return 0, limit - n, tonumber(top[2]) + period - now, tonumber(kth[2]) + period - now
   end
   if n + cost == 0 then
-    return 1, limit, 0, 0, function() redis.call('DEL', key) end
+    return 1, limit, 0, 0, n
   end
   local newest = now
   if n > 0 then
@@ -22,19 +22,26 @@ local function sliding_log(key, now, limit, period, cost)
       newest = top
     end
   end
-  local reset = newest + period - now
-  return 1, limit - n - cost, reset, 0, function()
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', str(now - period))
-    local stamp = str(now)
-    -- Members are unique: at one instant the live count only grows.
-    for first = 0, cost - 1, 1000 do
-      local args = {}
-      for i = first, math.min(first + 999, cost - 1) do
-        args[#args + 1] = stamp
-        args[#args + 1] = stamp .. ':' .. str(n + i)
-      end
-      redis.call('ZADD', key, unpack(args))
-    end
-    redis.call('PEXPIRE', key, str(math.ceil(reset / 1000)))
+  return 1, limit - n - cost, newest + period - now, 0, n
+end
+
+-- sliding_log_write prunes expired members and adds cost members at now;
+-- n is the live count the decision saw.
+local function sliding_log_write(key, n, reset, now, cost, period)
+  if reset <= 0 then
+    redis.call('DEL', key)
+    return
   end
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', str(now - period))
+  local stamp = str(now)
+  -- Members are unique: at one instant the live count only grows.
+  for first = 0, cost - 1, 1000 do
+    local args = {}
+    for i = first, math.min(first + 999, cost - 1) do
+      args[#args + 1] = stamp
+      args[#args + 1] = stamp .. ':' .. str(n + i)
+    end
+    redis.call('ZADD', key, unpack(args))
+  end
+  redis.call('PEXPIRE', key, str(math.ceil(reset / 1000)))
 end

@@ -51,11 +51,9 @@ local function sliding_window(key, now, limit, period, cost)
     local reset = sw_reset(prev, cur, w, now, period)
     local rem = sw_remaining(prev, cur, e, limit, period)
     if reset <= 0 then
-      return 1, rem, 0, 0, function() redis.call('DEL', key) end
+      return 1, rem, 0, 0, ''
     end
-    return 1, rem, reset, 0, function()
-      save(key, str(w) .. ':' .. str(prev) .. ':' .. str(cur), reset)
-    end
+    return 1, rem, reset, 0, str(w) .. ':' .. str(prev) .. ':' .. str(cur)
   end
   -- The earliest admitting instant lies in (now, (w+2)*period]: bisect.
   local lo, hi = 1, (w + 2) * period - now
@@ -72,3 +70,4 @@ local function sliding_window(key, now, limit, period, cost)
   end
   return 0, sw_remaining(prev, cur, e, limit, period), sw_reset(prev, cur, w, now, period), lo
 end
+local sliding_window_write = save

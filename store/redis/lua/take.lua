@@ -6,13 +6,9 @@
 -- ARGV[2]   cost
 -- ARGV[3i], ARGV[3i+1], ARGV[3i+2]   for KEYS[i]: algorithm code and its
 --           two parameters (limit, period) or (interval, capacity)
-local algorithms = {
-  fw = fixed_window,
-  sw = sliding_window,
-  sl = sliding_log,
-  tb = token_bucket,
-  gcra = gcra,
-}
+--
+-- algorithms, generated before this file, maps each algorithm code to its
+-- decision function and its writer.
 
 local now
 if ARGV[1] == '' then
@@ -23,22 +19,23 @@ else
 end
 local cost = tonumber(ARGV[2])
 
-local out, commits, allowed = {}, {}, true
+local out, states, allowed = {}, {}, true
 for i = 1, #KEYS do
   local j = 3 * i
-  local f = algorithms[ARGV[j]]
-  if not f then
+  local alg = algorithms[ARGV[j]]
+  if not alg then
     return redis.error_reply('sluice: unknown algorithm ' .. tostring(ARGV[j]))
   end
-  local ok, rem, reset, retry, commit = f(KEYS[i], now, tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), cost)
+  local ok, rem, reset, retry, state = alg[1](KEYS[i], now, tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), cost)
   out[4 * i - 3], out[4 * i - 2], out[4 * i - 1], out[4 * i] = ok, rem, reset, retry
-  commits[i] = commit
+  states[i] = state
   allowed = allowed and ok == 1
 end
 
 if allowed then
   for i = 1, #KEYS do
-    commits[i]()
+    local j = 3 * i
+    algorithms[ARGV[j]][2](KEYS[i], states[i], out[4 * i - 1], now, cost, tonumber(ARGV[j + 2]))
   end
 else
   -- Nothing is consumed: limits that would have admitted the request
@@ -46,7 +43,7 @@ else
   for i = 1, #KEYS do
     if out[4 * i - 3] == 1 then
       local j = 3 * i
-      local _, rem, reset = algorithms[ARGV[j]](KEYS[i], now, tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), 0)
+      local _, rem, reset = algorithms[ARGV[j]][1](KEYS[i], now, tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), 0)
       out[4 * i - 2], out[4 * i - 1] = rem, reset
     end
   end

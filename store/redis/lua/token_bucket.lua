@@ -26,9 +26,8 @@ local function token_bucket(key, now, interval, capacity, cost)
   tokens = tokens - need
   local reset = full - tokens
   if reset <= 0 then
-    return 1, capacity, 0, 0, function() redis.call('DEL', key) end
+    return 1, capacity, 0, 0, ''
   end
-  return 1, floor(tokens / interval), reset, 0, function()
-    save(key, str(tokens) .. ':' .. str(now), reset)
-  end
+  return 1, floor(tokens / interval), reset, 0, str(tokens) .. ':' .. str(now)
 end
+local token_bucket_write = save
