@@ -67,17 +67,25 @@ var (
 	ErrInvalidCost = errors.New("invalid cost")
 )
 
-// Bounds on the parameters of a Limit. They keep every intermediate value an
-// exact integer in the float64 arithmetic of Redis' Lua (at most 2^53).
+// Bounds on the parameters of a Limit. Within them every stored value is an
+// integer below 2^53, exact in the float64 numbers of Redis' Lua.
 const (
-	MaxLimit  = 1 << 40
+	// MaxLimit bounds Limit and Burst.
+	MaxLimit = 1 << 40
+	// MaxLogLimit bounds the Limit of SlidingLog, which stores one entry per
+	// admitted request: a larger log would make one key, and one request of
+	// a large cost, a burden on the store. Use SlidingWindow or TokenBucket
+	// for large limits.
+	MaxLogLimit = 10_000
+	// MinPeriod and MaxPeriod bound Period.
 	MinPeriod = time.Millisecond
 	MaxPeriod = 10 * 365 * 24 * time.Hour
 )
 
-// maxExact is the largest integer every store represents exactly (Lua numbers
-// are float64).
-const maxExact = 1 << 53
+// maxState bounds Burst × Interval in microseconds: token_bucket and gcra
+// store it added to a time (about 2^50.6 µs since 1970), and the sum must
+// stay below 2^53.
+const maxState = 1 << 52
 
 // A Limit is Limit requests per Period, enforced by Algorithm.
 //
@@ -137,9 +145,11 @@ func (l Limit) Capacity() int {
 }
 
 // Interval returns the time in which TokenBucket and GCRA regain one token:
-// Period/Limit rounded up to the microsecond, so that they never admit more
-// than Limit per Period. It is exact when Period is a whole multiple of Limit
-// microseconds (100 per minute, 5 per second).
+// Period/Limit rounded up to the microsecond, so that their long-run rate
+// never exceeds Limit per Period. It is exact when Period is a whole
+// multiple of Limit microseconds (100 per minute, 5 per second); otherwise
+// the rate is slightly lower (3 per second: one every 333334µs), and
+// Validate rejects limits it would slow by more than 1%.
 func (l Limit) Interval() time.Duration {
 	p := l.Period.Microseconds()
 	n := int64(l.Limit)
@@ -175,8 +185,10 @@ func (l Limit) Validate() error {
 	switch {
 	case l.Limit <= 0:
 		return bad("limit must be at least 1, got %d", l.Limit)
-	case l.Limit > MaxLimit:
-		return bad("limit must be at most %d, got %d", MaxLimit, l.Limit)
+	case int64(l.Limit) > MaxLimit:
+		return bad("limit must be at most %d, got %d", int64(MaxLimit), l.Limit)
+	case l.Algorithm == SlidingLog && l.Limit > MaxLogLimit:
+		return bad("sliding_log keeps one entry per admitted request and allows a limit of at most %d, got %d; use sliding_window or token_bucket", MaxLogLimit, l.Limit)
 	case l.Period < MinPeriod:
 		return bad("period must be at least %s, got %s", MinPeriod, l.Period)
 	case l.Period > MaxPeriod:
@@ -185,11 +197,22 @@ func (l Limit) Validate() error {
 		return bad("period must be a whole number of microseconds, got %s", l.Period)
 	case l.Burst < 0:
 		return bad("burst must not be negative, got %d", l.Burst)
+	case int64(l.Burst) > MaxLimit:
+		return bad("burst must be at most %d, got %d", int64(MaxLimit), l.Burst)
 	case l.Burst != 0 && !l.Algorithm.bursty():
 		return bad("burst applies to token_bucket and gcra only; %s admits at most limit per window", l.Algorithm)
 	}
-	if l.Algorithm.bursty() && int64(l.Capacity())*int64(l.Interval()/time.Microsecond) > maxExact {
-		return bad("burst × period/limit exceeds 2^53 µs; use a smaller burst or a shorter period")
+	if l.Algorithm.bursty() {
+		interval := int64(l.Interval() / time.Microsecond)
+		if int64(l.Capacity()) > maxState/interval {
+			return bad("burst × period/limit exceeds 2^52 µs; use a smaller burst or a shorter period")
+		}
+		// A token every Period/Limit, rounded up to whole microseconds: at
+		// most 1% slower than asked (3000 per second: 333.33µs → 334µs, 0.2%).
+		if p := l.Period.Microseconds(); interval*int64(l.Limit)*100 > p*101 {
+			return bad("a token every %s/%d is %.2fµs, and whole microseconds (%dµs) would refill more than 1%% slower; use a limit that divides the period's microseconds, or sliding_window",
+				l.Period, l.Limit, float64(p)/float64(l.Limit), interval)
+		}
 	}
 	for _, r := range l.Name {
 		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {

@@ -16,7 +16,7 @@ type Limiter struct {
 	now     func() time.Time
 	policy  ErrorPolicy
 	onError func(ctx context.Context, err error)
-	timeout time.Duration
+	timeout time.Duration // 0: DefaultStoreTimeout unless the policy is ReturnErrors
 }
 
 // Option configures a Limiter.
@@ -46,13 +46,23 @@ func WithErrorPolicy(p ErrorPolicy) Option {
 	return func(l *Limiter) { l.policy = p }
 }
 
-// WithStoreTimeout bounds every store call to d. A store that does not
-// answer in time has failed, and the ErrorPolicy decides; without it, a hung
-// Redis holds each request until the caller's own deadline, and a request
-// whose own context expires gets the context's error, not the policy.
+// WithStoreTimeout bounds every store call (decisions and Reset) to d. A
+// store that does not answer in time has failed, and the ErrorPolicy
+// decides. Under every policy but ReturnErrors the default is
+// DefaultStoreTimeout, so that a hung Redis is an outage the policy handles
+// rather than a wait as long as the caller's own deadline (whose expiry
+// gets the context's error, not the policy). A negative d sets no bound.
+//
+// A decision abandoned at the timeout may still complete in the store: the
+// request is then refused or admitted by the policy while its cost was
+// consumed.
 func WithStoreTimeout(d time.Duration) Option {
 	return func(l *Limiter) { l.timeout = d }
 }
+
+// DefaultStoreTimeout bounds store calls under every ErrorPolicy but
+// ReturnErrors, unless WithStoreTimeout says otherwise.
+const DefaultStoreTimeout = time.Second
 
 // WithErrorHandler registers f to be told of every store failure, before
 // the ErrorPolicy decides; use it to log or count outages.
@@ -100,6 +110,8 @@ func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error 
 			return err
 		}
 	}
+	ctx, cancel := l.bound(ctx)
+	defer cancel()
 	if err := l.store.Reset(ctx, key, limits...); err != nil {
 		return fmt.Errorf("sluice: reset: %w", err)
 	}
@@ -129,12 +141,21 @@ func (l *Limiter) take(ctx context.Context, key string, n int, limits []Limit) (
 }
 
 func (l *Limiter) takeWithin(ctx context.Context, req Request) ([]Result, error) {
-	if l.timeout <= 0 {
-		return l.store.Take(ctx, req)
-	}
-	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	ctx, cancel := l.bound(ctx)
 	defer cancel()
 	return l.store.Take(ctx, req)
+}
+
+// bound applies the store timeout to ctx.
+func (l *Limiter) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := l.timeout
+	if d == 0 && l.policy.mode != modeReturn {
+		d = DefaultStoreTimeout
+	}
+	if d <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d)
 }
 
 // validate checks every limit, the cost against each, and that no two limits
@@ -203,7 +224,8 @@ const DegradedRetryAfter = time.Second
 
 // LocalOnError decides with fallback, an in-process store such as
 // memory.New(), while the main store fails: each replica then enforces the
-// limits on its own, so the fleet admits up to replicas × limit.
+// limits on its own, so the fleet admits up to replicas × limit. With a nil
+// fallback, store errors are returned.
 func LocalOnError(fallback Store) ErrorPolicy {
 	return ErrorPolicy{mode: modeLocal, fallback: fallback}
 }
@@ -245,6 +267,9 @@ func (p ErrorPolicy) decide(ctx context.Context, req Request, storeErr error) ([
 		}
 		return rs, nil
 	case modeLocal:
+		if p.fallback == nil {
+			return nil, fmt.Errorf("sluice: store: %w; the local error policy has no fallback store", storeErr)
+		}
 		local, err := p.fallback.Take(ctx, req)
 		if err != nil {
 			return nil, fmt.Errorf("sluice: store: %w; fallback: %w", storeErr, err)

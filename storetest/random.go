@@ -111,10 +111,12 @@ func ops(seed uint64, n, maxCost int, limits ...sluice.Limit) []op {
 	var at time.Duration
 	out := make([]op, n)
 	for i := range out {
-		switch rng.IntN(4) {
+		switch rng.IntN(6) {
 		case 0: // several requests at one instant
 		case 1:
 			at += time.Duration(rng.Int64N(int64(time.Minute)))
+		case 2: // a clock steps back
+			at = max(at-time.Duration(rng.Int64N(int64(10*time.Second))), 0)
 		default:
 			at += time.Duration(rng.Int64N(int64(5 * time.Second)))
 		}
@@ -189,22 +191,45 @@ func testMatchesReference(t *testing.T, newStore Factory) {
 }
 
 // testConcurrency: many goroutines spending one key at one instant admit
-// exactly the limit, for every algorithm.
+// exactly the limit, for every algorithm, and a multi-limit decision stays
+// all or nothing under contention.
 func testConcurrency(t *testing.T, newStore Factory) {
 	each(t, func(t *testing.T, a sluice.Algorithm) {
 		clock := NewClock()
 		lim := sluice.New(newStore(t, clock.Now), sluice.WithClock(clock.Now))
 		l := sluice.PerMinute(500).Using(a)
-		if got := Hammer(t, []*sluice.Limiter{lim}, "hot", l, 64, 16); got != 500 {
+		if got := Hammer(t, []*sluice.Limiter{lim}, "hot", 64, 16, l); got != 500 {
 			t.Errorf("%s: 64 goroutines × 16 requests admitted %d, want exactly 500", l, got)
 		}
 	})
+	t.Run("multi", func(t *testing.T) {
+		clock := NewClock()
+		lim := sluice.New(newStore(t, clock.Now), sluice.WithClock(clock.Now))
+		HammerMulti(t, []*sluice.Limiter{lim}, 64, 16)
+	})
 }
 
-// Hammer sends attempts requests for key under l from each of workers
-// goroutines per limiter, all released at once, and returns how many were
-// admitted. Any error fails t.
-func Hammer(t testing.TB, lims []*sluice.Limiter, key string, l sluice.Limit, workers, attempts int) int {
+// HammerMulti hammers one key with two limits at once, 500 per minute
+// (fixed_window) and 300 per minute (sliding_log), from workers goroutines
+// per limiter, and fails t unless exactly 300 are admitted and the requests
+// the second limit denied consumed nothing from the first.
+func HammerMulti(t testing.TB, lims []*sluice.Limiter, workers, attempts int) {
+	t.Helper()
+	loose := sluice.PerMinute(500).Using(sluice.FixedWindow)
+	tight := sluice.PerMinute(300).Using(sluice.SlidingLog)
+	if got := Hammer(t, lims, "hot-multi", workers, attempts, loose, tight); got != 300 {
+		t.Errorf("%s AND %s: admitted %d, want exactly 300", loose, tight, got)
+	}
+	r, err := lims[0].AllowN(context.Background(), "hot-multi", loose, 0)
+	if err != nil || r.Remaining != 200 {
+		t.Errorf("%s after the hammer: %+v, %v; want 200 remaining (denied requests consume nothing)", loose, r, err)
+	}
+}
+
+// Hammer sends attempts requests for key under limits (all or nothing)
+// from each of workers goroutines per limiter, all released at once, and
+// returns how many were admitted. Any error fails t.
+func Hammer(t testing.TB, lims []*sluice.Limiter, key string, workers, attempts int, limits ...sluice.Limit) int {
 	t.Helper()
 	start := make(chan struct{})
 	results := make(chan int)
@@ -215,7 +240,7 @@ func Hammer(t testing.TB, lims []*sluice.Limiter, key string, l sluice.Limit, wo
 				<-start
 				n := 0
 				for range attempts {
-					r, err := lim.Allow(context.Background(), key, l)
+					r, err := lim.AllowAll(context.Background(), key, 1, limits...)
 					if err != nil {
 						errs <- err
 						break

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -303,7 +304,11 @@ func testInvalid(t *testing.T, newStore Factory) {
 		{"zero period", []sluice.Limit{{Algorithm: sluice.FixedWindow, Limit: 5}}, 1, sluice.ErrInvalidLimit, "period must be at least"},
 		{"negative limit", []sluice.Limit{sluice.PerSecond(-1)}, 1, sluice.ErrInvalidLimit, "limit must be at least 1"},
 		{"zero limit", []sluice.Limit{sluice.PerSecond(0)}, 1, sluice.ErrInvalidLimit, "limit must be at least 1"},
-		{"huge limit", []sluice.Limit{sluice.PerSecond(sluice.MaxLimit + 1)}, 1, sluice.ErrInvalidLimit, "limit must be at most"},
+		{"huge limit", []sluice.Limit{sluice.PerSecond(int(min(sluice.MaxLimit+1, math.MaxInt)))}, 1, sluice.ErrInvalidLimit, "limit must be at most"},
+		{"huge burst", []sluice.Limit{sluice.PerSecond(500_000).WithBurst(int(min(1<<62+1, math.MaxInt)))}, 1, sluice.ErrInvalidLimit, "burst must be at most"},
+		{"burst × interval beyond 2^52", []sluice.Limit{sluice.Per(1, sluice.MaxPeriod).WithBurst(28)}, 1, sluice.ErrInvalidLimit, "exceeds 2^52"},
+		{"interval rounded by more than 1%", []sluice.Limit{sluice.PerSecond(400_000)}, 1, sluice.ErrInvalidLimit, "more than 1% slower"},
+		{"sliding_log beyond MaxLogLimit", []sluice.Limit{sluice.PerHour(sluice.MaxLogLimit + 1).Using(sluice.SlidingLog)}, 1, sluice.ErrInvalidLimit, "one entry per admitted request"},
 		{"sub-millisecond period", []sluice.Limit{sluice.Per(1, time.Microsecond)}, 1, sluice.ErrInvalidLimit, "period must be at least 1ms"},
 		{"unknown algorithm", []sluice.Limit{sluice.PerSecond(1).Using("token-bucket")}, 1, sluice.ErrInvalidLimit, `"token-bucket" is not one of`},
 		{"burst on fixed window", []sluice.Limit{sluice.PerSecond(5).Using(sluice.FixedWindow).WithBurst(10)}, 1, sluice.ErrInvalidLimit, "burst applies to token_bucket and gcra only"},
@@ -394,5 +399,46 @@ func testPrecision(t *testing.T, newStore Factory) {
 		{m - 50*us, 1, ok(0, m)},
 		{m + 10*us, 1, ok(0, m)}, // the first request expired at m
 		{m + 10*us, 1, deny(0, m, m-60*us)},
+	})
+}
+
+// testClockBackwards: a clock that steps back (an NTP step, a failover to a
+// server whose clock is behind) hands out no fresh quota: 5 per minute spent
+// at 60s stay spent at 59.9s, in the previous window, and at 60.1s.
+func testClockBackwards(t *testing.T, newStore Factory) {
+	each(t, func(t *testing.T, a sluice.Algorithm) {
+		e := newEnv(t, newStore)
+		l := sluice.PerMinute(5).Using(a)
+		admitted := 0
+		for _, at := range []time.Duration{m, m - 100*time.Millisecond, m + 100*time.Millisecond} {
+			e.clock.Set(at)
+			for range 5 {
+				r, err := e.lim.Allow(context.Background(), "client", l)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.Remaining < 0 || r.Remaining > 5 || r.ResetAfter < 0 || r.RetryAfter < 0 {
+					t.Errorf("at %v: %+v: values out of range", at, r)
+				}
+				if r.Allowed {
+					admitted++
+				}
+			}
+		}
+		if admitted != 5 {
+			t.Errorf("%s: %d admitted at 60s, 59.9s and 60.1s, want 5", l, admitted)
+		}
+	})
+}
+
+// testLogBackwards: after a clock steps back, sliding_log still records
+// every admitted request (its entries at one instant stay distinct).
+func testLogBackwards(t *testing.T, newStore Factory) {
+	newEnv(t, newStore).run("client", sluice.PerMinute(3).Using(sluice.SlidingLog), []step{
+		{30 * s, 2, ok(1, m)},
+		{m, 1, ok(0, m)},
+		{105 * s, 1, ok(1, m)}, // the two at 30s expired
+		{m, 1, ok(0, 105*s)},   // back to 60s: 60s and 105s are live
+		{m, 1, deny(0, 105*s, m)},
 	})
 }

@@ -80,6 +80,8 @@ func Run(t *testing.T, newStore Factory) {
 	t.Run("Invalid", func(t *testing.T) { testInvalid(t, newStore) })
 	t.Run("Reset", func(t *testing.T) { testReset(t, newStore) })
 	t.Run("Precision", func(t *testing.T) { testPrecision(t, newStore) })
+	t.Run("ClockBackwards", func(t *testing.T) { testClockBackwards(t, newStore) })
+	t.Run("LogBackwards", func(t *testing.T) { testLogBackwards(t, newStore) })
 	t.Run("KeysIsolated", func(t *testing.T) { testKeys(t, newStore) })
 	t.Run("StoreClock", func(t *testing.T) { testStoreClock(t, newStore) })
 	t.Run("Concurrency", func(t *testing.T) { testConcurrency(t, newStore) })

@@ -16,7 +16,7 @@ func slidingLog(st State, now, limit, period, cost int64) (sluice.Result, State,
 		// The k-th oldest live entry must expire before cost fits.
 		k := n + cost - limit
 		newest := st.Log[len(st.Log)-1]
-		return result(false, limit, limit-n, newest+period-now, st.Log[live+int(k)-1]+period-now), st, 0
+		return result(false, limit, max(limit-n, 0), newest+period-now, st.Log[live+int(k)-1]+period-now), st, 0
 	}
 	if n+cost == 0 {
 		return result(true, limit, limit, 0, 0), State{}, 0

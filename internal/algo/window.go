@@ -6,9 +6,17 @@ import (
 	"github.com/sluice-go/sluice"
 )
 
+// Both window algorithms never move back to an older window: when a clock
+// steps back behind the stored window (an NTP step, a failover to a server
+// whose clock is behind), the stored window stays the current one, so that
+// a step back cannot hand out a fresh window.
+
 // fixedWindow mirrors fixed_window.lua. State: A window index, B count.
 func fixedWindow(st State, now, limit, period, cost int64) (sluice.Result, State, int64) {
 	w := floorDiv(now, period)
+	if st.Set && st.A > w {
+		w = st.A
+	}
 	var count int64
 	if st.Set && st.A == w {
 		count = st.B
@@ -66,11 +74,20 @@ func swReset(prev, cur, w, now, period int64) int64 {
 	return 0
 }
 
+// swAt returns the window at t (never older than the stored one) and the
+// time elapsed in it (0 when the stored window is ahead of t).
+func swAt(st State, t, period int64) (w, e int64) {
+	w = floorDiv(t, period)
+	if st.Set && st.A > w {
+		w = st.A
+	}
+	return w, max(t-w*period, 0)
+}
+
 // slidingWindow mirrors sliding_window.lua. State: A window index, B the
 // previous window's count, C the current window's count.
 func slidingWindow(st State, now, limit, period, cost int64) (sluice.Result, State, int64) {
-	w := floorDiv(now, period)
-	e := now - w*period
+	w, e := swAt(st, now, period)
 	prev, cur := swCounts(st, w)
 	if swAllows(prev, cur, e, limit, period, cost) {
 		cur += cost
@@ -87,10 +104,9 @@ func slidingWindow(st State, now, limit, period, cost int64) (sluice.Result, Sta
 	lo, hi := int64(1), (w+2)*period-now
 	for lo < hi {
 		mid := lo + (hi-lo)/2
-		t := now + mid
-		wt := floorDiv(t, period)
+		wt, et := swAt(st, now+mid, period)
 		p, c := swCounts(st, wt)
-		if swAllows(p, c, t-wt*period, limit, period, cost) {
+		if swAllows(p, c, et, limit, period, cost) {
 			hi = mid
 		} else {
 			lo = mid + 1

@@ -48,7 +48,7 @@ func TestExactUnderConcurrency(t *testing.T) {
 		t.Run(string(a)+"/frozen clock", func(t *testing.T) {
 			lims := replicaLimiters(t, srv.Addr, sluice.WithClock(frozen.Now))
 			l := sluice.PerMinute(500).Using(a)
-			got := storetest.Hammer(t, lims, "hot-frozen", l, goroutines, attempts)
+			got := storetest.Hammer(t, lims, "hot-frozen", goroutines, attempts, l)
 			t.Logf("%s: %d replicas × %d goroutines × %d requests admitted %d", l, replicas, goroutines, attempts, got)
 			if got != 500 {
 				t.Errorf("%s admitted %d, want exactly 500", l, got)
@@ -57,12 +57,21 @@ func TestExactUnderConcurrency(t *testing.T) {
 		t.Run(string(a)+"/server clock", func(t *testing.T) {
 			lims := replicaLimiters(t, srv.Addr)
 			l := sluice.PerDay(500).Using(a)
-			got := storetest.Hammer(t, lims, "hot-server", l, goroutines, attempts)
+			got := storetest.Hammer(t, lims, "hot-server", goroutines, attempts, l)
 			if got != 500 {
 				t.Errorf("%s admitted %d, want exactly 500", l, got)
 			}
 		})
 	}
+}
+
+// TestExactMultiUnderConcurrency: across 8 replicas, two limits checked
+// together admit exactly the tighter one, and denied requests consume
+// nothing from the looser one.
+func TestExactMultiUnderConcurrency(t *testing.T) {
+	srv := redistest.Start(t)
+	frozen := storetest.NewClock()
+	storetest.HammerMulti(t, replicaLimiters(t, srv.Addr, sluice.WithClock(frozen.Now)), goroutines, attempts)
 }
 
 // racyStore is the broken limiter the seed article describes: GET the
@@ -99,7 +108,7 @@ func TestHarnessCatchesRace(t *testing.T) {
 		lims = append(lims, sluice.New(racyStore{newRueidis(t, srv.Addr)}))
 	}
 	l := sluice.PerMinute(500).Using(sluice.FixedWindow)
-	got := storetest.Hammer(t, lims, "hot", l, goroutines, attempts)
+	got := storetest.Hammer(t, lims, "hot", goroutines, attempts, l)
 	t.Logf("GET-then-SET limiter: %d replicas × %d goroutines admitted %d for a limit of 500", replicas, goroutines, got)
 	if got <= 500 {
 		t.Errorf("the racy limiter admitted %d; the harness should have caught lost increments (more than 500)", got)

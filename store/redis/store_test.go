@@ -139,6 +139,7 @@ func TestOutage(t *testing.T) {
 		{sluice.AllowOnError, []bool{true, true, true}},
 		{sluice.DenyOnError, []bool{false, false}},
 		{sluice.LocalOnError(memory.New()), []bool{true, true, false}},
+		{sluice.LocalOnError(nil), nil}, // no fallback: the error, not a panic
 	}
 	for _, tt := range tests {
 		t.Run(tt.policy.String(), func(t *testing.T) {
@@ -196,5 +197,34 @@ func TestHungServer(t *testing.T) {
 	r, err := lim.Allow(ctx, "k", sluice.PerMinute(5))
 	if err != nil || r.Allowed || !r.Degraded {
 		t.Fatalf("during the pause: %+v, %v; want denied by the policy, degraded", r, err)
+	}
+}
+
+// TestForeignState: a key holding what sluice did not write is either read
+// as no state (an unparsable string) or reported as an error (another type),
+// never a panic.
+func TestForeignState(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newRueidis(t, srv.Addr)
+	store := sluiceredis.FromRueidis(c)
+	lim := sluice.New(store)
+	ctx := context.Background()
+	for _, a := range sluice.Algorithms {
+		l := sluice.PerMinute(5).Using(a)
+		if a != sluice.SlidingLog {
+			if err := c.Do(ctx, c.B().Set().Key(store.Key("garbage", l)).Value("not:a:state:x").Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			r, err := lim.Allow(ctx, "garbage", l)
+			if err != nil || !r.Allowed || r.Remaining != 4 {
+				t.Errorf("%s over an unparsable string: %+v, %v; want a fresh state", l, r, err)
+			}
+		}
+		if err := c.Do(ctx, c.B().Hset().Key(store.Key("wrongtype", l)).FieldValue().FieldValue("f", "v").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lim.Allow(ctx, "wrongtype", l); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+			t.Errorf("%s over a hash: err = %v, want the WRONGTYPE error", l, err)
+		}
 	}
 }

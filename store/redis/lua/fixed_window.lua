@@ -10,8 +10,14 @@ local function fixed_window(key, now, limit, period, cost)
   local v = redis.call('GET', key)
   if v then
     local sw, c = string.match(v, '^(%d+):(%d+)$')
-    if sw and tonumber(sw) == w then
-      count = tonumber(c)
+    if sw then
+      sw = tonumber(sw)
+      if sw > w then
+        w = sw -- never back to an older window
+      end
+      if sw == w then
+        count = tonumber(c)
+      end
     end
   end
   local reset = (w + 1) * period - now

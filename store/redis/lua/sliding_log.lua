@@ -10,10 +10,14 @@ local function sliding_log(key, now, limit, period, cost)
     local k = n + cost - limit
     local kth = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', str(k - 1), '1')
     local top = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
-    return 0, limit - n, tonumber(top[2]) + period - now, tonumber(kth[2]) + period - now
+    local rem = limit - n
+    if rem < 0 then
+      rem = 0 -- after a clock stepped back
+    end
+    return 0, rem, tonumber(top[2]) + period - now, tonumber(kth[2]) + period - now
   end
   if n + cost == 0 then
-    return 1, limit, 0, 0, n
+    return 1, limit, 0, 0, ''
   end
   local newest = now
   if n > 0 then
@@ -22,19 +26,21 @@ local function sliding_log(key, now, limit, period, cost)
       newest = top
     end
   end
-  return 1, limit - n - cost, newest + period - now, 0, n
+  return 1, limit - n - cost, newest + period - now, 0, ''
 end
 
--- sliding_log_write prunes expired members and adds cost members at now;
--- n is the live count the decision saw.
-local function sliding_log_write(key, n, reset, now, cost, period)
+-- sliding_log_write prunes expired members and adds cost members at now.
+local function sliding_log_write(key, _, reset, now, cost, period)
   if reset <= 0 then
     redis.call('DEL', key)
     return
   end
   redis.call('ZREMRANGEBYSCORE', key, '-inf', str(now - period))
   local stamp = str(now)
-  -- Members are unique: at one instant the live count only grows.
+  -- Members at one instant are numbered stamp:0, stamp:1, ...: members with
+  -- one score are always removed together, so the next number is their
+  -- count, whatever clocks do.
+  local n = redis.call('ZCOUNT', key, stamp, stamp)
   for first = 0, cost - 1, 1000 do
     local args = {}
     for i = first, math.min(first + 999, cost - 1) do

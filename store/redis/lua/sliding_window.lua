@@ -34,9 +34,21 @@ local function sw_reset(prev, cur, w, now, period)
   return 0
 end
 
+-- sw_at returns the window at t (never older than the stored window sw)
+-- and the time elapsed in it (0 when sw is ahead of t).
+local function sw_at(sw, t, period)
+  local w = floor(t / period)
+  if sw and sw > w then
+    w = sw
+  end
+  local e = t - w * period
+  if e < 0 then
+    e = 0
+  end
+  return w, e
+end
+
 local function sliding_window(key, now, limit, period, cost)
-  local w = floor(now / period)
-  local e = now - w * period
   local sw, a, b = false, 0, 0
   local v = redis.call('GET', key)
   if v then
@@ -45,6 +57,7 @@ local function sliding_window(key, now, limit, period, cost)
       sw, a, b = tonumber(x), tonumber(y), tonumber(z)
     end
   end
+  local w, e = sw_at(sw, now, period)
   local prev, cur = sw_counts(sw, a, b, w)
   if sw_allows(prev, cur, e, limit, period, cost) then
     cur = cur + cost
@@ -59,10 +72,9 @@ local function sliding_window(key, now, limit, period, cost)
   local lo, hi = 1, (w + 2) * period - now
   while lo < hi do
     local mid = lo + floor((hi - lo) / 2)
-    local t = now + mid
-    local wt = floor(t / period)
+    local wt, et = sw_at(sw, now + mid, period)
     local p, c = sw_counts(sw, a, b, wt)
-    if sw_allows(p, c, t - wt * period, limit, period, cost) then
+    if sw_allows(p, c, et, limit, period, cost) then
       hi = mid
     else
       lo = mid + 1
