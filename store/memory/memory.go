@@ -35,9 +35,10 @@ type Store struct {
 // shard is one independently locked part of the map, padded so that two
 // shards never share a cache line.
 type shard struct {
-	mu sync.Mutex
-	m  map[entryKey]*entry
-	_  [48]byte
+	mu  sync.Mutex
+	m   map[entryKey]*entry
+	ops uint64 // decisions, to space out eviction
+	_   [40]byte
 }
 
 // entryKey identifies one piece of state: a client key under a limit, the
@@ -62,10 +63,14 @@ type entry struct {
 	expires int64 // µs; the state is gone at and after this instant
 }
 
-// evictSample is how many entries each decision inspects for expiry, beyond
-// the ones it touches. Two per decision keep expired entries below about
-// half of the map under any steady load.
-const evictSample = 2
+// Every evictEvery-th decision in a shard inspects evictSample entries of
+// it for expiry, beyond the ones it touches: two per decision on average,
+// which keeps expired entries below about half of the shard under any
+// steady load, without starting a map iteration on every decision.
+const (
+	evictEvery  = 8
+	evictSample = 2 * evictEvery
+)
 
 // Option configures a Store.
 type Option func(*Store)
@@ -119,7 +124,12 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 	now := s.micros(req.Now)
 	cost := int64(req.Cost)
 	rs := make([]sluice.Result, len(req.Limits))
-	work := make([]decision, len(req.Limits))
+	var buf [4]decision // most decisions have a limit or two: no allocation
+	work := buf[:0]
+	if len(req.Limits) > len(buf) {
+		work = make([]decision, 0, len(req.Limits))
+	}
+	work = work[:len(req.Limits)]
 
 	sh := s.shard(req.Key)
 	sh.mu.Lock()
@@ -147,7 +157,9 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 			}
 		}
 	}
-	sh.evict(now, evictSample)
+	if sh.ops++; sh.ops%evictEvery == 0 {
+		sh.evict(now, evictSample)
+	}
 	return rs, nil
 }
 
