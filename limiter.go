@@ -10,7 +10,8 @@ import (
 // A Limiter decides requests against limits kept in a Store. It validates
 // every request up front, supplies the clock, and applies its ErrorPolicy
 // when the store fails. A Limiter is safe for concurrent use; most programs
-// create one per store and share it.
+// create one per store and share it. Create it with New: the zero value has
+// no store.
 type Limiter struct {
 	store   Store
 	now     func() time.Time
@@ -76,9 +77,10 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 }
 
 // AllowN decides whether a request of cost n by key fits in limit, and
-// consumes n if it does. It returns an error wrapping ErrInvalidLimit or
-// ErrInvalidCost for a request that can never be valid, and a store error
-// only under the ReturnErrors policy.
+// consumes n if it does; n = 0 reports the state without consuming. It
+// returns an error wrapping ErrInvalidLimit or ErrInvalidCost for a request
+// that can never be valid, and a store error only under the ReturnErrors
+// policy (or with a LocalOnError whose fallback fails too).
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (Result, error) {
 	rs, err := l.take(ctx, key, n, []Limit{limit})
 	if err != nil {
