@@ -11,12 +11,16 @@ SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 test: deps fmt vet lint
 	$(GO) test -race -count=1 ./...
 
+# redis-server for the tests, gcc for the race detector (cgo).
 deps:
-	@command -v redis-server >/dev/null 2>&1 || { \
-		echo "redis-server is missing: installing it with apt-get"; \
+	@missing=""; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing with apt-get:$$missing"; \
 		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server; \
-	}
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -67,8 +67,10 @@ var (
 	ErrInvalidCost = errors.New("invalid cost")
 )
 
-// Bounds on the parameters of a Limit. Within them every stored value is an
-// integer below 2^53, exact in the float64 numbers of Redis' Lua.
+// Bounds on the parameters of a Limit. Within them every time, count and
+// token amount the stores compute is an integer below 2^53, exact in the
+// float64 numbers of Redis' Lua (sliding_window's weighting is float64 in
+// both stores, rounded identically).
 const (
 	// MaxLimit bounds Limit and Burst.
 	MaxLimit = 1 << 40
@@ -82,10 +84,10 @@ const (
 	MaxPeriod = 10 * 365 * 24 * time.Hour
 )
 
-// maxState bounds Burst × Interval in microseconds: token_bucket and gcra
-// store it added to a time (about 2^50.6 µs since 1970), and the sum must
-// stay below 2^53.
-const maxState = 1 << 52
+// maxState bounds Burst × Interval in microseconds (2^51 µs is 71 years):
+// gcra adds up to twice that to a time (about 2^50.6 µs since 1970), and
+// the sum must stay below 2^53.
+const maxState = 1 << 51
 
 // A Limit is Limit requests per Period, enforced by Algorithm.
 //
@@ -101,11 +103,19 @@ const maxState = 1 << 52
 //	sluice.PerMinute(100).Using(sluice.SlidingWindow)
 //	sluice.PerSecond(5).WithBurst(20)
 type Limit struct {
+	// Algorithm enforces the limit; the zero value is TokenBucket.
 	Algorithm Algorithm
-	Limit     int
-	Period    time.Duration
-	Burst     int
-	Name      string
+	// Limit is the number of requests admitted per Period (1 to MaxLimit;
+	// at most MaxLogLimit for SlidingLog).
+	Limit int
+	// Period is the window, or the time in which a bucket regains Limit
+	// tokens (MinPeriod to MaxPeriod, whole microseconds).
+	Period time.Duration
+	// Burst is the bucket's capacity (TokenBucket and GCRA only); zero
+	// means Limit.
+	Burst int
+	// Name separates limits with equal parameters on one key.
+	Name string
 }
 
 // PerSecond returns a token-bucket limit of n requests per second.
@@ -205,7 +215,7 @@ func (l Limit) Validate() error {
 	if l.Algorithm.bursty() {
 		interval := int64(l.Interval() / time.Microsecond)
 		if int64(l.Capacity()) > maxState/interval {
-			return bad("burst × period/limit exceeds 2^52 µs; use a smaller burst or a shorter period")
+			return bad("burst × period/limit exceeds 2^51 µs (71 years); use a smaller burst or a shorter period")
 		}
 		// A token every Period/Limit, rounded up to whole microseconds: at
 		// most 1% slower than asked (3000 per second: 333.33µs → 334µs, 0.2%).

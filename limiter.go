@@ -51,8 +51,8 @@ func WithErrorPolicy(p ErrorPolicy) Option {
 // store that does not answer in time has failed, and the ErrorPolicy
 // decides. Under every policy but ReturnErrors the default is
 // DefaultStoreTimeout, so that a hung Redis is an outage the policy handles
-// rather than a wait as long as the caller's own deadline (whose expiry
-// gets the context's error, not the policy). A negative d sets no bound.
+// quickly; a caller's own deadline that expires first is handled the same
+// way. A negative d sets no bound.
 //
 // A decision abandoned at the timeout may still complete in the store: the
 // request is then refused or admitted by the policy while its cost was
@@ -79,8 +79,9 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 // AllowN decides whether a request of cost n by key fits in limit, and
 // consumes n if it does; n = 0 reports the state without consuming. It
 // returns an error wrapping ErrInvalidLimit or ErrInvalidCost for a request
-// that can never be valid, and a store error only under the ReturnErrors
-// policy (or with a LocalOnError whose fallback fails too).
+// that can never be valid, the context's error when the caller cancels, and
+// a store error only under the ReturnErrors policy (or LocalOnError without
+// a working fallback).
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (Result, error) {
 	rs, err := l.take(ctx, key, n, []Limit{limit})
 	if err != nil {
@@ -105,7 +106,8 @@ func (l *Limiter) AllowAll(ctx context.Context, key string, n int, limits ...Lim
 }
 
 // Reset forgets the state of key under each of limits, so that its next
-// request starts afresh. Store errors are returned whatever the policy.
+// request starts afresh, in the store and in a LocalOnError fallback. Store
+// errors are returned whatever the policy.
 func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error {
 	for _, lim := range limits {
 		if err := lim.Validate(); err != nil {
@@ -114,6 +116,13 @@ func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error 
 	}
 	ctx, cancel := l.bound(ctx)
 	defer cancel()
+	if f := l.policy.fallback; f != nil {
+		// What the key spent locally during an outage goes too, even if
+		// the store is still down.
+		if err := f.Reset(ctx, key, limits...); err != nil {
+			return fmt.Errorf("sluice: reset fallback: %w", err)
+		}
+	}
 	if err := l.store.Reset(ctx, key, limits...); err != nil {
 		return fmt.Errorf("sluice: reset: %w", err)
 	}
@@ -132,8 +141,10 @@ func (l *Limiter) take(ctx context.Context, key string, n int, limits []Limit) (
 	if err == nil {
 		return rs, nil
 	}
-	if ctx.Err() != nil {
-		// The caller gave up; there is no one left to answer.
+	if errors.Is(ctx.Err(), context.Canceled) {
+		// The caller gave up; there is no one left to answer. (A caller's
+		// deadline that expired while the store hung is an outage like any
+		// other: the policy decides.)
 		return nil, fmt.Errorf("sluice: %w", err)
 	}
 	if l.onError != nil {
@@ -195,6 +206,11 @@ func (l Limit) normalized() Limit {
 // unreachable, timed out, out of memory). Results made by the policy carry
 // Degraded = true. Whatever the policy, a Limiter never panics on a store
 // error, and a request canceled by its caller gets its context's error.
+//
+// The policy answers every store error, including errors that are not
+// outages (a key holding a value of another type): watch them with
+// WithErrorHandler. There is no circuit breaker: while the store hangs,
+// every decision waits for the store timeout before the policy answers.
 type ErrorPolicy struct {
 	mode     policyMode
 	fallback Store

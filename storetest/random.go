@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -159,10 +160,9 @@ func testBucketEqualsGCRA(t *testing.T, newStore Factory) {
 // reference algorithms (internal/algo, run by the memory store) for long
 // random sequences, one limit at a time and several at once.
 func testMatchesReference(t *testing.T, newStore Factory) {
-	check := func(t *testing.T, limits []sluice.Limit, seed uint64) {
+	check := func(t *testing.T, limits []sluice.Limit, seed uint64, maxCost int) {
 		e := newEnv(t, newStore)
 		ref := sluice.New(memory.New(memory.WithClock(e.clock.Now)), sluice.WithClock(e.clock.Now))
-		maxCost := 3
 		for i, o := range ops(seed, 300, maxCost, limits...) {
 			e.clock.Set(o.at)
 			got, err := e.lim.AllowAll(context.Background(), o.key, o.cost, limits...)
@@ -178,7 +178,7 @@ func testMatchesReference(t *testing.T, newStore Factory) {
 		}
 	}
 	for i, a := range sluice.Algorithms {
-		t.Run(string(a), func(t *testing.T) { check(t, []sluice.Limit{testLimit(a)}, uint64(i)) })
+		t.Run(string(a), func(t *testing.T) { check(t, []sluice.Limit{testLimit(a)}, uint64(i), 3) })
 	}
 	t.Run("multi", func(t *testing.T) {
 		var limits []sluice.Limit
@@ -186,7 +186,26 @@ func testMatchesReference(t *testing.T, newStore Factory) {
 			limits = append(limits, testLimit(a))
 		}
 		limits = append(limits, sluice.PerHour(40).Using(sluice.FixedWindow), sluice.PerHour(30).Using(sluice.SlidingWindow))
-		check(t, limits, 42)
+		check(t, limits, 42, 3)
+	})
+	t.Run("extreme", func(t *testing.T) {
+		// The largest parameters Validate accepts, where Lua's float64
+		// numbers come closest to 2^53.
+		bucket := sluice.Per(1, sluice.MaxPeriod)
+		for bucket.WithBurst(bucket.Capacity()+1).Validate() == nil {
+			bucket = bucket.WithBurst(bucket.Capacity() + 1)
+		}
+		limits := []sluice.Limit{
+			bucket, bucket.Using(sluice.GCRA),
+			sluice.Per(int(min(sluice.MaxLimit, math.MaxInt)), sluice.MaxPeriod).Using(sluice.FixedWindow),
+			sluice.Per(int(min(sluice.MaxLimit, math.MaxInt)), sluice.MaxPeriod).Using(sluice.SlidingWindow),
+			sluice.Per(sluice.MaxLogLimit, sluice.MaxPeriod).Using(sluice.SlidingLog),
+		}
+		for i, l := range limits {
+			// Costs up to the bucket's whole capacity.
+			t.Run(l.String(), func(t *testing.T) { check(t, []sluice.Limit{l}, uint64(100+i), bucket.Capacity()) })
+		}
+		t.Run("all", func(t *testing.T) { check(t, limits, 99, bucket.Capacity()) })
 	})
 }
 

@@ -81,8 +81,16 @@ func testBoundary(t *testing.T, newStore Factory) {
 			times(2, step{at, 1, deny(0, h, 12*m)}),
 		),
 	}
+	// A bucket of 5 regaining one every 12 minutes has nothing to give 10s
+	// later.
+	steps[sluice.TokenBucket] = cat(
+		[]step{{before, 1, ok(4, 12*m)}, {before, 1, ok(3, 24*m)}, {before, 1, ok(2, 36*m)}, {before, 1, ok(1, 48*m)}, {before, 1, ok(0, h)}},
+		times(1, step{before, 1, deny(0, h, 12*m)}),
+		times(2, step{at, 1, deny(0, h-10*s, 12*m-10*s)}),
+	)
+	steps[sluice.GCRA] = steps[sluice.TokenBucket]
 	admitted := map[sluice.Algorithm]int{}
-	for _, a := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingLog, sluice.SlidingWindow} {
+	for _, a := range sluice.Algorithms {
 		t.Run(string(a), func(t *testing.T) {
 			newEnv(t, newStore).run("client", sluice.PerHour(5).Using(a), steps[a])
 			for _, st := range steps[a] {
@@ -92,7 +100,7 @@ func testBoundary(t *testing.T, newStore Factory) {
 			}
 		})
 	}
-	if admitted[sluice.FixedWindow] != 10 || admitted[sluice.SlidingLog] != 5 {
+	if admitted[sluice.FixedWindow] != 10 || admitted[sluice.SlidingLog] != 5 || admitted[sluice.TokenBucket] != 5 {
 		t.Errorf("admitted across the boundary: fixed_window %d (want 2×5), sliding_log %d (want 5)",
 			admitted[sluice.FixedWindow], admitted[sluice.SlidingLog])
 	}
@@ -117,6 +125,14 @@ func testRefill(t *testing.T, newStore Factory) {
 			)
 			newEnv(t, newStore).run("client", sluice.PerMinute(5).WithBurst(10).Using(a), steps)
 		}
+	})
+	t.Run("fixed_window starts afresh", func(t *testing.T) {
+		newEnv(t, newStore).run("client", sluice.PerMinute(3).Using(sluice.FixedWindow), []step{
+			{0, 3, ok(0, m)},
+			{30 * s, 1, deny(0, 30*s, 30*s)},
+			{m - time.Millisecond, 1, deny(0, time.Millisecond, time.Millisecond)},
+			{m, 1, ok(2, m)},
+		})
 	})
 	t.Run("sliding_log expires one by one", func(t *testing.T) {
 		newEnv(t, newStore).run("client", sluice.PerMinute(3).Using(sluice.SlidingLog), []step{
@@ -195,7 +211,7 @@ func testTTL(t *testing.T, newStore Factory) {
 			}
 			// A store may round up to its resolution (Redis: 1ms) and its
 			// real clock runs on while the fake one stands still.
-			if got > r.ResetAfter.Round(time.Millisecond)+time.Millisecond || got < r.ResetAfter-5*s {
+			if got > r.ResetAfter.Round(time.Millisecond)+time.Millisecond || got < r.ResetAfter-s {
 				t.Errorf("at %v: TTL = %v, want the ResetAfter %v", at, got, r.ResetAfter)
 			}
 		}
@@ -306,7 +322,7 @@ func testInvalid(t *testing.T, newStore Factory) {
 		{"zero limit", []sluice.Limit{sluice.PerSecond(0)}, 1, sluice.ErrInvalidLimit, "limit must be at least 1"},
 		{"huge limit", []sluice.Limit{sluice.PerSecond(int(min(sluice.MaxLimit+1, math.MaxInt)))}, 1, sluice.ErrInvalidLimit, "limit must be at most"},
 		{"huge burst", []sluice.Limit{sluice.PerSecond(500_000).WithBurst(int(min(1<<62+1, math.MaxInt)))}, 1, sluice.ErrInvalidLimit, "burst must be at most"},
-		{"burst × interval beyond 2^52", []sluice.Limit{sluice.Per(1, sluice.MaxPeriod).WithBurst(28)}, 1, sluice.ErrInvalidLimit, "exceeds 2^52"},
+		{"burst × interval beyond 2^51", []sluice.Limit{sluice.Per(1, sluice.MaxPeriod).WithBurst(8)}, 1, sluice.ErrInvalidLimit, "exceeds 2^51"},
 		{"interval rounded by more than 1%", []sluice.Limit{sluice.PerSecond(400_000)}, 1, sluice.ErrInvalidLimit, "more than 1% slower"},
 		{"sliding_log beyond MaxLogLimit", []sluice.Limit{sluice.PerHour(sluice.MaxLogLimit + 1).Using(sluice.SlidingLog)}, 1, sluice.ErrInvalidLimit, "one entry per admitted request"},
 		{"sub-millisecond period", []sluice.Limit{sluice.Per(1, time.Microsecond)}, 1, sluice.ErrInvalidLimit, "period must be at least 1ms"},

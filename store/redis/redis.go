@@ -142,10 +142,16 @@ type Store struct {
 // Option configures a Store.
 type Option func(*Store)
 
-// WithPrefix sets the first part of every key (default "sluice"). Braces in
-// it are percent-encoded.
+// WithPrefix sets the first part of every key (default "sluice"). It is
+// encoded like client keys: '%', '{' and '}' percent-encoded, a prefix
+// longer than 128 bytes hashed.
 func WithPrefix(p string) Option {
-	return func(s *Store) { s.prefix = escape(p) }
+	return func(s *Store) {
+		if p != "" {
+			p = escape(p)
+		}
+		s.prefix = p
+	}
 }
 
 // New returns a Store that runs its scripts through c.

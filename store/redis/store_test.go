@@ -167,6 +167,16 @@ func TestOutage(t *testing.T) {
 			if len(seen) != len(tt.allowed) {
 				t.Errorf("error handler saw %d errors, want %d", len(seen), len(tt.allowed))
 			}
+			if tt.policy.String() == "local" {
+				// Reset fails with the store down, but clears what the key
+				// spent locally.
+				if err := lim.Reset(ctx, "k", l); err == nil {
+					t.Error("Reset with the server down returned no error")
+				}
+				if r, err := lim.Allow(ctx, "k", l); err != nil || !r.Allowed {
+					t.Errorf("after Reset: %+v, %v; want the local state cleared", r, err)
+				}
+			}
 		})
 	}
 	t.Run("canceled", func(t *testing.T) {
@@ -197,6 +207,16 @@ func TestHungServer(t *testing.T) {
 	r, err := lim.Allow(ctx, "k", sluice.PerMinute(5))
 	if err != nil || r.Allowed || !r.Degraded {
 		t.Fatalf("during the pause: %+v, %v; want denied by the policy, degraded", r, err)
+	}
+	// A caller whose own deadline (shorter than the default store timeout)
+	// expires while the store hangs gets the policy's answer too.
+	seen := 0
+	open := sluice.New(store, sluice.WithErrorPolicy(sluice.AllowOnError), sluice.WithErrorHandler(func(context.Context, error) { seen++ }))
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	r, err = open.Allow(short, "k", sluice.PerMinute(5))
+	if err != nil || !r.Allowed || !r.Degraded || seen != 1 {
+		t.Fatalf("caller deadline during the pause: %+v, %v, %d errors seen; want admitted by the policy, degraded, 1 error seen", r, err, seen)
 	}
 }
 
