@@ -6,10 +6,18 @@ GO          ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: test deps fmt vet lint bench run
+.PHONY: test deps fmt vet lint fuzz bench run
 
 test: deps fmt vet lint
 	$(GO) test -race -count=1 ./...
+	$(MAKE) fuzz
+
+# A short run of each fuzz target beyond its seed corpus (which go test
+# runs anyway).
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 10s ./config/
+	$(GO) test -run '^$$' -fuzz '^FuzzClientIP$$' -fuzztime 10s ./httplimit/
+	$(GO) test -run '^$$' -fuzz '^FuzzBucketEqualsGCRA$$' -fuzztime 10s ./internal/algo/
 
 # redis-server for the tests, gcc for the race detector (cgo).
 deps:

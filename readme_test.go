@@ -7,35 +7,46 @@ import (
 	"testing"
 )
 
-// TestReadmeExample keeps the README's library example in step with the
-// package's Example: every statement of the example's body must appear in
-// the README's first Go block, in order.
-func TestReadmeExample(t *testing.T) {
+// TestReadmeExamples keeps the README's Go examples in step with the
+// runnable Example functions they show: every statement of an example's
+// body (less its fixed clock) must appear in the README block, in order.
+func TestReadmeExamples(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := os.ReadFile("example_test.go")
-	if err != nil {
-		t.Fatal(err)
+	blocks := regexp.MustCompile("(?s)```go\n(.*?)```").FindAllSubmatch(readme, -1)
+	tests := []struct {
+		file  string
+		block int // index of the README's Go block
+	}{
+		{"example_test.go", 0},
+		{"httplimit/example_test.go", 2},
 	}
-	block := regexp.MustCompile("(?s)```go\n(.*?)```").FindSubmatch(readme)
-	body := regexp.MustCompile(`(?s)\nfunc Example\(\) \{\n(.*?)\n\t// Output:`).FindSubmatch(src)
-	if block == nil || body == nil {
-		t.Fatal("README has no Go block, or example_test.go no Example with output")
-	}
-	doc := string(block[1])
-	for _, line := range strings.Split(string(body[1]), "\n") {
-		line = strings.TrimSpace(line)
-		line = strings.ReplaceAll(line, ", sluice.WithClock(fixed)", "") // the example's fixed clock
-		if line == "" {
-			continue
+	for _, tt := range tests {
+		src, err := os.ReadFile(tt.file)
+		if err != nil {
+			t.Fatal(err)
 		}
-		i := strings.Index(doc, line)
-		if i < 0 {
-			t.Errorf("README example lacks (or has out of order) the line %q of func Example", line)
-			continue
+		body := regexp.MustCompile(`(?s)\nfunc Example\(\) \{\n(.*?)\n\t// Output:`).FindSubmatch(src)
+		if len(blocks) <= tt.block || body == nil {
+			t.Fatalf("README has no Go block %d, or %s no Example with output", tt.block, tt.file)
 		}
-		doc = doc[i+len(line):]
+		doc := string(blocks[tt.block][1])
+		code, _, _ := strings.Cut(string(body[1]), "// Try it:") // what follows only prints the outcome
+		for _, line := range strings.Split(code, "\n") {
+			line = strings.TrimSpace(line)
+			line = strings.ReplaceAll(line, ", sluice.WithClock(fixed)", "")
+			line = strings.ReplaceAll(line, ", httplimit.WithClock(fixed)", "")
+			if line == "" {
+				continue
+			}
+			i := strings.Index(doc, line)
+			if i < 0 {
+				t.Errorf("README block %d lacks (or has out of order) the line %q of %s", tt.block, line, tt.file)
+				continue
+			}
+			doc = doc[i+len(line):]
+		}
 	}
 }

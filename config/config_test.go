@@ -1,0 +1,361 @@
+package config
+
+import (
+	"errors"
+	"io/fs"
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+func TestLoadExample(t *testing.T) {
+	f, err := Load("testdata/sluice.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Path != "testdata/sluice.yaml" {
+		t.Errorf("Path = %q", f.Path)
+	}
+	wantRedis := Redis{URL: "redis://127.0.0.1:6379/0", OnError: "deny", Timeout: 250 * time.Millisecond}
+	if f.Redis != wantRedis {
+		t.Errorf("Redis = %+v, want %+v", f.Redis, wantRedis)
+	}
+	wantHTTP := HTTP{
+		Headers:     "ietf",
+		ProblemJSON: true,
+		PolicyKey:   true,
+		TrustedProxies: []netip.Prefix{
+			netip.MustParsePrefix("10.0.0.0/8"),
+			netip.MustParsePrefix("192.168.1.10/32"),
+			netip.MustParsePrefix("fd00::/8"),
+		},
+	}
+	if !reflect.DeepEqual(f.HTTP, wantHTTP) {
+		t.Errorf("HTTP = %+v, want %+v", f.HTTP, wantHTTP)
+	}
+
+	tb := func(name string, limit int, period time.Duration, burst int) sluice.Limit {
+		return sluice.Limit{Algorithm: sluice.TokenBucket, Limit: limit, Period: period, Burst: burst, Name: name}
+	}
+	lim := func(name string, a sluice.Algorithm, limit int, period time.Duration) sluice.Limit {
+		return sluice.Limit{Algorithm: a, Limit: limit, Period: period, Name: name}
+	}
+	want := []Rule{
+		{
+			Name: "status", Match: "GET /api/status", Key: Key{Source: "ip"}, MissingKey: "reject",
+			Limits: []sluice.Limit{tb("status-1s", 100, time.Second, 1000)},
+			Cost:   1, Line: 19,
+		},
+		{
+			Name: "search", Match: "GET /api/search", Key: Key{Source: "header", Name: "X-Api-Key"}, MissingKey: "ip",
+			Limits: []sluice.Limit{tb("search-1s", 5, time.Second, 20)},
+			Cost:   1, Line: 27,
+			Plans: []Plan{{
+				Name:     "pro",
+				Keys:     []string{"pro-key-1", "pro-key-2"},
+				Prefixes: []string{"sk_pro_"},
+				Limits:   []sluice.Limit{tb("search-pro-1s", 50, time.Second, 200)},
+			}},
+		},
+		{
+			Name: "orders", Match: "POST /api/orders", Key: Key{Source: "query", Name: "api_key"}, MissingKey: "deny",
+			Limits: []sluice.Limit{{Algorithm: sluice.GCRA, Limit: 2, Period: time.Second, Burst: 10, Name: "orders-1s"}},
+			Cost:   2, Line: 42,
+		},
+		{
+			Name: "login", Match: "POST /api/auth/login", Key: Key{Source: "ip"}, MissingKey: "reject",
+			Limits: []sluice.Limit{
+				tb("login-1s", 1, time.Second, 5),
+				lim("login-1h", sluice.FixedWindow, 20, time.Hour),
+			},
+			Cost: 1, Line: 52,
+		},
+		{
+			Name: "export", Match: "/api/exports/{id}", Key: Key{Source: "global"}, MissingKey: "reject",
+			Limits: []sluice.Limit{
+				lim("export-1m", sluice.SlidingWindow, 10, time.Minute),
+				lim("export-1m-2", sluice.SlidingLog, 10, time.Minute),
+				lim("export-1h30m", sluice.SlidingWindow, 100, 90*time.Minute),
+			},
+			Cost: 1, Shadow: true, Line: 58,
+		},
+		{
+			Name: "default", Key: Key{Source: "ip"}, MissingKey: "reject",
+			Limits: []sluice.Limit{tb("default-1s", 20, time.Second, 100)},
+			Cost:   1, Line: 67,
+		},
+	}
+	if len(f.Rules) != len(want) {
+		t.Fatalf("got %d rules, want %d", len(f.Rules), len(want))
+	}
+	for i := range want {
+		if !reflect.DeepEqual(f.Rules[i], want[i]) {
+			t.Errorf("rules[%d] =\n  %+v\nwant\n  %+v", i, f.Rules[i], want[i])
+		}
+	}
+	for _, r := range f.Rules {
+		for _, ls := range append([][]sluice.Limit{r.Limits}, plansLimits(r)...) {
+			for _, l := range ls {
+				if err := l.Validate(); err != nil {
+					t.Errorf("rule %s: %v", r.Name, err)
+				}
+			}
+		}
+	}
+}
+
+func plansLimits(r Rule) [][]sluice.Limit {
+	var ls [][]sluice.Limit
+	for _, p := range r.Plans {
+		ls = append(ls, p.Limits)
+	}
+	return ls
+}
+
+func TestDefaults(t *testing.T) {
+	f, err := Parse("min.yaml", []byte("rules:\n  - {name: a, limit: 3, period: 1m}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &File{
+		Path:  "min.yaml",
+		Redis: Redis{OnError: "local", Timeout: sluice.DefaultStoreTimeout},
+		HTTP:  HTTP{Headers: "both"},
+		Rules: []Rule{{
+			Name: "a", Key: Key{Source: "ip"}, MissingKey: "reject", Cost: 1, Line: 2,
+			Limits: []sluice.Limit{{Algorithm: sluice.TokenBucket, Limit: 3, Period: time.Minute, Name: "a-1m"}},
+		}},
+	}
+	if !reflect.DeepEqual(f, want) {
+		t.Errorf("got\n  %+v\nwant\n  %+v", f, want)
+	}
+}
+
+func TestLimitNames(t *testing.T) {
+	const file = `
+rules:
+  - name: api.v2_x
+    limits:
+      - {limit: 1, period: 1s}
+      - {limit: 10, period: 1000ms, algorithm: sliding_window}
+      - {limit: 100, period: 60s}
+      - {limit: 1000, period: 3600s}
+      - {limit: 2000, period: 1h0m30s}
+      - {limit: 5, period: 500ms}
+      - {limit: 10, period: 1.5s}
+      - {limit: 7, period: 1s, algorithm: gcra}
+    plans:
+      - name: pro
+        prefixes: [p_]
+        limits:
+          - {limit: 10, period: 1s}
+          - {limit: 20, period: 1s, algorithm: fixed_window}
+`
+	f, err := Parse("names.yaml", []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, l := range f.Rules[0].Limits {
+		got = append(got, l.Name)
+	}
+	for _, l := range f.Rules[0].Plans[0].Limits {
+		got = append(got, l.Name)
+	}
+	want := []string{
+		"api.v2_x-1s", "api.v2_x-1s-2", "api.v2_x-1m", "api.v2_x-1h", "api.v2_x-1h30s",
+		"api.v2_x-500ms", "api.v2_x-1.5s", "api.v2_x-1s-3",
+		"api.v2_x-pro-1s", "api.v2_x-pro-1s-2",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("names = %q\nwant    %q", got, want)
+	}
+}
+
+func TestCompactDuration(t *testing.T) {
+	for _, tt := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{0, "0s"},
+		{time.Millisecond, "1ms"},
+		{500 * time.Millisecond, "500ms"},
+		{time.Second, "1s"},
+		{10 * time.Second, "10s"},
+		{1500 * time.Millisecond, "1.5s"},
+		{time.Minute, "1m"},
+		{10 * time.Minute, "10m"},
+		{90 * time.Second, "1m30s"},
+		{time.Hour, "1h"},
+		{90 * time.Minute, "1h30m"},
+		{time.Hour + 30*time.Second, "1h30s"},
+		{24 * time.Hour, "24h"},
+		{100 * time.Hour, "100h"},
+		{time.Hour + 500*time.Millisecond, "1h0.5s"},
+	} {
+		if got := compactDuration(tt.d); got != tt.want {
+			t.Errorf("compactDuration(%v) = %q, want %q", tt.d, got, tt.want)
+		}
+		if d, err := time.ParseDuration(compactDuration(tt.d)); err != nil || d != tt.d {
+			t.Errorf("ParseDuration(%q) = %v, %v; want %v", compactDuration(tt.d), d, err, tt.d)
+		}
+	}
+}
+
+func TestLimitsFor(t *testing.T) {
+	const file = `
+rules:
+  - name: search
+    key: header:X-API-Key
+    limit: 5
+    period: 1s
+    plans:
+      - name: pro
+        keys: [k1, k2]
+        prefixes: [sk_pro_]
+        limit: 50
+        period: 1s
+      - name: team
+        prefixes: [sk_]
+        limit: 20
+        period: 1s
+`
+	f, err := Parse("plans.yaml", []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := f.Rules[0]
+	for _, tt := range []struct {
+		key  string
+		want string
+	}{
+		{"k1", "search-pro-1s"},
+		{"k2", "search-pro-1s"},
+		{"k3", "search-1s"},
+		{"k", "search-1s"},
+		{"k1x", "search-1s"},
+		{"sk_pro_abc", "search-pro-1s"},
+		{"sk_pro_", "search-pro-1s"},
+		{"sk_abc", "search-team-1s"},
+		{"sk", "search-1s"},
+		{"", "search-1s"},
+	} {
+		ls := r.LimitsFor(tt.key)
+		if len(ls) != 1 || ls[0].Name != tt.want {
+			t.Errorf("LimitsFor(%q) = %v, want %s", tt.key, ls, tt.want)
+		}
+	}
+}
+
+func TestKeyString(t *testing.T) {
+	const file = `
+rules:
+  - {name: a, match: /a, key: ip, limit: 1, period: 1s}
+  - {name: b, match: /b, key: global, limit: 1, period: 1s}
+  - {name: c, match: /c, key: "header:x-api-key", limit: 1, period: 1s}
+  - {name: d, match: /d, key: "query:api_key", limit: 1, period: 1s}
+  - {name: e, match: /e, limit: 1, period: 1s}
+`
+	f, err := Parse("keys.yaml", []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"ip", "global", "header:X-Api-Key", "query:api_key", "ip"}
+	for i, r := range f.Rules {
+		if got := r.Key.String(); got != want[i] {
+			t.Errorf("rules[%d].Key = %q, want %q", i, got, want[i])
+		}
+		// What String prints parses back to the same key.
+		if k, msg := parseKey(r.Key.String()); msg != "" || k != r.Key {
+			t.Errorf("parseKey(%q) = %v, %q", r.Key, k, msg)
+		}
+	}
+}
+
+func TestAnchorsAndMerges(t *testing.T) {
+	const file = `
+x-defaults: &defaults
+  key: header:X-API-Key
+  missing_key: deny
+  algorithm: gcra
+  limit: 10
+  period: 1s
+rules:
+  - name: a
+    match: /a
+    <<: *defaults
+  - name: b
+    match: /b
+    <<: *defaults
+    limit: 20          # the rule's own fields win
+  - name: c
+    match: /c
+    limits: &two
+      - {limit: 1, period: 1s}
+      - {limit: 100, period: 1m}
+  - name: d
+    match: /d
+    limits: *two
+`
+	f, err := Parse("anchors.yaml", []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := f.Rules[0], f.Rules[1]
+	if a.Key.Name != "X-Api-Key" || a.MissingKey != "deny" || a.Limits[0].Algorithm != sluice.GCRA || a.Limits[0].Limit != 10 {
+		t.Errorf("rules[0] = %+v", a)
+	}
+	if b.Limits[0].Limit != 20 || b.Limits[0].Name != "b-1s" {
+		t.Errorf("rules[1] = %+v", b)
+	}
+	if got := f.Rules[3].Limits; len(got) != 2 || got[1].Name != "d-1m" {
+		t.Errorf("rules[3].Limits = %v", got)
+	}
+}
+
+func TestLoadMissing(t *testing.T) {
+	_, err := Load("testdata/does-not-exist.yaml")
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Load of a missing file: %v, want fs.ErrNotExist", err)
+	}
+}
+
+func TestErrorFormat(t *testing.T) {
+	for _, tt := range []struct {
+		e    Error
+		want string
+	}{
+		{Error{File: "f.yaml", Line: 3, Field: "rules[0].limit", Msg: "bad"}, "rules[0].limit: bad (f.yaml:3)"},
+		{Error{File: "f.yaml", Line: 3, Msg: "bad"}, "bad (f.yaml:3)"},
+		{Error{File: "f.yaml", Field: "rules", Msg: "bad"}, "rules: bad (f.yaml)"},
+	} {
+		if got := tt.e.Error(); got != tt.want {
+			t.Errorf("Error() = %q, want %q", got, tt.want)
+		}
+	}
+	errs := Errors{{File: "f", Line: 1, Msg: "one"}, {File: "f", Line: 2, Msg: "two"}}
+	if got, want := errs.Error(), "one (f:1)\ntwo (f:2)"; got != want {
+		t.Errorf("Errors.Error() = %q, want %q", got, want)
+	}
+	var e *Error
+	if !errors.As(error(errs), &e) || e.Msg != "one" {
+		t.Errorf("errors.As(Errors, *Error) = %v", e)
+	}
+}
+
+// checkErrs fails unless err is an Errors whose lines are want.
+func checkErrs(t *testing.T, err error, want ...string) {
+	t.Helper()
+	var errs Errors
+	if !errors.As(err, &errs) {
+		t.Fatalf("error %v (%T) is not an Errors", err, err)
+	}
+	got := strings.Split(err.Error(), "\n")
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("errors:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+}

@@ -1,0 +1,70 @@
+// Package config loads a sluice policy file: YAML that says which store
+// holds the counts, what clients are told, and which limits apply to which
+// requests. The middleware (package httplimit), the proxy and the decision
+// service read the same file.
+//
+// Load and Parse check the whole file up front and report every problem at
+// once, as an Errors value whose lines read
+//
+//	rules[2].algorithm: "token-bucket" is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra (sluice.yaml:14)
+//
+// with the field's path (indexes count from 0), what is wrong and what is
+// accepted, and the file and line. Unknown fields are errors, so a typo
+// such as "perod" never falls back silently to a default.
+//
+// # Format
+//
+//	redis:                       # optional; absent: the in-memory store
+//	  url: redis://127.0.0.1:6379/0  # redis://, rediss:// or unix://; absent: in-memory (one replica only)
+//	  on_error: local            # allow | deny | local (default): what to do while the store fails
+//	  timeout: 1s                # bound on every store call (default 1s)
+//	http:                        # optional
+//	  headers: both              # both (default) | ietf | legacy | none
+//	  problem_json: false        # 429 body as RFC 9457 application/problem+json
+//	  policy_key: false          # emit the IETF draft's pk parameter
+//	  trusted_proxies: [10.0.0.0/8, 192.168.1.10]  # whose X-Forwarded-For/Forwarded hops to believe
+//	rules:                       # at least one
+//	  - name: search             # required, unique; letters, digits, '-', '_', '.'
+//	    match: GET /api/search   # Go 1.22 ServeMux pattern; absent: the default rule
+//	    key: header:X-API-Key    # ip (default) | global | header:<Name> | query:<name>
+//	    missing_key: reject      # header/query keys only: reject (401, default) | deny (429) | ip
+//	    algorithm: token_bucket  # fixed_window | sliding_window | sliding_log | token_bucket (default) | gcra
+//	    limit: 5                 # required: requests per period
+//	    period: 1s               # required: Go duration (500ms, 1s, 1m, 1h, 1h30m)
+//	    burst: 20                # token_bucket and gcra only; default = limit
+//	    cost: 1                  # what one request spends (default 1)
+//	    shadow: false            # evaluate and report, never block
+//	    plans:                   # per-key overrides, first match wins
+//	      - name: pro            # required, unique in the rule
+//	        keys: [key-1]        # exact client keys, and/or
+//	        prefixes: [sk_pro_]  # client key prefixes
+//	        limit: 50            # the plan's own limit fields, or a limits list;
+//	        period: 1s           # algorithm defaults to token_bucket here too
+//	        burst: 200
+//	  - name: login
+//	    match: POST /api/auth/login
+//	    limits:                  # instead of the single-limit fields: all or nothing
+//	      - {algorithm: sliding_window, limit: 5, period: 1m}
+//	      - {algorithm: fixed_window, limit: 20, period: 1h}
+//
+// A rule or plan has either the single-limit fields (algorithm, limit,
+// period, burst) or a limits list, never both. Every limit is checked by
+// sluice.Limit.Validate, and a rule's cost must fit in every one of its
+// limits.
+//
+// Each limit is named for the IETF RateLimit headers and the store:
+// "<rule>-<period>" ("login-1m", "login-1h"), "<rule>-<plan>-<period>" for
+// a plan's limits ("search-pro-1s"), with "-2", "-3"... when a rule or plan
+// has two limits of one period. The period is written without zero units
+// (1m, not 1m0s). No two rules may produce the same limit name.
+//
+// Rules match requests by ServeMux pattern with ServeMux's precedence (the
+// most specific wins); the rule without match applies to requests no other
+// rule matches. Two rules with the same pattern, two default rules, a
+// pattern matching every request next to a default rule, and patterns that
+// ServeMux finds in conflict are errors.
+//
+// YAML anchors, aliases and merge keys (<<: *base) may be used; top-level
+// keys that start with "x-" are ignored, to hold anchors. A file holds one
+// YAML document.
+package config

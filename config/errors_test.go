@@ -1,0 +1,289 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// rule is a valid rule list, for rows about other sections.
+const rule = "rules:\n  - {name: a, limit: 1, period: 1s}\n"
+
+// One row per class of error: the file, and the one error it must give.
+var errorTests = []struct {
+	name, file, want string
+}{
+	// The file.
+	{"syntax indentation", "rules:\n  - name: a\n    limit: 1\n   period: 1s\n",
+		`invalid YAML: did not find expected '-' indicator (check the indentation of this line) (sluice.yaml:4)`},
+	{"syntax colon in value", "rules:\n  - name: a\n    key: header: X-API-Key\n",
+		`invalid YAML: mapping values are not allowed in this context (a value that holds ": " needs quotes) (sluice.yaml:3)`},
+	{"syntax unclosed flow", "rules:\n  - name: a\n    limits: [{limit: 1, period: 1s}\n  - name: b\n",
+		`invalid YAML: did not find expected ',' or ']' (sluice.yaml:3)`},
+	{"syntax tab", "rules:\n\t- name: a\n",
+		`invalid YAML: found character that cannot start any token (indent with spaces: YAML does not allow tabs) (sluice.yaml:2)`},
+	{"unknown anchor", "rules:\n  - name: a\n    limits: *base\n",
+		`invalid YAML: unknown anchor 'base' referenced (sluice.yaml:3)`},
+	{"empty", "",
+		`rules: is missing: the file is empty, and a policy file needs at least one rule (sluice.yaml)`},
+	{"comments only", "# nothing yet\n",
+		`rules: is missing: the file is empty, and a policy file needs at least one rule (sluice.yaml)`},
+	{"not a mapping", "- name: a\n",
+		`the file must be a mapping with the keys redis, http, rules, not a list (sluice.yaml:1)`},
+	{"two documents", rule + "---\n" + rule,
+		`a second YAML document (---) starts here; a policy file is one document (sluice.yaml:3)`},
+	{"no rules", "redis:\n  on_error: deny\n",
+		`rules: is missing: a policy file needs at least one rule (sluice.yaml:1)`},
+	{"rules empty", "rules: []\n",
+		`rules: is empty: a policy file needs at least one rule (sluice.yaml:1)`},
+	{"rules not a list", "rules:\n  name: a\n",
+		`rules: must be a list of rules, not a mapping (sluice.yaml:2)`},
+	{"unknown top-level field", rule + "redsi:\n  url: redis://h\n",
+		`redsi: unknown field (did you mean redis?); the file takes redis, http, rules, and x-... fields to hold anchors (sluice.yaml:3)`},
+	{"duplicate key", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    limit: 2\n",
+		`rules[0].limit: appears twice (first at line 3); keep one (sluice.yaml:5)`},
+
+	// redis.
+	{"redis url", rule + "redis:\n  url: http://user:secret@host/0\n",
+		`redis.url: is not a Redis URL; write redis://[user:password@]host:port/db, rediss://... for TLS, or unix:///path/to/redis.sock (leave url out for the in-memory store) (sluice.yaml:4)`},
+	{"on_error", rule + "redis:\n  on_error: fail\n",
+		`redis.on_error: "fail" is not one of allow, deny, local (sluice.yaml:4)`},
+	{"timeout zero", rule + "redis:\n  timeout: 0s\n",
+		`redis.timeout: must be positive, got 0s; write a Go duration such as 500ms, 1s, 1m, 1h or 1h30m (sluice.yaml:4)`},
+	{"redis unknown field", rule + "redis:\n  adress: redis://h\n",
+		`redis.adress: unknown field; redis takes url, on_error, timeout (sluice.yaml:4)`},
+	{"redis not a mapping", rule + "redis: redis://h\n",
+		`redis: must be a mapping with the keys url, on_error, timeout, not "redis://h" (sluice.yaml:3)`},
+
+	// http.
+	{"headers", rule + "http:\n  headers: all\n",
+		`http.headers: "all" is not one of both, ietf, legacy, none (sluice.yaml:4)`},
+	{"bool", rule + "http:\n  problem_json: yes\n",
+		`http.problem_json: "yes" is not a boolean; write true or false (sluice.yaml:4)`},
+	{"trusted proxy", rule + "http:\n  trusted_proxies: [10.0.0.0/8, 10.0.0.0/33]\n",
+		`http.trusted_proxies[1]: "10.0.0.0/33" is not an IP address or a CIDR prefix; write one such as 10.0.0.0/8, 192.168.1.10 or fd00::/8 (sluice.yaml:4)`},
+	{"trusted proxy zone", rule + "http:\n  trusted_proxies: [\"fe80::1%eth0\"]\n",
+		`http.trusted_proxies[0]: "fe80::1%eth0" is not an IP address or a CIDR prefix; write one such as 10.0.0.0/8, 192.168.1.10 or fd00::/8 (sluice.yaml:4)`},
+	{"trusted proxies not a list", rule + "http:\n  trusted_proxies: 10.0.0.0/8\n",
+		`http.trusted_proxies: must be a list of IP addresses and CIDR prefixes, not "10.0.0.0/8" (sluice.yaml:4)`},
+
+	// A rule's own fields.
+	{"rule not a mapping", "rules:\n  - search\n",
+		`rules[0]: must be a mapping with the keys name, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans, not "search" (sluice.yaml:2)`},
+	{"unknown rule field", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    perod: 1m\n",
+		`rules[0].perod: unknown field (did you mean period?); a rule takes name, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans (sluice.yaml:5)`},
+	{"missing name", "rules:\n  - limit: 1\n    period: 1s\n",
+		`rules[0].name: is missing; every rule needs a name of letters, digits, '-', '_' and '.' (sluice.yaml:2)`},
+	{"bad name", "rules:\n  - name: my rule\n    limit: 1\n    period: 1s\n",
+		`rules[0].name: "my rule" may hold only letters, digits, '-', '_' and '.' (it names the IETF RateLimit policies) (sluice.yaml:2)`},
+	{"empty name", "rules:\n  - name: ''\n    limit: 1\n    period: 1s\n",
+		`rules[0].name: is empty; a name holds letters, digits, '-', '_' and '.' (sluice.yaml:2)`},
+	{"name not a string", "rules:\n  - name: [a]\n    limit: 1\n    period: 1s\n",
+		`rules[0].name: must be a name of letters, digits, '-', '_' and '.', not a list (sluice.yaml:2)`},
+	{"duplicate rule names", "rules:\n  - {name: a, match: /a, limit: 1, period: 1s}\n  - {name: a, match: /b, limit: 1, period: 1s}\n",
+		`rules[1].name: "a" is also the name of rules[0] (line 2); rule names are unique (sluice.yaml:3)`},
+	{"key without name", "rules:\n  - {name: a, key: 'header:', limit: 1, period: 1s}\n",
+		`rules[0].key: "header:" has no header name; write header:<Name>, such as header:X-API-Key (sluice.yaml:2)`},
+	{"query without name", "rules:\n  - {name: a, key: 'query:', limit: 1, period: 1s}\n",
+		`rules[0].key: "query:" has no parameter name; write query:<name>, such as query:api_key (sluice.yaml:2)`},
+	{"key source", "rules:\n  - {name: a, key: 'cookie:sid', limit: 1, period: 1s}\n",
+		`rules[0].key: "cookie:sid" is not one of ip, global, header:<Name> or query:<name> (sluice.yaml:2)`},
+	{"header name", "rules:\n  - {name: a, key: 'header:X API Key', limit: 1, period: 1s}\n",
+		"rules[0].key: \"X API Key\" is not a valid header name (letters, digits and !#$%&'*+-.^_`|~ only) (sluice.yaml:2)"},
+	{"missing_key", "rules:\n  - {name: a, key: 'header:X-Key', missing_key: allow, limit: 1, period: 1s}\n",
+		`rules[0].missing_key: "allow" is not one of reject, deny, ip (sluice.yaml:2)`},
+	{"missing_key on ip", "rules:\n  - {name: a, key: ip, missing_key: deny, limit: 1, period: 1s}\n",
+		`rules[0].missing_key: applies only to header and query keys, and this rule's key is ip (sluice.yaml:2)`},
+	{"shadow", "rules:\n  - {name: a, shadow: 1, limit: 1, period: 1s}\n",
+		`rules[0].shadow: 1 is not a boolean; write true or false (sluice.yaml:2)`},
+	{"cost zero", "rules:\n  - {name: a, cost: 0, limit: 1, period: 1s}\n",
+		`rules[0].cost: must be at least 1, got 0 (sluice.yaml:2)`},
+	{"cost not a number", "rules:\n  - {name: a, cost: 1.5, limit: 2, period: 1s}\n",
+		`rules[0].cost: 1.5 is not a whole number; cost is what one request spends, at least 1 (sluice.yaml:2)`},
+	{"cost above capacity", "rules:\n  - name: a\n    cost: 6\n    limits:\n      - {limit: 1, period: 1s, burst: 10}\n      - {limit: 5, period: 1m, algorithm: fixed_window}\n",
+		`rules[0].cost: 6 exceeds the capacity 5 of limit a-1m (fixed_window 5/1m0s), so no request could ever be admitted; a cost is at most the smallest limit or burst of the rule and its plans (sluice.yaml:3)`},
+	{"cost above a plan's capacity", "rules:\n  - name: a\n    cost: 6\n    limit: 10\n    period: 1s\n    plans:\n      - {name: free, keys: [k], limit: 5, period: 1s}\n",
+		`rules[0].cost: 6 exceeds the capacity 5 of limit a-free-1s (token_bucket 5/1s), so no request could ever be admitted; a cost is at most the smallest limit or burst of the rule and its plans (sluice.yaml:3)`},
+
+	// match.
+	{"invalid pattern", "rules:\n  - {name: a, match: 'GET api', limit: 1, period: 1s}\n",
+		`rules[0].match: "GET api" is not a valid ServeMux pattern (at offset 4: host/path missing /); write [METHOD ][HOST]/PATH, such as "GET /api/search" or "/api/{id}", or leave match out for the default rule (sluice.yaml:2)`},
+	{"invalid wildcard", "rules:\n  - {name: a, match: '/a/{id', limit: 1, period: 1s}\n",
+		`rules[0].match: "/a/{id" is not a valid ServeMux pattern (at offset 3: bad wildcard segment (must end with '}')); write [METHOD ][HOST]/PATH, such as "GET /api/search" or "/api/{id}", or leave match out for the default rule (sluice.yaml:2)`},
+	{"empty pattern", "rules:\n  - {name: a, match: '', limit: 1, period: 1s}\n",
+		`rules[0].match: is empty; write [METHOD ][HOST]/PATH, such as "GET /api/search" or "/api/{id}", or leave match out for the default rule (sluice.yaml:2)`},
+	{"same pattern", "rules:\n  - {name: a, match: 'GET /x', limit: 1, period: 1s}\n  - {name: b, match: \"GET \\t /x \", limit: 1, period: 1s}\n",
+		`rules[1].match: "GET /x" is also the match of rules[0] (line 2); one rule per pattern (sluice.yaml:3)`},
+	{"two default rules", "rules:\n  - {name: a, limit: 1, period: 1s}\n  - {name: b, limit: 1, period: 1s}\n",
+		`rules[1].match: is missing here and in rules[0] (line 2): only one rule may be the default rule (the one without match) (sluice.yaml:3)`},
+	{"conflicting patterns", "rules:\n  - {name: a, match: '/a/{x}', limit: 1, period: 1s}\n  - {name: b, match: '/{y}/b', limit: 1, period: 1s}\n",
+		`rules[1].match: "/{y}/b" conflicts with the match "/a/{x}" of rules[0] (line 2): /{y}/b and /a/{x} both match some paths, like "/a/b". But neither is more specific than the other. /{y}/b matches "/y/b", but /a/{x} doesn't. /a/{x} matches "/a/x", but /{y}/b doesn't. (sluice.yaml:3)`},
+	{"equivalent patterns", "rules:\n  - {name: a, match: 'GET /u/{id}', limit: 1, period: 1s}\n  - {name: b, match: 'GET /u/{name}', limit: 1, period: 1s}\n",
+		`rules[1].match: "GET /u/{name}" conflicts with the match "GET /u/{id}" of rules[0] (line 2): GET /u/{name} matches the same requests as GET /u/{id} (sluice.yaml:3)`},
+	{"catch-all and default", "rules:\n  - {name: a, limit: 1, period: 1s}\n  - {name: b, match: /, limit: 1, period: 1s}\n",
+		`rules[1].match: "/" matches every request, so the default rule rules[0] (line 2) would never apply; keep one of them (sluice.yaml:3)`},
+
+	// Limits.
+	{"missing limit", "rules:\n  - name: a\n    period: 1s\n",
+		`rules[0].limit: is missing; a rule needs limit and period, or a limits list (sluice.yaml:2)`},
+	{"missing period", "rules:\n  - name: a\n    limit: 1\n",
+		`rules[0].period: is missing; a rule needs limit and period, or a limits list (sluice.yaml:2)`},
+	{"missing period in a list", "rules:\n  - name: a\n    limits:\n      - {limit: 1}\n",
+		`rules[0].limits[0].period: is missing; a limit needs limit and period (sluice.yaml:4)`},
+	{"algorithm", "rules:\n  - name: a\n    algorithm: token-bucket\n    limit: 1\n    period: 1s\n",
+		`rules[0].algorithm: "token-bucket" is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra (sluice.yaml:3)`},
+	{"limit not a number", "rules:\n  - {name: a, limit: five, period: 1s}\n",
+		`rules[0].limit: "five" is not a whole number; limit is the number of requests per period, at least 1 (sluice.yaml:2)`},
+	{"limit zero", "rules:\n  - {name: a, limit: 0, period: 1s}\n",
+		`rules[0].limit: must be at least 1, got 0 (sluice.yaml:2)`},
+	{"limit negative", "rules:\n  - {name: a, limit: -5, period: 1s}\n",
+		`rules[0].limit: must be at least 1, got -5 (sluice.yaml:2)`},
+	{"limit too large for sliding_log", "rules:\n  - {name: a, algorithm: sliding_log, limit: 20000, period: 1h}\n",
+		`rules[0].limit: sliding_log keeps one entry per admitted request and allows a limit of at most 10000, got 20000; use sliding_window or token_bucket (sluice.yaml:2)`},
+	{"limit too fine a rate", "rules:\n  - {name: a, limit: 400000, period: 1s}\n",
+		`rules[0].limit: a token every 1s/400000 is 2.50µs, and whole microseconds (3µs) would refill more than 1% slower; use a limit that divides the period's microseconds, or sliding_window (sluice.yaml:2)`},
+	{"period no unit", "rules:\n  - {name: a, limit: 1, period: 60}\n",
+		`rules[0].period: 60 has no unit; write a Go duration such as 500ms, 1s, 1m, 1h or 1h30m (sluice.yaml:2)`},
+	{"period invalid", "rules:\n  - {name: a, limit: 1, period: 1 min}\n",
+		`rules[0].period: "1 min" is not a duration; write a Go duration such as 500ms, 1s, 1m, 1h or 1h30m (sluice.yaml:2)`},
+	{"period in days", "rules:\n  - {name: a, limit: 1, period: 1d}\n",
+		`rules[0].period: "1d" is not a duration; write a Go duration such as 500ms, 1s, 1m, 1h or 1h30m (a day is 24h) (sluice.yaml:2)`},
+	{"period zero", "rules:\n  - {name: a, limit: 1, period: 0s}\n",
+		`rules[0].period: must be at least 1ms, got 0s (sluice.yaml:2)`},
+	{"period negative", "rules:\n  - {name: a, limit: 1, period: -1m}\n",
+		`rules[0].period: must be at least 1ms, got -1m0s (sluice.yaml:2)`},
+	{"period too long", "rules:\n  - {name: a, limit: 1, period: 100000h}\n",
+		`rules[0].period: must be at most 87600h0m0s, got 100000h0m0s (sluice.yaml:2)`},
+	{"burst on a window", "rules:\n  - {name: a, algorithm: sliding_window, limit: 5, period: 1m, burst: 10}\n",
+		`rules[0].burst: burst applies to token_bucket and gcra only; sliding_window admits at most limit per window (leave burst out) (sluice.yaml:2)`},
+	{"burst zero", "rules:\n  - {name: a, limit: 5, period: 1m, burst: 0}\n",
+		`rules[0].burst: must be at least 1, got 0; leave burst out for a burst equal to limit (sluice.yaml:2)`},
+	{"both forms", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    limits:\n      - {limit: 10, period: 1m}\n",
+		`rules[0].limits: cannot be used with limit (line 3): a rule has either the single-limit fields (algorithm, limit, period, burst) or a limits list, not both (sluice.yaml:5)`},
+	{"limits empty", "rules:\n  - name: a\n    limits: []\n",
+		`rules[0].limits: is empty; list at least one limit, such as {limit: 5, period: 1s} (sluice.yaml:3)`},
+	{"unknown limit field", "rules:\n  - name: a\n    limits:\n      - {limit: 1, period: 1s, name: x}\n",
+		`rules[0].limits[0].name: unknown field; a limit takes algorithm, limit, period, burst (sluice.yaml:4)`},
+	{"limit names collide", "rules:\n  - name: a\n    match: /a\n    limit: 1\n    period: 1s\n    plans:\n      - {name: b, keys: [k], limit: 2, period: 1s}\n  - name: a-b\n    match: /b\n    limit: 3\n    period: 1s\n",
+		`rules[1].name: gives a limit the name "a-b-1s", which a limit of rules[0] (line 2) has too (names are <rule>-[<plan>-]<period>); rename one of the rules or plans (sluice.yaml:8)`},
+
+	// Plans.
+	{"plan without keys", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    plans:\n      - {name: pro, limit: 10, period: 1s}\n",
+		`rules[0].plans[0]: has no keys and no prefixes; list the client keys the plan applies to in keys, or their prefixes in prefixes (sluice.yaml:6)`},
+	{"plan without limits", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    plans:\n      - {name: pro, keys: [k], period: 1s}\n",
+		`rules[0].plans[0].limit: is missing; a plan needs limit and period, or a limits list (sluice.yaml:6)`},
+	{"plan name", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    plans:\n      - {name: 'pro plan', keys: [k], limit: 10, period: 1s}\n",
+		`rules[0].plans[0].name: "pro plan" may hold only letters, digits, '-', '_' and '.' (it names the IETF RateLimit policies) (sluice.yaml:6)`},
+	{"duplicate plan names", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    plans:\n      - {name: pro, keys: [k1], limit: 10, period: 1s}\n      - {name: pro, keys: [k2], limit: 20, period: 1s}\n",
+		`rules[0].plans[1].name: "pro" is also the name of plans[0] (line 6); plan names are unique within a rule (sluice.yaml:7)`},
+	{"key in two plans", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    plans:\n      - {name: pro, keys: [k1], limit: 10, period: 1s}\n      - {name: max, keys: [k2, k1], limit: 20, period: 1s}\n",
+		`rules[0].plans[1].keys[1]: "k1" is also a key of plans[0] (pro), and the first matching plan wins (sluice.yaml:7)`},
+	{"key behind a prefix", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    plans:\n      - {name: pro, prefixes: [sk_], limit: 10, period: 1s}\n      - {name: max, keys: [sk_1], limit: 20, period: 1s}\n",
+		`rules[0].plans[1].keys[0]: "sk_1" matches a prefix of plans[0] (pro), and the first matching plan wins (sluice.yaml:7)`},
+	{"prefix behind a prefix", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    plans:\n      - {name: pro, prefixes: [sk_], limit: 10, period: 1s}\n      - {name: max, prefixes: [sk_max_], limit: 20, period: 1s}\n",
+		`rules[0].plans[1].prefixes[0]: every key with prefix "sk_max_" matches a prefix of plans[0] (pro), and the first matching plan wins (sluice.yaml:7)`},
+	{"empty key", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    plans:\n      - {name: pro, keys: [k, ''], limit: 10, period: 1s}\n",
+		`rules[0].plans[0].keys[1]: is empty; a plan lists client keys (sluice.yaml:6)`},
+	{"unknown plan field", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    plans:\n      - {name: pro, keys: [k], limit: 10, period: 1s, tier: gold}\n",
+		`rules[0].plans[0].tier: unknown field; a plan takes name, keys, prefixes, algorithm, limit, period, burst, limits (sluice.yaml:6)`},
+}
+
+func TestErrors(t *testing.T) {
+	for _, tt := range errorTests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, err := Parse("sluice.yaml", []byte(tt.file))
+			if err == nil {
+				t.Fatalf("no error; parsed %+v", f)
+			}
+			if f != nil {
+				t.Errorf("got a File with an error")
+			}
+			checkErrs(t, err, tt.want)
+		})
+	}
+}
+
+// A typo in a field name gives both the unknown field and the missing
+// one, never a silent default.
+func TestTypoNeverDefaults(t *testing.T) {
+	_, err := Parse("sluice.yaml", []byte("rules:\n  - name: a\n    limit: 1\n    perod: 1s\n"))
+	checkErrs(t, err,
+		`rules[0].period: is missing; a rule needs limit and period, or a limits list (sluice.yaml:2)`,
+		`rules[0].perod: unknown field (did you mean period?); a rule takes name, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans (sluice.yaml:4)`,
+	)
+	_, err = Parse("sluice.yaml", []byte("rules:\n  - name: a\n    limit: 1\n    period: 1s\n    bursts: 5\n"))
+	checkErrs(t, err,
+		`rules[0].bursts: unknown field (did you mean burst?); a rule takes name, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans (sluice.yaml:5)`,
+	)
+}
+
+func TestAllErrorsAtOnce(t *testing.T) {
+	const file = `redis:
+  on_error: explode
+  timeout: -1s
+http:
+  headers: all
+  trusted_proxies: [10.0.0.300]
+rules:
+  - name: search
+    match: GET /api/search
+    algorithm: token-bucket
+    limit: 0
+    perod: 1s
+  - name: search
+    match: "GET  /api/search"
+    key: cookie:sid
+    algorithm: fixed_window
+    limit: 5
+    period: 1m
+    burst: 10
+    cost: 0
+  - name: login
+    limits:
+      - {limit: -1, period: 0s}
+      - {algorithm: sliding_log, limit: 5, period: 5}
+  - limit: 3
+    period: 1s
+`
+	_, err := Parse("bad.yaml", []byte(file))
+	checkErrs(t, err,
+		`redis.on_error: "explode" is not one of allow, deny, local (bad.yaml:2)`,
+		`redis.timeout: must be positive, got -1s; write a Go duration such as 500ms, 1s, 1m, 1h or 1h30m (bad.yaml:3)`,
+		`http.headers: "all" is not one of both, ietf, legacy, none (bad.yaml:5)`,
+		`http.trusted_proxies[0]: "10.0.0.300" is not an IP address or a CIDR prefix; write one such as 10.0.0.0/8, 192.168.1.10 or fd00::/8 (bad.yaml:6)`,
+		`rules[0].period: is missing; a rule needs limit and period, or a limits list (bad.yaml:8)`,
+		`rules[0].algorithm: "token-bucket" is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra (bad.yaml:10)`,
+		`rules[0].limit: must be at least 1, got 0 (bad.yaml:11)`,
+		`rules[0].perod: unknown field (did you mean period?); a rule takes name, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans (bad.yaml:12)`,
+		`rules[1].name: "search" is also the name of rules[0] (line 8); rule names are unique (bad.yaml:13)`,
+		`rules[1].match: "GET /api/search" is also the match of rules[0] (line 9); one rule per pattern (bad.yaml:14)`,
+		`rules[1].key: "cookie:sid" is not one of ip, global, header:<Name> or query:<name> (bad.yaml:15)`,
+		`rules[1].burst: burst applies to token_bucket and gcra only; fixed_window admits at most limit per window (leave burst out) (bad.yaml:19)`,
+		`rules[1].cost: must be at least 1, got 0 (bad.yaml:20)`,
+		`rules[2].limits[0].limit: must be at least 1, got -1 (bad.yaml:23)`,
+		`rules[2].limits[0].period: must be at least 1ms, got 0s (bad.yaml:23)`,
+		`rules[2].limits[1].period: 5 has no unit; write a Go duration such as 500ms, 1s, 1m, 1h or 1h30m (bad.yaml:24)`,
+		`rules[3].name: is missing; every rule needs a name of letters, digits, '-', '_' and '.' (bad.yaml:25)`,
+		`rules[3].match: is missing here and in rules[2] (line 21): only one rule may be the default rule (the one without match) (bad.yaml:25)`,
+	)
+}
+
+// Aliases cannot make a small file expand into an enormous walk: here
+// 1000 rules of 1000 limits each from about 8 KB.
+func TestAliasBomb(t *testing.T) {
+	thousand := func(alias string) string {
+		return "[" + strings.Repeat(alias+", ", 999) + alias + "]"
+	}
+	file := "x-i: &i {limit: 1, period: 1s}\n" +
+		"x-l: &l " + thousand("*i") + "\n" +
+		"x-r: &r {name: a, limits: *l}\n" +
+		"rules: " + thousand("*r") + "\n"
+	_, err := Parse("bomb.yaml", []byte(file))
+	var errs Errors
+	if !errors.As(err, &errs) || !strings.Contains(errs[0].Error(), "aliases expand the file too much") {
+		t.Fatalf("err = %.300v", err)
+	}
+	// A merge that includes itself stops too.
+	_, err = Parse("loop.yaml", []byte("rules:\n  - &r {name: a, limit: 1, period: 1s, <<: *r}\n"))
+	checkErrs(t, err, `rules[0].<<: merges a mapping that includes it (loop.yaml:2)`)
+}

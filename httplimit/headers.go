@@ -1,0 +1,192 @@
+package httplimit
+
+import (
+	"encoding/base64"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// HeaderMode chooses which rate-limit header fields SetHeaders writes. The
+// zero value is HeadersBoth.
+type HeaderMode int
+
+// The header modes, named in configuration files by ParseHeaderMode's
+// names.
+const (
+	// HeadersBoth writes the IETF draft's fields and the legacy ones.
+	HeadersBoth HeaderMode = iota
+	// HeadersIETF writes RateLimit-Policy and RateLimit only.
+	HeadersIETF
+	// HeadersLegacy writes X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset only.
+	HeadersLegacy
+	// HeadersNone writes no rate-limit fields. Retry-After on 429 is not a
+	// rate-limit field: WriteTooManyRequests writes it in every mode.
+	HeadersNone
+)
+
+var headerModeNames = [...]string{"both", "ietf", "legacy", "none"}
+
+// ParseHeaderMode returns the HeaderMode named s: "both", "ietf",
+// "legacy" or "none".
+func ParseHeaderMode(s string) (HeaderMode, error) {
+	for i, name := range headerModeNames {
+		if s == name {
+			return HeaderMode(i), nil
+		}
+	}
+	return 0, fmt.Errorf("httplimit: header mode %q is not one of both, ietf, legacy, none", s)
+}
+
+// String returns the mode's name as ParseHeaderMode accepts it.
+func (m HeaderMode) String() string {
+	if m < 0 || int(m) >= len(headerModeNames) {
+		return "HeaderMode(" + strconv.Itoa(int(m)) + ")"
+	}
+	return headerModeNames[m]
+}
+
+// Policy is one limit as the headers describe it.
+type Policy struct {
+	// Name identifies the limit in RateLimit-Policy and RateLimit (the
+	// draft's policy identifier, an sf-string) and in the violated-policies
+	// of a problem body. Characters outside printable ASCII, which an
+	// sf-string cannot hold, are written as '?'.
+	Name string
+	// Limit gives the quota q (its Capacity) and the window w (its Period
+	// in seconds, rounded up).
+	Limit sluice.Limit
+}
+
+// SetHeaders writes the rate-limit header fields of a decision to h,
+// replacing any already there. results[i] belongs to policies[i]; binding
+// is the index of the binding result (sluice.MultiResult.Binding); pk is
+// the partition key, or nil to send none; now is the time of the decision.
+//
+// HeadersBoth and HeadersIETF write, with one list item per policy in the
+// order given (draft-ietf-httpapi-ratelimit-headers-10):
+//
+//	RateLimit-Policy: "name";q=<Capacity>;w=<Period in seconds, rounded up>[;pk=:<base64>:]
+//	RateLimit: "name";r=<Remaining>;t=<ResetAfter in seconds, rounded up>[;pk=:<base64>:]
+//
+// HeadersBoth and HeadersLegacy write, from the binding result:
+//
+//	X-RateLimit-Limit: <Limit>
+//	X-RateLimit-Remaining: <Remaining>
+//	X-RateLimit-Reset: <now+ResetAfter in Unix seconds, rounded up>
+//
+// SetHeaders never writes Retry-After: WriteTooManyRequests does, so that
+// a denial a shadow rule lets through carries none. It writes the numbers
+// it is given: do not pass Degraded results, whose numbers the store did
+// not make. Entries beyond the shorter of policies and results are
+// ignored, and a binding out of range writes no legacy fields.
+func SetHeaders(h http.Header, mode HeaderMode, policies []Policy, results []sluice.Result, binding int, now time.Time, pk []byte) {
+	n := min(len(policies), len(results))
+	if n == 0 {
+		return
+	}
+	if mode == HeadersBoth || mode == HeadersIETF {
+		var pol, cur []byte
+		for i := range n {
+			if i > 0 {
+				pol = append(pol, ", "...)
+				cur = append(cur, ", "...)
+			}
+			p, r := policies[i], results[i]
+			pol = appendSFString(pol, p.Name)
+			pol = append(pol, ";q="...)
+			pol = appendSFInt(pol, int64(p.Limit.Capacity()))
+			if p.Limit.Period > 0 { // w must be positive; it is optional
+				pol = append(pol, ";w="...)
+				pol = appendSFInt(pol, ceilSeconds(p.Limit.Period))
+			}
+			pol = appendPartitionKey(pol, pk)
+			cur = appendSFString(cur, p.Name)
+			cur = append(cur, ";r="...)
+			cur = appendSFInt(cur, int64(r.Remaining))
+			cur = append(cur, ";t="...)
+			cur = appendSFInt(cur, ceilSeconds(r.ResetAfter))
+			cur = appendPartitionKey(cur, pk)
+		}
+		h.Set("RateLimit-Policy", string(pol))
+		h.Set("RateLimit", string(cur))
+	}
+	if (mode == HeadersBoth || mode == HeadersLegacy) && binding >= 0 && binding < n {
+		r := results[binding]
+		h.Set("X-RateLimit-Limit", strconv.Itoa(r.Limit))
+		h.Set("X-RateLimit-Remaining", strconv.Itoa(max(r.Remaining, 0)))
+		h.Set("X-RateLimit-Reset", strconv.FormatInt(resetEpoch(now, r.ResetAfter), 10))
+	}
+}
+
+// RetryAfterSeconds returns the Retry-After of a wait d: whole seconds,
+// rounded up, and at least 1, so that a client that waits it is never
+// early and never retries at once.
+func RetryAfterSeconds(d time.Duration) int {
+	return int(min(max(ceilSeconds(d), 1), math.MaxInt))
+}
+
+// ceilSeconds returns d in whole seconds, rounded up; 0 when d <= 0.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
+}
+
+// resetEpoch returns now+d in Unix seconds, rounded up: the first whole
+// second at which the limit has recovered.
+func resetEpoch(now time.Time, d time.Duration) int64 {
+	t := now.Add(max(d, 0))
+	s := t.Unix()
+	if t.Nanosecond() != 0 {
+		s++
+	}
+	return s
+}
+
+// sfMaxInt is the largest RFC 9651 Integer (15 digits).
+const sfMaxInt = 999_999_999_999_999
+
+// appendSFInt appends v as an RFC 9651 Integer, clamped to the draft's
+// non-negative values and the Integer's 15 digits.
+func appendSFInt(b []byte, v int64) []byte {
+	return strconv.AppendInt(b, min(max(v, 0), sfMaxInt), 10)
+}
+
+// appendSFString appends s as an RFC 9651 String: quoted, with '"' and
+// '\' escaped and every character outside printable ASCII written as '?'.
+func appendSFString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for _, c := range s {
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', byte(c))
+		case c < 0x20 || c > 0x7e:
+			b = append(b, '?')
+		default:
+			b = append(b, byte(c))
+		}
+	}
+	return append(b, '"')
+}
+
+// appendPartitionKey appends the pk parameter, an RFC 9651 Byte Sequence,
+// unless pk is empty.
+func appendPartitionKey(b []byte, pk []byte) []byte {
+	if len(pk) == 0 {
+		return b
+	}
+	b = append(b, ";pk=:"...)
+	b = base64.StdEncoding.AppendEncode(b, pk)
+	return append(b, ':')
+}

@@ -1,0 +1,700 @@
+package httplimit_test
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/httplimit"
+)
+
+// t0 is the time of the header tests' decisions: Unix 1767225600.
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func TestSetHeaders(t *testing.T) {
+	login1m := httplimit.Policy{Name: "login-1m", Limit: sluice.PerMinute(5).Using(sluice.SlidingWindow)}
+	login1h := httplimit.Policy{Name: "login-1h", Limit: sluice.PerHour(20).Using(sluice.FixedWindow)}
+	tests := []struct {
+		name     string
+		mode     httplimit.HeaderMode
+		policies []httplimit.Policy
+		results  []sluice.Result
+		binding  int
+		now      time.Time
+		pk       []byte
+		want     map[string]string // every rate-limit field; absent ones must be absent
+	}{
+		{
+			name:     "one limit allowed",
+			policies: []httplimit.Policy{login1m},
+			results:  []sluice.Result{{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 60 * time.Second}},
+			now:      t0,
+			want: map[string]string{
+				"RateLimit-Policy":      `"login-1m";q=5;w=60`,
+				"RateLimit":             `"login-1m";r=4;t=60`,
+				"X-RateLimit-Limit":     "5",
+				"X-RateLimit-Remaining": "4",
+				"X-RateLimit-Reset":     "1767225660",
+			},
+		},
+		{
+			name:     "two limits denied",
+			policies: []httplimit.Policy{login1m, login1h},
+			results: []sluice.Result{
+				{Limit: 5, Remaining: 0, ResetAfter: 42 * time.Second, RetryAfter: 12 * time.Second},
+				{Allowed: true, Limit: 20, Remaining: 15, ResetAfter: 1800*time.Second + 500*time.Millisecond},
+			},
+			now: t0.Add(300 * time.Millisecond),
+			want: map[string]string{
+				"RateLimit-Policy":      `"login-1m";q=5;w=60, "login-1h";q=20;w=3600`,
+				"RateLimit":             `"login-1m";r=0;t=42, "login-1h";r=15;t=1801`,
+				"X-RateLimit-Limit":     "5",
+				"X-RateLimit-Remaining": "0",
+				"X-RateLimit-Reset":     "1767225643", // 42.3s after t0, rounded up
+			},
+		},
+		{
+			name:     "binding second, allowed",
+			policies: []httplimit.Policy{login1m, login1h},
+			results: []sluice.Result{
+				{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 12 * time.Second},
+				{Allowed: true, Limit: 20, Remaining: 1, ResetAfter: time.Hour},
+			},
+			binding: 1,
+			now:     t0,
+			want: map[string]string{
+				"RateLimit-Policy":      `"login-1m";q=5;w=60, "login-1h";q=20;w=3600`,
+				"RateLimit":             `"login-1m";r=4;t=12, "login-1h";r=1;t=3600`,
+				"X-RateLimit-Limit":     "20",
+				"X-RateLimit-Remaining": "1",
+				"X-RateLimit-Reset":     "1767229200",
+			},
+		},
+		{
+			name:     "token bucket: q is the burst",
+			policies: []httplimit.Policy{{Name: "search", Limit: sluice.PerSecond(5).WithBurst(20)}},
+			results:  []sluice.Result{{Allowed: true, Limit: 20, Remaining: 19, ResetAfter: 200 * time.Millisecond}},
+			now:      t0,
+			want: map[string]string{
+				"RateLimit-Policy":      `"search";q=20;w=1`,
+				"RateLimit":             `"search";r=19;t=1`,
+				"X-RateLimit-Limit":     "20",
+				"X-RateLimit-Remaining": "19",
+				"X-RateLimit-Reset":     "1767225601",
+			},
+		},
+		{
+			name:     "partition key",
+			policies: []httplimit.Policy{login1m, login1h},
+			results: []sluice.Result{
+				{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 12 * time.Second},
+				{Allowed: true, Limit: 20, Remaining: 19, ResetAfter: 180 * time.Second},
+			},
+			now: t0,
+			pk:  []byte{0xde, 0xad, 0xbe, 0xef, 0x01},
+			want: map[string]string{
+				"RateLimit-Policy":      `"login-1m";q=5;w=60;pk=:3q2+7wE=:, "login-1h";q=20;w=3600;pk=:3q2+7wE=:`,
+				"RateLimit":             `"login-1m";r=4;t=12;pk=:3q2+7wE=:, "login-1h";r=19;t=180;pk=:3q2+7wE=:`,
+				"X-RateLimit-Limit":     "5",
+				"X-RateLimit-Remaining": "4",
+				"X-RateLimit-Reset":     "1767225612",
+			},
+		},
+		{
+			name:     "empty partition key is none",
+			policies: []httplimit.Policy{login1m},
+			results:  []sluice.Result{{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: time.Second}},
+			now:      t0,
+			pk:       []byte{},
+			want: map[string]string{
+				"RateLimit-Policy":      `"login-1m";q=5;w=60`,
+				"RateLimit":             `"login-1m";r=4;t=1`,
+				"X-RateLimit-Limit":     "5",
+				"X-RateLimit-Remaining": "4",
+				"X-RateLimit-Reset":     "1767225601",
+			},
+		},
+		{
+			name: "rounding up",
+			policies: []httplimit.Policy{
+				{Name: "a", Limit: sluice.Per(3, 1500*time.Millisecond).Using(sluice.FixedWindow)},
+				{Name: "b", Limit: sluice.Per(1, time.Millisecond).Using(sluice.FixedWindow)},
+				{Name: "c", Limit: sluice.PerSecond(1)},
+			},
+			results: []sluice.Result{
+				{Allowed: true, Limit: 3, Remaining: 2, ResetAfter: 1200 * time.Millisecond},
+				{Allowed: true, Limit: 1, Remaining: 1, ResetAfter: 0},
+				{Allowed: true, Limit: 1, Remaining: 1, ResetAfter: time.Microsecond},
+			},
+			now: t0.Add(time.Nanosecond),
+			want: map[string]string{
+				"RateLimit-Policy":      `"a";q=3;w=2, "b";q=1;w=1, "c";q=1;w=1`,
+				"RateLimit":             `"a";r=2;t=2, "b";r=1;t=0, "c";r=1;t=1`,
+				"X-RateLimit-Limit":     "3",
+				"X-RateLimit-Remaining": "2",
+				"X-RateLimit-Reset":     "1767225602", // t0 + 1ns + 1.2s, rounded up
+			},
+		},
+		{
+			name:     "reset now on a whole second",
+			policies: []httplimit.Policy{login1m},
+			results:  []sluice.Result{{Allowed: true, Limit: 5, Remaining: 5}},
+			now:      t0,
+			want: map[string]string{
+				"RateLimit-Policy":      `"login-1m";q=5;w=60`,
+				"RateLimit":             `"login-1m";r=5;t=0`,
+				"X-RateLimit-Limit":     "5",
+				"X-RateLimit-Remaining": "5",
+				"X-RateLimit-Reset":     "1767225600",
+			},
+		},
+		{
+			name:     "never negative",
+			policies: []httplimit.Policy{login1m},
+			results:  []sluice.Result{{Limit: 5, Remaining: -3, ResetAfter: -time.Second}},
+			now:      t0.Add(time.Millisecond),
+			want: map[string]string{
+				"RateLimit-Policy":      `"login-1m";q=5;w=60`,
+				"RateLimit":             `"login-1m";r=0;t=0`,
+				"X-RateLimit-Limit":     "5",
+				"X-RateLimit-Remaining": "0",
+				"X-RateLimit-Reset":     "1767225601",
+			},
+		},
+		{
+			name: "names outside sf-string escaped or replaced",
+			policies: []httplimit.Policy{
+				{Name: `a"b\c`, Limit: sluice.PerSecond(1)},
+				{Name: "café\n", Limit: sluice.PerSecond(2)},
+				{Name: "", Limit: sluice.PerSecond(3)},
+			},
+			results: []sluice.Result{
+				{Allowed: true, Limit: 1, Remaining: 0},
+				{Allowed: true, Limit: 2, Remaining: 1},
+				{Allowed: true, Limit: 3, Remaining: 2},
+			},
+			now: t0,
+			want: map[string]string{
+				"RateLimit-Policy":      `"a\"b\\c";q=1;w=1, "caf??";q=2;w=1, "";q=3;w=1`,
+				"RateLimit":             `"a\"b\\c";r=0;t=0, "caf??";r=1;t=0, "";r=2;t=0`,
+				"X-RateLimit-Limit":     "1",
+				"X-RateLimit-Remaining": "0",
+				"X-RateLimit-Reset":     "1767225600",
+			},
+		},
+		{
+			name:     "ietf only",
+			mode:     httplimit.HeadersIETF,
+			policies: []httplimit.Policy{login1m},
+			results:  []sluice.Result{{Limit: 5, ResetAfter: 42 * time.Second, RetryAfter: 12 * time.Second}},
+			now:      t0,
+			want: map[string]string{
+				"RateLimit-Policy": `"login-1m";q=5;w=60`,
+				"RateLimit":        `"login-1m";r=0;t=42`,
+			},
+		},
+		{
+			name:     "legacy only",
+			mode:     httplimit.HeadersLegacy,
+			policies: []httplimit.Policy{login1m},
+			results:  []sluice.Result{{Limit: 5, ResetAfter: 42 * time.Second, RetryAfter: 12 * time.Second}},
+			now:      t0,
+			want: map[string]string{
+				"X-RateLimit-Limit":     "5",
+				"X-RateLimit-Remaining": "0",
+				"X-RateLimit-Reset":     "1767225642",
+			},
+		},
+		{
+			name:     "none",
+			mode:     httplimit.HeadersNone,
+			policies: []httplimit.Policy{login1m},
+			results:  []sluice.Result{{Limit: 5, ResetAfter: 42 * time.Second, RetryAfter: 12 * time.Second}},
+			now:      t0,
+			want:     map[string]string{},
+		},
+		{
+			name:     "unknown mode writes nothing",
+			mode:     httplimit.HeaderMode(17),
+			policies: []httplimit.Policy{login1m},
+			results:  []sluice.Result{{Allowed: true, Limit: 5, Remaining: 4}},
+			now:      t0,
+			want:     map[string]string{},
+		},
+		{
+			name:     "binding out of range: no legacy fields",
+			policies: []httplimit.Policy{login1m},
+			results:  []sluice.Result{{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: time.Second}},
+			binding:  1,
+			now:      t0,
+			want: map[string]string{
+				"RateLimit-Policy": `"login-1m";q=5;w=60`,
+				"RateLimit":        `"login-1m";r=4;t=1`,
+			},
+		},
+		{
+			name:     "more policies than results: the pairs only",
+			policies: []httplimit.Policy{login1m, login1h},
+			results:  []sluice.Result{{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: time.Second}},
+			now:      t0,
+			want: map[string]string{
+				"RateLimit-Policy":      `"login-1m";q=5;w=60`,
+				"RateLimit":             `"login-1m";r=4;t=1`,
+				"X-RateLimit-Limit":     "5",
+				"X-RateLimit-Remaining": "4",
+				"X-RateLimit-Reset":     "1767225601",
+			},
+		},
+		{
+			name: "no policies",
+			now:  t0,
+			want: map[string]string{},
+		},
+	}
+	fields := []string{"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After"}
+	for _, tt := range tests {
+		h := http.Header{}
+		httplimit.SetHeaders(h, tt.mode, tt.policies, tt.results, tt.binding, tt.now, tt.pk)
+		for _, f := range fields {
+			got, want := h.Values(f), tt.want[f]
+			switch {
+			case want == "" && len(got) > 0:
+				t.Errorf("%s: %s = %q, want none", tt.name, f, got)
+			case want != "" && (len(got) != 1 || got[0] != want):
+				t.Errorf("%s: %s = %q, want %q", tt.name, f, got, want)
+			}
+		}
+		if err := checkRateLimitFields(h); err != nil {
+			t.Errorf("%s: %v", tt.name, err)
+		}
+	}
+}
+
+// TestSetHeadersReplaces: a second decision on the same response replaces
+// the first one's fields instead of adding list members.
+func TestSetHeadersReplaces(t *testing.T) {
+	h := http.Header{}
+	h.Add("RateLimit", `"old";r=1`)
+	h.Add("X-RateLimit-Remaining", "99")
+	h.Set("Content-Type", "text/plain")
+	p := []httplimit.Policy{{Name: "new", Limit: sluice.PerSecond(1)}}
+	httplimit.SetHeaders(h, httplimit.HeadersBoth, p, []sluice.Result{{Allowed: true, Limit: 1}}, 0, t0, nil)
+	if got := h.Values("RateLimit"); len(got) != 1 || got[0] != `"new";r=0;t=0` {
+		t.Errorf("RateLimit = %q, want one new value", got)
+	}
+	if got := h.Values("X-RateLimit-Remaining"); len(got) != 1 || got[0] != "0" {
+		t.Errorf("X-RateLimit-Remaining = %q, want [0]", got)
+	}
+	if got := h.Get("Content-Type"); got != "text/plain" {
+		t.Errorf("Content-Type = %q, want it kept", got)
+	}
+}
+
+func TestRetryAfterSeconds(t *testing.T) {
+	tests := []struct {
+		d    time.Duration
+		want int
+	}{
+		{100 * time.Millisecond, 1},
+		{time.Microsecond, 1},
+		{0, 1},
+		{-time.Second, 1},
+		{time.Second, 1},
+		{time.Second + time.Nanosecond, 2},
+		{1200 * time.Millisecond, 2},
+		{11900 * time.Millisecond, 12},
+		{12 * time.Second, 12},
+		{time.Hour, 3600},
+	}
+	for _, tt := range tests {
+		if got := httplimit.RetryAfterSeconds(tt.d); got != tt.want {
+			t.Errorf("RetryAfterSeconds(%v) = %d, want %d", tt.d, got, tt.want)
+		}
+	}
+}
+
+func TestParseHeaderMode(t *testing.T) {
+	for _, m := range []httplimit.HeaderMode{httplimit.HeadersBoth, httplimit.HeadersIETF, httplimit.HeadersLegacy, httplimit.HeadersNone} {
+		if got, err := httplimit.ParseHeaderMode(m.String()); got != m || err != nil {
+			t.Errorf("ParseHeaderMode(%q) = %v, %v; want %v", m.String(), got, err, m)
+		}
+	}
+	for _, s := range []string{"", "Both", "IETF", "all", "legacy "} {
+		if got, err := httplimit.ParseHeaderMode(s); err == nil {
+			t.Errorf("ParseHeaderMode(%q) = %v, want an error", s, got)
+		} else if !strings.Contains(err.Error(), "both, ietf, legacy, none") {
+			t.Errorf("ParseHeaderMode(%q) error %q does not list the modes", s, err)
+		}
+	}
+	if got := httplimit.HeaderMode(9).String(); got != "HeaderMode(9)" {
+		t.Errorf("HeaderMode(9).String() = %q", got)
+	}
+}
+
+// TestStructuredFieldChecker: the checker used above accepts the draft's
+// own examples and rejects what the draft or RFC 9651 forbids, so that a
+// pass means something.
+func TestStructuredFieldChecker(t *testing.T) {
+	good := []struct{ field, value string }{
+		{"RateLimit-Policy", `"burst";q=100;w=60,"daily";q=1000;w=86400`},
+		{"RateLimit-Policy", `"peruser";q=65535;qu="content-bytes";w=10;pk=:sdfjLJUOUH==:`},
+		{"RateLimit-Policy", `"permin";q=50;w=60, "perhr";q=1000;w=3600`},
+		{"RateLimit-Policy", `"sliding";q=100;w=60;burst=1000`},
+		{"RateLimit", `"default";r=50;t=30`},
+		{"RateLimit", `"default";r=999;pk=:dHJpYWwxMjEzMjM=:`},
+		{"RateLimit", `"default";r=300000000;t=60;pk=:QXBwLTk5OQ==:`},
+		{"RateLimit", `  "a";r=0;t=0 ,	"b";r=1;acme-x=?1;y=tok/en;z=-1.5  `},
+	}
+	for _, g := range good {
+		if err := checkField(g.field, g.value); err != nil {
+			t.Errorf("%s: %s: %v, want accepted", g.field, g.value, err)
+		}
+	}
+	bad := []struct{ field, value string }{
+		{"RateLimit-Policy", ``},                        // must not be empty
+		{"RateLimit-Policy", `"a";w=60`},                // q is required
+		{"RateLimit-Policy", `"a";q=-1`},                // q is non-negative
+		{"RateLimit-Policy", `"a";q=1;w=0`},             // w is positive
+		{"RateLimit-Policy", `"a";q=1;w=1.5`},           // w is an Integer
+		{"RateLimit-Policy", `"a";q=1;w="60"`},          // w is an Integer
+		{"RateLimit-Policy", `"a";q=1;qu=requests`},     // qu is a String
+		{"RateLimit-Policy", `a;q=1`},                   // the item is a String, not a Token
+		{"RateLimit-Policy", `"a";q=1234567890123456`},  // 16 digits
+		{"RateLimit-Policy", `"a";q=1,`},                // trailing comma
+		{"RateLimit-Policy", `"a";q=1 "b";q=2`},         // no comma
+		{"RateLimit-Policy", `"a";Q=1`},                 // keys are lowercase
+		{"RateLimit-Policy", `"a";q=1;q=2`},             // duplicate parameter
+		{"RateLimit-Policy", `"a";q=1;pk=:not base64:`}, // bad Byte Sequence
+		{"RateLimit-Policy", `"a";q=1;pk=:AB:`},         // missing padding
+		{"RateLimit-Policy", `"a";q=1;pk=abc`},          // pk is a Byte Sequence
+		{"RateLimit-Policy", `"a\x";q=1`},               // bad escape
+		{"RateLimit-Policy", `"a;q=1`},                  // unterminated String
+		{"RateLimit-Policy", "\"caf\u00e9\";q=1"},       // not ASCII
+		{"RateLimit-Policy", `("a" "b");q=1`},           // inner list
+		{"RateLimit", `"a";t=1`},                        // r is required
+		{"RateLimit", `"a";r=1;t=-1`},                   // t is non-negative
+		{"RateLimit", `"a";r=?1`},                       // r is an Integer
+		{"RateLimit", `"a";r=1,,"b";r=2`},               // empty member
+	}
+	for _, b := range bad {
+		if err := checkField(b.field, b.value); err == nil {
+			t.Errorf("%s: %s accepted, want an error", b.field, b.value)
+		}
+	}
+	if err := checkField("RateLimit", `"a"; r=1`); err != nil {
+		t.Errorf(`"a"; r=1: %v, want accepted (RFC 9651 allows SP after ';')`, err)
+	}
+}
+
+// checkRateLimitFields checks the RateLimit-Policy and RateLimit fields of
+// h, if present, against draft-ietf-httpapi-ratelimit-headers-10 and RFC
+// 9651, that both name the same policies in the same order, and that the
+// legacy fields are non-negative integers.
+func checkRateLimitFields(h http.Header) error {
+	var names [2][]string
+	for i, f := range []string{"RateLimit-Policy", "RateLimit"} {
+		v := h.Values(f)
+		if len(v) == 0 {
+			continue
+		}
+		if err := checkField(f, strings.Join(v, ", ")); err != nil {
+			return err
+		}
+		items, _ := parseSFList(strings.Join(v, ", "))
+		for _, it := range items {
+			names[i] = append(names[i], it.value.(string))
+		}
+	}
+	if names[0] != nil && names[1] != nil && !slices.Equal(names[0], names[1]) {
+		return fmt.Errorf("RateLimit-Policy names %q, RateLimit names %q", names[0], names[1])
+	}
+	for _, f := range []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"} {
+		for _, v := range h.Values(f) {
+			if n, err := strconv.ParseUint(v, 10, 63); err != nil || strconv.FormatUint(n, 10) != v {
+				return fmt.Errorf("%s: %q is not a non-negative integer", f, v)
+			}
+		}
+	}
+	return nil
+}
+
+// checkField checks one RateLimit-Policy or RateLimit field value (its
+// lines joined with ", ").
+func checkField(field, value string) error {
+	items, err := parseSFList(value)
+	if err != nil {
+		return fmt.Errorf("%s: %s: %v", field, value, err)
+	}
+	if len(items) == 0 {
+		return fmt.Errorf("%s: empty list", field)
+	}
+	required, kinds := "r", map[string]string{"r": "nonneg", "t": "nonneg", "pk": "binary"}
+	if field == "RateLimit-Policy" {
+		required, kinds = "q", map[string]string{"q": "nonneg", "w": "positive", "qu": "string", "pk": "binary"}
+	}
+	for _, it := range items {
+		if _, ok := it.value.(string); !ok {
+			return fmt.Errorf("%s: item %v is not a String", field, it.value)
+		}
+		seen := map[string]bool{}
+		for _, p := range it.params {
+			if seen[p.key] {
+				return fmt.Errorf("%s: parameter %s repeated", field, p.key)
+			}
+			seen[p.key] = true
+			var ok bool
+			switch kinds[p.key] {
+			case "nonneg":
+				n, isInt := p.value.(int64)
+				ok = isInt && n >= 0
+			case "positive":
+				n, isInt := p.value.(int64)
+				ok = isInt && n > 0
+			case "string":
+				_, ok = p.value.(string)
+			case "binary":
+				_, ok = p.value.([]byte)
+			default:
+				ok = true // other parameters are comments
+			}
+			if !ok {
+				return fmt.Errorf("%s: %s=%v has the wrong type or range", field, p.key, p.value)
+			}
+		}
+		if !seen[required] {
+			return fmt.Errorf("%s: item %q lacks %s", field, it.value, required)
+		}
+	}
+	return nil
+}
+
+// A small RFC 9651 (Structured Field Values) List parser, section 4.2:
+// Items with Integers, Decimals, Strings, Tokens, Byte Sequences, Booleans
+// and Parameters; Inner Lists, Dates and Display Strings are refused.
+
+// sfItem is one List member: a bare item and its parameters. Bare items
+// are int64, float64, string (String), sfToken, []byte or bool.
+type sfItem struct {
+	value  any
+	params []sfParam
+}
+
+type sfParam struct {
+	key   string
+	value any
+}
+
+type sfToken string
+
+func parseSFList(s string) ([]sfItem, error) {
+	p := &sfParser{s: strings.TrimLeft(s, " ")}
+	var items []sfItem
+	for p.s != "" {
+		it, err := p.item()
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, it)
+		p.s = strings.TrimLeft(p.s, " \t")
+		if p.s == "" {
+			return items, nil
+		}
+		if p.s[0] != ',' {
+			return nil, fmt.Errorf("want ',' at %q", p.s)
+		}
+		p.s = strings.TrimLeft(p.s[1:], " \t")
+		if p.s == "" {
+			return nil, errors.New("trailing comma")
+		}
+	}
+	return items, nil
+}
+
+type sfParser struct{ s string }
+
+func (p *sfParser) item() (sfItem, error) {
+	v, err := p.bareItem()
+	if err != nil {
+		return sfItem{}, err
+	}
+	it := sfItem{value: v}
+	for strings.HasPrefix(p.s, ";") {
+		p.s = strings.TrimLeft(p.s[1:], " ")
+		k, err := p.key()
+		if err != nil {
+			return sfItem{}, err
+		}
+		var pv any = true
+		if strings.HasPrefix(p.s, "=") {
+			p.s = p.s[1:]
+			if pv, err = p.bareItem(); err != nil {
+				return sfItem{}, err
+			}
+		}
+		it.params = append(it.params, sfParam{k, pv})
+	}
+	return it, nil
+}
+
+func (p *sfParser) key() (string, error) {
+	if p.s == "" || !(isLCAlpha(p.s[0]) || p.s[0] == '*') {
+		return "", fmt.Errorf("bad key at %q", p.s)
+	}
+	i := 1
+	for i < len(p.s) && (isLCAlpha(p.s[i]) || isDigit(p.s[i]) || strings.IndexByte("_-.*", p.s[i]) >= 0) {
+		i++
+	}
+	k := p.s[:i]
+	p.s = p.s[i:]
+	return k, nil
+}
+
+func (p *sfParser) bareItem() (any, error) {
+	if p.s == "" {
+		return nil, errors.New("missing item")
+	}
+	switch c := p.s[0]; {
+	case c == '-' || isDigit(c):
+		return p.number()
+	case c == '"':
+		return p.str()
+	case c == '*' || isAlpha(c):
+		return p.token(), nil
+	case c == ':':
+		return p.bytes()
+	case c == '?':
+		if len(p.s) < 2 || (p.s[1] != '0' && p.s[1] != '1') {
+			return nil, fmt.Errorf("bad boolean at %q", p.s)
+		}
+		b := p.s[1] == '1'
+		p.s = p.s[2:]
+		return b, nil
+	}
+	return nil, fmt.Errorf("unsupported item at %q", p.s)
+}
+
+func (p *sfParser) number() (any, error) {
+	i, neg := 0, false
+	if p.s[0] == '-' {
+		i, neg = 1, true
+	}
+	start, dot := i, -1
+	for ; i < len(p.s); i++ {
+		c := p.s[i]
+		if c == '.' && dot < 0 {
+			dot = i
+			continue
+		}
+		if !isDigit(c) {
+			break
+		}
+	}
+	num := p.s[start:i]
+	p.s = p.s[i:]
+	if num == "" || num[0] == '.' {
+		return nil, errors.New("bad number")
+	}
+	if dot < 0 {
+		if len(num) > 15 {
+			return nil, fmt.Errorf("integer %s has more than 15 digits", num)
+		}
+		n, err := strconv.ParseInt(num, 10, 64)
+		if neg {
+			n = -n
+		}
+		return n, err
+	}
+	whole, frac, _ := strings.Cut(num, ".")
+	if len(whole) > 12 || frac == "" || len(frac) > 3 {
+		return nil, fmt.Errorf("bad decimal %s", num)
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	if neg {
+		f = -f
+	}
+	return f, err
+}
+
+func (p *sfParser) str() (any, error) {
+	var b strings.Builder
+	for i := 1; i < len(p.s); i++ {
+		c := p.s[i]
+		switch {
+		case c == '\\':
+			if i++; i == len(p.s) || (p.s[i] != '"' && p.s[i] != '\\') {
+				return nil, errors.New("bad escape in string")
+			}
+			b.WriteByte(p.s[i])
+		case c == '"':
+			p.s = p.s[i+1:]
+			return b.String(), nil
+		case c < 0x20 || c > 0x7e:
+			return nil, fmt.Errorf("byte %#x in string", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return nil, errors.New("unterminated string")
+}
+
+func (p *sfParser) token() sfToken {
+	i := 1
+	for i < len(p.s) && (isAlpha(p.s[i]) || isDigit(p.s[i]) || strings.IndexByte("!#$%&'*+-.^_`|~:/", p.s[i]) >= 0) {
+		i++
+	}
+	t := sfToken(p.s[:i])
+	p.s = p.s[i:]
+	return t
+}
+
+func (p *sfParser) bytes() (any, error) {
+	end := strings.IndexByte(p.s[1:], ':')
+	if end < 0 {
+		return nil, errors.New("unterminated byte sequence")
+	}
+	enc := p.s[1 : 1+end]
+	p.s = p.s[end+2:]
+	// Serializers must pad (RFC 9651 section 4.1.8), so the checker
+	// refuses a missing '='; non-zero pad bits are tolerated, as section
+	// 4.2.7 asks (the draft's own example has them).
+	b, err := base64.StdEncoding.DecodeString(enc)
+	if err != nil {
+		return nil, fmt.Errorf("byte sequence %q: %v", enc, err)
+	}
+	return b, nil
+}
+
+func isDigit(c byte) bool   { return '0' <= c && c <= '9' }
+func isLCAlpha(c byte) bool { return 'a' <= c && c <= 'z' }
+func isAlpha(c byte) bool   { return isLCAlpha(c) || 'A' <= c && c <= 'Z' }
+
+// ExampleSetHeaders: two limits on a login, the per-minute one denying.
+func ExampleSetHeaders() {
+	policies := []httplimit.Policy{
+		{Name: "login-1m", Limit: sluice.PerMinute(5).Using(sluice.SlidingWindow)},
+		{Name: "login-1h", Limit: sluice.PerHour(20).Using(sluice.FixedWindow)},
+	}
+	results := []sluice.Result{ // from Limiter.AllowAll: MultiResult.Results
+		{Allowed: false, Limit: 5, Remaining: 0, ResetAfter: 42 * time.Second, RetryAfter: 12 * time.Second},
+		{Allowed: true, Limit: 20, Remaining: 15, ResetAfter: 1800 * time.Second},
+	}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	h := http.Header{}
+	httplimit.SetHeaders(h, httplimit.HeadersBoth, policies, results, 0, now, nil)
+	for _, f := range []string{"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"} {
+		fmt.Printf("%s: %s\n", f, h.Get(f))
+	}
+	// Output:
+	// RateLimit-Policy: "login-1m";q=5;w=60, "login-1h";q=20;w=3600
+	// RateLimit: "login-1m";r=0;t=42, "login-1h";r=15;t=1800
+	// X-RateLimit-Limit: 5
+	// X-RateLimit-Remaining: 0
+	// X-RateLimit-Reset: 1767225642
+}

@@ -1,0 +1,429 @@
+package httplimit_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/config"
+	"github.com/sluice-go/sluice/httplimit"
+	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/store/memory"
+	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/storetest"
+)
+
+// fixture is a handler behind the middleware, on the memory store and a
+// fake clock.
+type fixture struct {
+	t     *testing.T
+	clock *storetest.Clock
+	h     http.Handler
+}
+
+func rules(t *testing.T, yaml string) []config.Rule {
+	t.Helper()
+	f, err := config.Parse("test.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	return f.Rules
+}
+
+func setup(t *testing.T, yaml string, opts ...httplimit.Option) *fixture {
+	t.Helper()
+	clock := storetest.NewClock()
+	lim := sluice.New(memory.New(memory.WithClock(clock.Now)), sluice.WithClock(clock.Now))
+	return setupWith(t, lim, clock, yaml, opts...)
+}
+
+func setupWith(t *testing.T, lim *sluice.Limiter, clock *storetest.Clock, yaml string, opts ...httplimit.Option) *fixture {
+	t.Helper()
+	mw := httplimit.New(lim, rules(t, yaml), append([]httplimit.Option{httplimit.WithClock(clock.Now)}, opts...)...)
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) })
+	return &fixture{t: t, clock: clock, h: mw(next)}
+}
+
+// req describes one request.
+type req struct {
+	method, target string
+	remote         string // default 192.0.2.1:1234
+	header         map[string]string
+}
+
+func (f *fixture) do(q req) *httptest.ResponseRecorder {
+	if q.method == "" {
+		q.method = http.MethodGet
+	}
+	r := httptest.NewRequest(q.method, q.target, nil)
+	r.RemoteAddr = "192.0.2.1:1234"
+	if q.remote != "" {
+		r.RemoteAddr = q.remote
+	}
+	for k, v := range q.header {
+		r.Header.Set(k, v)
+	}
+	w := httptest.NewRecorder()
+	f.h.ServeHTTP(w, r)
+	return w
+}
+
+// policy returns the names in a RateLimit-Policy header.
+func policyNames(w *httptest.ResponseRecorder) []string {
+	var names []string
+	for _, item := range strings.Split(w.Header().Get("RateLimit-Policy"), ",") {
+		item = strings.TrimSpace(item)
+		if i := strings.Index(item, ";"); i > 0 {
+			names = append(names, strings.Trim(item[:i], `"`))
+		}
+	}
+	return names
+}
+
+func TestPrecedence(t *testing.T) {
+	f := setup(t, `
+rules:
+  - {name: api, match: /api/, key: ip, limit: 100, period: 1m}
+  - {name: search, match: /api/search, key: ip, limit: 100, period: 1m}
+  - {name: getsearch, match: GET /api/search, key: ip, limit: 100, period: 1m}
+  - {name: item, match: "GET /api/items/{id}", key: ip, limit: 100, period: 1m}
+  - {name: host, match: "api.example.com/api/search", key: ip, limit: 100, period: 1m}
+  - {name: fallback, key: ip, limit: 100, period: 1m}
+`)
+	tests := []struct {
+		method, target string
+		want           string
+	}{
+		{"GET", "/api/search", "getsearch-1m"},
+		{"HEAD", "/api/search", "getsearch-1m"}, // GET patterns match HEAD, as in ServeMux
+		{"POST", "/api/search", "search-1m"},
+		{"GET", "/api/items/42", "item-1m"},
+		{"DELETE", "/api/items/42", "api-1m"},
+		{"GET", "/api/other", "api-1m"},
+		{"GET", "/elsewhere", "fallback-1m"},
+		{"GET", "http://api.example.com/api/search", "host-1m"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method+" "+tt.target, func(t *testing.T) {
+			w := f.do(req{method: tt.method, target: tt.target})
+			if got := policyNames(w); len(got) != 1 || got[0] != tt.want {
+				t.Errorf("policies %q (RateLimit-Policy %q), want %s", got, w.Header().Get("RateLimit-Policy"), tt.want)
+			}
+		})
+	}
+	t.Run("no rule", func(t *testing.T) {
+		g := setup(t, `
+rules:
+  - {name: only, match: /api/, key: ip, limit: 1, period: 1m}
+`)
+		for range 3 {
+			if w := g.do(req{target: "/public"}); w.Code != 200 || w.Header().Get("RateLimit-Policy") != "" {
+				t.Fatalf("unmatched request: %d %v; want 200 without rate-limit headers", w.Code, w.Header())
+			}
+		}
+	})
+}
+
+func TestKeySources(t *testing.T) {
+	f := setup(t, `
+rules:
+  - {name: byheader, match: /h, key: "header:X-API-Key", limit: 1, period: 1m}
+  - {name: byquery, match: /q, key: "query:api_key", limit: 1, period: 1m}
+  - {name: byip, match: /ip, key: ip, limit: 1, period: 1m}
+  - {name: global, match: /g, key: global, limit: 1, period: 1m}
+  - {name: denymissing, match: /d, key: "header:X-API-Key", missing_key: deny, limit: 1, period: 1m}
+  - {name: ipmissing, match: /i, key: "header:X-API-Key", missing_key: ip, limit: 1, period: 1m}
+`)
+	tests := []struct {
+		name  string
+		first req
+		same  req // a request with the same key: denied
+		other req // a request with another key: allowed
+	}{
+		{"header", req{target: "/h", header: map[string]string{"X-API-Key": "a"}}, req{target: "/h", header: map[string]string{"X-API-Key": "a"}, remote: "198.51.100.9:1"}, req{target: "/h", header: map[string]string{"X-API-Key": "b"}}},
+		{"query", req{target: "/q?api_key=a"}, req{target: "/q?api_key=a", remote: "198.51.100.9:1"}, req{target: "/q?api_key=b"}},
+		{"ip", req{target: "/ip"}, req{target: "/ip", header: map[string]string{"X-Forwarded-For": "203.0.113.5"}}, req{target: "/ip", remote: "198.51.100.9:1"}},
+		{"ip fallback", req{target: "/i"}, req{target: "/i"}, req{target: "/i", header: map[string]string{"X-API-Key": "a"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if w := f.do(tt.first); w.Code != 200 {
+				t.Fatalf("first request: %d", w.Code)
+			}
+			if w := f.do(tt.same); w.Code != 429 {
+				t.Errorf("same key: %d, want 429", w.Code)
+			}
+			if w := f.do(tt.other); w.Code != 200 {
+				t.Errorf("other key: %d, want 200", w.Code)
+			}
+		})
+	}
+	t.Run("global", func(t *testing.T) {
+		if w := f.do(req{target: "/g"}); w.Code != 200 {
+			t.Fatalf("first: %d", w.Code)
+		}
+		if w := f.do(req{target: "/g", remote: "198.51.100.9:1"}); w.Code != 429 {
+			t.Errorf("another client on a global rule: %d, want 429", w.Code)
+		}
+	})
+	t.Run("missing key rejected", func(t *testing.T) {
+		w := f.do(req{target: "/h"})
+		var body struct {
+			Error struct{ Code, Message string }
+		}
+		if w.Code != 401 || json.Unmarshal(w.Body.Bytes(), &body) != nil || body.Error.Code != "MISSING_KEY" || !strings.Contains(body.Error.Message, "header:X-Api-Key") {
+			t.Errorf("missing header: %d %s; want 401 MISSING_KEY naming the header", w.Code, w.Body)
+		}
+	})
+	t.Run("missing key denied", func(t *testing.T) {
+		if w := f.do(req{target: "/d"}); w.Code != 429 || w.Header().Get("Retry-After") == "" {
+			t.Errorf("missing header with missing_key deny: %d %v; want 429 with Retry-After", w.Code, w.Header())
+		}
+	})
+	t.Run("custom key function", func(t *testing.T) {
+		type userKey struct{}
+		g := setup(t, `
+rules:
+  - {name: user, match: /u, key: ip, limit: 1, period: 1m}
+`, httplimit.WithKey("user", func(r *http.Request) (string, bool) {
+			u, ok := r.Context().Value(userKey{}).(string)
+			return u, ok
+		}))
+		as := func(user string) int {
+			r := httptest.NewRequest("GET", "/u", nil)
+			if user != "" {
+				r = r.WithContext(context.WithValue(r.Context(), userKey{}, user))
+			}
+			w := httptest.NewRecorder()
+			g.h.ServeHTTP(w, r)
+			return w.Code
+		}
+		if a1, a2, b, none := as("alice"), as("alice"), as("bob"), as(""); a1 != 200 || a2 != 429 || b != 200 || none != 401 {
+			t.Errorf("alice %d, alice again %d, bob %d, anonymous %d; want 200 429 200 401", a1, a2, b, none)
+		}
+	})
+}
+
+func TestTrustedProxies(t *testing.T) {
+	f := setup(t, `
+rules:
+  - {name: login, match: /login, key: ip, limit: 1, period: 1m}
+`, httplimit.WithTrustedProxies(netip.MustParsePrefix("10.0.0.0/8")))
+	via := func(xff string) int {
+		return f.do(req{target: "/login", remote: "10.0.0.7:5555", header: map[string]string{"X-Forwarded-For": xff}}).Code
+	}
+	if got := via("203.0.113.5"); got != 200 {
+		t.Fatalf("first request through the proxy: %d", got)
+	}
+	// The same client prepends made-up addresses: the proxy appended its
+	// real address, which is what counts.
+	for _, spoof := range []string{"1.1.1.1, 203.0.113.5", "9.9.9.9, 8.8.8.8, 203.0.113.5"} {
+		if got := via(spoof); got != 429 {
+			t.Errorf("spoofed X-Forwarded-For %q: %d, want 429 (same client)", spoof, got)
+		}
+	}
+	if got := via("198.51.100.2"); got != 200 {
+		t.Errorf("another client through the proxy: %d, want 200", got)
+	}
+	// An untrusted peer's X-Forwarded-For is ignored.
+	direct := func(xff string) int {
+		return f.do(req{target: "/login", remote: "192.0.2.50:1", header: map[string]string{"X-Forwarded-For": xff}}).Code
+	}
+	if a, b := direct("1.1.1.1"), direct("2.2.2.2"); a != 200 || b != 429 {
+		t.Errorf("untrusted peer with changing X-Forwarded-For: %d then %d, want 200 then 429", a, b)
+	}
+}
+
+func TestPlans(t *testing.T) {
+	f := setup(t, `
+rules:
+  - name: api
+    match: /api/
+    key: "header:X-API-Key"
+    limit: 2
+    period: 1s
+    plans:
+      - {name: pro, keys: [gold-1], limit: 20, period: 1s}
+      - {name: partner, prefixes: ["partner-"], limit: 10, period: 1s}
+`)
+	tests := []struct {
+		key    string
+		policy string
+		admits int
+	}{
+		{"free-1", `"api-1s";q=2;w=1`, 2},
+		{"gold-1", `"api-pro-1s";q=20;w=1`, 20},
+		{"partner-acme", `"api-partner-1s";q=10;w=1`, 10},
+	}
+	for _, tt := range tests {
+		t.Run(tt.key, func(t *testing.T) {
+			admitted := 0
+			for range 25 {
+				w := f.do(req{target: "/api/x", header: map[string]string{"X-API-Key": tt.key}})
+				if got := w.Header().Get("RateLimit-Policy"); got != tt.policy {
+					t.Fatalf("RateLimit-Policy %q, want %q", got, tt.policy)
+				}
+				if w.Code == 200 {
+					admitted++
+				}
+			}
+			if admitted != tt.admits {
+				t.Errorf("admitted %d, want %d", admitted, tt.admits)
+			}
+		})
+	}
+}
+
+func TestResponses(t *testing.T) {
+	f := setup(t, `
+rules:
+  - name: login
+    match: POST /login
+    key: ip
+    limits:
+      - {algorithm: token_bucket, limit: 1, period: 1s, burst: 2}
+      - {algorithm: fixed_window, limit: 20, period: 1h}
+`)
+	post := func() *httptest.ResponseRecorder { return f.do(req{method: "POST", target: "/login"}) }
+	w := post()
+	want := map[string]string{
+		"RateLimit-Policy":      `"login-1s";q=2;w=1, "login-1h";q=20;w=3600`,
+		"RateLimit":             `"login-1s";r=1;t=1, "login-1h";r=19;t=3600`,
+		"X-RateLimit-Limit":     "2",
+		"X-RateLimit-Remaining": "1",
+		"X-RateLimit-Reset":     strconv.FormatInt(storetest.Epoch.Add(time.Second).Unix(), 10),
+	}
+	for k, v := range want {
+		if got := w.Header().Get(k); got != v {
+			t.Errorf("allowed: %s = %q, want %q", k, got, v)
+		}
+	}
+	if w.Code != 200 || w.Header().Get("Retry-After") != "" {
+		t.Errorf("allowed: %d, Retry-After %q", w.Code, w.Header().Get("Retry-After"))
+	}
+	if err := checkRateLimitFields(w.Header()); err != nil {
+		t.Errorf("allowed: %v", err)
+	}
+	post()
+	f.clock.Set(300 * time.Millisecond)
+	w = post()
+	if w.Code != 429 {
+		t.Fatalf("third request: %d, want 429", w.Code)
+	}
+	// The bucket is empty; a token comes back 700ms later: Retry-After 1.
+	if got := w.Header().Get("Retry-After"); got != "1" {
+		t.Errorf("Retry-After %q, want 1", got)
+	}
+	if got := w.Header().Get("RateLimit"); got != `"login-1s";r=0;t=2, "login-1h";r=18;t=3600` {
+		t.Errorf("denied: RateLimit %q", got)
+	}
+	if err := checkRateLimitFields(w.Header()); err != nil {
+		t.Errorf("denied: %v", err)
+	}
+	var body struct {
+		Error struct {
+			Code       string `json:"code"`
+			Message    string `json:"message"`
+			RetryAfter int    `json:"retry_after"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || body.Error.Code != "RATE_LIMITED" || body.Error.RetryAfter != 1 || body.Error.Message == "" {
+		t.Errorf("429 body %s (%v), want RATE_LIMITED with retry_after 1", w.Body, err)
+	}
+	// Retry-After is honest: after waiting it, the request is admitted.
+	f.clock.Set(300*time.Millisecond + time.Second)
+	if w := post(); w.Code != 200 {
+		t.Errorf("after waiting Retry-After: %d, want 200", w.Code)
+	}
+}
+
+func TestHeaderModes(t *testing.T) {
+	const yaml = `
+rules:
+  - {name: r, key: ip, limit: 5, period: 1m}
+`
+	tests := []struct {
+		mode         httplimit.HeaderMode
+		ietf, legacy bool
+	}{
+		{httplimit.HeadersBoth, true, true},
+		{httplimit.HeadersIETF, true, false},
+		{httplimit.HeadersLegacy, false, true},
+		{httplimit.HeadersNone, false, false},
+	}
+	for _, tt := range tests {
+		w := setup(t, yaml, httplimit.WithHeaders(tt.mode)).do(req{target: "/"})
+		if got := w.Header().Get("RateLimit") != ""; got != tt.ietf {
+			t.Errorf("mode %v: RateLimit present %v, want %v", tt.mode, got, tt.ietf)
+		}
+		if got := w.Header().Get("X-RateLimit-Limit") != ""; got != tt.legacy {
+			t.Errorf("mode %v: X-RateLimit-Limit present %v, want %v", tt.mode, got, tt.legacy)
+		}
+	}
+}
+
+func TestProblemJSON(t *testing.T) {
+	f := setup(t, `
+rules:
+  - {name: r, key: ip, limit: 1, period: 1m}
+`, httplimit.WithProblemJSON())
+	f.do(req{target: "/"})
+	w := f.do(req{target: "/"})
+	var p map[string]any
+	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != 429 || w.Header().Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("%d %s %q: %v", w.Code, w.Body, w.Header().Get("Content-Type"), err)
+	}
+	if vp, _ := p["violated-policies"].([]any); len(vp) != 1 || vp[0] != "r-1m" {
+		t.Errorf("violated-policies %v, want [r-1m]", p["violated-policies"])
+	}
+}
+
+func TestShadow(t *testing.T) {
+	f := setup(t, `
+rules:
+  - {name: r, key: ip, limit: 1, period: 1m, shadow: true}
+`)
+	for i := range 5 {
+		if w := f.do(req{target: "/"}); w.Code != 200 || w.Header().Get("Retry-After") != "" {
+			t.Fatalf("request %d in shadow mode: %d %v; want 200", i, w.Code, w.Header())
+		}
+	}
+}
+
+// TestStoreDown: the Limiter's error policy decides, and responses carry no
+// rate-limit numbers, which would be made up.
+func TestStoreDown(t *testing.T) {
+	srv := redistest.Start(t)
+	store, err := sluiceredis.Open("redis://" + srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	srv.Stop()
+	const yaml = `
+rules:
+  - {name: r, key: ip, limit: 5, period: 1m}
+`
+	clock := storetest.NewClock()
+	for _, tt := range []struct {
+		policy sluice.ErrorPolicy
+		code   int
+	}{
+		{sluice.AllowOnError, 200},
+		{sluice.DenyOnError, 429},
+		{sluice.ReturnErrors, 200}, // the middleware lets the request through and logs
+	} {
+		f := setupWith(t, sluice.New(store, sluice.WithErrorPolicy(tt.policy)), clock, yaml)
+		w := f.do(req{target: "/"})
+		if w.Code != tt.code || w.Header().Get("RateLimit") != "" || w.Header().Get("X-RateLimit-Remaining") != "" {
+			t.Errorf("%s: %d %v; want %d without rate-limit numbers", tt.policy, w.Code, w.Header(), tt.code)
+		}
+	}
+}

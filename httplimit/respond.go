@@ -1,0 +1,103 @@
+package httplimit
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// quotaExceededType is the problem type of draft-ietf-httpapi-ratelimit-headers-10,
+// section 5.1, and its registered title (section 10.2.1).
+const (
+	quotaExceededType  = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	quotaExceededTitle = "Quota Exceeded"
+)
+
+// errorBody is the JSON error body: {"error":{"code":...,"message":...}}.
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Code       string `json:"code"`
+	Message    string `json:"message"`
+	RetryAfter int    `json:"retry_after,omitempty"` // seconds; only on 429, where it is at least 1
+}
+
+// quotaProblem is an RFC 9457 problem details object of the quota-exceeded
+// type.
+type quotaProblem struct {
+	Type             string   `json:"type"`
+	Title            string   `json:"title"`
+	Status           int      `json:"status"`
+	Detail           string   `json:"detail"`
+	ViolatedPolicies []string `json:"violated-policies"`
+}
+
+// WriteTooManyRequests writes a 429 with Retry-After (RetryAfterSeconds of
+// retryAfter) and a JSON body:
+//
+//	{"error":{"code":"RATE_LIMITED","message":"...","retry_after":N}}
+//
+// where N is the Retry-After. When problem is true the body is instead an
+// RFC 9457 application/problem+json object of the quota-exceeded type of
+// draft-ietf-httpapi-ratelimit-headers-10:
+//
+//	{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",
+//	 "title":"Quota Exceeded","status":429,"detail":"...",
+//	 "violated-policies":["login-1m"]}
+//
+// violated names the denying policies, as in the RateLimit field; it may be
+// empty. Header fields already set on w (the rate-limit fields) are kept.
+func WriteTooManyRequests(w http.ResponseWriter, retryAfter time.Duration, violated []string, problem bool) {
+	secs := RetryAfterSeconds(retryAfter)
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	wait := "retry after " + strconv.Itoa(secs) + " second"
+	if secs != 1 {
+		wait += "s"
+	}
+	if !problem {
+		writeJSONBody(w, http.StatusTooManyRequests, "application/json", errorBody{Error: errorDetail{
+			Code:       "RATE_LIMITED",
+			Message:    "rate limit exceeded; " + wait,
+			RetryAfter: secs,
+		}})
+		return
+	}
+	detail := "rate limit exceeded; " + wait
+	if len(violated) > 0 {
+		detail = "rate limit exceeded (" + strings.Join(violated, ", ") + "); " + wait
+	}
+	if violated == nil {
+		violated = []string{} // an array, never null
+	}
+	writeJSONBody(w, http.StatusTooManyRequests, "application/problem+json", quotaProblem{
+		Type:             quotaExceededType,
+		Title:            quotaExceededTitle,
+		Status:           http.StatusTooManyRequests,
+		Detail:           detail,
+		ViolatedPolicies: violated,
+	})
+}
+
+// WriteError writes a JSON error {"error":{"code":code,"message":msg}}
+// with status. Header fields already set on w are kept.
+func WriteError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSONBody(w, status, "application/json", errorBody{Error: errorDetail{Code: code, Message: msg}})
+}
+
+// writeJSONBody writes v as a JSON body, followed by a newline.
+func writeJSONBody(w http.ResponseWriter, status int, contentType string, v any) {
+	// Marshal cannot fail: the bodies hold only strings, ints and string
+	// slices (invalid UTF-8 is replaced, not refused).
+	b, _ := json.Marshal(v)
+	b = append(b, '\n')
+	h := w.Header()
+	h.Set("Content-Type", contentType)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Del("Content-Length") // one set for another body would be wrong; net/http sets it
+	w.WriteHeader(status)
+	_, _ = w.Write(b) // a client that went away is nobody to tell
+}
