@@ -21,7 +21,7 @@
 //
 //	HTTP/1.1 429 Too Many Requests
 //	Ratelimit-Policy: "login-1m";q=5;w=60
-//	Ratelimit: "login-1m";r=0;t=42
+//	Ratelimit: "login-1m";r=0;t=12
 //	X-Ratelimit-Limit: 5
 //	X-Ratelimit-Remaining: 0
 //	X-Ratelimit-Reset: 1767225642

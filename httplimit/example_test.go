@@ -50,7 +50,7 @@ rules:
 	// Output:
 	// 200 "login-1m";r=1;t=120, "login-1h";r=19;t=3600
 	// 200 "login-1m";r=0;t=120, "login-1h";r=18;t=3600
-	// 429 "login-1m";r=0;t=120, "login-1h";r=18;t=3600
+	// 429 "login-1m";r=0;t=90, "login-1h";r=18;t=3600
 	// Retry-After: 90
 }
 

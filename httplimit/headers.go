@@ -72,7 +72,12 @@ type Policy struct {
 // order given (draft-ietf-httpapi-ratelimit-headers-10):
 //
 //	RateLimit-Policy: "name";q=<Capacity>;w=<Period in seconds, rounded up>[;pk=:<base64>:]
-//	RateLimit: "name";r=<Remaining>;t=<ResetAfter in seconds, rounded up>[;pk=:<base64>:]
+//	RateLimit: "name";r=<Remaining>;t=<seconds, rounded up>[;pk=:<base64>:]
+//
+// where t is, for a limit that denied the request, the time until it
+// would admit it (RetryAfter), so that no t points past Retry-After as
+// the draft asks; for the others, the time until the limit is fully
+// recovered (ResetAfter).
 //
 // HeadersBoth and HeadersLegacy write, from the binding result:
 //
@@ -110,7 +115,11 @@ func SetHeaders(h http.Header, mode HeaderMode, policies []Policy, results []slu
 			cur = append(cur, ";r="...)
 			cur = appendSFInt(cur, int64(r.Remaining))
 			cur = append(cur, ";t="...)
-			cur = appendSFInt(cur, ceilSeconds(r.ResetAfter))
+			t := r.ResetAfter
+			if !r.Allowed {
+				t = r.RetryAfter // when this limit admits the request: never after Retry-After
+			}
+			cur = appendSFInt(cur, ceilSeconds(t))
 			cur = appendPartitionKey(cur, pk)
 		}
 		h.Set("RateLimit-Policy", string(pol))

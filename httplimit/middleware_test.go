@@ -321,7 +321,7 @@ rules:
 	if got := w.Header().Get("Retry-After"); got != "1" {
 		t.Errorf("Retry-After %q, want 1", got)
 	}
-	if got := w.Header().Get("RateLimit"); got != `"login-1s";r=0;t=2, "login-1h";r=18;t=3600` {
+	if got := w.Header().Get("RateLimit"); got != `"login-1s";r=0;t=1, "login-1h";r=18;t=3600` {
 		t.Errorf("denied: RateLimit %q", got)
 	}
 	if err := checkRateLimitFields(w.Header()); err != nil {
