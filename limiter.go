@@ -71,6 +71,11 @@ func WithErrorHandler(f func(ctx context.Context, err error)) Option {
 	return func(l *Limiter) { l.onError = f }
 }
 
+// Policy returns the Limiter's ErrorPolicy, so that a caller can tell a
+// degraded denial that DenyOnError made (the store is down) from one a
+// LocalOnError fallback made (the client is over its local limit).
+func (l *Limiter) Policy() ErrorPolicy { return l.policy }
+
 // Allow is shorthand for AllowN(ctx, key, limit, 1).
 func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, error) {
 	return l.AllowN(ctx, key, limit, 1)

@@ -314,7 +314,35 @@ func (p *parser) pattern(f field) (string, bool) {
 		p.errorf(f.val.Line, f.path, "%q is not a valid ServeMux pattern (%s); %s", s, msg, help)
 		return "", false
 	}
+	if why := neverMatches(pat); why != "" {
+		p.errorf(f.val.Line, f.path, "%q could never match a request: %s", s, why)
+		return "", false
+	}
 	return pat, true
+}
+
+// neverMatches says why ServeMux would accept pattern but no request could
+// match it, or "".
+func neverMatches(pattern string) string {
+	method, rest, found := strings.Cut(pattern, " ")
+	if !found {
+		method, rest = "", pattern
+	}
+	if method != strings.ToUpper(method) {
+		return fmt.Sprintf("methods are case-sensitive; did you mean %q?", strings.ToUpper(method)+" "+rest)
+	}
+	host, path, _ := strings.Cut(rest, "/")
+	switch {
+	case host == "":
+		return ""
+	case strings.Contains(host, ":"):
+		return "ServeMux matches the host without its port; leave the port out"
+	case host != strings.ToLower(host):
+		return fmt.Sprintf("hosts are matched in lower case; did you mean %q?", strings.ToLower(host)+"/"+path)
+	case !strings.Contains(host, ".") && host != "localhost" && !strings.HasPrefix(host, "{"):
+		return fmt.Sprintf("%q reads as a host name; did you mean %q?", host, "/"+rest)
+	}
+	return ""
 }
 
 // normalizePattern trims s and separates its method from the rest by one

@@ -2,9 +2,13 @@ package httplimit
 
 import (
 	"crypto/sha256"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"path"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluice-go/sluice"
@@ -104,23 +108,36 @@ func (ruleIndex) ServeHTTP(http.ResponseWriter, *http.Request) {}
 // shadow mode decides and logs but never blocks.
 //
 // When the store fails, lim's ErrorPolicy decides, and responses carry no
-// rate-limit headers, since the numbers would be made up; under
-// ReturnErrors the request passes and the error is logged.
+// rate-limit headers, since the numbers would be made up: a refusal by
+// DenyOnError is a 503 (the client exceeded nothing), a LocalOnError
+// fallback's denial a 429; under ReturnErrors the request passes and the
+// error is logged.
 //
-// Rules from config.Load are valid; New panics, as http.ServeMux does, on
-// a malformed or conflicting pattern in rules built by hand.
+// Rules from config.Load are valid. Rules built by hand get the same
+// checks (a cost of 0 means 1), and New panics, as http.ServeMux does, on
+// a rule without limits, an invalid limit or cost, a malformed or
+// conflicting pattern, or a WithKey naming no rule.
 func New(lim *sluice.Limiter, rules []config.Rule, opts ...Option) func(http.Handler) http.Handler {
-	m := &middleware{lim: lim, rules: rules, mux: http.NewServeMux(), def: -1}
+	m := &middleware{lim: lim, rules: append([]config.Rule(nil), rules...), mux: http.NewServeMux(), def: -1}
 	m.opts = options{keys: map[string]KeyFunc{}, now: time.Now, log: slog.Default()}
 	for _, o := range opts {
 		o(&m.opts)
 	}
-	for i, r := range rules {
+	names := map[string]bool{}
+	for i := range m.rules {
+		r := &m.rules[i]
+		mustBeValid(r)
+		names[r.Name] = true
 		if r.Match == "" {
 			m.def = i
 			continue
 		}
 		m.mux.Handle(r.Match, ruleIndex(i))
+	}
+	for name := range m.opts.keys {
+		if !names[name] {
+			panic(fmt.Sprintf("httplimit: WithKey names rule %q, which is not among the rules", name))
+		}
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -129,10 +146,50 @@ func New(lim *sluice.Limiter, rules []config.Rule, opts ...Option) func(http.Han
 	}
 }
 
-// match returns the rule for r, or nil.
+// mustBeValid checks a rule built by hand as config.Load would have, and
+// fills in its default cost.
+func mustBeValid(r *config.Rule) {
+	if r.Cost == 0 {
+		r.Cost = 1
+	}
+	all := append([]sluice.Limit(nil), r.Limits...)
+	for _, p := range r.Plans {
+		if len(p.Limits) == 0 {
+			panic(fmt.Sprintf("httplimit: rule %q: plan %q has no limits", r.Name, p.Name))
+		}
+		all = append(all, p.Limits...)
+	}
+	if len(r.Limits) == 0 {
+		panic(fmt.Sprintf("httplimit: rule %q has no limits", r.Name))
+	}
+	for _, l := range all {
+		if err := l.Validate(); err != nil {
+			panic(fmt.Sprintf("httplimit: rule %q: %v", r.Name, err))
+		}
+		if r.Cost < 0 || r.Cost > l.Capacity() {
+			panic(fmt.Sprintf("httplimit: rule %q: cost %d does not fit in %s", r.Name, r.Cost, l))
+		}
+	}
+}
+
+// match returns the rule for r, or nil. A request that ServeMux would
+// redirect (an unclean path such as //login or /a/../login, or a missing
+// trailing slash) is matched as the request it would be redirected to, so
+// that its spelling cannot dodge its rule.
 func (m *middleware) match(r *http.Request) *config.Rule {
-	if h, _ := m.mux.Handler(r); h != nil {
-		if i, ok := h.(ruleIndex); ok {
+	if i, ok := m.lookup(r, r.URL.Path); ok {
+		return &m.rules[i]
+	}
+	clean := cleanPath(r.URL.Path)
+	candidates := []string{clean}
+	if !strings.HasSuffix(clean, "/") {
+		candidates = append(candidates, clean+"/")
+	}
+	for _, p := range candidates {
+		if p == r.URL.Path {
+			continue // looked up already
+		}
+		if i, ok := m.lookup(r, p); ok {
 			return &m.rules[i]
 		}
 	}
@@ -142,30 +199,75 @@ func (m *middleware) match(r *http.Request) *config.Rule {
 	return nil
 }
 
-// key returns the client key of r under rule, or ok = false.
-func (m *middleware) key(r *http.Request, rule *config.Rule) (string, bool) {
+// lookup matches r, with its path replaced by path, against the patterns.
+func (m *middleware) lookup(r *http.Request, path string) (ruleIndex, bool) {
+	if path != r.URL.Path {
+		u := *r.URL
+		u.Path, u.RawPath = path, ""
+		r2 := *r
+		r2.URL = &u
+		r = &r2
+	}
+	h, _ := m.mux.Handler(r)
+	i, ok := h.(ruleIndex)
+	return i, ok
+}
+
+// cleanPath is path.Clean that keeps a trailing slash, as ServeMux cleans.
+func cleanPath(p string) string {
+	if p == "" || p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if strings.HasSuffix(p, "/") && np != "/" {
+		np += "/"
+	}
+	return np
+}
+
+// key returns the storage key of r under rule and the limits that apply
+// to it, or ok = false when r lacks the key the rule needs. Keys live in
+// separate namespaces by where they come from, so that no client can pick
+// a value that collides with another source's: "fn:" for a WithKey
+// function, "k:" for a header or query value, "ip:" for an address that
+// stands in for a missing key, and the bare address for an ip rule.
+func (m *middleware) key(r *http.Request, rule *config.Rule) (key string, limits []sluice.Limit, ok bool) {
 	if f := m.opts.keys[rule.Name]; f != nil {
-		return f(r)
+		if k, ok := f(r); ok {
+			return "fn:" + k, rule.LimitsFor(k), true
+		}
+		// Without a function key, the rule's own key source applies.
 	}
 	switch rule.Key.Source {
 	case "global":
-		return "global", true
-	case "header":
-		v := r.Header.Get(rule.Key.Name)
-		return v, v != ""
-	case "query":
-		v := r.URL.Query().Get(rule.Key.Name)
-		return v, v != ""
+		return "global", rule.LimitsFor("global"), true
+	case "header", "query":
+		var v string
+		if rule.Key.Source == "header" {
+			v = r.Header.Get(rule.Key.Name)
+		} else {
+			v = r.URL.Query().Get(rule.Key.Name)
+		}
+		if v != "" {
+			return "k:" + v, rule.LimitsFor(v), true
+		}
+		if rule.MissingKey == "ip" {
+			return "ip:" + m.clientIP(r), rule.Limits, true
+		}
+		return "", nil, false
 	}
-	return m.clientIP(r)
+	ip := m.clientIP(r)
+	return ip, rule.LimitsFor(ip), true
 }
 
-func (m *middleware) clientIP(r *http.Request) (string, bool) {
+// clientIP returns the client's address, or "unknown" when the connection
+// has none (a Unix socket): such clients then share one bucket.
+func (m *middleware) clientIP(r *http.Request) string {
 	addr, ok := ClientIP(r, m.opts.trusted)
 	if !ok {
-		return "", false
+		return "unknown"
 	}
-	return addr.String(), true
+	return addr.String()
 }
 
 func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
@@ -174,29 +276,15 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
-	key, ok := m.key(r, rule)
-	limits := rule.LimitsFor(key)
-	if ok && (rule.Key.Source == "header" || rule.Key.Source == "query" || m.opts.keys[rule.Name] != nil) {
-		// Keys from a request's content live apart from the addresses a
-		// missing key falls back to, whatever they look like.
-		key = "k:" + key
-	}
+	key, limits, ok := m.key(r, rule)
 	if !ok {
-		switch rule.MissingKey {
-		case "ip":
-			if key, ok = m.clientIP(r); ok {
-				key = "ip:" + key
-				limits = rule.Limits
-				break
-			}
-			fallthrough
-		case "deny":
-			WriteTooManyRequests(w, rule.Limits[0].Period, nil, m.opts.problem)
-			return
-		default: // "reject"
-			WriteError(w, http.StatusUnauthorized, "MISSING_KEY", "this endpoint needs a client key ("+rule.Key.String()+")")
-			return
+		msg := "this endpoint needs a client key (" + rule.Key.String() + ")"
+		status := http.StatusUnauthorized
+		if rule.MissingKey == "deny" {
+			status = http.StatusTooManyRequests // without Retry-After: waiting would not help
 		}
+		WriteError(w, status, "MISSING_KEY", msg)
+		return
 	}
 	res, err := m.lim.AllowAll(r.Context(), key, rule.Cost, limits...)
 	if err != nil {
@@ -228,6 +316,13 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	if res.Allowed {
 		next.ServeHTTP(w, r)
+		return
+	}
+	if res.Degraded && m.lim.Policy().String() == "deny" {
+		// The store is down and the policy refuses: not the client's
+		// doing, and no quota to name.
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds(res.RetryAfter)))
+		WriteError(w, http.StatusServiceUnavailable, "RATE_LIMITER_UNAVAILABLE", "the rate limiter's store is unavailable; retry later")
 		return
 	}
 	var violated []string

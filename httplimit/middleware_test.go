@@ -1,8 +1,10 @@
 package httplimit_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -118,6 +120,23 @@ rules:
 			}
 		})
 	}
+	t.Run("spellings ServeMux would redirect", func(t *testing.T) {
+		g := setup(t, `
+rules:
+  - {name: login, match: POST /api/auth/login, key: ip, limit: 1, period: 1h}
+  - {name: items, match: /api/items/, key: ip, limit: 1, period: 1h}
+  - {name: fallback, key: ip, limit: 1000, period: 1s}
+`)
+		for _, target := range []string{"/api/auth/login", "//api/auth/login", "/api/auth/./login", "/api//auth/login", "/api/x/../auth/login"} {
+			w := g.do(req{method: "POST", target: target, remote: "198.51.100.1:1"})
+			if got := policyNames(w); len(got) != 1 || got[0] != "login-1h" {
+				t.Errorf("POST %s: policies %q, want login-1h", target, got)
+			}
+		}
+		if w := g.do(req{target: "/api/items"}); len(policyNames(w)) != 1 || policyNames(w)[0] != "items-1h" {
+			t.Errorf("GET /api/items (redirected to /api/items/): policies %q, want items-1h", policyNames(w))
+		}
+	})
 	t.Run("no rule", func(t *testing.T) {
 		g := setup(t, `
 rules:
@@ -183,8 +202,10 @@ rules:
 		}
 	})
 	t.Run("missing key denied", func(t *testing.T) {
-		if w := f.do(req{target: "/d"}); w.Code != 429 || w.Header().Get("Retry-After") == "" {
-			t.Errorf("missing header with missing_key deny: %d %v; want 429 with Retry-After", w.Code, w.Header())
+		// 429, but no Retry-After: waiting would not bring the key.
+		w := f.do(req{target: "/d"})
+		if w.Code != 429 || w.Header().Get("Retry-After") != "" || !strings.Contains(w.Body.String(), "MISSING_KEY") {
+			t.Errorf("missing header with missing_key deny: %d %v %s; want 429 MISSING_KEY without Retry-After", w.Code, w.Header(), w.Body)
 		}
 	})
 	t.Run("custom key function", func(t *testing.T) {
@@ -205,8 +226,9 @@ rules:
 			g.h.ServeHTTP(w, r)
 			return w.Code
 		}
-		if a1, a2, b, none := as("alice"), as("alice"), as("bob"), as(""); a1 != 200 || a2 != 429 || b != 200 || none != 401 {
-			t.Errorf("alice %d, alice again %d, bob %d, anonymous %d; want 200 429 200 401", a1, a2, b, none)
+		// Anonymous requests fall back to the rule's own key: the address.
+		if a1, a2, b, anon1, anon2 := as("alice"), as("alice"), as("bob"), as(""), as(""); a1 != 200 || a2 != 429 || b != 200 || anon1 != 200 || anon2 != 429 {
+			t.Errorf("alice %d, alice again %d, bob %d, anonymous %d and %d; want 200 429 200 200 429", a1, a2, b, anon1, anon2)
 		}
 	})
 }
@@ -386,14 +408,19 @@ rules:
 }
 
 func TestShadow(t *testing.T) {
+	var logs bytes.Buffer
 	f := setup(t, `
 rules:
   - {name: r, key: ip, limit: 1, period: 1m, shadow: true}
-`)
+`, httplimit.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	for i := range 5 {
 		if w := f.do(req{target: "/"}); w.Code != 200 || w.Header().Get("Retry-After") != "" {
 			t.Fatalf("request %d in shadow mode: %d %v; want 200", i, w.Code, w.Header())
 		}
+	}
+	// The rule was decided: the four requests over the limit were logged.
+	if n := strings.Count(logs.String(), "shadow rule would deny"); n != 4 {
+		t.Errorf("logged %d shadow denials, want 4:\n%s", n, logs.String())
 	}
 }
 
@@ -415,15 +442,75 @@ rules:
 	for _, tt := range []struct {
 		policy sluice.ErrorPolicy
 		code   int
+		says   string
 	}{
-		{sluice.AllowOnError, 200},
-		{sluice.DenyOnError, 429},
-		{sluice.ReturnErrors, 200}, // the middleware lets the request through and logs
+		{sluice.AllowOnError, 200, "ok"},
+		// Not a 429: the client did nothing wrong, and there is no quota to name.
+		{sluice.DenyOnError, 503, "RATE_LIMITER_UNAVAILABLE"},
+		{sluice.ReturnErrors, 200, "ok"}, // the middleware lets the request through and logs
 	} {
 		f := setupWith(t, sluice.New(store, sluice.WithErrorPolicy(tt.policy)), clock, yaml)
 		w := f.do(req{target: "/"})
-		if w.Code != tt.code || w.Header().Get("RateLimit") != "" || w.Header().Get("X-RateLimit-Remaining") != "" {
-			t.Errorf("%s: %d %v; want %d without rate-limit numbers", tt.policy, w.Code, w.Header(), tt.code)
+		if w.Code != tt.code || !strings.Contains(w.Body.String(), tt.says) || w.Header().Get("RateLimit") != "" || w.Header().Get("X-RateLimit-Remaining") != "" {
+			t.Errorf("%s: %d %v %s; want %d saying %s, without rate-limit numbers", tt.policy, w.Code, w.Header(), w.Body, tt.code, tt.says)
 		}
+	}
+	// A local fallback's denial is a real one: 429, still without numbers.
+	f := setupWith(t, sluice.New(store, sluice.WithErrorPolicy(sluice.LocalOnError(memory.New()))), clock, `
+rules:
+  - {name: r, key: ip, limit: 1, period: 1m}
+`)
+	if a, b := f.do(req{target: "/"}), f.do(req{target: "/"}); a.Code != 200 || b.Code != 429 || b.Header().Get("RateLimit") != "" {
+		t.Errorf("local fallback: %d then %d %v; want 200 then 429 without rate-limit numbers", a.Code, b.Code, b.Header())
+	}
+}
+
+// TestUnixSocketPeer: a connection without an address (a Unix socket) is
+// limited under one shared key, not rejected.
+func TestUnixSocketPeer(t *testing.T) {
+	f := setup(t, `
+rules:
+  - {name: r, key: ip, limit: 1, period: 1m}
+`)
+	if a, b := f.do(req{target: "/", remote: "@"}), f.do(req{target: "/", remote: "@"}); a.Code != 200 || b.Code != 429 {
+		t.Errorf("unix-socket peer: %d then %d, want 200 then 429", a.Code, b.Code)
+	}
+}
+
+// TestHandBuiltRules: rules built in code get config's defaults and
+// checks; mistakes panic at New, as ServeMux does, never at a request.
+func TestHandBuiltRules(t *testing.T) {
+	lim := sluice.New(memory.New())
+	next := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	// Cost 0 means 1 here, not a free look at the state.
+	h := httplimit.New(lim, []config.Rule{{Name: "r", Key: config.Key{Source: "ip"}, Limits: []sluice.Limit{sluice.PerHour(1).Named("r-1h")}}})(next)
+	codes := []int{}
+	for range 2 {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+		codes = append(codes, w.Code)
+	}
+	if codes[0] != 200 || codes[1] != 429 {
+		t.Errorf("hand-built rule with cost 0: %v, want [200 429]", codes)
+	}
+	panics := []struct {
+		name  string
+		rules []config.Rule
+		opts  []httplimit.Option
+	}{
+		{"no limits", []config.Rule{{Name: "r"}}, nil},
+		{"invalid limit", []config.Rule{{Name: "r", Limits: []sluice.Limit{sluice.PerSecond(0)}}}, nil},
+		{"cost above capacity", []config.Rule{{Name: "r", Cost: 5, Limits: []sluice.Limit{sluice.PerSecond(2)}}}, nil},
+		{"WithKey for no rule", []config.Rule{{Name: "r", Limits: []sluice.Limit{sluice.PerSecond(2)}}}, []httplimit.Option{httplimit.WithKey("typo", nil)}},
+	}
+	for _, tt := range panics {
+		t.Run(tt.name, func(t *testing.T) {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("New accepted %+v", tt.rules)
+				}
+			}()
+			httplimit.New(lim, tt.rules, tt.opts...)
+		})
 	}
 }
