@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/config"
+)
+
+func runCheck(_ context.Context, args []string, stdout, _ io.Writer) error {
+	fs := flagSet("check", "Validate a policy file, report every error in it with its line, and print the\neffective rules: defaults filled in, limits named as clients will see them.", stdout)
+	path := fs.String("config", "sluice.yaml", envUsage("policy file", "SLUICE_CONFIG"))
+	if err := parse(fs, args, map[string]string{"config": "SLUICE_CONFIG"}); err != nil {
+		return err
+	}
+	f, err := config.Load(*path)
+	if err != nil {
+		return err
+	}
+	printFile(stdout, f)
+	return nil
+}
+
+// printFile writes the effective configuration of f.
+func printFile(w io.Writer, f *config.File) {
+	store := "in-memory (limits hold per process: N replicas admit N x the limit)"
+	if f.Redis.URL != "" {
+		store = "redis, on_error " + f.Redis.OnError + ", timeout " + f.Redis.Timeout.String()
+	}
+	fmt.Fprintf(w, "%s: ok, %d rules\nstore: %s\nheaders: %s", f.Path, len(f.Rules), store, f.HTTP.Headers)
+	if f.HTTP.ProblemJSON {
+		fmt.Fprint(w, ", problem+json")
+	}
+	if len(f.HTTP.TrustedProxies) > 0 {
+		proxies := make([]string, len(f.HTTP.TrustedProxies))
+		for i, p := range f.HTTP.TrustedProxies {
+			proxies[i] = p.String()
+		}
+		fmt.Fprintf(w, "; trusted proxies %s", strings.Join(proxies, ", "))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RULE\tMATCH\tKEY\tCOST\tLIMITS")
+	for _, r := range f.Rules {
+		match := r.Match
+		if match == "" {
+			match = "(default)"
+		}
+		key := r.Key.String()
+		if r.Key.Source == "header" || r.Key.Source == "query" {
+			key += ", missing: " + r.MissingKey
+		}
+		name := r.Name
+		if r.Shadow {
+			name += " (shadow)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", name, match, key, r.Cost, limits(r.Limits))
+		for _, p := range r.Plans {
+			who := append(append([]string(nil), p.Keys...), prefixed(p.Prefixes)...)
+			fmt.Fprintf(tw, "  plan %s\t%s\t\t\t%s\n", p.Name, strings.Join(who, " "), limits(p.Limits))
+		}
+	}
+	tw.Flush()
+}
+
+func limits(ls []sluice.Limit) string {
+	parts := make([]string, len(ls))
+	for i, l := range ls {
+		parts[i] = l.String()
+	}
+	return strings.Join(parts, " AND ")
+}
+
+func prefixed(ps []string) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p + "*"
+	}
+	return out
+}

@@ -1,0 +1,24 @@
+// Command sluice is the rate limiter as a program: it validates policy
+// files today, and will serve decisions over HTTP and Envoy's gRPC
+// rate-limit API and run as a rate-limiting reverse proxy.
+//
+//	sluice check --config sluice.yaml   # validate a policy file, print the effective rules
+//	sluice version
+//
+// Run "sluice help" or "sluice <command> --help" for the flags; every flag
+// has an environment variable equivalent (--config and SLUICE_CONFIG).
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// binary is the sluice binary, built once for the test run.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sluice-test")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "sluice")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		os.Stderr.Write(out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// runBinary runs the binary with args and env added to the environment, and
+// returns its stdout, stderr and exit code.
+func runBinary(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	case err != nil:
+		t.Fatal(err)
+	}
+	return out.String(), errOut.String(), code
+}
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestCheck(t *testing.T) {
+	valid := writeFile(t, `
+rules:
+  - name: login
+    match: POST /api/auth/login
+    limits:
+      - {algorithm: sliding_window, limit: 5, period: 1m}
+      - {algorithm: fixed_window, limit: 20, period: 1h}
+  - {name: default, key: "header:X-API-Key", limit: 100, period: 1s, burst: 200}
+`)
+	invalid := writeFile(t, "rules:\n  - name: a\n    perod: 1s\n    limit: 5\n    algorithm: token-bucket\n")
+	tests := []struct {
+		name     string
+		env      []string
+		args     []string
+		code     int
+		stdout   []string
+		stderr   []string
+		noStdout bool
+	}{
+		{
+			name: "valid file",
+			args: []string{"check", "--config", valid},
+			stdout: []string{
+				"ok, 2 rules", "store: in-memory",
+				"login-1m: sliding_window 5/1m0s AND login-1h: fixed_window 20/1h0m0s",
+				"(default)", "header:X-Api-Key, missing: reject", "default-1s: token_bucket 100/1s burst 200",
+			},
+		},
+		{
+			name:   "file from SLUICE_CONFIG",
+			env:    []string{"SLUICE_CONFIG=" + valid},
+			args:   []string{"check"},
+			stdout: []string{"ok, 2 rules"},
+		},
+		{
+			name:     "every error of an invalid file, with its line",
+			args:     []string{"check", "--config", invalid},
+			code:     1,
+			noStdout: true,
+			stderr: []string{
+				"rules[0].perod: unknown field (did you mean period?)",
+				`rules[0].algorithm: "token-bucket" is not one of fixed_window`,
+				invalid + ":5)",
+				"rules[0].period: is missing",
+			},
+		},
+		{
+			name:   "missing file",
+			args:   []string{"check", "--config", filepath.Join(t.TempDir(), "nope.yaml")},
+			code:   1,
+			stderr: []string{"no such file"},
+		},
+		{
+			name:   "help",
+			args:   []string{"check", "--help"},
+			stdout: []string{"Usage: sluice check", "-config", "SLUICE_CONFIG"},
+		},
+		{
+			name:   "bad flag",
+			args:   []string{"check", "--nope"},
+			code:   2,
+			stderr: []string{"flag provided but not defined: -nope"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stdout, stderr, code := runBinary(t, tt.env, tt.args...)
+			if code != tt.code {
+				t.Errorf("exit code %d, want %d\nstdout: %s\nstderr: %s", code, tt.code, stdout, stderr)
+			}
+			for _, want := range tt.stdout {
+				if !strings.Contains(stdout, want) {
+					t.Errorf("stdout lacks %q:\n%s", want, stdout)
+				}
+			}
+			for _, want := range tt.stderr {
+				if !strings.Contains(stderr, want) {
+					t.Errorf("stderr lacks %q:\n%s", want, stderr)
+				}
+			}
+			if tt.noStdout && stdout != "" {
+				t.Errorf("stdout %q, want nothing", stdout)
+			}
+		})
+	}
+}
+
+func TestCommands(t *testing.T) {
+	tests := []struct {
+		args   []string
+		code   int
+		stdout string
+		stderr string
+	}{
+		{[]string{"version"}, 0, "sluice ", ""},
+		{[]string{"version", "--help"}, 0, "Usage: sluice version", ""},
+		{[]string{"help"}, 0, "Commands:", ""},
+		{nil, 2, "Commands:", ""},
+		{[]string{"serve-all-the-things"}, 2, "", `unknown command "serve-all-the-things"`},
+	}
+	for _, tt := range tests {
+		stdout, stderr, code := runBinary(t, nil, tt.args...)
+		if code != tt.code || !strings.Contains(stdout, tt.stdout) || !strings.Contains(stderr, tt.stderr) {
+			t.Errorf("sluice %q: exit %d, stdout %q, stderr %q; want exit %d, stdout with %q, stderr with %q",
+				tt.args, code, stdout, stderr, tt.code, tt.stdout, tt.stderr)
+		}
+	}
+}
