@@ -130,6 +130,7 @@ func scriptFor(limits []sluice.Limit) script {
 var (
 	resetScript = newScript("return {redis.call('DEL', unpack(KEYS))}")
 	ttlScript   = newScript("return {redis.call('PTTL', KEYS[1])}")
+	pingScript  = newScript("return {1}")
 )
 
 // Store is a sluice.Store over Redis. It is safe for concurrent use.
@@ -219,6 +220,15 @@ func (s *Store) Reset(ctx context.Context, key string, limits ...sluice.Limit) e
 	}
 	if _, err := s.run(ctx, resetScript, keys, nil); err != nil {
 		return fmt.Errorf("redis store: reset: %w", err)
+	}
+	return nil
+}
+
+// Ping reports whether the server answers and runs scripts, for
+// readiness probes.
+func (s *Store) Ping(ctx context.Context) error {
+	if _, err := s.run(ctx, pingScript, nil, nil); err != nil {
+		return fmt.Errorf("redis store: ping: %w", err)
 	}
 	return nil
 }

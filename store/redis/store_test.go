@@ -130,7 +130,13 @@ func TestOutage(t *testing.T) {
 	if _, err := sluice.New(store).Allow(context.Background(), "k", l); err != nil {
 		t.Fatal(err)
 	}
+	if err := store.Ping(context.Background()); err != nil {
+		t.Fatalf("Ping with the server up: %v", err)
+	}
 	srv.Stop()
+	if err := store.Ping(context.Background()); err == nil {
+		t.Error("Ping with the server down returned no error")
+	}
 	tests := []struct {
 		policy  sluice.ErrorPolicy
 		allowed []bool // successive requests

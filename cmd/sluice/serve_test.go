@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluice-go/sluice/internal/redistest"
+)
+
+// daemon is a running `sluice serve`.
+type daemon struct {
+	cmd   *exec.Cmd
+	base  string        // http://host:port
+	early []string      // log lines up to "serving"
+	logs  chan string   // its later log lines, JSON
+	done  chan struct{} // closed when it exits
+}
+
+// startServe starts `sluice serve` with args on a free port and waits for
+// its "serving" log line.
+func startServe(t *testing.T, env []string, args ...string) *daemon {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"serve", "--listen", "127.0.0.1:0", "--log-format", "json"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d := &daemon{cmd: cmd, logs: make(chan string, 100), done: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			select {
+			case d.logs <- sc.Text():
+			default:
+			}
+		}
+		_ = cmd.Wait()
+		close(d.done)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-d.done
+	})
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case line := <-d.logs:
+			d.early = append(d.early, line)
+			var entry struct {
+				Msg  string `json:"msg"`
+				HTTP string `json:"http"`
+			}
+			if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == "serving" {
+				d.base = "http://" + entry.HTTP
+				return d
+			}
+		case <-d.done:
+			t.Fatalf("sluice serve exited before serving")
+		case <-deadline:
+			t.Fatal("sluice serve did not start within 30s")
+		}
+	}
+}
+
+func (d *daemon) post(t *testing.T, path, body string) (int, http.Header, string) {
+	t.Helper()
+	resp, err := http.Post(d.base+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+func TestServe(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := writeFile(t, `
+redis:
+  on_error: deny
+rules:
+  - {name: login, match: POST /login, key: ip, limit: 2, period: 1m, algorithm: sliding_log}
+`)
+	d := startServe(t, []string{"SLUICE_REDIS_URL=redis://" + srv.Addr}, "--config", cfg)
+
+	for i, want := range []int{200, 200, 429} {
+		code, h, body := d.post(t, "/v1/check", `{"rule":"login","key":"203.0.113.7"}`)
+		if code != want || !strings.Contains(body, `"allowed":`) {
+			t.Fatalf("check %d: %d %s, want %d", i+1, code, body, want)
+		}
+		if want == 429 && h.Get("Retry-After") != "60" {
+			t.Errorf("429 Retry-After %q, want 60", h.Get("Retry-After"))
+		}
+	}
+	if code, _, body := d.post(t, "/v1/check", `{"rule":"nope","key":"k"}`); code != 400 || !strings.Contains(body, "nope") {
+		t.Errorf("unknown rule: %d %s, want 400 naming it", code, body)
+	}
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200} {
+		resp, err := http.Get(d.base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("%s: %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+	// Redis goes away: under on_error deny the service is no longer ready.
+	srv.Stop()
+	resp, err := http.Get(d.base + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 {
+		t.Errorf("/readyz with Redis down under deny: %d, want 503", resp.StatusCode)
+	}
+	// SIGTERM: a clean exit.
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-d.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("sluice serve did not exit within 20s of SIGTERM")
+	}
+	if code := d.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("exit code after SIGTERM: %d, want 0", code)
+	}
+}
+
+func TestServeInMemory(t *testing.T) {
+	cfg := writeFile(t, `
+rules:
+  - {name: r, key: ip, limit: 1, period: 1m}
+`)
+	d := startServe(t, nil, "--config", cfg)
+	if early := strings.Join(d.early, "\n"); !strings.Contains(early, "in-memory store, whose limits hold per process") {
+		t.Errorf("no line saying the limits are per process:\n%s", early)
+	}
+	if code, _, _ := d.post(t, "/v1/check", `{"rule":"r","key":"a"}`); code != 200 {
+		t.Errorf("first check: %d", code)
+	}
+	if code, _, _ := d.post(t, "/v1/check", `{"rule":"r","key":"a"}`); code != 429 {
+		t.Errorf("second check: %d, want 429", code)
+	}
+}

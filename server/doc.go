@@ -1,0 +1,132 @@
+// Package server is sluice's decision service: an HTTP JSON API that lets
+// programs in any language ask whether a request fits in a rule of a
+// policy file (package config), against the same counters the Go
+// middleware (package httplimit) keeps.
+//
+// A Server is an http.Handler. It serves:
+//
+//	POST /v1/check         decide one (rule, key, cost)
+//	POST /v1/check/batch   decide up to 100 of them, atomically per key
+//	GET  /healthz          liveness: always 200 while the process serves
+//	GET  /readyz           readiness: 503 while the WithReady probe fails
+//
+// Any other path answers 404 with code NOT_FOUND. Request bodies are JSON
+// (Content-Type application/json, or none), at most 64 KiB, holding one
+// object and nothing after it; unknown fields are errors.
+//
+// # POST /v1/check
+//
+//	POST /v1/check
+//	Content-Type: application/json
+//
+//	{"rule":"search","key":"abc","cost":1}
+//
+// rule names a rule of the policy file and key is the client key (an API
+// key, a user ID). cost is optional and defaults to the rule's cost; 0
+// reports the state without consuming. The limits are the rule's, or those
+// of the rule's plan that matches key (config.Rule.LimitsFor). Counters
+// are stored under "k:"+key, the namespace httplimit uses for header and
+// query keys, so that the service and a middleware using the same rule and
+// store share one quota per client key.
+//
+// An admitted request answers 200, a denied one 429 with Retry-After:
+//
+//	HTTP/1.1 200 OK
+//	Content-Type: application/json
+//	RateLimit-Policy: "search-1m";q=10;w=60
+//	RateLimit: "search-1m";r=9;t=60
+//	X-RateLimit-Limit: 10
+//	X-RateLimit-Remaining: 9
+//	X-RateLimit-Reset: 1767225660
+//
+//	{"allowed":true,"limit":10,"remaining":9,"reset_after_ms":60000,"retry_after_ms":0,
+//	 "policies":[{"name":"search-1m","allowed":true,"limit":10,"remaining":9,"reset_after_ms":60000,"retry_after_ms":0}]}
+//
+//	HTTP/1.1 429 Too Many Requests
+//	Retry-After: 42
+//	RateLimit-Policy: "search-1m";q=10;w=60
+//	RateLimit: "search-1m";r=0;t=42
+//	...
+//
+//	{"allowed":false,"limit":10,"remaining":0,"reset_after_ms":41500,"retry_after_ms":41500,
+//	 "policies":[{"name":"search-1m","allowed":false,"limit":10,"remaining":0,"reset_after_ms":41500,"retry_after_ms":41500}]}
+//
+// The top-level numbers are those of the binding limit
+// (sluice.MultiResult): when denied, the denying limit with the longest
+// wait; when admitted, the one with the fewest remaining. policies holds
+// one entry per limit, in the rule's order. Durations are in milliseconds,
+// rounded up, so that a client that waits retry_after_ms is never early;
+// Retry-After is in whole seconds, rounded up. The headers are the
+// middleware's (httplimit.SetHeaders with httplimit.HeadersBoth).
+//
+// A rule in shadow mode never denies: a request it would deny answers 200
+// with "allowed":true and "shadow_denied":true, the headers and numbers
+// telling the real state, and no Retry-After.
+//
+// When the store fails, the Limiter's sluice.ErrorPolicy decides: the
+// answer carries "degraded":true and no rate-limit headers (its numbers
+// are estimates, not the store's). A degraded denial under the deny policy
+// answers 503 with code RATE_LIMITER_UNAVAILABLE and Retry-After; one
+// made by the local fallback is a real 429. Under the return policy a
+// store error answers 503 RATE_LIMITER_UNAVAILABLE and is logged.
+//
+// # POST /v1/check/batch
+//
+//	POST /v1/check/batch
+//
+//	{"checks":[{"rule":"search","key":"abc"},{"rule":"export","key":"abc","cost":5},{"rule":"search","key":"xyz"}]}
+//
+//	HTTP/1.1 200 OK
+//
+//	{"results":[{"allowed":false,...},{"allowed":false,...},{"allowed":true,...}],"allowed":false}
+//
+// checks holds 1 to 100 checks, each as the body of /v1/check; results
+// holds one result per check, in the same order and of the same shape as
+// /v1/check's body, and allowed is true only if every check is allowed.
+// The status is 200 whatever the outcome (a denial is in the body, not the
+// status), and the response carries no rate-limit headers, which describe
+// one quota. Every check is validated before any is decided: a bad check
+// makes the whole batch a 400 that names it (checks[1]: ...) and consumes
+// nothing. The same rule may not appear twice for one key.
+//
+// Checks that share a key are decided together, all or nothing, in one
+// atomic sluice.Limiter.AllowAll over the union of their rules' limits:
+// either every one of them consumes its cost, or none consumes anything
+// and each answers "allowed":false (a check whose own limits would have
+// admitted it then reports them admitting, with the group's retry_after_ms,
+// the wait until the whole group fits). One AllowAll has one cost, so this
+// holds only when those checks have equal costs: when checks sharing a key
+// have different costs, each of them is decided separately, in its own
+// AllowAll, and they are not atomic together. Checks of shadow rules are
+// also decided on their own, since a shadow rule must never make another
+// check fail. Checks with different keys are independent.
+//
+// Under the deny policy a degraded denial is a result with "allowed":false
+// and "degraded":true, still in a 200. A store error under the return
+// policy answers 503 RATE_LIMITER_UNAVAILABLE for the whole batch; keys
+// decided before the failure may have consumed their costs.
+//
+// # Errors
+//
+// Errors are httplimit.WriteError bodies, {"error":{"code":...,"message":...}},
+// whose message says what is wrong:
+//
+//	400 BAD_REQUEST            malformed JSON (with the byte offset), an unknown field, a
+//	                           missing rule or key, an unknown rule (listing the known ones
+//	                           when there are fewer than 20), a negative cost or one the
+//	                           rule's limits could never admit, data after the object,
+//	                           a batch of 0 or more than 100 checks
+//	405 METHOD_NOT_ALLOWED     with Allow
+//	413 TOO_LARGE              a body over 64 KiB
+//	415 UNSUPPORTED_MEDIA_TYPE a Content-Type other than application/json
+//	503 RATE_LIMITER_UNAVAILABLE
+//
+// # Readiness and reload
+//
+// GET /healthz answers {"status":"ok"}. GET /readyz answers
+// {"status":"ok"}, or 503 {"status":"unavailable","error":"..."} while the
+// WithReady probe fails.
+//
+// Server.Update swaps the rules atomically: a request decided under the
+// old rules completes under them, and the next one sees the new rules.
+package server

@@ -1,0 +1,552 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/config"
+	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/store/memory"
+	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/storetest"
+)
+
+const rulesYAML = `
+rules:
+  - {name: search, match: GET /search, key: "header:X-API-Key", algorithm: fixed_window, limit: 2, period: 1m}
+  - {name: export, match: GET /export, key: "header:X-API-Key", algorithm: fixed_window, limit: 1, period: 1h}
+  - {name: shadowed, match: GET /shadow, key: "header:X-API-Key", algorithm: fixed_window, limit: 1, period: 1m, shadow: true}
+  - {name: heavy, match: GET /heavy, key: "header:X-API-Key", limit: 10, period: 1s, cost: 3}
+`
+
+// epoch is storetest.Epoch in Unix seconds.
+var epoch = storetest.Epoch.Unix()
+
+type fixture struct {
+	t       *testing.T
+	clock   *storetest.Clock
+	elapsed time.Duration
+	srv     *Server
+	logs    *syncBuffer
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func parse(t testing.TB, yaml string) *config.File {
+	t.Helper()
+	f, err := config.Parse("test.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func setup(t *testing.T, yaml string, opts ...Option) *fixture {
+	c := storetest.NewClock()
+	lim := sluice.New(memory.New(memory.WithClock(c.Now)), sluice.WithClock(c.Now))
+	return setupWith(t, lim, c, yaml, opts...)
+}
+
+func setupWith(t *testing.T, lim *sluice.Limiter, c *storetest.Clock, yaml string, opts ...Option) *fixture {
+	f := &fixture{t: t, clock: c, logs: &syncBuffer{}}
+	opts = append([]Option{WithClock(c.Now), WithLogger(slog.New(slog.NewTextHandler(f.logs, nil)))}, opts...)
+	f.srv = New(lim, parse(t, yaml), opts...)
+	return f
+}
+
+// advance moves the fake clock forward by d.
+func (f *fixture) advance(d time.Duration) {
+	f.elapsed += d
+	f.clock.Set(f.elapsed)
+}
+
+func (f *fixture) do(method, path, contentType, body string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, path, strings.NewReader(body))
+	if contentType != "" {
+		r.Header.Set("Content-Type", contentType)
+	}
+	w := httptest.NewRecorder()
+	f.srv.ServeHTTP(w, r)
+	return w
+}
+
+func (f *fixture) post(path, body string) *httptest.ResponseRecorder {
+	return f.do(http.MethodPost, path, "application/json", body)
+}
+
+func (f *fixture) check(rule, key string, cost int) *httptest.ResponseRecorder {
+	return f.post("/v1/check", fmt.Sprintf(`{"rule":%q,"key":%q,"cost":%d}`, rule, key, cost))
+}
+
+func body(w *httptest.ResponseRecorder) string { return strings.TrimSuffix(w.Body.String(), "\n") }
+
+func errBody(code, msg string) string {
+	return fmt.Sprintf(`{"error":{"code":%q,"message":%q}}`, code, msg)
+}
+
+// remaining returns the remaining of a cost-0 check.
+func (f *fixture) remaining(rule, key string) string {
+	w := f.check(rule, key, 0)
+	if w.Code != 200 {
+		f.t.Fatalf("cost-0 check of %s/%s: %d %s", rule, key, w.Code, w.Body)
+	}
+	return w.Header().Get("X-RateLimit-Remaining")
+}
+
+func TestCheck(t *testing.T) {
+	f := setup(t, rulesYAML)
+	pol := `"search-1m";q=2;w=60`
+	reset := strconv.FormatInt(epoch+60, 10)
+	for i, tt := range []struct {
+		code    int
+		body    string
+		headers map[string]string
+	}{
+		{200,
+			`{"allowed":true,"limit":2,"remaining":1,"reset_after_ms":60000,"retry_after_ms":0,"policies":[{"name":"search-1m","allowed":true,"limit":2,"remaining":1,"reset_after_ms":60000,"retry_after_ms":0}]}`,
+			map[string]string{"RateLimit-Policy": pol, "RateLimit": `"search-1m";r=1;t=60`, "X-RateLimit-Limit": "2", "X-RateLimit-Remaining": "1", "X-RateLimit-Reset": reset, "Retry-After": "", "Content-Type": "application/json"}},
+		{200,
+			`{"allowed":true,"limit":2,"remaining":0,"reset_after_ms":60000,"retry_after_ms":0,"policies":[{"name":"search-1m","allowed":true,"limit":2,"remaining":0,"reset_after_ms":60000,"retry_after_ms":0}]}`,
+			map[string]string{"RateLimit": `"search-1m";r=0;t=60`, "X-RateLimit-Remaining": "0", "Retry-After": ""}},
+		{429,
+			`{"allowed":false,"limit":2,"remaining":0,"reset_after_ms":60000,"retry_after_ms":60000,"policies":[{"name":"search-1m","allowed":false,"limit":2,"remaining":0,"reset_after_ms":60000,"retry_after_ms":60000}]}`,
+			map[string]string{"RateLimit-Policy": pol, "RateLimit": `"search-1m";r=0;t=60`, "X-RateLimit-Limit": "2", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": reset, "Retry-After": "60", "Content-Type": "application/json"}},
+	} {
+		w := f.post("/v1/check", `{"rule":"search","key":"abc"}`) // cost: the rule's, 1
+		if w.Code != tt.code || body(w) != tt.body {
+			t.Errorf("request %d: %d %s\nwant %d %s", i, w.Code, body(w), tt.code, tt.body)
+		}
+		for k, v := range tt.headers {
+			if got := w.Header().Get(k); got != v {
+				t.Errorf("request %d: %s = %q, want %q", i, k, got, v)
+			}
+		}
+	}
+	// Another key has its own quota.
+	if w := f.check("search", "other", 1); w.Code != 200 {
+		t.Errorf("other key: %d %s", w.Code, w.Body)
+	}
+	// The rule's cost is the default: heavy costs 3 of 10.
+	if w := f.post("/v1/check", `{"rule":"heavy","key":"abc"}`); w.Header().Get("X-RateLimit-Remaining") != "7" {
+		t.Errorf("heavy: %d %v %s; want remaining 7", w.Code, w.Header(), w.Body)
+	}
+}
+
+// TestRetryAfterHonest: waiting retry_after_ms (or Retry-After seconds)
+// admits the same check, and a millisecond less does not.
+func TestRetryAfterHonest(t *testing.T) {
+	for _, tt := range []struct {
+		rule string
+		cost int
+		n    int // admitted before the denial
+	}{
+		{"search", 1, 2},
+		{"heavy", 3, 3}, // token bucket 10/1s: 9 spent, 1 left, needs 2 more tokens
+		{"export", 1, 1},
+	} {
+		for _, unit := range []string{"ms", "s"} {
+			f := setup(t, rulesYAML)
+			f.advance(10*time.Second + 500*time.Millisecond) // mid-window
+			for range tt.n {
+				if w := f.check(tt.rule, "k", tt.cost); w.Code != 200 {
+					t.Fatalf("%s: %d %s", tt.rule, w.Code, w.Body)
+				}
+			}
+			w := f.check(tt.rule, "k", tt.cost)
+			if w.Code != 429 {
+				t.Fatalf("%s: %d %s, want 429", tt.rule, w.Code, w.Body)
+			}
+			var wait time.Duration
+			if unit == "ms" {
+				var ms int64
+				i := strings.Index(w.Body.String(), `"retry_after_ms":`)
+				fmt.Sscanf(w.Body.String()[i+len(`"retry_after_ms":`):], "%d", &ms)
+				wait = time.Duration(ms) * time.Millisecond
+				at := f.elapsed
+				f.advance(wait - time.Millisecond)
+				if w := f.check(tt.rule, "k", tt.cost); w.Code != 429 {
+					t.Errorf("%s: admitted 1ms before retry_after_ms %d: %d %s", tt.rule, ms, w.Code, w.Body)
+				}
+				f.elapsed = at
+			} else {
+				secs, err := strconv.Atoi(w.Header().Get("Retry-After"))
+				if err != nil || secs < 1 {
+					t.Fatalf("%s: Retry-After %q", tt.rule, w.Header().Get("Retry-After"))
+				}
+				wait = time.Duration(secs) * time.Second
+			}
+			f.advance(wait)
+			if w := f.check(tt.rule, "k", tt.cost); w.Code != 200 {
+				t.Errorf("%s: after waiting %s (%s): %d %s, want 200", tt.rule, wait, unit, w.Code, w.Body)
+			}
+		}
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	f := setup(t, rulesYAML)
+	const known = "known rules: export, heavy, search, shadowed"
+	huge := `{"rule":"search","key":"` + strings.Repeat("a", MaxBodyBytes) + `"}`
+	for _, tt := range []struct {
+		name, method, path, ctype, body string
+		code                            int
+		want                            string
+		allow                           string
+	}{
+		{"malformed", "POST", "/v1/check", "application/json", `{"rule":"search",}`, 400,
+			errBody("BAD_REQUEST", "malformed JSON at byte offset 17: invalid character '}' looking for beginning of object key string"), ""},
+		{"truncated", "POST", "/v1/check", "application/json", `{"rule":"search"`, 400,
+			errBody("BAD_REQUEST", "malformed JSON: the body ends at byte offset 16, inside the JSON value"), ""},
+		{"empty", "POST", "/v1/check", "application/json", " \n", 400,
+			errBody("BAD_REQUEST", "the request body is empty; send a JSON object"), ""},
+		{"not an object", "POST", "/v1/check", "application/json", `[1]`, 400,
+			errBody("BAD_REQUEST", "the body must be a JSON object, got array"), ""},
+		{"unknown field", "POST", "/v1/check", "application/json", `{"rule":"search","key":"a","cots":1}`, 400,
+			errBody("BAD_REQUEST", `unknown field "cots"; accepted fields: "rule", "key", "cost"`), ""},
+		{"missing rule", "POST", "/v1/check", "application/json", `{"key":"a"}`, 400,
+			errBody("BAD_REQUEST", `"rule" is required`), ""},
+		{"missing key", "POST", "/v1/check", "application/json", `{"rule":"search"}`, 400,
+			errBody("BAD_REQUEST", `"key" is required`), ""},
+		{"empty key", "POST", "/v1/check", "application/json", `{"rule":"search","key":""}`, 400,
+			errBody("BAD_REQUEST", `"key" is required`), ""},
+		{"unknown rule", "POST", "/v1/check", "application/json", `{"rule":"serch","key":"a"}`, 400,
+			errBody("BAD_REQUEST", `unknown rule "serch"; `+known), ""},
+		{"negative cost", "POST", "/v1/check", "application/json", `{"rule":"search","key":"a","cost":-1}`, 400,
+			errBody("BAD_REQUEST", `"cost" must not be negative, got -1`), ""},
+		{"cost above capacity", "POST", "/v1/check", "application/json", `{"rule":"search","key":"a","cost":3}`, 400,
+			errBody("BAD_REQUEST", `"cost" 3 exceeds the capacity 2 of limit "search-1m" (search-1m: fixed_window 2/1m0s) of rule "search"; it could never be admitted`), ""},
+		{"cost too big for an int", "POST", "/v1/check", "application/json", `{"rule":"search","key":"a","cost":1e30}`, 400,
+			errBody("BAD_REQUEST", `field "cost" must be an integer, got number 1e30`), ""},
+		{"fractional cost", "POST", "/v1/check", "application/json", `{"rule":"search","key":"a","cost":1.5}`, 400,
+			errBody("BAD_REQUEST", `field "cost" must be an integer, got number 1.5`), ""},
+		{"string cost", "POST", "/v1/check", "application/json", `{"rule":"search","key":"a","cost":"1"}`, 400,
+			errBody("BAD_REQUEST", `field "cost" must be an integer, got string`), ""},
+		{"trailing data", "POST", "/v1/check", "application/json", `{"rule":"search","key":"a"} {}`, 400,
+			errBody("BAD_REQUEST", "unexpected data after the JSON object at byte offset 28; send one object"), ""},
+		{"too large", "POST", "/v1/check", "application/json", huge, 413,
+			errBody("TOO_LARGE", "the request body exceeds 65536 bytes"), ""},
+		{"GET check", "GET", "/v1/check", "", "", 405,
+			errBody("METHOD_NOT_ALLOWED", "method GET is not allowed on /v1/check; use POST"), "POST"},
+		{"PUT batch", "PUT", "/v1/check/batch", "application/json", "{}", 405,
+			errBody("METHOD_NOT_ALLOWED", "method PUT is not allowed on /v1/check/batch; use POST"), "POST"},
+		{"POST healthz", "POST", "/healthz", "", "", 405,
+			errBody("METHOD_NOT_ALLOWED", "method POST is not allowed on /healthz; use GET, HEAD"), "GET, HEAD"},
+		{"text/plain", "POST", "/v1/check", "text/plain", `{"rule":"search","key":"a"}`, 415,
+			errBody("UNSUPPORTED_MEDIA_TYPE", `Content-Type "text/plain" is not supported; send application/json`), ""},
+		{"form", "POST", "/v1/check/batch", "application/x-www-form-urlencoded", `a=b`, 415,
+			errBody("UNSUPPORTED_MEDIA_TYPE", `Content-Type "application/x-www-form-urlencoded" is not supported; send application/json`), ""},
+		{"no such path", "GET", "/v2/check", "", "", 404,
+			errBody("NOT_FOUND", "no endpoint at /v2/check; the API serves POST /v1/check, POST /v1/check/batch, GET /healthz and GET /readyz"), ""},
+		{"batch: no checks", "POST", "/v1/check/batch", "application/json", `{"checks":[]}`, 400,
+			errBody("BAD_REQUEST", `"checks" must hold 1 to 100 checks, got 0`), ""},
+		{"batch: missing checks", "POST", "/v1/check/batch", "application/json", `{}`, 400,
+			errBody("BAD_REQUEST", `"checks" must hold 1 to 100 checks, got 0`), ""},
+		{"batch: too many", "POST", "/v1/check/batch", "application/json", `{"checks":[` + strings.Repeat(`{"rule":"search","key":"a"},`, 100) + `{"rule":"search","key":"a"}]}`, 400,
+			errBody("BAD_REQUEST", `"checks" must hold 1 to 100 checks, got 101`), ""},
+		{"batch: unknown rule", "POST", "/v1/check/batch", "application/json", `{"checks":[{"rule":"search","key":"a"},{"rule":"nope","key":"a"}]}`, 400,
+			errBody("BAD_REQUEST", `checks[1]: unknown rule "nope"; `+known), ""},
+		{"batch: negative cost", "POST", "/v1/check/batch", "application/json", `{"checks":[{"rule":"search","key":"a","cost":-2}]}`, 400,
+			errBody("BAD_REQUEST", `checks[0]: "cost" must not be negative, got -2`), ""},
+		{"batch: duplicate", "POST", "/v1/check/batch", "application/json", `{"checks":[{"rule":"search","key":"a"},{"rule":"export","key":"a"},{"rule":"search","key":"a"}]}`, 400,
+			errBody("BAD_REQUEST", `checks[2]: repeats checks[0] (rule "search", key "a"); list each rule once per key`), ""},
+		{"batch: unknown field", "POST", "/v1/check/batch", "application/json", `{"checks":[{"rule":"search","key":"a","n":1}]}`, 400,
+			errBody("BAD_REQUEST", `unknown field "n"; accepted fields: "checks", and in each check "rule", "key", "cost"`), ""},
+		{"batch: checks not an array", "POST", "/v1/check/batch", "application/json", `{"checks":{}}`, 400,
+			errBody("BAD_REQUEST", `field "checks" must be an array, got object`), ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := f.do(tt.method, tt.path, tt.ctype, tt.body)
+			if w.Code != tt.code || body(w) != tt.want {
+				t.Errorf("%d %s\nwant %d %s", w.Code, body(w), tt.code, tt.want)
+			}
+			if got := w.Header().Get("Allow"); got != tt.allow {
+				t.Errorf("Allow = %q, want %q", got, tt.allow)
+			}
+			if ct := w.Header().Get("Content-Type"); ct != "application/json" {
+				t.Errorf("Content-Type = %q", ct)
+			}
+		})
+	}
+	// Nothing above consumed anything.
+	if got := f.remaining("search", "a"); got != "2" {
+		t.Errorf("after the bad requests, search/a remaining %s, want 2", got)
+	}
+	// application/json with parameters, and no Content-Type at all, are accepted.
+	for _, ct := range []string{"application/json; charset=utf-8", ""} {
+		if w := f.do("POST", "/v1/check", ct, `{"rule":"search","key":"ct"}`); w.Code != 200 {
+			t.Errorf("Content-Type %q: %d %s", ct, w.Code, w.Body)
+		}
+	}
+}
+
+// TestManyRules: an unknown rule among 20 or more names none.
+func TestManyRules(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("rules:\n")
+	for i := range 20 {
+		fmt.Fprintf(&b, "  - {name: r%02d, match: /r%02d, limit: 1, period: 1s}\n", i, i)
+	}
+	f := setup(t, b.String())
+	w := f.check("nope", "a", 1)
+	if want := errBody("BAD_REQUEST", `unknown rule "nope" (20 rules are configured)`); w.Code != 400 || body(w) != want {
+		t.Errorf("%d %s\nwant 400 %s", w.Code, body(w), want)
+	}
+}
+
+func TestShadow(t *testing.T) {
+	f := setup(t, rulesYAML)
+	f.check("shadowed", "a", 1)
+	w := f.check("shadowed", "a", 1)
+	want := `{"allowed":true,"limit":1,"remaining":0,"reset_after_ms":60000,"retry_after_ms":60000,"shadow_denied":true,"policies":[{"name":"shadowed-1m","allowed":false,"limit":1,"remaining":0,"reset_after_ms":60000,"retry_after_ms":60000}]}`
+	if w.Code != 200 || body(w) != want {
+		t.Errorf("%d %s\nwant 200 %s", w.Code, body(w), want)
+	}
+	if w.Header().Get("Retry-After") != "" || w.Header().Get("RateLimit") != `"shadowed-1m";r=0;t=60` {
+		t.Errorf("headers %v: want the real state and no Retry-After", w.Header())
+	}
+	if !strings.Contains(f.logs.String(), "shadow rule would deny") {
+		t.Errorf("the shadow denial was not logged: %s", f.logs)
+	}
+}
+
+func TestBatch(t *testing.T) {
+	f := setup(t, rulesYAML)
+	const both = `{"checks":[{"rule":"search","key":"a"},{"rule":"export","key":"a"}]}`
+	w := f.post("/v1/check/batch", both)
+	want := `{"results":[` +
+		`{"allowed":true,"limit":2,"remaining":1,"reset_after_ms":60000,"retry_after_ms":0,"policies":[{"name":"search-1m","allowed":true,"limit":2,"remaining":1,"reset_after_ms":60000,"retry_after_ms":0}]},` +
+		`{"allowed":true,"limit":1,"remaining":0,"reset_after_ms":3600000,"retry_after_ms":0,"policies":[{"name":"export-1h","allowed":true,"limit":1,"remaining":0,"reset_after_ms":3600000,"retry_after_ms":0}]}` +
+		`],"allowed":true}`
+	if w.Code != 200 || body(w) != want {
+		t.Errorf("first batch: %d %s\nwant 200 %s", w.Code, body(w), want)
+	}
+	if w.Header().Get("RateLimit") != "" || w.Header().Get("X-RateLimit-Remaining") != "" {
+		t.Errorf("batch carries rate-limit headers: %v", w.Header())
+	}
+	// export now denies: the whole key's group is denied, and search
+	// consumes nothing. The status is still 200.
+	w = f.post("/v1/check/batch", both)
+	want = `{"results":[` +
+		`{"allowed":false,"limit":2,"remaining":1,"reset_after_ms":60000,"retry_after_ms":3600000,"policies":[{"name":"search-1m","allowed":true,"limit":2,"remaining":1,"reset_after_ms":60000,"retry_after_ms":0}]},` +
+		`{"allowed":false,"limit":1,"remaining":0,"reset_after_ms":3600000,"retry_after_ms":3600000,"policies":[{"name":"export-1h","allowed":false,"limit":1,"remaining":0,"reset_after_ms":3600000,"retry_after_ms":3600000}]}` +
+		`],"allowed":false}`
+	if w.Code != 200 || body(w) != want {
+		t.Errorf("denied batch: %d %s\nwant 200 %s", w.Code, body(w), want)
+	}
+	if got := f.remaining("search", "a"); got != "1" {
+		t.Errorf("after the denied batch, search/a remaining %s, want 1 (unchanged)", got)
+	}
+
+	// Different keys are independent: b is admitted while a is denied.
+	w = f.post("/v1/check/batch", `{"checks":[{"rule":"export","key":"a"},{"rule":"export","key":"b"}]}`)
+	if w.Code != 200 || !strings.HasPrefix(body(w), `{"results":[{"allowed":false,`) || !strings.Contains(body(w), `"retry_after_ms":0}]}],"allowed":false}`) {
+		t.Errorf("different keys: %d %s", w.Code, body(w))
+	}
+	if got := f.remaining("export", "b"); got != "0" {
+		t.Errorf("export/b remaining %s, want 0: b's check consumed", got)
+	}
+
+	// Different costs on one key: decided separately, so search consumes
+	// although export denies.
+	w = f.post("/v1/check/batch", `{"checks":[{"rule":"search","key":"a","cost":1},{"rule":"export","key":"a","cost":0}]}`)
+	if w.Code != 200 || !strings.HasPrefix(body(w), `{"results":[{"allowed":true,"limit":2,"remaining":0,`) {
+		t.Errorf("different costs: %d %s", w.Code, body(w))
+	}
+	// A cost-0 check on an exhausted fixed window is admitted (it asks for
+	// nothing), so the batch is allowed.
+	if !strings.HasSuffix(body(w), `"allowed":true}`) {
+		t.Errorf("different costs: %s; want allowed", body(w))
+	}
+
+	// A shadow rule in a group never makes its neighbours fail.
+	f.check("shadowed", "c", 1) // exhaust
+	w = f.post("/v1/check/batch", `{"checks":[{"rule":"shadowed","key":"c"},{"rule":"search","key":"c"}]}`)
+	if w.Code != 200 || !strings.Contains(body(w), `"shadow_denied":true`) || !strings.HasSuffix(body(w), `"allowed":true}`) {
+		t.Errorf("shadow in a batch: %d %s", w.Code, body(w))
+	}
+	if got := f.remaining("search", "c"); got != "1" {
+		t.Errorf("search/c remaining %s, want 1", got)
+	}
+}
+
+// blockingStore holds every Take until release is closed.
+type blockingStore struct {
+	sluice.Store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingStore) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	b.entered <- struct{}{}
+	<-b.release
+	return b.Store.Take(ctx, req)
+}
+
+func TestUpdate(t *testing.T) {
+	const next = `
+rules:
+  - {name: fresh, match: /fresh, limit: 1, period: 1s}
+`
+	// A request in flight when the rules change completes under the old ones.
+	c := storetest.NewClock()
+	bs := &blockingStore{Store: memory.New(memory.WithClock(c.Now)), entered: make(chan struct{}, 1), release: make(chan struct{})}
+	f := setupWith(t, sluice.New(bs, sluice.WithClock(c.Now)), c, rulesYAML)
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- f.check("search", "a", 1) }()
+	<-bs.entered
+	f.srv.Update(parse(t, next))
+	close(bs.release)
+	if w := <-done; w.Code != 200 || !strings.Contains(body(w), `"name":"search-1m"`) {
+		t.Errorf("in-flight request: %d %s, want 200 under the old rule", w.Code, w.Body)
+	}
+	bs.entered = make(chan struct{}, 100)
+	// Old rule unknown, new rule known.
+	if w := f.check("search", "a", 1); w.Code != 400 || body(w) != errBody("BAD_REQUEST", `unknown rule "search"; known rules: fresh`) {
+		t.Errorf("old rule after Update: %d %s", w.Code, w.Body)
+	}
+	if w := f.check("fresh", "a", 1); w.Code != 200 {
+		t.Errorf("new rule after Update: %d %s", w.Code, w.Body)
+	}
+	f.srv.Update(nil)
+	if w := f.check("fresh", "a", 1); w.Code != 400 || body(w) != errBody("BAD_REQUEST", `unknown rule "fresh"; no rules are configured`) {
+		t.Errorf("after Update(nil): %d %s", w.Code, w.Body)
+	}
+
+	// Under the race detector: requests while the rules keep changing get
+	// either the old or the new rule, never anything else.
+	g := setup(t, rulesYAML)
+	files := []*config.File{parse(t, rulesYAML), parse(t, rulesYAML+"  - {name: fresh, match: /fresh, limit: 100, period: 1s}\n")}
+	var wg sync.WaitGroup
+	var stop atomic.Bool
+	wg.Go(func() {
+		for i := 0; !stop.Load(); i++ {
+			g.srv.Update(files[i%2])
+		}
+	})
+	for range 4 {
+		wg.Go(func() {
+			for range 200 {
+				w := g.check("fresh", "k", 0)
+				if w.Code != 200 && !(w.Code == 400 && strings.Contains(body(w), `unknown rule \"fresh\"`)) {
+					t.Errorf("during Update: %d %s", w.Code, w.Body)
+					return
+				}
+			}
+		})
+	}
+	time.Sleep(50 * time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+}
+
+func TestHealth(t *testing.T) {
+	var failing atomic.Bool
+	f := setup(t, rulesYAML, WithReady(func(ctx context.Context) error {
+		if failing.Load() {
+			return errors.New("redis: connection refused")
+		}
+		return nil
+	}))
+	for _, tt := range []struct {
+		path string
+		fail bool
+		code int
+		body string
+	}{
+		{"/healthz", false, 200, `{"status":"ok"}`},
+		{"/healthz", true, 200, `{"status":"ok"}`},
+		{"/readyz", false, 200, `{"status":"ok"}`},
+		{"/readyz", true, 503, `{"status":"unavailable","error":"redis: connection refused"}`},
+	} {
+		failing.Store(tt.fail)
+		if w := f.do("GET", tt.path, "", ""); w.Code != tt.code || body(w) != tt.body {
+			t.Errorf("%s (probe failing %v): %d %s, want %d %s", tt.path, tt.fail, w.Code, body(w), tt.code, tt.body)
+		}
+	}
+	// Without a probe: always ready.
+	if w := setup(t, rulesYAML).do("GET", "/readyz", "", ""); w.Code != 200 {
+		t.Errorf("default readyz: %d %s", w.Code, w.Body)
+	}
+}
+
+// TestStoreDown runs against a real Redis that has stopped: the Limiter's
+// error policy decides, and responses carry no rate-limit headers.
+func TestStoreDown(t *testing.T) {
+	srv := redistest.Start(t)
+	store, err := sluiceredis.Open("redis://" + srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	srv.Stop()
+	c := storetest.NewClock()
+	for _, tt := range []struct {
+		policy     sluice.ErrorPolicy
+		code       int
+		body       string
+		retryAfter string
+		logged     bool
+	}{
+		{sluice.DenyOnError, 503, errBody("RATE_LIMITER_UNAVAILABLE", "the rate limiter's store is unavailable and the error policy is deny; retry later"), "1", false},
+		{sluice.AllowOnError, 200, `{"allowed":true,"limit":2,"remaining":0,"reset_after_ms":0,"retry_after_ms":0,"degraded":true,"policies":[{"name":"search-1m","allowed":true,"limit":2,"remaining":0,"reset_after_ms":0,"retry_after_ms":0}]}`, "", false},
+		{sluice.ReturnErrors, 503, errBody("RATE_LIMITER_UNAVAILABLE", "the rate limiter's store is unavailable; retry later"), "", true},
+	} {
+		t.Run(tt.policy.String(), func(t *testing.T) {
+			f := setupWith(t, sluice.New(store, sluice.WithErrorPolicy(tt.policy), sluice.WithStoreTimeout(2*time.Second)), c, rulesYAML)
+			w := f.check("search", "a", 1)
+			if w.Code != tt.code || body(w) != tt.body {
+				t.Errorf("%d %s\nwant %d %s", w.Code, body(w), tt.code, tt.body)
+			}
+			if w.Header().Get("RateLimit") != "" || w.Header().Get("X-RateLimit-Remaining") != "" {
+				t.Errorf("rate-limit headers on a degraded answer: %v", w.Header())
+			}
+			if got := w.Header().Get("Retry-After"); got != tt.retryAfter {
+				t.Errorf("Retry-After %q, want %q", got, tt.retryAfter)
+			}
+			if got := strings.Contains(f.logs.String(), "store failed"); got != tt.logged {
+				t.Errorf("logged %v, want %v: %s", got, tt.logged, f.logs)
+			}
+			// In a batch, the answer is in the body under deny and allow.
+			w = f.post("/v1/check/batch", `{"checks":[{"rule":"search","key":"a"},{"rule":"export","key":"a"}]}`)
+			switch tt.policy {
+			case sluice.ReturnErrors:
+				if w.Code != 503 {
+					t.Errorf("batch: %d %s, want 503", w.Code, w.Body)
+				}
+			default:
+				allowed := tt.policy == sluice.AllowOnError
+				if w.Code != 200 || !strings.Contains(body(w), `"degraded":true`) || !strings.HasSuffix(body(w), fmt.Sprintf(`"allowed":%v}`, allowed)) {
+					t.Errorf("batch: %d %s, want 200 degraded allowed=%v", w.Code, w.Body, allowed)
+				}
+			}
+		})
+	}
+}
