@@ -1,8 +1,10 @@
 // Command sluice is the rate limiter as a program: it validates policy
-// files today, and will serve decisions over HTTP and Envoy's gRPC
-// rate-limit API and run as a rate-limiting reverse proxy.
+// files, serves decisions over HTTP (Envoy's gRPC rate-limit API is to
+// come) and runs as a rate-limiting reverse proxy.
 //
 //	sluice check --config sluice.yaml   # validate a policy file, print the effective rules
+//	sluice serve --config sluice.yaml   # POST /v1/check; reloads the file on change or SIGHUP
+//	sluice proxy --upstream http://127.0.0.1:3000 --config sluice.yaml
 //	sluice version
 //
 // Run "sluice help" or "sluice <command> --help" for the flags; every flag

@@ -8,6 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/sluice-go/sluice/config"
@@ -15,19 +18,27 @@ import (
 )
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flagSet("serve", "Serve rate-limit decisions over HTTP: POST /v1/check, POST /v1/check/batch,\nGET /healthz and GET /readyz.", stdout)
+	fs := flagSet("serve", "Serve rate-limit decisions over HTTP: POST /v1/check, POST /v1/check/batch,\nGET /healthz and GET /readyz. SIGHUP, or a change to the policy file, reloads the rules.", stdout)
 	path := fs.String("config", "sluice.yaml", envUsage("policy file", "SLUICE_CONFIG"))
 	redisURL := fs.String("redis", "", envUsage("Redis URL; overrides the file's redis.url (empty: the file's, or the in-memory store)", "SLUICE_REDIS_URL"))
 	listen := fs.String("listen", "127.0.0.1:8080", envUsage("HTTP address", "SLUICE_LISTEN"))
 	logFormat := fs.String("log-format", "text", envUsage("log format: text or json", "SLUICE_LOG_FORMAT"))
 	drain := fs.Duration("shutdown-timeout", 10*time.Second, envUsage("how long SIGTERM waits for in-flight requests", "SLUICE_SHUTDOWN_TIMEOUT"))
+	reloadEvery := fs.Duration("reload-interval", time.Second, envUsage("how often to check the policy file for changes (0: only on SIGHUP)", "SLUICE_RELOAD_INTERVAL"))
 	err := parse(fs, args, map[string]string{
 		"config": "SLUICE_CONFIG", "redis": "SLUICE_REDIS_URL", "listen": "SLUICE_LISTEN",
 		"log-format": "SLUICE_LOG_FORMAT", "shutdown-timeout": "SLUICE_SHUTDOWN_TIMEOUT",
+		"reload-interval": "SLUICE_RELOAD_INTERVAL",
 	})
 	if err != nil {
 		return err
 	}
+	if *reloadEvery < 0 {
+		return usageError{fmt.Errorf("--reload-interval %v is negative", *reloadEvery)}
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	log, err := newLogger(stderr, *logFormat)
 	if err != nil {
 		return usageError{err}
@@ -45,10 +56,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	api := server.New(b.lim, f, server.WithReady(b.ready), server.WithLogger(log))
 	srv := &http.Server{
-		Handler:           server.New(b.lim, f, server.WithReady(b.ready), server.WithLogger(log)),
+		Handler:           api,
 		ReadHeaderTimeout: 5 * time.Second,
 	}
+	ctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	watchConfig(ctx, f, *reloadEvery, hup, api.Update, log)
 	log.Info("serving", "http", ln.Addr().String(), "config", *path, "rules", len(f.Rules))
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

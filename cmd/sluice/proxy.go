@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"time"
+
+	"github.com/sluice-go/sluice/config"
+	"github.com/sluice-go/sluice/httplimit"
+)
+
+func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flagSet("proxy", "Run a rate-limiting reverse proxy: requests within the policy file's limits\nare forwarded to the upstream, the others get 429.", stdout)
+	path := fs.String("config", "sluice.yaml", envUsage("policy file", "SLUICE_CONFIG"))
+	redisURL := fs.String("redis", "", envUsage("Redis URL; overrides the file's redis.url (empty: the file's, or the in-memory store)", "SLUICE_REDIS_URL"))
+	listen := fs.String("listen", "127.0.0.1:8080", envUsage("HTTP address", "SLUICE_LISTEN"))
+	upstreamFlag := fs.String("upstream", "", envUsage("upstream URL, such as http://127.0.0.1:3000 (required)", "SLUICE_UPSTREAM"))
+	logFormat := fs.String("log-format", "text", envUsage("log format: text or json", "SLUICE_LOG_FORMAT"))
+	drain := fs.Duration("shutdown-timeout", 10*time.Second, envUsage("how long SIGTERM waits for in-flight requests", "SLUICE_SHUTDOWN_TIMEOUT"))
+	err := parse(fs, args, map[string]string{
+		"config": "SLUICE_CONFIG", "redis": "SLUICE_REDIS_URL", "listen": "SLUICE_LISTEN",
+		"upstream": "SLUICE_UPSTREAM", "log-format": "SLUICE_LOG_FORMAT", "shutdown-timeout": "SLUICE_SHUTDOWN_TIMEOUT",
+	})
+	if err != nil {
+		return err
+	}
+	upstream, err := parseUpstream(*upstreamFlag)
+	if err != nil {
+		return usageError{err}
+	}
+	log, err := newLogger(stderr, *logFormat)
+	if err != nil {
+		return usageError{err}
+	}
+	f, err := config.Load(*path)
+	if err != nil {
+		return err
+	}
+	opts, err := httplimit.FromConfig(f.HTTP)
+	if err != nil {
+		return err
+	}
+	b, err := openBackend(f, *redisURL, log)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	limit := httplimit.New(b.lim, f.Rules, append(opts, httplimit.WithLogger(log))...)
+	srv := &http.Server{
+		Handler:           limit(newReverseProxy(upstream, f.HTTP.TrustedProxies, log)),
+		ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	log.Info("proxying", "http", ln.Addr().String(), "upstream", upstream.Redacted(), "config", *path, "rules", len(f.Rules))
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "timeout", *drain)
+	shutdown, cancel := context.WithTimeout(context.Background(), *drain)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}
+
+// parseUpstream checks that s is an absolute http or https URL.
+func parseUpstream(s string) (*url.URL, error) {
+	if s == "" {
+		return nil, errors.New("--upstream is required (an http or https URL, such as http://127.0.0.1:3000)")
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err // without the URL, which may hold a password
+		}
+		return nil, fmt.Errorf("--upstream: invalid URL: %w", err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("--upstream %q is not an absolute http or https URL, such as http://127.0.0.1:3000", u.Redacted())
+	}
+	return u, nil
+}
+
+// newReverseProxy returns a proxy to upstream that keeps the method, path,
+// query and body, streams responses as they come, and sets X-Forwarded-For,
+// -Host and -Proto. The incoming X-Forwarded-For chain is kept, with the
+// peer appended, only when the peer is one of the trusted proxies;
+// otherwise X-Forwarded-For is the peer's address alone, since a client
+// can write anything there. A failing upstream is a 502 whose body does
+// not name it.
+func newReverseProxy(upstream *url.URL, trusted []netip.Prefix, log *slog.Logger) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(upstream)
+			// Rewrite has already removed the X-Forwarded-* fields from
+			// r.Out; SetXForwarded appends the peer to any chain left there.
+			if peerTrusted(r.In.RemoteAddr, trusted) {
+				if prior := r.In.Header["X-Forwarded-For"]; len(prior) > 0 {
+					r.Out.Header["X-Forwarded-For"] = append([]string(nil), prior...)
+				}
+			} else {
+				// A Forwarded field from an untrusted client is as made up
+				// as its X-Forwarded-For.
+				r.Out.Header.Del("Forwarded")
+			}
+			r.SetXForwarded()
+		},
+		FlushInterval: -1, // flush every write: server-sent events and chunked responses stream
+		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() != nil {
+				// The client went away: nobody to answer.
+				log.Debug("client gone before the upstream answered", "method", r.Method, "path", r.URL.Path, "error", err)
+				w.WriteHeader(http.StatusBadGateway)
+				return
+			}
+			log.Warn("upstream unavailable", "method", r.Method, "path", r.URL.Path, "error", err)
+			httplimit.WriteError(w, http.StatusBadGateway, "UPSTREAM_UNAVAILABLE", "the upstream service is unavailable; try again later")
+		},
+	}
+}
+
+// peerTrusted reports whether remoteAddr (host:port) is within trusted.
+func peerTrusted(remoteAddr string, trusted []netip.Prefix) bool {
+	if len(trusted) == 0 {
+		return false
+	}
+	ap, err := netip.ParseAddrPort(remoteAddr)
+	if err != nil {
+		return false
+	}
+	a := ap.Addr().Unmap().WithZone("")
+	for _, p := range trusted {
+		if p.Contains(a) || (p.Addr().Is4In6() && p.Bits() >= 96 && a.Is4() &&
+			netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96).Contains(a)) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,330 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// startProxy starts `sluice proxy` with args on a free port and waits for
+// its "proxying" log line.
+func startProxy(t *testing.T, env []string, args ...string) *daemon {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"proxy", "--listen", "127.0.0.1:0", "--log-format", "json"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d := &daemon{cmd: cmd, logs: make(chan string, 100), done: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			select {
+			case d.logs <- sc.Text():
+			default:
+			}
+		}
+		_ = cmd.Wait()
+		close(d.done)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-d.done
+	})
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case line := <-d.logs:
+			d.early = append(d.early, line)
+			var entry struct {
+				Msg  string `json:"msg"`
+				HTTP string `json:"http"`
+			}
+			if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == "proxying" {
+				d.base = "http://" + entry.HTTP
+				return d
+			}
+		case <-d.done:
+			t.Fatalf("sluice proxy exited before proxying:\n%s", strings.Join(d.early, "\n"))
+		case <-deadline:
+			t.Fatal("sluice proxy did not start within 30s")
+		}
+	}
+}
+
+// echoed is what the test upstream's echo handler answers.
+type echoed struct {
+	Method string `json:"method"`
+	Path   string `json:"path"`
+	Query  string `json:"query"`
+	Body   string `json:"body"`
+	XFF    string `json:"xff"`
+	XFHost string `json:"xf_host"`
+	XFProt string `json:"xf_proto"`
+}
+
+// upstream is a small upstream: every path echoes the request as JSON,
+// except /stream, which sends a first chunk (with the Content-Type of its
+// type parameter) and then waits for a value on release before sending
+// the second. hits counts the requests that reached it.
+type upstream struct {
+	*httptest.Server
+	hits     atomic.Int64
+	release  chan struct{}
+	finished atomic.Bool // the last /stream wrote its last chunk
+}
+
+func startUpstream(t *testing.T) *upstream {
+	t.Helper()
+	u := &upstream{release: make(chan struct{})}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.hits.Add(1)
+		if r.URL.Path == "/stream" {
+			u.finished.Store(false)
+			w.Header().Set("Content-Type", r.URL.Query().Get("type"))
+			io.WriteString(w, "data: first\n\n")
+			w.(http.Flusher).Flush()
+			select {
+			case <-u.release:
+			case <-time.After(10 * time.Second):
+			}
+			u.finished.Store(true)
+			io.WriteString(w, "data: second\n\n")
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(echoed{
+			Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Body: string(body),
+			XFF:    strings.Join(r.Header.Values("X-Forwarded-For"), ", "),
+			XFHost: r.Header.Get("X-Forwarded-Host"), XFProt: r.Header.Get("X-Forwarded-Proto"),
+		})
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+// do sends a request through the proxy and returns the response with its
+// body read.
+func do(t *testing.T, method, url, body string, header http.Header) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(b)
+}
+
+func decodeEcho(t *testing.T, body string) echoed {
+	t.Helper()
+	var e echoed
+	if err := json.Unmarshal([]byte(body), &e); err != nil {
+		t.Fatalf("upstream answer %q: %v", body, err)
+	}
+	return e
+}
+
+func TestProxy(t *testing.T) {
+	up := startUpstream(t)
+	cfg := writeFile(t, `
+rules:
+  - {name: limited, match: GET /limited, key: ip, limit: 2, period: 1m}
+`)
+	d := startProxy(t, nil, "--config", cfg, "--upstream", up.URL)
+	if early := strings.Join(d.early, "\n"); !strings.Contains(early, `"upstream":"`+up.URL+`"`) {
+		t.Errorf("the proxying line does not name the upstream:\n%s", early)
+	}
+
+	t.Run("rate limited", func(t *testing.T) {
+		before := up.hits.Load()
+		for i := 1; i <= 2; i++ {
+			resp, body := do(t, "GET", d.base+"/limited", "", nil)
+			if resp.StatusCode != 200 || decodeEcho(t, body).Path != "/limited" {
+				t.Fatalf("request %d: %d %s, want 200 from the upstream", i, resp.StatusCode, body)
+			}
+			if resp.Header.Get("RateLimit-Policy") == "" || resp.Header.Get("X-RateLimit-Limit") != "2" {
+				t.Errorf("request %d: no rate-limit headers: %v", i, resp.Header)
+			}
+		}
+		resp, body := do(t, "GET", d.base+"/limited", "", nil)
+		if resp.StatusCode != 429 || !strings.Contains(body, `"RATE_LIMITED"`) || resp.Header.Get("Retry-After") == "" {
+			t.Errorf("third request: %d %s, want 429 RATE_LIMITED with Retry-After", resp.StatusCode, body)
+		}
+		if hits := up.hits.Load() - before; hits != 2 {
+			t.Errorf("upstream hits: %d, want 2 (the 429 must not reach it)", hits)
+		}
+		// Paths no rule matches pass unlimited.
+		for i := 0; i < 3; i++ {
+			if resp, body := do(t, "GET", d.base+"/free", "", nil); resp.StatusCode != 200 {
+				t.Fatalf("unlimited path: %d %s", resp.StatusCode, body)
+			}
+		}
+	})
+
+	t.Run("request preserved", func(t *testing.T) {
+		h := http.Header{"X-Forwarded-For": {"203.0.113.9"}}
+		resp, body := do(t, "POST", d.base+"/echo/path?a=1&b=two%20words", `{"hello":"world"}`, h)
+		if resp.StatusCode != 200 {
+			t.Fatalf("POST: %d %s", resp.StatusCode, body)
+		}
+		want := echoed{
+			Method: "POST", Path: "/echo/path", Query: "a=1&b=two%20words", Body: `{"hello":"world"}`,
+			// The peer is not a trusted proxy: its X-Forwarded-For is
+			// dropped, not passed on as the client's address.
+			XFF:    "127.0.0.1",
+			XFHost: strings.TrimPrefix(d.base, "http://"), XFProt: "http",
+		}
+		if got := decodeEcho(t, body); got != want {
+			t.Errorf("upstream saw %+v\nwant %+v", got, want)
+		}
+	})
+
+	for _, ct := range []string{"text/event-stream", "text/plain"} {
+		t.Run("streaming "+ct, func(t *testing.T) {
+			resp, err := http.Get(d.base + "/stream?type=" + url.QueryEscape(ct))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			r := bufio.NewReader(resp.Body)
+			first, err := r.ReadString('\n')
+			if err != nil || first != "data: first\n" {
+				t.Fatalf("first chunk: %q, %v", first, err)
+			}
+			if up.finished.Load() {
+				t.Fatal("the first chunk arrived only after the upstream handler finished: not streamed")
+			}
+			up.release <- struct{}{}
+			rest, err := io.ReadAll(r)
+			if err != nil || string(rest) != "\ndata: second\n\n" {
+				t.Errorf("rest: %q, %v", rest, err)
+			}
+		})
+	}
+
+	// SIGTERM: a clean exit.
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-d.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("sluice proxy did not exit within 20s of SIGTERM")
+	}
+	if code := d.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("exit code after SIGTERM: %d, want 0", code)
+	}
+}
+
+func TestProxyTrustedPeer(t *testing.T) {
+	up := startUpstream(t)
+	cfg := writeFile(t, `
+http:
+  trusted_proxies: [127.0.0.1]
+rules:
+  - {name: r, key: ip, limit: 100, period: 1m}
+`)
+	d := startProxy(t, nil, "--config", cfg, "--upstream", up.URL)
+	h := http.Header{"X-Forwarded-For": {"203.0.113.9, 198.51.100.2"}}
+	resp, body := do(t, "GET", d.base+"/x", "", h)
+	if resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	if got, want := decodeEcho(t, body).XFF, "203.0.113.9, 198.51.100.2, 127.0.0.1"; got != want {
+		t.Errorf("X-Forwarded-For from a trusted peer: %q, want %q", got, want)
+	}
+}
+
+func TestProxyUpstreamDown(t *testing.T) {
+	up := startUpstream(t)
+	upURL := up.URL
+	up.Close()
+	cfg := writeFile(t, `
+rules:
+  - {name: r, key: ip, limit: 100, period: 1m}
+`)
+	d := startProxy(t, nil, "--config", cfg, "--upstream", upURL)
+	resp, body := do(t, "GET", d.base+"/x", "", nil)
+	var e struct {
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	if resp.StatusCode != 502 || json.Unmarshal([]byte(body), &e) != nil || e.Error.Code != "UPSTREAM_UNAVAILABLE" {
+		t.Fatalf("upstream down: %d %s, want 502 with JSON code UPSTREAM_UNAVAILABLE", resp.StatusCode, body)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type %q", ct)
+	}
+	u, _ := url.Parse(upURL)
+	if strings.Contains(body, u.Host) || strings.Contains(body, u.Port()) {
+		t.Errorf("the 502 body names the upstream %s: %s", u.Host, body)
+	}
+	// It is logged, for the operator.
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case line := <-d.logs:
+			if strings.Contains(line, "upstream unavailable") {
+				return
+			}
+		case <-deadline:
+			t.Fatal("no log line for the failed upstream")
+		}
+	}
+}
+
+func TestProxyUsage(t *testing.T) {
+	cfg := writeFile(t, "rules:\n  - {name: r, key: ip, limit: 1, period: 1m}\n")
+	tests := []struct {
+		name   string
+		env    []string
+		args   []string
+		code   int
+		stdout string
+		stderr string
+	}{
+		{"missing upstream", nil, []string{"proxy", "--config", cfg}, 2, "", "--upstream is required"},
+		{"not http", nil, []string{"proxy", "--config", cfg, "--upstream", "ftp://127.0.0.1:21"}, 2, "", "not an absolute http or https URL"},
+		{"relative", nil, []string{"proxy", "--config", cfg, "--upstream", "/api"}, 2, "", "not an absolute http or https URL"},
+		{"no scheme", nil, []string{"proxy", "--config", cfg, "--upstream", "127.0.0.1:3000"}, 2, "", "--upstream"},
+		{"bad upstream from env", []string{"SLUICE_UPSTREAM=localhost"}, []string{"proxy", "--config", cfg}, 2, "", "not an absolute http or https URL"},
+		{"help", nil, []string{"proxy", "--help"}, 0, "SLUICE_UPSTREAM", ""},
+		{"listed", nil, []string{"help"}, 0, "proxy", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stdout, stderr, code := runBinary(t, tt.env, tt.args...)
+			if code != tt.code || !strings.Contains(stdout, tt.stdout) || !strings.Contains(stderr, tt.stderr) {
+				t.Errorf("exit %d, stdout %q, stderr %q; want exit %d, stdout with %q, stderr with %q",
+					code, stdout, stderr, tt.code, tt.stdout, tt.stderr)
+			}
+		})
+	}
+}

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/sluice-go/sluice/config"
+)
+
+// fingerprint identifies one version of the policy file: its size,
+// modification time and content hash. A missing or unreadable file has
+// the zero fingerprint with err set.
+type fingerprint struct {
+	size  int64
+	mtime time.Time
+	sum   [sha256.Size]byte
+	err   string
+}
+
+// fingerprintOf reads the file at path. It follows symbolic links and
+// opens the path afresh, so a file replaced by rename (as editors and
+// Kubernetes ConfigMaps do) is seen as the new file.
+func fingerprintOf(path string) fingerprint {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fingerprint{err: err.Error()}
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fingerprint{err: err.Error()}
+	}
+	return fingerprint{size: fi.Size(), mtime: fi.ModTime(), sum: sha256.Sum256(data)}
+}
+
+func (a fingerprint) equal(b fingerprint) bool {
+	return a.size == b.size && a.mtime.Equal(b.mtime) && bytes.Equal(a.sum[:], b.sum[:]) && a.err == b.err
+}
+
+// watchConfig reloads the policy file cur was loaded from on every signal
+// from hup and, when interval is positive, whenever the file's size,
+// modification time or content hash changes (polled every interval). A
+// valid file is handed to apply (which must swap the rules atomically,
+// as server.Server.Update does) and logged as "config reloaded"; an
+// invalid one is logged, one line per error, and the old rules keep
+// serving. The redis section cannot change at runtime: a file whose
+// section differs from cur's still has its rules applied, with a warning
+// that the store settings need a restart.
+//
+// watchConfig takes the file's first fingerprint before it returns, so
+// any later change is seen; the watching goroutine stops with ctx.
+func watchConfig(ctx context.Context, cur *config.File, interval time.Duration, hup <-chan os.Signal, apply func(*config.File), log *slog.Logger) {
+	path, running := cur.Path, cur.Redis
+	last := fingerprintOf(path)
+	reload := func(trigger string) {
+		f, err := config.Load(path)
+		if err != nil {
+			var errs config.Errors
+			if !errors.As(err, &errs) {
+				log.Error("config rejected; the old rules keep serving", "config", path, "trigger", trigger, "error", err.Error())
+				return
+			}
+			for _, e := range errs {
+				log.Error("config rejected; the old rules keep serving", "config", path, "trigger", trigger, "error", e.Error())
+			}
+			return
+		}
+		apply(f)
+		log.Info("config reloaded", "config", path, "trigger", trigger, "rules", len(f.Rules))
+		if f.Redis != running {
+			// Never log the URLs: they may hold a password.
+			log.Warn("the redis section changed; the store keeps its old settings until a restart", "config", path)
+		}
+	}
+	go func() {
+		var tick <-chan time.Time // nil: polling disabled
+		if interval > 0 {
+			t := time.NewTicker(interval)
+			defer t.Stop()
+			tick = t.C
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				last = fingerprintOf(path)
+				reload("signal")
+			case <-tick:
+				fp := fingerprintOf(path)
+				if fp.equal(last) {
+					continue
+				}
+				last = fp
+				reload("file changed")
+			}
+		}
+	}()
+}

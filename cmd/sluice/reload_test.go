@@ -1,0 +1,138 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const (
+	oldRules = "rules:\n  - {name: old, key: ip, limit: 100, period: 1m}\n"
+	newRules = "rules:\n  - {name: new, key: ip, limit: 100, period: 1m}\n"
+)
+
+// waitRule polls /v1/check for rule every 50ms, for up to 10s, until it
+// answers 200.
+func (d *daemon) waitRule(t *testing.T, rule string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, _, body := d.post(t, "/v1/check", `{"rule":"`+rule+`","key":"k"}`)
+		if code == 200 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rule %q not served within 10s: last answer %d %s", rule, code, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitLog returns the next log line, within 10s, whose msg contains msg.
+func (d *daemon) waitLog(t *testing.T, msg string) map[string]any {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case line := <-d.logs:
+			var entry map[string]any
+			if json.Unmarshal([]byte(line), &entry) == nil {
+				if m, _ := entry["msg"].(string); strings.Contains(m, msg) {
+					return entry
+				}
+			}
+		case <-d.done:
+			t.Fatalf("sluice serve exited while waiting for log %q", msg)
+		case <-deadline:
+			t.Fatalf("no log %q within 10s", msg)
+		}
+	}
+}
+
+// wantSwapped waits for the new rule to answer, then checks that the old
+// one is unknown.
+func (d *daemon) wantSwapped(t *testing.T) {
+	t.Helper()
+	d.waitRule(t, "new")
+	if code, _, body := d.post(t, "/v1/check", `{"rule":"old","key":"k"}`); code != 400 || !strings.Contains(body, "old") {
+		t.Errorf("old rule after reload: %d %s, want 400", code, body)
+	}
+}
+
+func TestReloadOnChange(t *testing.T) {
+	cfg := writeFile(t, oldRules)
+	d := startServe(t, nil, "--config", cfg, "--reload-interval", "100ms")
+	d.waitRule(t, "old")
+	// The redis section changes too: the rules apply, with a warning.
+	if err := os.WriteFile(cfg, []byte("redis: {on_error: allow}\n"+newRules), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d.wantSwapped(t)
+	entry := d.waitLog(t, "config reloaded")
+	if entry["config"] != cfg || entry["rules"] != 1.0 || entry["level"] != "INFO" {
+		t.Errorf("reload log %v, want level INFO, config %s and rules 1", entry, cfg)
+	}
+	if entry := d.waitLog(t, "redis section changed"); entry["level"] != "WARN" {
+		t.Errorf("redis change log %v, want level WARN", entry)
+	}
+}
+
+func TestReloadInvalid(t *testing.T) {
+	cfg := writeFile(t, oldRules)
+	d := startServe(t, nil, "--config", cfg, "--reload-interval", "100ms")
+	d.waitRule(t, "old")
+	if err := os.WriteFile(cfg, []byte("rules:\n  - name: new\n    perod: 1s\n    limit: 5\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Every error of the file is logged, one line each; perod is on line 3.
+	for {
+		entry := d.waitLog(t, "config rejected; the old rules keep serving")
+		e, _ := entry["error"].(string)
+		if entry["level"] != "ERROR" || !strings.Contains(e, cfg+":") {
+			t.Errorf("rejection log %v, want level ERROR and an error with the file's line", entry)
+		}
+		if strings.Contains(e, "perod: unknown field (did you mean period?)") && strings.Contains(e, cfg+":3)") {
+			break
+		}
+	}
+	if code, _, body := d.post(t, "/v1/check", `{"rule":"old","key":"k"}`); code != 200 {
+		t.Errorf("old rule after a rejected file: %d %s, want 200", code, body)
+	}
+	if code, _, _ := d.post(t, "/v1/check", `{"rule":"new","key":"k"}`); code != 400 {
+		t.Errorf("rule of the rejected file: %d, want 400", code)
+	}
+}
+
+func TestReloadOnSIGHUP(t *testing.T) {
+	cfg := writeFile(t, oldRules)
+	d := startServe(t, nil, "--config", cfg, "--reload-interval", "0")
+	d.waitRule(t, "old")
+	if err := os.WriteFile(cfg, []byte(newRules), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	d.wantSwapped(t)
+	if entry := d.waitLog(t, "config reloaded"); entry["trigger"] != "signal" {
+		t.Errorf("reload log %v, want trigger signal", entry)
+	}
+}
+
+func TestReloadOnRename(t *testing.T) {
+	cfg := writeFile(t, oldRules)
+	d := startServe(t, nil, "--config", cfg, "--reload-interval", "100ms")
+	d.waitRule(t, "old")
+	tmp := filepath.Join(filepath.Dir(cfg), ".sluice.yaml.tmp")
+	if err := os.WriteFile(tmp, []byte(newRules), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, cfg); err != nil {
+		t.Fatal(err)
+	}
+	d.wantSwapped(t)
+}
