@@ -31,6 +31,7 @@ type options struct {
 	keys      map[string]KeyFunc // by rule name
 	now       func() time.Time
 	log       *slog.Logger
+	obs       func(rule string, res sluice.MultiResult, shadow bool)
 }
 
 // WithHeaders chooses which rate-limit headers responses carry (default
@@ -55,6 +56,13 @@ func WithTrustedProxies(p ...netip.Prefix) Option {
 // its configured key source: the way to key by an authenticated user.
 func WithKey(rule string, f KeyFunc) Option {
 	return func(o *options) { o.keys[rule] = f }
+}
+
+// WithObserver registers f to be told of every decision the middleware
+// makes (the rule, its result, and whether the rule is in shadow mode),
+// for metrics.
+func WithObserver(f func(rule string, res sluice.MultiResult, shadow bool)) Option {
+	return func(o *options) { o.obs = f }
 }
 
 // WithClock sets the clock used for the epoch seconds of X-RateLimit-Reset
@@ -119,7 +127,8 @@ func (ruleIndex) ServeHTTP(http.ResponseWriter, *http.Request) {}
 // conflicting pattern, or a WithKey naming no rule.
 func New(lim *sluice.Limiter, rules []config.Rule, opts ...Option) func(http.Handler) http.Handler {
 	m := &middleware{lim: lim, rules: append([]config.Rule(nil), rules...), mux: http.NewServeMux(), def: -1}
-	m.opts = options{keys: map[string]KeyFunc{}, now: time.Now, log: slog.Default()}
+	m.opts = options{keys: map[string]KeyFunc{}, now: time.Now, log: slog.Default(),
+		obs: func(string, sluice.MultiResult, bool) {}}
 	for _, o := range opts {
 		o(&m.opts)
 	}
@@ -295,6 +304,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
+	m.opts.obs(rule.Name, res, rule.Shadow)
 	if rule.Shadow {
 		if !res.Allowed {
 			m.opts.log.Info("sluice: shadow rule would deny", "rule", rule.Name, "retry_after", res.RetryAfter)

@@ -44,6 +44,7 @@ type Server struct {
 	ready func(ctx context.Context) error
 	log   *slog.Logger
 	now   func() time.Time
+	obs   func(rule string, res sluice.MultiResult, shadow bool)
 }
 
 // ruleSet is one generation of rules, looked up by name.
@@ -86,6 +87,9 @@ func New(lim *sluice.Limiter, f *config.File, opts ...Option) *Server {
 	}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	if s.obs == nil {
+		s.obs = func(string, sluice.MultiResult, bool) {}
 	}
 	s.Update(f)
 	return s
@@ -263,6 +267,7 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 func (s *Server) decide(w http.ResponseWriter, r *http.Request, c resolved) (sluice.MultiResult, bool) {
 	res, err := s.lim.AllowAll(r.Context(), keyPrefix+c.key, c.cost, c.limits...)
 	if err == nil {
+		s.obs(c.rule.Name, res, c.rule.Shadow)
 		if c.rule.Shadow && !res.Allowed {
 			s.log.Info("sluice: shadow rule would deny", "rule", c.rule.Name, "retry_after", res.RetryAfter)
 		}
@@ -469,6 +474,7 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 		off := 0
 		for _, i := range group {
 			c := checks[i]
+			s.obs(c.rule.Name, res, false)
 			own := res.Results[off : off+len(c.limits)]
 			off += len(c.limits)
 			results[i] = result(c, own, res.Allowed, res.RetryAfter)
@@ -562,4 +568,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_, _ = w.Write(b) // a client that went away is nobody to tell
+}
+
+// WithObserver registers f to be told of every decision the service makes
+// (the rule, its result, and whether the rule is in shadow mode), for
+// metrics.
+func WithObserver(f func(rule string, res sluice.MultiResult, shadow bool)) Option {
+	return func(s *Server) { s.obs = f }
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-go/sluice/config"
 	"github.com/sluice-go/sluice/httplimit"
+	"github.com/sluice-go/sluice/metrics"
 )
 
 func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -48,7 +49,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	b, err := openBackend(f, *redisURL, log)
+	b, err := openBackend(f, *redisURL, metrics.New(), log)
 	if err != nil {
 		return err
 	}

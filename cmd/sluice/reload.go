@@ -53,11 +53,12 @@ func (a fingerprint) equal(b fingerprint) bool {
 //
 // watchConfig takes the file's first fingerprint before it returns, so
 // any later change is seen; the watching goroutine stops with ctx.
-func watchConfig(ctx context.Context, cur *config.File, interval time.Duration, hup <-chan os.Signal, apply func(*config.File), log *slog.Logger) {
+func watchConfig(ctx context.Context, cur *config.File, interval time.Duration, hup <-chan os.Signal, apply func(*config.File), report func(ok bool), log *slog.Logger) {
 	path, running := cur.Path, cur.Redis
 	last := fingerprintOf(path)
 	reload := func(trigger string) {
 		f, err := config.Load(path)
+		report(err == nil)
 		if err != nil {
 			var errs config.Errors
 			if !errors.As(err, &errs) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/config"
+	"github.com/sluice-go/sluice/metrics"
 	"github.com/sluice-go/sluice/server"
 )
 
@@ -47,7 +48,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	b, err := openBackend(f, *redisURL, log)
+	m := metrics.New()
+	b, err := openBackend(f, *redisURL, m, log)
 	if err != nil {
 		return err
 	}
@@ -56,14 +58,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	api := server.New(b.lim, f, server.WithReady(b.ready), server.WithLogger(log))
+	api := server.New(b.lim, f, server.WithReady(b.ready), server.WithLogger(log), server.WithObserver(m.Decision))
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m.Handler())
+	mux.Handle("/", api)
 	srv := &http.Server{
-		Handler:           api,
+		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,
 	}
 	ctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	watchConfig(ctx, f, *reloadEvery, hup, api.Update, log)
+	watchConfig(ctx, f, *reloadEvery, hup, api.Update, m.Reload, log)
 	log.Info("serving", "http", ln.Addr().String(), "config", *path, "rules", len(f.Rules))
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

@@ -117,6 +117,22 @@ rules:
 			t.Errorf("%s: %d, want %d", path, resp.StatusCode, want)
 		}
 	}
+	// Prometheus metrics count what happened.
+	resp0, err := http.Get(d.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsText, _ := io.ReadAll(resp0.Body)
+	resp0.Body.Close()
+	for _, want := range []string{
+		`sluice_decisions_total{outcome="allowed",rule="login"} 2`,
+		`sluice_decisions_total{outcome="denied",rule="login"} 1`,
+		`sluice_store_duration_seconds_count{op="take"} 3`,
+	} {
+		if !strings.Contains(string(metricsText), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 	// Redis goes away: under on_error deny the service is no longer ready.
 	srv.Stop()
 	resp, err := http.Get(d.base + "/readyz")

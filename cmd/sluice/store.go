@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/config"
+	"github.com/sluice-go/sluice/metrics"
 	"github.com/sluice-go/sluice/store/memory"
 	"github.com/sluice-go/sluice/store/redis"
 )
@@ -23,7 +24,7 @@ type backend struct {
 // openBackend builds the Limiter the policy file asks for; redisURL, when
 // not empty, overrides the file's redis.url. Without a URL it is the
 // in-memory store, said once in the log, since its limits hold per process.
-func openBackend(f *config.File, redisURL string, log *slog.Logger) (*backend, error) {
+func openBackend(f *config.File, redisURL string, m *metrics.Metrics, log *slog.Logger) (*backend, error) {
 	url := f.Redis.URL
 	if redisURL != "" {
 		url = redisURL
@@ -31,7 +32,7 @@ func openBackend(f *config.File, redisURL string, log *slog.Logger) (*backend, e
 	if url == "" {
 		log.Warn("no Redis configured: using the in-memory store, whose limits hold per process (N replicas admit N x the limit)")
 		return &backend{
-			lim:   sluice.New(memory.New()),
+			lim:   sluice.New(m.Store(memory.New())),
 			ready: func(context.Context) error { return nil },
 			close: func() {},
 		}, nil
@@ -50,7 +51,7 @@ func openBackend(f *config.File, redisURL string, log *slog.Logger) (*backend, e
 		}
 		return nil, fmt.Errorf("cannot reach Redis: %w", err)
 	}
-	lim := sluice.New(store, sluice.WithErrorPolicy(policy), sluice.WithStoreTimeout(f.Redis.Timeout))
+	lim := sluice.New(m.Store(store), sluice.WithErrorPolicy(policy), sluice.WithStoreTimeout(f.Redis.Timeout))
 	log.Info("store", "kind", "redis", "on_error", policy.String(), "timeout", f.Redis.Timeout)
 	ready := func(context.Context) error { return nil }
 	if policy.String() == "deny" {

@@ -1,0 +1,124 @@
+// Package metrics exports what sluice decides and how its store behaves as
+// Prometheus metrics:
+//
+//	sluice_decisions_total{rule, outcome}   allowed | denied | shadow_denied | degraded_allowed | degraded_denied
+//	sluice_store_duration_seconds{op}       latency of store calls (take, reset)
+//	sluice_store_errors_total{op}           failed store calls
+//	sluice_fallbacks_total                  decisions the error policy made while the store failed
+//	sluice_config_reloads_total{result}     ok | rejected
+package metrics
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluice-go/sluice"
+)
+
+// Metrics holds sluice's collectors in a registry of their own.
+type Metrics struct {
+	reg          *prometheus.Registry
+	decisions    *prometheus.CounterVec
+	storeSeconds *prometheus.HistogramVec
+	storeErrors  *prometheus.CounterVec
+	fallbacks    prometheus.Counter
+	reloads      *prometheus.CounterVec
+}
+
+// New returns Metrics registered in a new registry, with the Go runtime
+// and process collectors.
+func New() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_decisions_total",
+			Help: "Rate-limit decisions by rule and outcome.",
+		}, []string{"rule", "outcome"}),
+		storeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_store_duration_seconds",
+			Help:    "Latency of store calls.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}, []string{"op"}),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_store_errors_total",
+			Help: "Store calls that failed.",
+		}, []string{"op"}),
+		fallbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_fallbacks_total",
+			Help: "Decisions the error policy made because the store failed.",
+		}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_config_reloads_total",
+			Help: "Policy file reloads by result (ok, rejected).",
+		}, []string{"result"}),
+	}
+	m.reg.MustRegister(m.decisions, m.storeSeconds, m.storeErrors, m.fallbacks, m.reloads,
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}
+
+// Handler serves the metrics in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// Decision counts one decision under rule.
+func (m *Metrics) Decision(rule string, res sluice.MultiResult, shadow bool) {
+	outcome := "allowed"
+	switch {
+	case res.Degraded && res.Allowed:
+		outcome = "degraded_allowed"
+	case res.Degraded:
+		outcome = "degraded_denied"
+	case !res.Allowed && shadow:
+		outcome = "shadow_denied"
+	case !res.Allowed:
+		outcome = "denied"
+	}
+	if res.Degraded {
+		m.fallbacks.Inc()
+	}
+	m.decisions.WithLabelValues(rule, outcome).Inc()
+}
+
+// Reload counts a policy file reload.
+func (m *Metrics) Reload(ok bool) {
+	result := "ok"
+	if !ok {
+		result = "rejected"
+	}
+	m.reloads.WithLabelValues(result).Inc()
+}
+
+// Store returns s instrumented: the latency and errors of every call.
+func (m *Metrics) Store(s sluice.Store) sluice.Store { return &store{s, m} }
+
+type store struct {
+	next sluice.Store
+	m    *Metrics
+}
+
+func (s *store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	start := time.Now()
+	rs, err := s.next.Take(ctx, req)
+	s.observe("take", start, err)
+	return rs, err
+}
+
+func (s *store) Reset(ctx context.Context, key string, limits ...sluice.Limit) error {
+	start := time.Now()
+	err := s.next.Reset(ctx, key, limits...)
+	s.observe("reset", start, err)
+	return err
+}
+
+func (s *store) observe(op string, start time.Time, err error) {
+	s.m.storeSeconds.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	if err != nil {
+		s.m.storeErrors.WithLabelValues(op).Inc()
+	}
+}
