@@ -173,3 +173,44 @@ rules:
 		t.Errorf("second check: %d, want 429", code)
 	}
 }
+
+// TestServeRedisLater: sluice starts while Redis is down, the error policy
+// decides meanwhile, and once Redis answers decisions are shared again.
+func TestServeRedisLater(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Stop()
+	cfg := writeFile(t, `
+redis:
+  on_error: deny
+rules:
+  - {name: r, key: ip, limit: 5, period: 1m}
+`)
+	d := startServe(t, []string{"SLUICE_REDIS_URL=redis://" + srv.Addr}, "--config", cfg)
+	if code, _, body := d.post(t, "/v1/check", `{"rule":"r","key":"a"}`); code != 503 || !strings.Contains(body, "RATE_LIMITER_UNAVAILABLE") {
+		t.Fatalf("with Redis down under deny: %d %s, want 503", code, body)
+	}
+	srv.Restart(t)
+	// Bounded wait for the background reconnect; no speed is asserted.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, _, body := d.post(t, "/v1/check", `{"rule":"r","key":"a"}`)
+		if code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis is back but checks still answer %d %s", code, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case line := <-d.logs:
+			if strings.Contains(line, "redis reachable") {
+				return
+			}
+		case <-timeout:
+			t.Fatal("no log line saying Redis became reachable")
+		}
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	neturl "net/url"
+	"sync/atomic"
+	"time"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/config"
@@ -41,16 +43,18 @@ func openBackend(f *config.File, redisURL string, m *metrics.Metrics, log *slog.
 	if err != nil {
 		return nil, err
 	}
-	store, err := redis.Open(url)
-	if err != nil {
+	if _, err := neturl.Parse(url); err != nil {
 		// The URL may hold a password: never print it, not even quoted in
 		// a parse error.
 		var uerr *neturl.Error
 		if errors.As(err, &uerr) {
-			return nil, fmt.Errorf("invalid Redis URL: %w", uerr.Err)
+			err = uerr.Err
 		}
-		return nil, fmt.Errorf("cannot reach Redis: %w", err)
+		return nil, fmt.Errorf("invalid Redis URL: %w", err)
 	}
+	store := &lazyRedis{url: url, log: log}
+	ctx, cancel := context.WithCancel(context.Background())
+	store.connect(ctx)
 	lim := sluice.New(m.Store(store), sluice.WithErrorPolicy(policy), sluice.WithStoreTimeout(f.Redis.Timeout))
 	log.Info("store", "kind", "redis", "on_error", policy.String(), "timeout", f.Redis.Timeout)
 	ready := func(context.Context) error { return nil }
@@ -58,5 +62,82 @@ func openBackend(f *config.File, redisURL string, m *metrics.Metrics, log *slog.
 		// Under deny every decision fails while Redis does: not ready.
 		ready = store.Ping
 	}
-	return &backend{lim: lim, ready: ready, close: store.Close}, nil
+	return &backend{lim: lim, ready: ready, close: func() { cancel(); store.Close() }}, nil
+}
+
+// errNotConnected is the store error while Redis has not been reached yet.
+var errNotConnected = errors.New("redis store: not connected yet")
+
+// lazyRedis is the Redis store once it is reachable: sluice starts (and
+// the error policy decides) while Redis is down, and connects as soon as
+// it can, logging the change.
+type lazyRedis struct {
+	url   string
+	log   *slog.Logger
+	store atomic.Pointer[redis.Store]
+}
+
+// connect tries to open the store now, and in the background every second
+// until it succeeds or ctx ends.
+func (l *lazyRedis) connect(ctx context.Context) {
+	if l.try() {
+		return
+	}
+	l.log.Warn("redis unreachable; the error policy decides until it is reachable")
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if l.try() {
+					l.log.Info("redis reachable: deciding with the shared store")
+					return
+				}
+			}
+		}
+	}()
+}
+
+func (l *lazyRedis) try() bool {
+	s, err := redis.Open(l.url)
+	if err != nil {
+		return false
+	}
+	l.store.Store(s)
+	return true
+}
+
+func (l *lazyRedis) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	s := l.store.Load()
+	if s == nil {
+		return nil, errNotConnected
+	}
+	return s.Take(ctx, req)
+}
+
+func (l *lazyRedis) Reset(ctx context.Context, key string, limits ...sluice.Limit) error {
+	s := l.store.Load()
+	if s == nil {
+		return errNotConnected
+	}
+	return s.Reset(ctx, key, limits...)
+}
+
+// Ping reports whether Redis answers.
+func (l *lazyRedis) Ping(ctx context.Context) error {
+	s := l.store.Load()
+	if s == nil {
+		return errNotConnected
+	}
+	return s.Ping(ctx)
+}
+
+// Close closes the connection, if there is one.
+func (l *lazyRedis) Close() {
+	if s := l.store.Load(); s != nil {
+		s.Close()
+	}
 }

@@ -53,6 +53,10 @@ func start(path, dir string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	return startOn(path, dir, port)
+}
+
+func startOn(path, dir string, port int) (*Server, error) {
 	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), log: new(bytes.Buffer)}
 	s.cmd = exec.Command(path,
 		"--bind", "127.0.0.1",
@@ -85,6 +89,30 @@ func start(path, dir string) (*Server, error) {
 	_ = s.cmd.Process.Kill()
 	<-exited
 	return nil, fmt.Errorf("redis-server on port %d did not answer PING within 10s: %s", port, s.log)
+}
+
+// Restart starts a stopped server again on the same address, empty, and
+// stops it when t ends.
+func (s *Server) Restart(t testing.TB) *Server {
+	t.Helper()
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server is not installed: %v", err)
+	}
+	_, port, _ := net.SplitHostPort(s.Addr)
+	p, _ := strconv.Atoi(port)
+	var lastErr error
+	for range 50 { // the old process's port may take a moment to be free
+		n, err := startOn(path, t.TempDir(), p)
+		if err == nil {
+			t.Cleanup(n.Stop)
+			return n
+		}
+		lastErr = err
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("redistest: restart on %s: %v", s.Addr, lastErr)
+	return nil
 }
 
 // Stop kills the server (by its pid) and waits for it to exit. It is safe
