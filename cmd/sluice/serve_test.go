@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -212,5 +213,77 @@ rules:
 		case <-timeout:
 			t.Fatal("no log line saying Redis became reachable")
 		}
+	}
+}
+
+// TestServeSIGTERMDuringTraffic: SIGTERM while clients are sending drains
+// the requests in flight: every response that arrives is whole, and the
+// process exits 0.
+func TestServeSIGTERMDuringTraffic(t *testing.T) {
+	cfg := writeFile(t, `
+rules:
+  - {name: r, key: ip, limit: 1000000, period: 1s}
+`)
+	d := startServe(t, nil, "--config", cfg)
+	client := &http.Client{Timeout: 10 * time.Second}
+	type outcome struct {
+		ok, torn int
+	}
+	results := make(chan outcome)
+	stop := make(chan struct{})
+	var answered atomic.Int64
+	for range 8 {
+		go func() {
+			var o outcome
+			for {
+				select {
+				case <-stop:
+					results <- o
+					return
+				default:
+				}
+				resp, err := client.Post(d.base+"/v1/check", "application/json", strings.NewReader(`{"rule":"r","key":"k"}`))
+				if err != nil {
+					continue // refused once the listener closed: expected
+				}
+				var body struct {
+					Allowed *bool `json:"allowed"`
+				}
+				if json.NewDecoder(resp.Body).Decode(&body) != nil || body.Allowed == nil {
+					o.torn++
+				} else {
+					o.ok++
+					answered.Add(1)
+				}
+				resp.Body.Close()
+			}
+		}()
+	}
+	for deadline := time.Now().Add(10 * time.Second); answered.Load() < 50; { // traffic flowing
+		if time.Now().After(deadline) {
+			t.Fatal("no traffic got through")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-d.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("sluice serve did not exit within 20s of SIGTERM")
+	}
+	close(stop)
+	var total outcome
+	for range 8 {
+		o := <-results
+		total.ok += o.ok
+		total.torn += o.torn
+	}
+	if total.ok == 0 || total.torn != 0 {
+		t.Errorf("%d whole responses, %d torn; want some and none", total.ok, total.torn)
+	}
+	if code := d.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("exit code %d, want 0", code)
 	}
 }
