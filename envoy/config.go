@@ -1,0 +1,388 @@
+package envoy
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is a loaded envoyproxy/ratelimit configuration: one or more
+// domains, each a tree of descriptors. It is immutable once built; a
+// Service swaps whole Configs (Service.Update).
+type Config struct {
+	// Domains maps each domain to its descriptor tree.
+	Domains map[string]*Domain
+}
+
+// Domain is the root of one domain's descriptor tree.
+type Domain struct {
+	Name        string
+	Descriptors []*Descriptor
+	index       *node
+}
+
+// Descriptor is one node of the tree: a key, an optional value (empty:
+// matches any value of the key), an optional rate limit and children.
+type Descriptor struct {
+	Key   string
+	Value string
+	// RateLimit is nil when the node only groups children.
+	RateLimit *RateLimit
+	// ShadowMode decides (and consumes) as usual but always reports OK.
+	ShadowMode bool
+	// DetailedMetric is accepted for compatibility and ignored.
+	DetailedMetric bool
+	Descriptors    []*Descriptor
+	// File and Line locate the node in its file.
+	File string
+	Line int
+}
+
+// RateLimit is a descriptor's rate_limit block.
+type RateLimit struct {
+	// Unit is second, minute, hour, day or week, as written.
+	Unit            string
+	RequestsPerUnit uint32
+	// UnitMultiplier multiplies the unit (0 or 1: one unit).
+	UnitMultiplier uint32
+	// Unlimited admits every request without counting it.
+	Unlimited bool
+	// Name and Replaces are accepted; replaces is not enforced.
+	Name     string
+	Replaces []string
+	// Algorithm is sluice's extension: fixed_window by default.
+	Algorithm sluice.Algorithm
+	// Limit is the sluice limit enforced for this node. Limit.Limit is 0
+	// when RequestsPerUnit is 0: every request is over the limit.
+	Limit sluice.Limit
+}
+
+// node is the lookup index of a descriptor level.
+type node struct {
+	d        *Descriptor
+	exact    map[string]*node // key + "\x00" + value
+	prefix   []prefixNode     // values ending in '*', in file order
+	wildcard map[string]*node // key with no value
+}
+
+type prefixNode struct {
+	key, prefix string
+	n           *node
+}
+
+// LoadConfig reads and parses one envoyproxy/ratelimit YAML file.
+func LoadConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("envoy: %w", err)
+	}
+	return ParseConfig(path, data)
+}
+
+// ParseConfig parses one envoyproxy/ratelimit YAML document; path names
+// the file in errors.
+func ParseConfig(path string, data []byte) (*Config, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		return nil, fmt.Errorf("%s: empty config file", path)
+	}
+	p := &parser{file: path}
+	d := p.domain(doc.Content[0])
+	if err := errors.Join(p.errs...); err != nil {
+		return nil, err
+	}
+	return &Config{Domains: map[string]*Domain{d.Name: d}}, nil
+}
+
+// Merge combines configs of distinct domains into one; a domain defined
+// twice is an error.
+func Merge(cfgs ...*Config) (*Config, error) {
+	out := &Config{Domains: map[string]*Domain{}}
+	for _, c := range cfgs {
+		for name, d := range c.Domains {
+			if _, dup := out.Domains[name]; dup {
+				return nil, fmt.Errorf("envoy: duplicate domain %q", name)
+			}
+			out.Domains[name] = d
+		}
+	}
+	return out, nil
+}
+
+type parser struct {
+	file string
+	errs []error
+}
+
+func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
+	p.errs = append(p.errs, fmt.Errorf("%s:%d: %s", p.file, n.Line, fmt.Sprintf(format, args...)))
+}
+
+// fields iterates a mapping, reporting keys not in allowed.
+func (p *parser) fields(n *yaml.Node, what string, allowed ...string) map[string]*yaml.Node {
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, "%s must be a mapping", what)
+		return nil
+	}
+	m := map[string]*yaml.Node{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		ok := false
+		for _, a := range allowed {
+			ok = ok || a == k.Value
+		}
+		switch {
+		case !ok:
+			p.errorf(k, "unknown field %q in %s (allowed: %s)", k.Value, what, strings.Join(allowed, ", "))
+		case m[k.Value] != nil:
+			p.errorf(k, "duplicate field %q in %s", k.Value, what)
+		default:
+			m[k.Value] = v
+		}
+	}
+	return m
+}
+
+func (p *parser) str(n *yaml.Node, name string) string {
+	if n == nil {
+		return ""
+	}
+	if n.Kind != yaml.ScalarNode {
+		p.errorf(n, "%s must be a string", name)
+		return ""
+	}
+	return n.Value
+}
+
+func (p *parser) boolean(n *yaml.Node, name string) bool {
+	if n == nil {
+		return false
+	}
+	var b bool
+	if n.Kind != yaml.ScalarNode || n.Decode(&b) != nil {
+		p.errorf(n, "%s must be true or false, got %q", name, n.Value)
+	}
+	return b
+}
+
+func (p *parser) uint32(n *yaml.Node, name string) uint32 {
+	if n == nil {
+		return 0
+	}
+	v, err := strconv.ParseUint(n.Value, 10, 32)
+	if n.Kind != yaml.ScalarNode || err != nil {
+		p.errorf(n, "%s must be a whole number from 0 to %d, got %q", name, uint32(1<<32-1), n.Value)
+	}
+	return uint32(v)
+}
+
+func (p *parser) domain(n *yaml.Node) *Domain {
+	f := p.fields(n, "the config file", "domain", "descriptors")
+	d := &Domain{Name: p.str(f["domain"], "domain"), index: &node{}}
+	if d.Name == "" {
+		p.errorf(n, "config file has no domain")
+	}
+	d.Descriptors = p.descriptors(f["descriptors"], d.Name, d.index)
+	return d
+}
+
+func (p *parser) descriptors(n *yaml.Node, parent string, idx *node) []*Descriptor {
+	if n == nil {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		p.errorf(n, "descriptors must be a list")
+		return nil
+	}
+	var out []*Descriptor
+	for _, c := range n.Content {
+		f := p.fields(c, "a descriptor", "key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric")
+		if f == nil {
+			continue
+		}
+		d := &Descriptor{
+			Key: p.str(f["key"], "key"), Value: p.str(f["value"], "value"),
+			ShadowMode:     p.boolean(f["shadow_mode"], "shadow_mode"),
+			DetailedMetric: p.boolean(f["detailed_metric"], "detailed_metric"),
+			File:           p.file, Line: c.Line,
+		}
+		p.boolean(f["value_to_metric"], "value_to_metric")
+		if d.Key == "" {
+			p.errorf(c, "descriptor has an empty key")
+			continue
+		}
+		full := parent + "." + d.Key
+		if d.Value != "" {
+			full += "_" + d.Value
+		}
+		if rl := f["rate_limit"]; rl != nil {
+			d.RateLimit = p.rateLimit(rl, full)
+		}
+		child := &node{d: d}
+		if !idx.add(d, child) {
+			p.errorf(c, "duplicate descriptor %q", full)
+		}
+		d.Descriptors = p.descriptors(f["descriptors"], full, child)
+		out = append(out, d)
+	}
+	return out
+}
+
+func (idx *node) add(d *Descriptor, n *node) bool {
+	switch {
+	case d.Value == "":
+		if idx.wildcard == nil {
+			idx.wildcard = map[string]*node{}
+		}
+		if idx.wildcard[d.Key] != nil {
+			return false
+		}
+		idx.wildcard[d.Key] = n
+	case strings.HasSuffix(d.Value, "*"):
+		for _, pn := range idx.prefix {
+			if pn.key == d.Key && pn.prefix == strings.TrimSuffix(d.Value, "*") {
+				return false
+			}
+		}
+		idx.prefix = append(idx.prefix, prefixNode{d.Key, strings.TrimSuffix(d.Value, "*"), n})
+	default:
+		if idx.exact == nil {
+			idx.exact = map[string]*node{}
+		}
+		k := d.Key + "\x00" + d.Value
+		if idx.exact[k] != nil {
+			return false
+		}
+		idx.exact[k] = n
+	}
+	return true
+}
+
+// lookup finds the child for one request entry: an exact value first,
+// then the first value prefix ("foo*"), then the key with no value.
+func (idx *node) lookup(key, value string) *node {
+	if n := idx.exact[key+"\x00"+value]; n != nil {
+		return n
+	}
+	for _, pn := range idx.prefix {
+		if pn.key == key && strings.HasPrefix(value, pn.prefix) {
+			return pn.n
+		}
+	}
+	return idx.wildcard[key]
+}
+
+// units maps envoyproxy/ratelimit's units to periods. month and year,
+// whose length varies, are not supported.
+var units = map[string]time.Duration{
+	"second": time.Second, "minute": time.Minute, "hour": time.Hour,
+	"day": 24 * time.Hour, "week": 7 * 24 * time.Hour,
+}
+
+func (p *parser) rateLimit(n *yaml.Node, full string) *RateLimit {
+	f := p.fields(n, "rate_limit", "unit", "requests_per_unit", "unlimited", "name", "replaces", "unit_multiplier", "algorithm")
+	if f == nil {
+		return nil
+	}
+	rl := &RateLimit{
+		Unit:            strings.ToLower(p.str(f["unit"], "unit")),
+		RequestsPerUnit: p.uint32(f["requests_per_unit"], "requests_per_unit"),
+		UnitMultiplier:  p.uint32(f["unit_multiplier"], "unit_multiplier"),
+		Unlimited:       p.boolean(f["unlimited"], "unlimited"),
+		Name:            p.str(f["name"], "name"),
+		Algorithm:       sluice.FixedWindow,
+	}
+	if r := f["replaces"]; r != nil {
+		if r.Kind != yaml.SequenceNode {
+			p.errorf(r, "replaces must be a list")
+		} else {
+			for _, e := range r.Content {
+				rf := p.fields(e, "a replaces entry", "name")
+				name := p.str(rf["name"], "name")
+				if name == "" {
+					p.errorf(e, "replaces entry has no name")
+				}
+				rl.Replaces = append(rl.Replaces, name)
+			}
+		}
+	}
+	if a := f["algorithm"]; a != nil {
+		alg, err := sluice.ParseAlgorithm(p.str(a, "algorithm"))
+		if err != nil {
+			p.errorf(a, "%v", err)
+		}
+		rl.Algorithm = alg
+	}
+	if rl.Unlimited {
+		if f["unit"] != nil || f["requests_per_unit"] != nil {
+			p.errorf(n, "an unlimited rate_limit must not set unit or requests_per_unit")
+		}
+		return rl
+	}
+	period, ok := units[rl.Unit]
+	if !ok {
+		at := n
+		if f["unit"] != nil {
+			at = f["unit"]
+		}
+		p.errorf(at, "invalid rate limit unit %q (second, minute, hour, day or week)", rl.Unit)
+		return rl
+	}
+	if rl.UnitMultiplier > 1 {
+		period *= time.Duration(rl.UnitMultiplier)
+	}
+	rl.Limit = sluice.Limit{Algorithm: rl.Algorithm, Limit: int(rl.RequestsPerUnit), Period: period, Name: limitName(full)}
+	if rl.RequestsPerUnit > 0 {
+		if err := rl.Limit.Validate(); err != nil {
+			p.errorf(n, "%v", err)
+		}
+	}
+	return rl
+}
+
+// limitName maps a descriptor path to the characters a sluice.Limit Name
+// allows: anything else becomes '_'.
+func limitName(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// Match returns the descriptor node whose rate limit applies to the
+// request descriptor entries of domain, or nil. As in envoyproxy/ratelimit,
+// a limit applies only at the node matched by the last entry: a request
+// with more entries than the tree is deep, or ending at a node without a
+// rate_limit, matches nothing.
+func (c *Config) Match(domain string, entries []Entry) *Descriptor {
+	d := c.Domains[domain]
+	if d == nil || len(entries) == 0 {
+		return nil
+	}
+	idx := d.index
+	for _, e := range entries {
+		idx = idx.lookup(e.Key, e.Value)
+		if idx == nil {
+			return nil
+		}
+	}
+	if idx.d.RateLimit == nil {
+		return nil
+	}
+	return idx.d
+}
+
+// Entry is one key/value pair of a request descriptor.
+type Entry struct{ Key, Value string }

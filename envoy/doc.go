@@ -1,0 +1,104 @@
+// Package envoy serves Envoy's rate limit service protocol
+// (envoy.service.ratelimit.v3, ShouldRateLimit over gRPC) from a
+// sluice.Limiter, configured by files written for envoyproxy/ratelimit,
+// unchanged.
+//
+//	cfg, err := envoy.LoadConfig("ratelimit.yaml")
+//	...
+//	svc := envoy.NewService(limiter, cfg, envoy.WithResponseHeaders())
+//	g := grpc.NewServer()
+//	envoy.Register(g, svc)
+//	...
+//	svc.Update(newCfg) // hot reload: an atomic swap
+//
+// # Configuration
+//
+// A file holds one domain and its tree of descriptors, as in
+// envoyproxy/ratelimit:
+//
+//	domain: messaging
+//	descriptors:
+//	  - key: message_type
+//	    value: marketing
+//	    descriptors:
+//	      - key: to_number
+//	        rate_limit:
+//	          unit: day
+//	          requests_per_unit: 5
+//	  - key: to_number
+//	    rate_limit:
+//	      unit: day
+//	      requests_per_unit: 100
+//	      algorithm: sliding_window   # sluice's extension
+//
+// Every field envoyproxy/ratelimit reads is accepted; any other field is an
+// error naming file:line, as are a missing domain or key, a duplicate
+// descriptor, an unknown unit and a limit sluice cannot enforce. Merge
+// combines files of distinct domains (a directory of files is left to the
+// caller). The mapping:
+//
+//   - unit: second, minute, hour, day and week become a Period of 1s, 1m,
+//     1h, 24h and 168h, multiplied by unit_multiplier when it is above 1.
+//     month and year, whose length varies, are rejected.
+//   - requests_per_unit becomes Limit.Limit. 0 blocks every request
+//     (OVER_LIMIT, nothing counted), as in envoyproxy/ratelimit.
+//   - algorithm (inside rate_limit, sluice only): fixed_window by default,
+//     which is what envoyproxy/ratelimit enforces, or token_bucket, gcra,
+//     sliding_window or sliding_log. For token_bucket and gcra the burst is
+//     requests_per_unit.
+//   - Each limit is named "<domain>.<key>[_<value>].<key>[_<value>]..." for
+//     its path in the tree, with every byte outside [A-Za-z0-9-_.] replaced
+//     by '_' (the sluice.Limit Name rules). The rate_limit name, when given,
+//     is reported to Envoy as current_limit.name instead.
+//   - A descriptor with a key and no value matches any value of that key;
+//     its limit is counted per distinct value, because the store key is
+//     made of the request's entries. An exact value wins over a value
+//     prefix ("192.168.*", the first in file order), which wins over the
+//     key alone.
+//   - As in envoyproxy/ratelimit, a request descriptor gets a limit only
+//     from the node its last entry matches: a request shorter than the
+//     path to a limit, or longer than the tree, matches nothing.
+//   - unlimited: true admits without counting; the status is OK with no
+//     current_limit and limit_remaining 2^32-1.
+//   - shadow_mode: true decides and counts as usual but always reports OK.
+//   - detailed_metric and value_to_metric are accepted and ignored: this
+//     package keeps no per-descriptor statistics.
+//   - replaces (and the name it refers to) is accepted, validated and
+//     reported in RateLimit, but NOT enforced: every matched limit applies.
+//
+// # Decisions
+//
+// Each descriptor of a request is decided in order, independently, with
+// Limiter.AllowN(ctx, key, limit, cost): the store key is the domain and
+// every entry of the request descriptor, length-prefixed so that distinct
+// descriptors never share a key. The cost is the descriptor's own
+// hits_addend when set and positive, else the request's hits_addend, where
+// 0 means 1; a cost above the limit's capacity is OVER_LIMIT without
+// consuming anything. A descriptor carrying a limit override (the "limit"
+// field Envoy may send) is enforced as a fixed window with those numbers,
+// whether or not the configuration has a matching node.
+//
+// A descriptor that matches nothing gets an OK status without
+// current_limit. Otherwise the status carries current_limit, limit_remaining
+// (Result.Remaining) and duration_until_reset (Result.ResetAfter), and is
+// OVER_LIMIT when the limit denied the request and the node is not in
+// shadow mode. overall_code is OVER_LIMIT if any status is.
+//
+// Differences from envoyproxy/ratelimit: descriptors are decided one by
+// one, so a descriptor admitted earlier in a request keeps its count even
+// when a later one is over the limit (as in Envoy's semantics, each
+// descriptor is independent; there is no all-or-nothing across them); and
+// a denied request consumes nothing, where envoyproxy/ratelimit's counters
+// also count requests over the limit. Quota responses, raw_body, dynamic
+// metadata and request_headers_to_add are never set.
+//
+// With WithResponseHeaders, response_headers_to_add carries the IETF draft
+// fields RateLimit-Policy and RateLimit, one item per matched, counted
+// descriptor, in the format of package httplimit.
+//
+// Invalid requests — an empty or unknown domain, no descriptors, a
+// descriptor without entries or with an empty key, a limit override with an
+// unsupported unit — fail with codes.InvalidArgument. A store failure the
+// Limiter's ErrorPolicy returns as an error fails with codes.Unavailable,
+// leaving the choice to Envoy's failure_mode_deny.
+package envoy

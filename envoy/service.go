@@ -1,0 +1,250 @@
+package envoy
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/httplimit"
+)
+
+// Service implements Envoy's rate limit service (envoy.service.ratelimit.v3)
+// over a sluice.Limiter. It is safe for concurrent use.
+type Service struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	lim     *sluice.Limiter
+	cfg     atomic.Pointer[Config]
+	headers bool
+	now     func() time.Time
+}
+
+// ServiceOption configures a Service.
+type ServiceOption func(*Service)
+
+// WithResponseHeaders makes the Service ask Envoy to add the IETF draft's
+// RateLimit-Policy and RateLimit fields (as package httplimit writes them)
+// to the response, one list item per matched, limited descriptor.
+func WithResponseHeaders() ServiceOption { return func(s *Service) { s.headers = true } }
+
+// NewService returns a Service deciding with lim under cfg.
+func NewService(lim *sluice.Limiter, cfg *Config, opts ...ServiceOption) *Service {
+	s := &Service{lim: lim, now: time.Now}
+	s.cfg.Store(cfg)
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Update replaces the configuration atomically; requests in flight finish
+// under the one they started with.
+func (s *Service) Update(cfg *Config) { s.cfg.Store(cfg) }
+
+// Config returns the configuration in use.
+func (s *Service) Config() *Config { return s.cfg.Load() }
+
+// Register registers s on g.
+func Register(g *grpc.Server, s *Service) { rlsv3.RegisterRateLimitServiceServer(g, s) }
+
+// ShouldRateLimit decides every descriptor of req in order.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	cfg := s.cfg.Load()
+	switch {
+	case req.GetDomain() == "":
+		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+	case cfg == nil || cfg.Domains[req.GetDomain()] == nil:
+		return nil, status.Errorf(codes.InvalidArgument, "unknown rate limit domain %q", req.GetDomain())
+	case len(req.GetDescriptors()) == 0:
+		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	}
+	for i, d := range req.GetDescriptors() {
+		if len(d.GetEntries()) == 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has no entries", i)
+		}
+		for j, e := range d.GetEntries() {
+			if e.GetKey() == "" {
+				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d entry %d has an empty key", i, j)
+			}
+		}
+	}
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
+	var policies []httplimit.Policy
+	var results []sluice.Result
+	for _, d := range req.GetDescriptors() {
+		st, lim, res, err := s.decide(ctx, cfg, req, d)
+		if err != nil {
+			return nil, err
+		}
+		resp.Statuses = append(resp.Statuses, st)
+		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if lim != nil {
+			policies = append(policies, httplimit.Policy{Name: lim.Name, Limit: *lim})
+			results = append(results, res)
+		}
+	}
+	if s.headers && len(policies) > 0 {
+		h := http.Header{}
+		httplimit.SetHeaders(h, httplimit.HeadersIETF, policies, results, -1, s.now(), nil)
+		for _, k := range []string{"RateLimit-Policy", "RateLimit"} {
+			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: k, Value: h.Get(k)})
+		}
+	}
+	return resp, nil
+}
+
+// decide returns one descriptor's status and, when a counted limit applied,
+// the limit and its result.
+func (s *Service) decide(ctx context.Context, cfg *Config, req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor) (*rlsv3.RateLimitResponse_DescriptorStatus, *sluice.Limit, sluice.Result, error) {
+	ok := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	entries := make([]Entry, len(d.GetEntries()))
+	for i, e := range d.GetEntries() {
+		entries[i] = Entry{e.GetKey(), e.GetValue()}
+	}
+	var (
+		lim    sluice.Limit
+		rl     *RateLimit
+		shadow bool
+	)
+	if o := d.GetLimit(); o != nil {
+		period, unit, good := overrideUnit(o.GetUnit())
+		if !good {
+			return nil, nil, sluice.Result{}, status.Errorf(codes.InvalidArgument, "limit override unit %s is not supported", o.GetUnit())
+		}
+		if m := o.GetUnitMultiplier().GetValue(); m > 1 {
+			period *= time.Duration(m)
+		}
+		rl = &RateLimit{Unit: unit, RequestsPerUnit: o.GetRequestsPerUnit(), UnitMultiplier: o.GetUnitMultiplier().GetValue()}
+		lim = sluice.Limit{Algorithm: sluice.FixedWindow, Limit: int(o.GetRequestsPerUnit()), Period: period, Name: limitName("override." + req.GetDomain() + "." + entryPath(entries))}
+		if o.GetRequestsPerUnit() > 0 {
+			if err := lim.Validate(); err != nil {
+				return nil, nil, sluice.Result{}, status.Errorf(codes.InvalidArgument, "limit override: %v", err)
+			}
+		}
+	} else {
+		node := cfg.Match(req.GetDomain(), entries)
+		if node == nil {
+			return ok, nil, sluice.Result{}, nil
+		}
+		rl, shadow = node.RateLimit, node.ShadowMode
+		if rl.Unlimited {
+			ok.LimitRemaining = math.MaxUint32
+			return ok, nil, sluice.Result{}, nil
+		}
+		lim = rl.Limit
+	}
+	cost := int(req.GetHitsAddend())
+	if h := d.GetHitsAddend().GetValue(); h > 0 {
+		cost = int(min(h, math.MaxInt32))
+	}
+	if cost == 0 {
+		cost = 1
+	}
+	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: currentLimit(rl, lim.Name)}
+	var res sluice.Result
+	if lim.Limit == 0 {
+		// requests_per_unit: 0 blocks every request.
+		res = sluice.Result{Limit: 0, ResetAfter: lim.Period, RetryAfter: lim.Period}
+	} else {
+		n := cost
+		if cost > lim.Capacity() {
+			n = 0 // could never be admitted: report the state, over the limit
+		}
+		var err error
+		res, err = s.lim.AllowN(ctx, storageKey(req.GetDomain(), entries), lim, n)
+		if err != nil {
+			if errors.Is(err, context.Canceled) {
+				return nil, nil, res, status.FromContextError(err).Err()
+			}
+			return nil, nil, res, status.Errorf(codes.Unavailable, "rate limit store: %v", err)
+		}
+		if n != cost {
+			res.Allowed = false
+		}
+	}
+	st.LimitRemaining = uint32(min(max(int64(res.Remaining), 0), math.MaxUint32))
+	st.DurationUntilReset = durationpb.New(res.ResetAfter)
+	if !res.Allowed && !shadow {
+		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	return st, &lim, res, nil
+}
+
+// currentLimit reports rl to Envoy, named by its rate_limit name if it has
+// one, else by the sluice Limit name.
+func currentLimit(rl *RateLimit, name string) *rlsv3.RateLimitResponse_RateLimit {
+	units := map[string]rlsv3.RateLimitResponse_RateLimit_Unit{
+		"second": rlsv3.RateLimitResponse_RateLimit_SECOND, "minute": rlsv3.RateLimitResponse_RateLimit_MINUTE,
+		"hour": rlsv3.RateLimitResponse_RateLimit_HOUR, "day": rlsv3.RateLimitResponse_RateLimit_DAY,
+		"week": rlsv3.RateLimitResponse_RateLimit_WEEK,
+	}
+	if rl.Name != "" {
+		name = rl.Name
+	}
+	c := &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: rl.RequestsPerUnit, Unit: units[rl.Unit]}
+	if rl.UnitMultiplier > 1 {
+		c.UnitMultiplier = wrapperspb.UInt32(rl.UnitMultiplier)
+	}
+	return c
+}
+
+func overrideUnit(u typev3.RateLimitUnit) (time.Duration, string, bool) {
+	switch u {
+	case typev3.RateLimitUnit_SECOND:
+		return time.Second, "second", true
+	case typev3.RateLimitUnit_MINUTE:
+		return time.Minute, "minute", true
+	case typev3.RateLimitUnit_HOUR:
+		return time.Hour, "hour", true
+	case typev3.RateLimitUnit_DAY:
+		return 24 * time.Hour, "day", true
+	}
+	return 0, "", false
+}
+
+// storageKey builds the store key of a request descriptor: the domain and
+// every entry, each length-prefixed so that no two distinct descriptors
+// share a key whatever bytes their keys and values hold.
+func storageKey(domain string, entries []Entry) string {
+	var b strings.Builder
+	b.WriteString("envoy:")
+	put := func(s string) {
+		b.WriteString(strconv.Itoa(len(s)))
+		b.WriteByte(':')
+		b.WriteString(s)
+	}
+	put(domain)
+	for _, e := range entries {
+		put(e.Key)
+		put(e.Value)
+	}
+	return b.String()
+}
+
+func entryPath(entries []Entry) string {
+	parts := make([]string, len(entries))
+	for i, e := range entries {
+		parts[i] = e.Key
+		if e.Value != "" {
+			parts[i] += "_" + e.Value
+		}
+	}
+	return strings.Join(parts, ".")
+}

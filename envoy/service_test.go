@@ -1,0 +1,304 @@
+package envoy
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/store/memory"
+)
+
+const (
+	OK   = rlsv3.RateLimitResponse_OK
+	OVER = rlsv3.RateLimitResponse_OVER_LIMIT
+)
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+type fixture struct {
+	client rlsv3.RateLimitServiceClient
+	svc    *Service
+	clock  *clock
+}
+
+// start serves the fixtures on a loopback port; the clock starts 250ms
+// into a second (and into a day).
+func start(t *testing.T, opts ...ServiceOption) *fixture {
+	t.Helper()
+	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 250e6, time.UTC)}
+	lim := sluice.New(memory.New(), sluice.WithClock(clk.Now))
+	svc := NewService(lim, mustLoad(t, "database.yaml", "messaging.yaml", "edge.yaml", "features.yaml"), opts...)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	Register(g, svc)
+	go g.Serve(ln)
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &fixture{client: rlsv3.NewRateLimitServiceClient(conn), svc: svc, clock: clk}
+}
+
+func desc(kv ...string) *commonv3.RateLimitDescriptor {
+	d := &commonv3.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &commonv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+func (f *fixture) call(t *testing.T, domain string, hits uint32, ds ...*commonv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
+	t.Helper()
+	resp, err := f.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds, HitsAddend: hits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func TestOKThenOverLimit(t *testing.T) {
+	f := start(t)
+	for i := range 3 {
+		r := f.call(t, "mongo_cps", 0, desc("database", "default"))
+		if r.OverallCode != OK {
+			t.Fatalf("request %d: %v", i, r.OverallCode)
+		}
+		st := r.Statuses[0]
+		cl := st.CurrentLimit
+		if st.Code != OK || cl.RequestsPerUnit != 3 || cl.Unit != rlsv3.RateLimitResponse_RateLimit_SECOND ||
+			cl.Name != "mongo_cps.database_default" || st.LimitRemaining != uint32(2-i) ||
+			st.DurationUntilReset.AsDuration() != 750*time.Millisecond {
+			t.Fatalf("request %d: status %v", i, st)
+		}
+	}
+	r := f.call(t, "mongo_cps", 0, desc("database", "default"))
+	if r.OverallCode != OVER || r.Statuses[0].Code != OVER || r.Statuses[0].LimitRemaining != 0 {
+		t.Fatalf("4th request: %v", r)
+	}
+	f.clock.Add(750 * time.Millisecond) // next window
+	if r := f.call(t, "mongo_cps", 0, desc("database", "default")); r.OverallCode != OK {
+		t.Fatalf("next window: %v", r)
+	}
+	// An unmatched descriptor is OK with no current limit.
+	r = f.call(t, "mongo_cps", 0, desc("database", "other"))
+	if r.OverallCode != OK || r.Statuses[0].CurrentLimit != nil {
+		t.Fatalf("unmatched: %v", r)
+	}
+}
+
+func TestWildcardAndExact(t *testing.T) {
+	f := start(t)
+	// 50.0.0.5 has its own limit of 1; other addresses 3 each, separately.
+	if r := f.call(t, "edge_proxy_per_ip", 0, desc("remote_address", "50.0.0.5")); r.OverallCode != OK {
+		t.Fatal(r)
+	}
+	if r := f.call(t, "edge_proxy_per_ip", 0, desc("remote_address", "50.0.0.5")); r.OverallCode != OVER {
+		t.Fatal(r)
+	}
+	for _, ip := range []string{"1.1.1.1", "2.2.2.2"} {
+		for i := range 4 {
+			r := f.call(t, "edge_proxy_per_ip", 0, desc("remote_address", ip))
+			if want := map[bool]rlsv3.RateLimitResponse_Code{true: OK, false: OVER}[i < 3]; r.OverallCode != want {
+				t.Fatalf("%s request %d: %v", ip, i, r)
+			}
+			if r.Statuses[0].CurrentLimit.Name != "edge_proxy_per_ip.remote_address" {
+				t.Fatal(r)
+			}
+		}
+	}
+	// Prefix value: 2 per minute for the subnet, per address.
+	for i := range 3 {
+		r := f.call(t, "edge_proxy_per_ip", 0, desc("remote_address", "192.168.0.1"))
+		if (r.OverallCode == OK) != (i < 2) || r.Statuses[0].CurrentLimit.Unit != rlsv3.RateLimitResponse_RateLimit_MINUTE {
+			t.Fatalf("prefix request %d: %v", i, r)
+		}
+	}
+}
+
+func TestNestedAndMultipleDescriptors(t *testing.T) {
+	f := start(t)
+	mk := desc("message_type", "marketing", "to_number", "555")
+	all := desc("to_number", "555")
+	// Both descriptors are decided in order; marketing allows 2 a day.
+	for i := range 3 {
+		r := f.call(t, "messaging", 0, mk, all)
+		if len(r.Statuses) != 2 || r.Statuses[1].Code != OK {
+			t.Fatalf("request %d: %v", i, r)
+		}
+		if (r.Statuses[0].Code == OK) != (i < 2) || (r.OverallCode == OK) != (i < 2) {
+			t.Fatalf("request %d: %v", i, r)
+		}
+		if r.Statuses[0].CurrentLimit.Unit != rlsv3.RateLimitResponse_RateLimit_DAY {
+			t.Fatal(r)
+		}
+	}
+	// The general limit counted all three (each descriptor independently).
+	r := f.call(t, "messaging", 0, all)
+	if r.OverallCode != OK || r.Statuses[0].LimitRemaining != 0 {
+		t.Fatal(r)
+	}
+	if r := f.call(t, "messaging", 0, all); r.OverallCode != OVER {
+		t.Fatal(r)
+	}
+	// Another number has its own counters.
+	if r := f.call(t, "messaging", 0, desc("to_number", "666")); r.OverallCode != OK || r.Statuses[0].LimitRemaining != 3 {
+		t.Fatal(r)
+	}
+}
+
+func TestUnlimitedShadowBlocked(t *testing.T) {
+	f := start(t)
+	for range 10 {
+		r := f.call(t, "edge_proxy_per_ip", 0, desc("remote_address", "10.0.0.1"))
+		if r.OverallCode != OK || r.Statuses[0].CurrentLimit != nil || r.Statuses[0].LimitRemaining != 1<<32-1 {
+			t.Fatal(r)
+		}
+	}
+	for i := range 3 {
+		r := f.call(t, "api", 0, desc("path", "/shadow"))
+		if r.OverallCode != OK || r.Statuses[0].Code != OK || r.Statuses[0].CurrentLimit.RequestsPerUnit != 1 {
+			t.Fatalf("shadow request %d: %v", i, r)
+		}
+	}
+	r := f.call(t, "api", 0, desc("path", "/blocked"))
+	if r.OverallCode != OVER || r.Statuses[0].LimitRemaining != 0 || r.Statuses[0].DurationUntilReset.AsDuration() != time.Hour {
+		t.Fatal(r)
+	}
+}
+
+func TestHitsAddend(t *testing.T) {
+	f := start(t)
+	r := f.call(t, "mongo_cps", 4, desc("database", "users"))
+	if r.OverallCode != OK || r.Statuses[0].LimitRemaining != 1 {
+		t.Fatal(r)
+	}
+	if r := f.call(t, "mongo_cps", 2, desc("database", "users")); r.OverallCode != OVER || r.Statuses[0].LimitRemaining != 1 {
+		t.Fatal(r)
+	}
+	// More than the limit could ever admit: over the limit, nothing consumed.
+	if r := f.call(t, "mongo_cps", 9, desc("database", "users")); r.OverallCode != OVER || r.Statuses[0].LimitRemaining != 1 {
+		t.Fatal(r)
+	}
+	// A descriptor's own hits_addend wins over the request's.
+	d := desc("database", "users")
+	d.HitsAddend = wrapperspb.UInt64(1)
+	if r := f.call(t, "mongo_cps", 7, d); r.OverallCode != OK || r.Statuses[0].LimitRemaining != 0 {
+		t.Fatal(r)
+	}
+}
+
+func TestAlgorithmAndMultiplier(t *testing.T) {
+	f := start(t)
+	// token_bucket 60/min: a full bucket of 60, then one token a second.
+	r := f.call(t, "api", 60, desc("path", "/bucket"))
+	if r.OverallCode != OK || r.Statuses[0].LimitRemaining != 0 {
+		t.Fatal(r)
+	}
+	if r := f.call(t, "api", 0, desc("path", "/bucket")); r.OverallCode != OVER {
+		t.Fatal(r)
+	}
+	f.clock.Add(time.Second)
+	if r := f.call(t, "api", 0, desc("path", "/bucket")); r.OverallCode != OK {
+		t.Fatal(r)
+	}
+	r = f.call(t, "api", 0, desc("client", "acme", "path", "/upload"))
+	cl := r.Statuses[0].CurrentLimit
+	if cl.Name != "upload" || cl.Unit != rlsv3.RateLimitResponse_RateLimit_HOUR || cl.UnitMultiplier.GetValue() != 2 || r.Statuses[0].LimitRemaining != 3 {
+		t.Fatal(r)
+	}
+}
+
+func TestLimitOverride(t *testing.T) {
+	f := start(t)
+	d := desc("anything", "x")
+	d.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_MINUTE}
+	if r := f.call(t, "api", 0, d); r.OverallCode != OK || r.Statuses[0].CurrentLimit.RequestsPerUnit != 1 {
+		t.Fatal(r)
+	}
+	if r := f.call(t, "api", 0, d); r.OverallCode != OVER {
+		t.Fatal(r)
+	}
+}
+
+func TestInvalidArgument(t *testing.T) {
+	f := start(t)
+	cases := []struct {
+		req  *rlsv3.RateLimitRequest
+		want string
+	}{
+		{&rlsv3.RateLimitRequest{Descriptors: []*commonv3.RateLimitDescriptor{desc("a", "b")}}, "domain must not be empty"},
+		{&rlsv3.RateLimitRequest{Domain: "nope", Descriptors: []*commonv3.RateLimitDescriptor{desc("a", "b")}}, `unknown rate limit domain "nope"`},
+		{&rlsv3.RateLimitRequest{Domain: "api"}, "descriptor list must not be empty"},
+		{&rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*commonv3.RateLimitDescriptor{desc()}}, "descriptor 0 has no entries"},
+		{&rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*commonv3.RateLimitDescriptor{desc("a", "b"), desc("", "b")}}, "descriptor 1 entry 0 has an empty key"},
+	}
+	for _, tc := range cases {
+		_, err := f.client.ShouldRateLimit(context.Background(), tc.req)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tc.want) {
+			t.Errorf("%v: got %v, want InvalidArgument %q", tc.req, err, tc.want)
+		}
+	}
+}
+
+func TestResponseHeaders(t *testing.T) {
+	f := start(t, WithResponseHeaders())
+	r := f.call(t, "mongo_cps", 0, desc("database", "default"), desc("database", "users"), desc("database", "none"))
+	h := map[string]string{}
+	for _, hv := range r.ResponseHeadersToAdd {
+		h[hv.Key] = hv.Value
+	}
+	if got, want := h["RateLimit-Policy"], `"mongo_cps.database_default";q=3;w=1, "mongo_cps.database_users";q=5;w=1`; got != want {
+		t.Errorf("RateLimit-Policy = %q, want %q", got, want)
+	}
+	if got, want := h["RateLimit"], `"mongo_cps.database_default";r=2;t=1, "mongo_cps.database_users";r=4;t=1`; got != want {
+		t.Errorf("RateLimit = %q, want %q", got, want)
+	}
+	// Without the option, no headers.
+	g := start(t)
+	if r := g.call(t, "mongo_cps", 0, desc("database", "default")); len(r.ResponseHeadersToAdd) != 0 {
+		t.Error(r.ResponseHeadersToAdd)
+	}
+}
+
+func TestUpdate(t *testing.T) {
+	f := start(t)
+	c, err := ParseConfig("new.yaml", []byte("domain: mongo_cps\ndescriptors:\n  - key: database\n    value: default\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.svc.Update(c)
+	if f.svc.Config() != c {
+		t.Fatal("Config after Update")
+	}
+	f.call(t, "mongo_cps", 0, desc("database", "default"))
+	if r := f.call(t, "mongo_cps", 0, desc("database", "default")); r.OverallCode != OVER {
+		t.Fatal(r)
+	}
+	if _, err := f.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*commonv3.RateLimitDescriptor{desc("a", "b")}}); status.Code(err) != codes.InvalidArgument {
+		t.Fatal("domain removed by Update still served")
+	}
+}
