@@ -1,6 +1,6 @@
 // Command sluice is the rate limiter as a program: it validates policy
-// files, serves decisions over HTTP (Envoy's gRPC rate-limit API is to
-// come) and runs as a rate-limiting reverse proxy.
+// files, serves decisions over HTTP and Envoy's gRPC rate-limit API, and
+// runs as a rate-limiting reverse proxy.
 //
 //	sluice check --config sluice.yaml   # validate a policy file, print the effective rules
 //	sluice serve --config sluice.yaml   # POST /v1/check; reloads the file on change or SIGHUP

@@ -13,7 +13,12 @@ import (
 	"syscall"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+	"google.golang.org/grpc"
+
+	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/config"
+	"github.com/sluice-go/sluice/envoy"
 	"github.com/sluice-go/sluice/metrics"
 	"github.com/sluice-go/sluice/server"
 )
@@ -26,10 +31,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	logFormat := fs.String("log-format", "text", envUsage("log format: text or json", "SLUICE_LOG_FORMAT"))
 	drain := fs.Duration("shutdown-timeout", 10*time.Second, envUsage("how long SIGTERM waits for in-flight requests", "SLUICE_SHUTDOWN_TIMEOUT"))
 	reloadEvery := fs.Duration("reload-interval", time.Second, envUsage("how often to check the policy file for changes (0: only on SIGHUP)", "SLUICE_RELOAD_INTERVAL"))
+	grpcListen := fs.String("grpc-listen", "127.0.0.1:8081", envUsage("gRPC address of Envoy's rate-limit service, served for an envoyproxy/ratelimit file (empty: off)", "SLUICE_GRPC_LISTEN"))
 	err := parse(fs, args, map[string]string{
 		"config": "SLUICE_CONFIG", "redis": "SLUICE_REDIS_URL", "listen": "SLUICE_LISTEN",
 		"log-format": "SLUICE_LOG_FORMAT", "shutdown-timeout": "SLUICE_SHUTDOWN_TIMEOUT",
-		"reload-interval": "SLUICE_RELOAD_INTERVAL",
+		"reload-interval": "SLUICE_RELOAD_INTERVAL", "grpc-listen": "SLUICE_GRPC_LISTEN",
 	})
 	if err != nil {
 		return err
@@ -44,8 +50,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return usageError{err}
 	}
-	f, err := config.Load(*path)
-	if err != nil {
+	// A file written for envoyproxy/ratelimit configures the Envoy gRPC
+	// service; a sluice policy file, the HTTP API.
+	var ecfg *envoy.Config
+	f := &config.File{Path: *path, Redis: config.Redis{OnError: "local", Timeout: sluice.DefaultStoreTimeout}}
+	if isEnvoyConfig(*path) {
+		if ecfg, err = envoy.LoadConfig(*path); err != nil {
+			return err
+		}
+	} else if f, err = config.Load(*path); err != nil {
 		return err
 	}
 	m := metrics.New()
@@ -68,9 +81,23 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	ctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	watchConfig(ctx, f, *reloadEvery, hup, api.Update, m.Reload, log)
-	log.Info("serving", "http", ln.Addr().String(), "config", *path, "rules", len(f.Rules))
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
+	grpcAddr := "off"
+	if ecfg != nil && *grpcListen != "" {
+		gln, err := net.Listen("tcp", *grpcListen)
+		if err != nil {
+			return err
+		}
+		g := grpc.NewServer()
+		envoy.Register(g, envoy.NewService(b.lim, ecfg, envoy.WithResponseHeaders()))
+		defer stopGRPC(g, *drain)
+		go func() { errc <- g.Serve(gln) }()
+		grpcAddr = gln.Addr().String()
+	}
+	if ecfg == nil {
+		watchConfig(ctx, f, *reloadEvery, hup, api.Update, m.Reload, log)
+	}
+	log.Info("serving", "http", ln.Addr().String(), "grpc", grpcAddr, "config", *path, "rules", len(f.Rules))
 	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
@@ -95,4 +122,30 @@ func newLogger(w io.Writer, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, nil)), nil
 	}
 	return nil, fmt.Errorf("log format %q is not one of text, json", format)
+}
+
+// isEnvoyConfig reports whether the file at path is written for
+// envoyproxy/ratelimit: a mapping with a top-level domain.
+func isEnvoyConfig(path string) bool {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	var top map[string]any
+	if yaml.Unmarshal(data, &top) != nil {
+		return false
+	}
+	_, ok := top["domain"]
+	return ok
+}
+
+// stopGRPC drains g within d, then stops it.
+func stopGRPC(g *grpc.Server, d time.Duration) {
+	done := make(chan struct{})
+	go func() { g.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		g.Stop()
+	}
 }

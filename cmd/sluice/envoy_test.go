@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluice-go/sluice/internal/redistest"
+)
+
+// TestServeEnvoy: `sluice serve` given a file written for
+// envoyproxy/ratelimit answers Envoy's ShouldRateLimit over gRPC, on
+// Redis.
+func TestServeEnvoy(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := writeFile(t, `
+domain: mongo_cps
+descriptors:
+  - key: database
+    value: users
+    rate_limit:
+      unit: minute
+      requests_per_unit: 3
+  - key: database
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1
+      algorithm: sliding_log
+`)
+	d := startServe(t, []string{"SLUICE_REDIS_URL=redis://" + srv.Addr}, "--config", cfg, "--grpc-listen", "127.0.0.1:0")
+	var addr string
+	for _, line := range d.early {
+		var entry struct {
+			Msg  string `json:"msg"`
+			GRPC string `json:"grpc"`
+		}
+		if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == "serving" {
+			addr = entry.GRPC
+		}
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatalf("gRPC address %q: %v", addr, err)
+	}
+	defer conn.Close()
+	client := rlsv3.NewRateLimitServiceClient(conn)
+	ask := func(db string) *rlsv3.RateLimitResponse {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
+			Domain: "mongo_cps",
+			Descriptors: []*rlcommon.RateLimitDescriptor{{
+				Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "database", Value: db}},
+			}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		resp := ask("users")
+		if resp.OverallCode != want {
+			t.Fatalf("users request %d: %v, want %v", i+1, resp.OverallCode, want)
+		}
+		st := resp.Statuses[0]
+		if st.CurrentLimit.GetRequestsPerUnit() != 3 || st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE {
+			t.Errorf("users status: %v", st)
+		}
+	}
+	// Any other database: 1 per minute each, counted per value.
+	for _, db := range []string{"orders", "carts"} {
+		if a, b := ask(db).OverallCode, ask(db).OverallCode; a != rlsv3.RateLimitResponse_OK || b != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Errorf("%s: %v then %v, want OK then OVER_LIMIT", db, a, b)
+		}
+	}
+}
