@@ -11,6 +11,10 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sluice-go/sluice/config"
@@ -26,13 +30,21 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	upstreamFlag := fs.String("upstream", "", envUsage("upstream URL, such as http://127.0.0.1:3000 (required)", "SLUICE_UPSTREAM"))
 	logFormat := fs.String("log-format", "text", envUsage("log format: text or json", "SLUICE_LOG_FORMAT"))
 	drain := fs.Duration("shutdown-timeout", 10*time.Second, envUsage("how long SIGTERM waits for in-flight requests", "SLUICE_SHUTDOWN_TIMEOUT"))
+	reloadEvery := fs.Duration("reload-interval", time.Second, envUsage("how often to check the policy file for changes (0: only on SIGHUP)", "SLUICE_RELOAD_INTERVAL"))
 	err := parse(fs, args, map[string]string{
 		"config": "SLUICE_CONFIG", "redis": "SLUICE_REDIS_URL", "listen": "SLUICE_LISTEN",
 		"upstream": "SLUICE_UPSTREAM", "log-format": "SLUICE_LOG_FORMAT", "shutdown-timeout": "SLUICE_SHUTDOWN_TIMEOUT",
+		"reload-interval": "SLUICE_RELOAD_INTERVAL",
 	})
 	if err != nil {
 		return err
 	}
+	if *reloadEvery < 0 {
+		return usageError{fmt.Errorf("--reload-interval %v is negative", *reloadEvery)}
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	upstream, err := parseUpstream(*upstreamFlag)
 	if err != nil {
 		return usageError{err}
@@ -45,8 +57,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	opts, err := httplimit.FromConfig(f.HTTP)
-	if err != nil {
+	if _, err := httplimit.FromConfig(f.HTTP); err != nil {
 		return err
 	}
 	b, err := openBackend(f, *redisURL, metrics.New(), log)
@@ -58,9 +69,25 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	limit := httplimit.New(b.lim, f.Rules, append(opts, httplimit.WithLogger(log))...)
+	proxy := newReverseProxy(upstream, f.HTTP.TrustedProxies, log)
+	// The limited handler is rebuilt from each valid reload and swapped in
+	// whole: requests in flight finish under the rules they started with.
+	var handler atomic.Pointer[http.Handler]
+	build := func(f *config.File) {
+		opts, err := httplimit.FromConfig(f.HTTP)
+		if err != nil {
+			log.Error("config rejected; the old rules keep serving", "config", f.Path, "error", err.Error())
+			return
+		}
+		h := httplimit.New(b.lim, f.Rules, append(opts, httplimit.WithLogger(log))...)(proxy)
+		handler.Store(&h)
+	}
+	build(f)
+	ctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	watchConfig(ctx, f, *reloadEvery, hup, build, func(bool) {}, log)
 	srv := &http.Server{
-		Handler:           limit(newReverseProxy(upstream, f.HTTP.TrustedProxies, log)),
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) }),
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}

@@ -328,3 +328,30 @@ func TestProxyUsage(t *testing.T) {
 		})
 	}
 }
+
+// TestProxyReload: the proxy takes a changed policy file without a
+// restart.
+func TestProxyReload(t *testing.T) {
+	up := startUpstream(t)
+	cfg := writeFile(t, `
+rules:
+  - {name: before, key: ip, limit: 100, period: 1m}
+`)
+	d := startProxy(t, nil, "--config", cfg, "--upstream", up.URL, "--reload-interval", "100ms")
+	policy := func() string {
+		resp, _ := do(t, "GET", d.base+"/x", "", nil)
+		return resp.Header.Get("RateLimit-Policy")
+	}
+	if got := policy(); !strings.Contains(got, `"before-1m"`) {
+		t.Fatalf("RateLimit-Policy %q before the reload", got)
+	}
+	if err := os.WriteFile(cfg, []byte("rules:\n  - {name: after, key: ip, limit: 100, period: 1m}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(policy(), `"after-1m"`); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the proxy still applies the old rules: %q", policy())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
