@@ -105,8 +105,20 @@ rules:
 			t.Errorf("429 Retry-After %q, want 60", h.Get("Retry-After"))
 		}
 	}
-	if code, _, body := d.post(t, "/v1/check", `{"rule":"nope","key":"k"}`); code != 400 || !strings.Contains(body, "nope") {
-		t.Errorf("unknown rule: %d %s, want 400 naming it", code, body)
+	for _, bad := range []struct {
+		name, body string
+		code       int
+		says       string
+	}{
+		{"unknown rule", `{"rule":"nope","key":"k"}`, 400, `unknown rule \"nope\"`},
+		{"bad JSON", `{"rule":"login",`, 400, "BAD_REQUEST"},
+		{"negative cost", `{"rule":"login","key":"k","cost":-1}`, 400, "cost"},
+		{"huge cost", `{"rule":"login","key":"k","cost":1000000}`, 400, "cost"},
+		{"oversized body", `{"rule":"login","key":"` + strings.Repeat("k", 100<<10) + `"}`, 413, "TOO_LARGE"},
+	} {
+		if code, _, body := d.post(t, "/v1/check", bad.body); code != bad.code || !strings.Contains(body, bad.says) {
+			t.Errorf("%s: %d %.200s, want %d saying %s", bad.name, code, body, bad.code, bad.says)
+		}
 	}
 	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200} {
 		resp, err := http.Get(d.base + path)
@@ -143,6 +155,18 @@ rules:
 	resp.Body.Close()
 	if resp.StatusCode != 503 {
 		t.Errorf("/readyz with Redis down under deny: %d, want 503", resp.StatusCode)
+	}
+	if code, _, _ := d.post(t, "/v1/check", `{"rule":"login","key":"x"}`); code != 503 {
+		t.Errorf("check with Redis down under deny: %d, want 503", code)
+	}
+	timeout := time.After(10 * time.Second)
+	for logged := false; !logged; {
+		select {
+		case line := <-d.logs:
+			logged = strings.Contains(line, "store failing")
+		case <-timeout:
+			t.Fatal("no log line saying the store is failing")
+		}
 	}
 	// SIGTERM: a clean exit.
 	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {

@@ -55,7 +55,7 @@ func openBackend(f *config.File, redisURL string, m *metrics.Metrics, log *slog.
 	store := &lazyRedis{url: url, log: log}
 	ctx, cancel := context.WithCancel(context.Background())
 	store.connect(ctx)
-	lim := sluice.New(m.Store(store), sluice.WithErrorPolicy(policy), sluice.WithStoreTimeout(f.Redis.Timeout))
+	lim := sluice.New(m.Store(&stateLog{next: store, log: log}), sluice.WithErrorPolicy(policy), sluice.WithStoreTimeout(f.Redis.Timeout))
 	log.Info("store", "kind", "redis", "on_error", policy.String(), "timeout", f.Redis.Timeout)
 	ready := func(context.Context) error { return nil }
 	if policy.String() == "deny" {
@@ -140,4 +140,33 @@ func (l *lazyRedis) Close() {
 	if s := l.store.Load(); s != nil {
 		s.Close()
 	}
+}
+
+// stateLog logs the store's state changes, one line each: when it starts
+// failing (the error policy decides from then on) and when it recovers.
+type stateLog struct {
+	next    sluice.Store
+	log     *slog.Logger
+	failing atomic.Bool
+}
+
+func (s *stateLog) observe(err error) {
+	switch {
+	case err != nil && !errors.Is(err, context.Canceled) && s.failing.CompareAndSwap(false, true):
+		s.log.Warn("store failing; the error policy decides until it recovers", "err", err)
+	case err == nil && s.failing.CompareAndSwap(true, false):
+		s.log.Info("store recovered")
+	}
+}
+
+func (s *stateLog) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	rs, err := s.next.Take(ctx, req)
+	s.observe(err)
+	return rs, err
+}
+
+func (s *stateLog) Reset(ctx context.Context, key string, limits ...sluice.Limit) error {
+	err := s.next.Reset(ctx, key, limits...)
+	s.observe(err)
+	return err
 }
