@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"testing"
 	"time"
 
@@ -33,7 +34,7 @@ descriptors:
       requests_per_unit: 1
       algorithm: sliding_log
 `)
-	d := startServe(t, []string{"SLUICE_REDIS_URL=redis://" + srv.Addr}, "--config", cfg, "--grpc-listen", "127.0.0.1:0")
+	d := startServe(t, []string{"SLUICE_REDIS_URL=redis://" + srv.Addr}, "--config", cfg, "--grpc-listen", "127.0.0.1:0", "--reload-interval", "100ms")
 	var addr string
 	for _, line := range d.early {
 		var entry struct {
@@ -76,6 +77,18 @@ descriptors:
 		}
 	}
 	// Any other database: 1 per minute each, counted per value.
+	defer func() {
+		// The file changes: the service takes it without a restart.
+		if err := os.WriteFile(cfg, []byte("domain: mongo_cps\ndescriptors:\n  - key: database\n    value: users\n    rate_limit: {unit: hour, requests_per_unit: 10}\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); ask("users").Statuses[0].CurrentLimit.GetRequestsPerUnit() != 10; {
+			if time.Now().After(deadline) {
+				t.Fatal("the Envoy file was not reloaded")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
 	for _, db := range []string{"orders", "carts"} {
 		if a, b := ask(db).OverallCode, ask(db).OverallCode; a != rlsv3.RateLimitResponse_OK || b != rlsv3.RateLimitResponse_OVER_LIMIT {
 			t.Errorf("%s: %v then %v, want OK then OVER_LIMIT", db, a, b)

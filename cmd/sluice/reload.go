@@ -7,9 +7,11 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/sluice-go/sluice/config"
+	"github.com/sluice-go/sluice/envoy"
 )
 
 // fingerprint identifies one version of the policy file: its size,
@@ -55,18 +57,17 @@ func (a fingerprint) equal(b fingerprint) bool {
 // any later change is seen; the watching goroutine stops with ctx.
 func watchConfig(ctx context.Context, cur *config.File, interval time.Duration, hup <-chan os.Signal, apply func(*config.File), report func(ok bool), log *slog.Logger) {
 	path, running := cur.Path, cur.Redis
-	last := fingerprintOf(path)
-	reload := func(trigger string) {
+	watchFile(ctx, path, interval, hup, func(trigger string) {
 		f, err := config.Load(path)
 		report(err == nil)
 		if err != nil {
 			var errs config.Errors
 			if !errors.As(err, &errs) {
-				log.Error("config rejected; the old rules keep serving", "config", path, "trigger", trigger, "error", err.Error())
+				rejected(log, path, trigger, err)
 				return
 			}
 			for _, e := range errs {
-				log.Error("config rejected; the old rules keep serving", "config", path, "trigger", trigger, "error", e.Error())
+				rejected(log, path, trigger, e)
 			}
 			return
 		}
@@ -76,7 +77,36 @@ func watchConfig(ctx context.Context, cur *config.File, interval time.Duration, 
 			// Never log the URLs: they may hold a password.
 			log.Warn("the redis section changed; the store keeps its old settings until a restart", "config", path)
 		}
-	}
+	})
+}
+
+// watchEnvoyConfig is watchConfig for a file written for
+// envoyproxy/ratelimit: a valid file goes to apply (envoy.Service.Update).
+func watchEnvoyConfig(ctx context.Context, path string, interval time.Duration, hup <-chan os.Signal, apply func(*envoy.Config), report func(ok bool), log *slog.Logger) {
+	watchFile(ctx, path, interval, hup, func(trigger string) {
+		cfg, err := envoy.LoadConfig(path)
+		report(err == nil)
+		if err != nil {
+			for _, line := range strings.Split(err.Error(), "\n") {
+				rejected(log, path, trigger, errors.New(line))
+			}
+			return
+		}
+		apply(cfg)
+		log.Info("config reloaded", "config", path, "trigger", trigger)
+	})
+}
+
+func rejected(log *slog.Logger, path, trigger string, err error) {
+	log.Error("config rejected; the old rules keep serving", "config", path, "trigger", trigger, "error", err.Error())
+}
+
+// watchFile calls reload on every signal from hup and, when interval is
+// positive, whenever the file's fingerprint changes (polled every
+// interval). It takes the first fingerprint before it returns; the
+// watching goroutine stops with ctx.
+func watchFile(ctx context.Context, path string, interval time.Duration, hup <-chan os.Signal, reload func(trigger string)) {
+	last := fingerprintOf(path)
 	go func() {
 		var tick <-chan time.Time // nil: polling disabled
 		if interval > 0 {

@@ -89,7 +89,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		g := grpc.NewServer()
-		envoy.Register(g, envoy.NewService(b.lim, ecfg, envoy.WithResponseHeaders()))
+		svc := envoy.NewService(b.lim, ecfg, envoy.WithResponseHeaders())
+		envoy.Register(g, svc)
+		watchEnvoyConfig(ctx, *path, *reloadEvery, hup, svc.Update, m.Reload, log)
 		defer stopGRPC(g, *drain)
 		go func() { errc <- g.Serve(gln) }()
 		grpcAddr = gln.Addr().String()
