@@ -95,3 +95,45 @@ descriptors:
 		}
 	}
 }
+
+// TestServeEnvoyRules: with a sluice policy file, Envoy's descriptors name
+// the rule ("rule" entry) and the client (the other entries).
+func TestServeEnvoyRules(t *testing.T) {
+	cfg := writeFile(t, `
+rules:
+  - {name: login, match: POST /login, key: ip, limit: 1, period: 1m}
+`)
+	d := startServe(t, nil, "--config", cfg)
+	var addr string
+	for _, line := range d.early {
+		var entry struct {
+			Msg  string `json:"msg"`
+			GRPC string `json:"grpc"`
+		}
+		if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == "serving" {
+			addr = entry.GRPC
+		}
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatalf("gRPC address %q: %v", addr, err)
+	}
+	defer conn.Close()
+	client := rlsv3.NewRateLimitServiceClient(conn)
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		resp, err := client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
+			Domain: "edge",
+			Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: []*rlcommon.RateLimitDescriptor_Entry{
+				{Key: "rule", Value: "login"}, {Key: "remote_address", Value: "203.0.113.7"},
+			}}},
+		})
+		if err != nil || resp.OverallCode != want {
+			t.Fatalf("request %d: %v, %v; want %v", i+1, resp, err, want)
+		}
+	}
+	// The HTTP API and gRPC share the rule, not the counters: keys differ
+	// by source. The HTTP check of the same client is still allowed.
+	if code, _, _ := d.post(t, "/v1/check", `{"rule":"login","key":"203.0.113.7"}`); code != 200 {
+		t.Errorf("HTTP check: %d, want 200", code)
+	}
+}

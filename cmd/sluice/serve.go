@@ -31,7 +31,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	logFormat := fs.String("log-format", "text", envUsage("log format: text or json", "SLUICE_LOG_FORMAT"))
 	drain := fs.Duration("shutdown-timeout", 10*time.Second, envUsage("how long SIGTERM waits for in-flight requests", "SLUICE_SHUTDOWN_TIMEOUT"))
 	reloadEvery := fs.Duration("reload-interval", time.Second, envUsage("how often to check the policy file for changes (0: only on SIGHUP)", "SLUICE_RELOAD_INTERVAL"))
-	grpcListen := fs.String("grpc-listen", "127.0.0.1:8081", envUsage("gRPC address of Envoy's rate-limit service, served for an envoyproxy/ratelimit file (empty: off)", "SLUICE_GRPC_LISTEN"))
+	grpcListen := fs.String("grpc-listen", "127.0.0.1:8081", envUsage("gRPC address of Envoy's rate-limit service (empty: off)", "SLUICE_GRPC_LISTEN"))
 	err := parse(fs, args, map[string]string{
 		"config": "SLUICE_CONFIG", "redis": "SLUICE_REDIS_URL", "listen": "SLUICE_LISTEN",
 		"log-format": "SLUICE_LOG_FORMAT", "shutdown-timeout": "SLUICE_SHUTDOWN_TIMEOUT",
@@ -83,21 +83,28 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer stopWatch()
 	errc := make(chan error, 2)
 	grpcAddr := "off"
-	if ecfg != nil && *grpcListen != "" {
+	update := api.Update
+	if *grpcListen != "" {
 		gln, err := net.Listen("tcp", *grpcListen)
 		if err != nil {
 			return err
 		}
 		g := grpc.NewServer()
-		svc := envoy.NewService(b.lim, ecfg, envoy.WithResponseHeaders())
-		envoy.Register(g, svc)
-		watchEnvoyConfig(ctx, *path, *reloadEvery, hup, svc.Update, m.Reload, log)
+		if ecfg != nil {
+			svc := envoy.NewService(b.lim, ecfg, envoy.WithResponseHeaders())
+			envoy.Register(g, svc)
+			watchEnvoyConfig(ctx, *path, *reloadEvery, hup, svc.Update, m.Reload, log)
+		} else {
+			svc := envoy.NewRulesService(b.lim, f)
+			envoy.Register(g, svc)
+			update = func(f *config.File) { api.Update(f); svc.Update(f) }
+		}
 		defer stopGRPC(g, *drain)
 		go func() { errc <- g.Serve(gln) }()
 		grpcAddr = gln.Addr().String()
 	}
 	if ecfg == nil {
-		watchConfig(ctx, f, *reloadEvery, hup, api.Update, m.Reload, log)
+		watchConfig(ctx, f, *reloadEvery, hup, update, m.Reload, log)
 	}
 	log.Info("serving", "http", ln.Addr().String(), "grpc", grpcAddr, "config", *path, "rules", len(f.Rules))
 	go func() { errc <- srv.Serve(ln) }()

@@ -29,7 +29,7 @@ type daemon struct {
 // its "serving" log line.
 func startServe(t *testing.T, env []string, args ...string) *daemon {
 	t.Helper()
-	cmd := exec.Command(binary, append([]string{"serve", "--listen", "127.0.0.1:0", "--log-format", "json"}, args...)...)
+	cmd := exec.Command(binary, append([]string{"serve", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--log-format", "json"}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

@@ -1,0 +1,150 @@
+package envoy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/config"
+)
+
+// RuleEntry is the descriptor entry key that names a sluice rule.
+const RuleEntry = "rule"
+
+// RulesService answers Envoy's ShouldRateLimit from a sluice policy file
+// rather than an envoyproxy/ratelimit one. Each descriptor names its rule
+// in an entry whose key is "rule" (Envoy's generic_key action with
+// descriptor_key: rule); its other entries, in order, identify the client
+// (remote_address, a header value...). The rule's limits, plans and cost
+// apply as in the middleware; hits_addend, when set, is the cost. The
+// domain is required but not interpreted. Each descriptor is one atomic
+// decision; a rule in shadow mode always answers OK.
+//
+// In Envoy's route configuration:
+//
+//	rate_limits:
+//	  - actions:
+//	      - generic_key: {descriptor_key: rule, descriptor_value: login}
+//	      - remote_address: {}
+type RulesService struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	lim   *sluice.Limiter
+	rules atomic.Pointer[map[string]*config.Rule]
+}
+
+// NewRulesService returns a service deciding with lim under f's rules.
+func NewRulesService(lim *sluice.Limiter, f *config.File) *RulesService {
+	s := &RulesService{lim: lim}
+	s.Update(f)
+	return s
+}
+
+// Update swaps the rules atomically (hot reload).
+func (s *RulesService) Update(f *config.File) {
+	m := make(map[string]*config.Rule, len(f.Rules))
+	for i := range f.Rules {
+		m[f.Rules[i].Name] = &f.Rules[i]
+	}
+	s.rules.Store(&m)
+}
+
+// ShouldRateLimit implements Envoy's rate limit service.
+func (s *RulesService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if req.GetDomain() == "" {
+		return nil, status.Error(codes.InvalidArgument, "domain is empty")
+	}
+	if len(req.GetDescriptors()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "no descriptors")
+	}
+	rules := *s.rules.Load()
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
+	for i, d := range req.GetDescriptors() {
+		st, err := s.decide(ctx, rules, req, d)
+		if err != nil {
+			return nil, status.Errorf(status.Code(err), "descriptors[%d]: %s", i, status.Convert(err).Message())
+		}
+		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		resp.Statuses = append(resp.Statuses, st)
+	}
+	return resp, nil
+}
+
+func (s *RulesService) decide(ctx context.Context, rules map[string]*config.Rule, req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
+	var rule *config.Rule
+	var client []Entry
+	for _, e := range d.GetEntries() {
+		if e.GetKey() == RuleEntry && rule == nil {
+			r, ok := rules[e.GetValue()]
+			if !ok {
+				return nil, status.Errorf(codes.InvalidArgument, "unknown rule %q", e.GetValue())
+			}
+			rule = r
+			continue
+		}
+		client = append(client, Entry{Key: e.GetKey(), Value: e.GetValue()})
+	}
+	if rule == nil {
+		return nil, status.Errorf(codes.InvalidArgument, "no %q entry names a rule", RuleEntry)
+	}
+	// Plans match the client's value when one entry identifies it.
+	planKey := storageKey("", client)
+	if len(client) == 1 {
+		planKey = client[0].Value
+	}
+	limits := rule.LimitsFor(planKey)
+	cost := rule.Cost
+	if n := req.GetHitsAddend(); n > 0 {
+		cost = int(min(n, math.MaxInt32))
+	}
+	if n := d.GetHitsAddend(); n != nil && n.GetValue() > 0 {
+		cost = int(min(n.GetValue(), math.MaxInt32))
+	}
+	res, err := s.lim.AllowAll(ctx, storageKey("rule:"+rule.Name, client), cost, limits...)
+	if err != nil {
+		if errors.Is(err, sluice.ErrInvalidCost) {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		return nil, status.Errorf(codes.Unavailable, "rate limit store: %v", err)
+	}
+	bound := limits[res.Binding]
+	st := &rlsv3.RateLimitResponse_DescriptorStatus{
+		Code:               rlsv3.RateLimitResponse_OK,
+		CurrentLimit:       ruleLimit(bound),
+		LimitRemaining:     uint32(min(max(int64(res.Remaining), 0), math.MaxUint32)),
+		DurationUntilReset: durationpb.New(res.ResetAfter),
+	}
+	if !res.Allowed && !rule.Shadow {
+		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	return st, nil
+}
+
+// ruleLimit describes a sluice limit to Envoy: its capacity per period,
+// in the unit the period is when it is one, else per second scaled.
+func ruleLimit(l sluice.Limit) *rlsv3.RateLimitResponse_RateLimit {
+	units := map[time.Duration]rlsv3.RateLimitResponse_RateLimit_Unit{
+		time.Second: rlsv3.RateLimitResponse_RateLimit_SECOND, time.Minute: rlsv3.RateLimitResponse_RateLimit_MINUTE,
+		time.Hour: rlsv3.RateLimitResponse_RateLimit_HOUR, 24 * time.Hour: rlsv3.RateLimitResponse_RateLimit_DAY,
+	}
+	unit, ok := units[l.Period]
+	if !ok {
+		unit = rlsv3.RateLimitResponse_RateLimit_UNKNOWN
+	}
+	return &rlsv3.RateLimitResponse_RateLimit{
+		Name:            fmt.Sprintf("%s (%s)", l.Name, l.Named("")),
+		RequestsPerUnit: uint32(min(int64(l.Limit), math.MaxUint32)),
+		Unit:            unit,
+	}
+}

@@ -1,0 +1,102 @@
+package envoy
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/config"
+	"github.com/sluice-go/sluice/store/memory"
+)
+
+// TestRulesService: Envoy descriptors name sluice rules with a "rule"
+// entry and the client with the others.
+func TestRulesService(t *testing.T) {
+	f, err := config.Parse("sluice.yaml", []byte(`
+rules:
+  - name: login
+    match: POST /login
+    key: ip
+    limit: 2
+    period: 1m
+    algorithm: sliding_window
+    plans:
+      - {name: vip, keys: [10.0.0.1], limit: 5, period: 1m}
+  - {name: probe, key: ip, limit: 1, period: 1h, shadow: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	svc := NewRulesService(sluice.New(memory.New(), sluice.WithClock(clk.Now)), f)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	Register(g, svc)
+	go g.Serve(ln)
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	fx := &fixture{client: rlsv3.NewRateLimitServiceClient(conn)}
+
+	login := func(addr string) *rlsv3.RateLimitResponse {
+		return fx.call(t, "edge", 0, desc("rule", "login", "remote_address", addr))
+	}
+	for i, want := range []rlsv3.RateLimitResponse_Code{OK, OK, OVER} {
+		resp := login("203.0.113.7")
+		st := resp.Statuses[0]
+		if resp.OverallCode != want || st.CurrentLimit.GetRequestsPerUnit() != 2 || st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE {
+			t.Fatalf("login %d: %v %v, want %v with 2 per minute", i+1, resp.OverallCode, st, want)
+		}
+	}
+	if got := login("198.51.100.1").OverallCode; got != OK {
+		t.Errorf("another client: %v, want OK", got)
+	}
+	// The plan's client gets 5.
+	for i := range 5 {
+		if got := login("10.0.0.1"); got.OverallCode != OK || got.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 5 {
+			t.Fatalf("vip login %d: %v", i+1, got)
+		}
+	}
+	// hits_addend is the cost.
+	if got := fx.call(t, "edge", 2, desc("rule", "login", "remote_address", "192.0.2.9")).OverallCode; got != OK {
+		t.Errorf("cost 2: %v", got)
+	}
+	if got := login("192.0.2.9").OverallCode; got != OVER {
+		t.Errorf("after cost 2 of 2: %v, want OVER_LIMIT", got)
+	}
+	// Shadow rules report OK.
+	for range 3 {
+		if got := fx.call(t, "edge", 0, desc("rule", "probe", "remote_address", "192.0.2.1")).OverallCode; got != OK {
+			t.Errorf("shadow rule: %v, want OK", got)
+		}
+	}
+	// Mistakes are InvalidArgument, saying what is wrong.
+	for _, tt := range []struct {
+		d    []string
+		says string
+	}{
+		{[]string{"remote_address", "1.2.3.4"}, `no "rule" entry`},
+		{[]string{"rule", "nope", "remote_address", "1.2.3.4"}, `unknown rule "nope"`},
+	} {
+		_, err := fx.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc(tt.d...)}})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tt.says) {
+			t.Errorf("%v: %v, want InvalidArgument saying %s", tt.d, err, tt.says)
+		}
+	}
+}
