@@ -12,6 +12,28 @@ test: deps fmt vet lint
 	$(GO) test -race -count=1 ./...
 	$(MAKE) fuzz
 
+# redis-server for the tests, gcc for the race detector (cgo).
+deps:
+	@missing=""; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing with apt-get:$$missing"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+fmt:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+	GOARCH=386 $(GO) vet ./...
+
+lint:
+	$(GO) run $(STATICCHECK) ./...
+
 # A short run of each fuzz target beyond its seed corpus (which go test
 # runs anyway). Runs are counted in executions, not seconds: a time limit
 # that expires mid-input makes go test report "context deadline exceeded"

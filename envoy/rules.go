@@ -40,11 +40,24 @@ type RulesService struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	lim   *sluice.Limiter
 	rules atomic.Pointer[map[string]*config.Rule]
+	obs   func(rule string, res sluice.MultiResult, shadow bool)
+}
+
+// RulesOption configures a RulesService.
+type RulesOption func(*RulesService)
+
+// WithRulesObserver registers f to be told of every decision (the rule,
+// its result, whether the rule is in shadow mode), for metrics.
+func WithRulesObserver(f func(rule string, res sluice.MultiResult, shadow bool)) RulesOption {
+	return func(s *RulesService) { s.obs = f }
 }
 
 // NewRulesService returns a service deciding with lim under f's rules.
-func NewRulesService(lim *sluice.Limiter, f *config.File) *RulesService {
-	s := &RulesService{lim: lim}
+func NewRulesService(lim *sluice.Limiter, f *config.File, opts ...RulesOption) *RulesService {
+	s := &RulesService{lim: lim, obs: func(string, sluice.MultiResult, bool) {}}
+	for _, o := range opts {
+		o(s)
+	}
 	s.Update(f)
 	return s
 }
@@ -118,6 +131,7 @@ func (s *RulesService) decide(ctx context.Context, rules map[string]*config.Rule
 		}
 		return nil, status.Errorf(codes.Unavailable, "rate limit store: %v", err)
 	}
+	s.obs(rule.Name, res, rule.Shadow)
 	bound := limits[res.Binding]
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{
 		Code:               rlsv3.RateLimitResponse_OK,

@@ -60,7 +60,9 @@ func (s *Service) Update(cfg *Config) { s.cfg.Store(cfg) }
 func (s *Service) Config() *Config { return s.cfg.Load() }
 
 // Register registers s on g.
-func Register(g *grpc.Server, s rlsv3.RateLimitServiceServer) { rlsv3.RegisterRateLimitServiceServer(g, s) }
+func Register(g *grpc.Server, s rlsv3.RateLimitServiceServer) {
+	rlsv3.RegisterRateLimitServiceServer(g, s)
+}
 
 // ShouldRateLimit decides every descriptor of req in order.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {

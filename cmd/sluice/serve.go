@@ -31,11 +31,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	logFormat := fs.String("log-format", "text", envUsage("log format: text or json", "SLUICE_LOG_FORMAT"))
 	drain := fs.Duration("shutdown-timeout", 10*time.Second, envUsage("how long SIGTERM waits for in-flight requests", "SLUICE_SHUTDOWN_TIMEOUT"))
 	reloadEvery := fs.Duration("reload-interval", time.Second, envUsage("how often to check the policy file for changes (0: only on SIGHUP)", "SLUICE_RELOAD_INTERVAL"))
+	onError := fs.String("on-error", "", envUsage("what to do while Redis fails: allow, deny or local; overrides the file's redis.on_error (an envoyproxy/ratelimit file has none: default local)", "SLUICE_ON_ERROR"))
 	grpcListen := fs.String("grpc-listen", "127.0.0.1:8081", envUsage("gRPC address of Envoy's rate-limit service (empty: off)", "SLUICE_GRPC_LISTEN"))
 	err := parse(fs, args, map[string]string{
 		"config": "SLUICE_CONFIG", "redis": "SLUICE_REDIS_URL", "listen": "SLUICE_LISTEN",
 		"log-format": "SLUICE_LOG_FORMAT", "shutdown-timeout": "SLUICE_SHUTDOWN_TIMEOUT",
-		"reload-interval": "SLUICE_RELOAD_INTERVAL", "grpc-listen": "SLUICE_GRPC_LISTEN",
+		"reload-interval": "SLUICE_RELOAD_INTERVAL", "grpc-listen": "SLUICE_GRPC_LISTEN", "on-error": "SLUICE_ON_ERROR",
 	})
 	if err != nil {
 		return err
@@ -61,6 +62,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	} else if f, err = config.Load(*path); err != nil {
 		return err
 	}
+	switch *onError {
+	case "":
+	case "allow", "deny", "local":
+		f.Redis.OnError = *onError
+	default:
+		return usageError{fmt.Errorf("--on-error %q is not one of allow, deny, local", *onError)}
+	}
 	m := metrics.New()
 	b, err := openBackend(f, *redisURL, m, log)
 	if err != nil {
@@ -84,22 +92,22 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	errc := make(chan error, 2)
 	grpcAddr := "off"
 	update := api.Update
+	var g *grpc.Server
 	if *grpcListen != "" {
 		gln, err := net.Listen("tcp", *grpcListen)
 		if err != nil {
 			return err
 		}
-		g := grpc.NewServer()
+		g = grpc.NewServer()
 		if ecfg != nil {
 			svc := envoy.NewService(b.lim, ecfg, envoy.WithResponseHeaders())
 			envoy.Register(g, svc)
 			watchEnvoyConfig(ctx, *path, *reloadEvery, hup, svc.Update, m.Reload, log)
 		} else {
-			svc := envoy.NewRulesService(b.lim, f)
+			svc := envoy.NewRulesService(b.lim, f, envoy.WithRulesObserver(m.Decision))
 			envoy.Register(g, svc)
 			update = func(f *config.File) { api.Update(f); svc.Update(f) }
 		}
-		defer stopGRPC(g, *drain)
 		go func() { errc <- g.Serve(gln) }()
 		grpcAddr = gln.Addr().String()
 	}
@@ -114,9 +122,21 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case <-ctx.Done():
 	}
 	log.Info("shutting down", "timeout", *drain)
+	// HTTP and gRPC drain together, within one deadline; what is still
+	// open then is closed.
 	shutdown, cancel := context.WithTimeout(context.Background(), *drain)
 	defer cancel()
-	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	grpcDone := make(chan struct{})
+	go func() {
+		if g != nil {
+			stopGRPC(shutdown, g)
+		}
+		close(grpcDone)
+	}()
+	err = srv.Shutdown(shutdown)
+	<-grpcDone
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		_ = srv.Close()
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	return nil
@@ -148,13 +168,14 @@ func isEnvoyConfig(path string) bool {
 	return ok
 }
 
-// stopGRPC drains g within d, then stops it.
-func stopGRPC(g *grpc.Server, d time.Duration) {
+// stopGRPC drains g until ctx ends, then stops it.
+func stopGRPC(ctx context.Context, g *grpc.Server) {
 	done := make(chan struct{})
 	go func() { g.GracefulStop(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(d):
+	case <-ctx.Done():
 		g.Stop()
+		<-done
 	}
 }

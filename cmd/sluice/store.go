@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	neturl "net/url"
 	"sync/atomic"
 	"time"
 
@@ -43,14 +41,8 @@ func openBackend(f *config.File, redisURL string, m *metrics.Metrics, log *slog.
 	if err != nil {
 		return nil, err
 	}
-	if _, err := neturl.Parse(url); err != nil {
-		// The URL may hold a password: never print it, not even quoted in
-		// a parse error.
-		var uerr *neturl.Error
-		if errors.As(err, &uerr) {
-			err = uerr.Err
-		}
-		return nil, fmt.Errorf("invalid Redis URL: %w", err)
+	if err := redis.CheckURL(url); err != nil {
+		return nil, err
 	}
 	store := &lazyRedis{url: url, log: log}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -80,10 +72,11 @@ type lazyRedis struct {
 // connect tries to open the store now, and in the background every second
 // until it succeeds or ctx ends.
 func (l *lazyRedis) connect(ctx context.Context) {
-	if l.try() {
+	err := l.try()
+	if err == nil {
 		return
 	}
-	l.log.Warn("redis unreachable; the error policy decides until it is reachable")
+	l.log.Warn("redis unreachable; the error policy decides until it is reachable", "err", err)
 	go func() {
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
@@ -92,7 +85,7 @@ func (l *lazyRedis) connect(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if l.try() {
+				if l.try() == nil {
 					l.log.Info("redis reachable: deciding with the shared store")
 					return
 				}
@@ -101,13 +94,15 @@ func (l *lazyRedis) connect(ctx context.Context) {
 	}()
 }
 
-func (l *lazyRedis) try() bool {
+// try opens the store; its error names the cause (refused, wrong
+// password...) but not the URL.
+func (l *lazyRedis) try() error {
 	s, err := redis.Open(l.url)
 	if err != nil {
-		return false
+		return err
 	}
 	l.store.Store(s)
-	return true
+	return nil
 }
 
 func (l *lazyRedis) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {

@@ -2,7 +2,9 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	neturl "net/url"
 
 	"github.com/redis/rueidis"
 )
@@ -31,6 +33,19 @@ func Open(url string, opts ...Option) (*Store, error) {
 	s := FromRueidis(c, opts...)
 	s.close = c.Close
 	return s, nil
+}
+
+// CheckURL reports whether url is a Redis URL Open accepts, without
+// connecting. Its error never quotes the URL, which may hold a password.
+func CheckURL(url string) error {
+	if _, err := rueidis.ParseURL(url); err != nil {
+		var uerr *neturl.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return fmt.Errorf("invalid Redis URL: %w", err)
+	}
+	return nil
 }
 
 // FromRueidis returns a Store over a rueidis client the caller owns (and
