@@ -32,6 +32,14 @@ type Service struct {
 	cfg     atomic.Pointer[Config]
 	headers bool
 	now     func() time.Time
+	obs     func(rule string, res sluice.MultiResult, shadow bool)
+}
+
+// WithObserver registers f to be told of every counted decision: the
+// limit's name, its result, and whether the descriptor is in shadow mode
+// (for metrics).
+func WithObserver(f func(rule string, res sluice.MultiResult, shadow bool)) ServiceOption {
+	return func(s *Service) { s.obs = f }
 }
 
 // ServiceOption configures a Service.
@@ -44,7 +52,7 @@ func WithResponseHeaders() ServiceOption { return func(s *Service) { s.headers =
 
 // NewService returns a Service deciding with lim under cfg.
 func NewService(lim *sluice.Limiter, cfg *Config, opts ...ServiceOption) *Service {
-	s := &Service{lim: lim, now: time.Now}
+	s := &Service{lim: lim, now: time.Now, obs: func(string, sluice.MultiResult, bool) {}}
 	s.cfg.Store(cfg)
 	for _, o := range opts {
 		o(s)
@@ -180,6 +188,7 @@ func (s *Service) decide(ctx context.Context, cfg *Config, req *rlsv3.RateLimitR
 		if n != cost {
 			res.Allowed = false
 		}
+		s.obs(lim.Name, sluice.MultiResult{Result: res, Results: []sluice.Result{res}}, shadow)
 	}
 	st.LimitRemaining = uint32(min(max(int64(res.Remaining), 0), math.MaxUint32))
 	st.DurationUntilReset = durationpb.New(res.ResetAfter)

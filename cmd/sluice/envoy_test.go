@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,6 +77,21 @@ descriptors:
 		st := resp.Statuses[0]
 		if st.CurrentLimit.GetRequestsPerUnit() != 3 || st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE {
 			t.Errorf("users status: %v", st)
+		}
+	}
+	// The decisions reach the metrics.
+	resp, err := http.Get(d.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`sluice_decisions_total{outcome="allowed",rule="mongo_cps.database_users"} 3`,
+		`sluice_decisions_total{outcome="denied",rule="mongo_cps.database_users"} 1`,
+	} {
+		if !strings.Contains(string(text), want) {
+			t.Errorf("/metrics lacks %s", want)
 		}
 	}
 	// Any other database: 1 per minute each, counted per value.

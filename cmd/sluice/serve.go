@@ -100,7 +100,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		g = grpc.NewServer()
 		if ecfg != nil {
-			svc := envoy.NewService(b.lim, ecfg, envoy.WithResponseHeaders())
+			svc := envoy.NewService(b.lim, ecfg, envoy.WithResponseHeaders(), envoy.WithObserver(m.Decision))
 			envoy.Register(g, svc)
 			watchEnvoyConfig(ctx, *path, *reloadEvery, hup, svc.Update, m.Reload, log)
 		} else {

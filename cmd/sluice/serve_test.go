@@ -244,11 +244,12 @@ rules:
 // the requests in flight: every response that arrives is whole, and the
 // process exits 0.
 func TestServeSIGTERMDuringTraffic(t *testing.T) {
+	srv := redistest.Start(t)
 	cfg := writeFile(t, `
 rules:
   - {name: r, key: ip, limit: 1000000, period: 1s}
 `)
-	d := startServe(t, nil, "--config", cfg)
+	d := startServe(t, []string{"SLUICE_REDIS_URL=redis://" + srv.Addr}, "--config", cfg)
 	client := &http.Client{Timeout: 10 * time.Second}
 	type outcome struct {
 		ok, torn int
