@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"github.com/sluice-go/sluice/internal/redistest"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -156,7 +157,8 @@ func TestProxy(t *testing.T) {
 rules:
   - {name: limited, match: GET /limited, key: ip, limit: 2, period: 1m}
 `)
-	d := startProxy(t, nil, "--config", cfg, "--upstream", up.URL)
+	srv := redistest.Start(t)
+	d := startProxy(t, []string{"SLUICE_REDIS_URL=redis://" + srv.Addr}, "--config", cfg, "--upstream", up.URL)
 	if early := strings.Join(d.early, "\n"); !strings.Contains(early, `"upstream":"`+up.URL+`"`) {
 		t.Errorf("the proxying line does not name the upstream:\n%s", early)
 	}
