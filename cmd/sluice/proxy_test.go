@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"encoding/json"
-	"github.com/sluice-go/sluice/internal/redistest"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluice-go/sluice/internal/redistest"
 )
 
 // startProxy starts `sluice proxy` with args on a free port and waits for
