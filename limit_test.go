@@ -101,7 +101,7 @@ func TestCombine(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := combine(tt.rs)
+			m := Combine(tt.rs)
 			if m.Allowed != tt.wantAllowed || m.Binding != tt.wantBinding {
 				t.Fatalf("combine = Allowed %v Binding %d, want %v %d", m.Allowed, m.Binding, tt.wantAllowed, tt.wantBinding)
 			}

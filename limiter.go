@@ -107,7 +107,7 @@ func (l *Limiter) AllowAll(ctx context.Context, key string, n int, limits ...Lim
 	if err != nil {
 		return MultiResult{}, err
 	}
-	return combine(rs), nil
+	return Combine(rs), nil
 }
 
 // Reset forgets the state of key under each of limits, so that its next

@@ -43,8 +43,11 @@ type MultiResult struct {
 	Results []Result
 }
 
-// combine returns the MultiResult of per-limit results.
-func combine(rs []Result) MultiResult {
+// Combine returns the MultiResult of per-limit results, as AllowAll does:
+// the binding result is, when any limit denies, the denying one with the
+// longest RetryAfter, and otherwise the one with the fewest Remaining. rs
+// must not be empty.
+func Combine(rs []Result) MultiResult {
 	allowed := true
 	for _, r := range rs {
 		allowed = allowed && r.Allowed

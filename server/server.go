@@ -329,7 +329,7 @@ func (rs *ruleSet) resolve(req checkRequest) (resolved, string) {
 // result returns the body describing the results of c's limits, rs, in a
 // decision whose outcome is allowed and whose wait is retry.
 func result(c resolved, rs []sluice.Result, allowed bool, retry time.Duration) checkResult {
-	b := binding(rs)
+	b := sluice.Combine(rs).Binding
 	br := rs[b]
 	out := checkResult{
 		Allowed:      allowed,
@@ -358,27 +358,6 @@ func result(c resolved, rs []sluice.Result, allowed bool, retry time.Duration) c
 		out.ShadowDenied = true
 	}
 	return out
-}
-
-// binding returns the index of the binding result among rs, as
-// sluice.MultiResult chooses it: when any denies, the denying one with the
-// longest RetryAfter; otherwise the one with the fewest Remaining.
-func binding(rs []sluice.Result) int {
-	allowed := true
-	for _, r := range rs {
-		allowed = allowed && r.Allowed
-	}
-	b := 0
-	for i, r := range rs {
-		cur := rs[b]
-		switch {
-		case !allowed && !r.Allowed && (cur.Allowed || r.RetryAfter > cur.RetryAfter):
-			b = i
-		case allowed && r.Remaining < cur.Remaining:
-			b = i
-		}
-	}
-	return b
 }
 
 // ceilMillis returns d in whole milliseconds, rounded up; 0 when d <= 0.
