@@ -53,7 +53,8 @@ type RateLimit struct {
 	UnitMultiplier uint32
 	// Unlimited admits every request without counting it.
 	Unlimited bool
-	// Name and Replaces are accepted; replaces is not enforced.
+	// Name identifies the limit for Replaces: a matched limit turns off,
+	// for its request, the matched limits it names.
 	Name     string
 	Replaces []string
 	// Algorithm is sluice's extension: fixed_window by default.

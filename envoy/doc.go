@@ -63,8 +63,9 @@
 //   - shadow_mode: true decides and counts as usual but always reports OK.
 //   - detailed_metric and value_to_metric are accepted and ignored: this
 //     package keeps no per-descriptor statistics.
-//   - replaces (and the name it refers to) is accepted, validated and
-//     reported in RateLimit, but NOT enforced: every matched limit applies.
+//   - replaces: when a request's descriptors match a limit whose replaces
+//     names another matched limit (by its rate_limit name), the named limit
+//     is neither decided nor counted for that request; its status is OK.
 //
 // # Decisions
 //

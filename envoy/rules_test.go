@@ -100,3 +100,45 @@ rules:
 		}
 	}
 }
+
+// TestReplaces: a matched limit that replaces another by name turns it off
+// for the request, as in envoyproxy/ratelimit.
+func TestReplaces(t *testing.T) {
+	cfg, err := ParseConfig("replaces.yaml", []byte(`
+domain: api
+descriptors:
+  - key: client
+    rate_limit: {name: per_client, unit: hour, requests_per_unit: 1}
+  - key: plan
+    value: premium
+    rate_limit:
+      unit: hour
+      requests_per_unit: 3
+      replaces: [{name: per_client}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	svc := NewService(sluice.New(memory.New(), sluice.WithClock(clk.Now)), cfg)
+	ask := func(ds ...*commonv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
+		t.Helper()
+		resp, err := svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "api", Descriptors: ds})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	// A premium client: the per-client hourly limit of 1 is replaced by 3.
+	for i, want := range []rlsv3.RateLimitResponse_Code{OK, OK, OK, OVER} {
+		resp := ask(desc("client", "acme"), desc("plan", "premium"))
+		if resp.OverallCode != want || resp.Statuses[0].CurrentLimit != nil {
+			t.Fatalf("premium request %d: %v %v, want %v with the per-client limit off", i+1, resp.OverallCode, resp.Statuses, want)
+		}
+	}
+	// Without the premium descriptor the per-client limit applies: it was
+	// never counted above.
+	if a, b := ask(desc("client", "acme")).OverallCode, ask(desc("client", "acme")).OverallCode; a != OK || b != OVER {
+		t.Errorf("plain client: %v then %v, want OK then OVER_LIMIT", a, b)
+	}
+}

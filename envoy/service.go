@@ -93,11 +93,24 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			}
 		}
 	}
+	// A matched limit that names others in replaces turns them off for
+	// this request, as in envoyproxy/ratelimit.
+	replaced := map[string]bool{}
+	for _, d := range req.GetDescriptors() {
+		if d.GetLimit() != nil {
+			continue
+		}
+		if node := cfg.Match(req.GetDomain(), entriesOf(d)); node != nil {
+			for _, name := range node.RateLimit.Replaces {
+				replaced[name] = true
+			}
+		}
+	}
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
 	var policies []httplimit.Policy
 	var results []sluice.Result
 	for _, d := range req.GetDescriptors() {
-		st, lim, res, err := s.decide(ctx, cfg, req, d)
+		st, lim, res, err := s.decide(ctx, cfg, req, d, replaced)
 		if err != nil {
 			return nil, err
 		}
@@ -122,12 +135,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 
 // decide returns one descriptor's status and, when a counted limit applied,
 // the limit and its result.
-func (s *Service) decide(ctx context.Context, cfg *Config, req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor) (*rlsv3.RateLimitResponse_DescriptorStatus, *sluice.Limit, sluice.Result, error) {
+func (s *Service) decide(ctx context.Context, cfg *Config, req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor, replaced map[string]bool) (*rlsv3.RateLimitResponse_DescriptorStatus, *sluice.Limit, sluice.Result, error) {
 	ok := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-	entries := make([]Entry, len(d.GetEntries()))
-	for i, e := range d.GetEntries() {
-		entries[i] = Entry{e.GetKey(), e.GetValue()}
-	}
+	entries := entriesOf(d)
 	var (
 		lim    sluice.Limit
 		rl     *RateLimit
@@ -154,6 +164,9 @@ func (s *Service) decide(ctx context.Context, cfg *Config, req *rlsv3.RateLimitR
 			return ok, nil, sluice.Result{}, nil
 		}
 		rl, shadow = node.RateLimit, node.ShadowMode
+		if rl.Name != "" && replaced[rl.Name] {
+			return ok, nil, sluice.Result{}, nil // replaced: neither decided nor counted
+		}
 		if rl.Unlimited {
 			ok.LimitRemaining = math.MaxUint32
 			return ok, nil, sluice.Result{}, nil
@@ -258,4 +271,13 @@ func entryPath(entries []Entry) string {
 		}
 	}
 	return strings.Join(parts, ".")
+}
+
+// entriesOf returns the entries of a request descriptor.
+func entriesOf(d *commonv3.RateLimitDescriptor) []Entry {
+	entries := make([]Entry, len(d.GetEntries()))
+	for i, e := range d.GetEntries() {
+		entries[i] = Entry{e.GetKey(), e.GetValue()}
+	}
+	return entries
 }
