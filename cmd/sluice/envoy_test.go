@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -38,19 +37,9 @@ descriptors:
       algorithm: sliding_log
 `)
 	d := startServe(t, []string{"SLUICE_REDIS_URL=redis://" + srv.Addr}, "--config", cfg, "--grpc-listen", "127.0.0.1:0", "--reload-interval", "100ms")
-	var addr string
-	for _, line := range d.early {
-		var entry struct {
-			Msg  string `json:"msg"`
-			GRPC string `json:"grpc"`
-		}
-		if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == "serving" {
-			addr = entry.GRPC
-		}
-	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(d.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		t.Fatalf("gRPC address %q: %v", addr, err)
+		t.Fatalf("gRPC address %q: %v", d.grpc, err)
 	}
 	defer conn.Close()
 	client := rlsv3.NewRateLimitServiceClient(conn)
@@ -122,19 +111,9 @@ rules:
   - {name: login, match: POST /login, key: ip, limit: 1, period: 1m}
 `)
 	d := startServe(t, nil, "--config", cfg)
-	var addr string
-	for _, line := range d.early {
-		var entry struct {
-			Msg  string `json:"msg"`
-			GRPC string `json:"grpc"`
-		}
-		if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == "serving" {
-			addr = entry.GRPC
-		}
-	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(d.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		t.Fatalf("gRPC address %q: %v", addr, err)
+		t.Fatalf("gRPC address %q: %v", d.grpc, err)
 	}
 	defer conn.Close()
 	client := rlsv3.NewRateLimitServiceClient(conn)

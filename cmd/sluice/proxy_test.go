@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"os/exec"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -22,50 +21,7 @@ import (
 // its "proxying" log line.
 func startProxy(t *testing.T, env []string, args ...string) *daemon {
 	t.Helper()
-	cmd := exec.Command(binary, append([]string{"proxy", "--listen", "127.0.0.1:0", "--log-format", "json"}, args...)...)
-	cmd.Env = append(os.Environ(), env...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	d := &daemon{cmd: cmd, logs: make(chan string, 100), done: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			select {
-			case d.logs <- sc.Text():
-			default:
-			}
-		}
-		_ = cmd.Wait()
-		close(d.done)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-d.done
-	})
-	deadline := time.After(30 * time.Second)
-	for {
-		select {
-		case line := <-d.logs:
-			d.early = append(d.early, line)
-			var entry struct {
-				Msg  string `json:"msg"`
-				HTTP string `json:"http"`
-			}
-			if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == "proxying" {
-				d.base = "http://" + entry.HTTP
-				return d
-			}
-		case <-d.done:
-			t.Fatalf("sluice proxy exited before proxying:\n%s", strings.Join(d.early, "\n"))
-		case <-deadline:
-			t.Fatal("sluice proxy did not start within 30s")
-		}
-	}
+	return startDaemon(t, "proxying", env, append([]string{"proxy"}, args...)...)
 }
 
 // echoed is what the test upstream's echo handler answers.

@@ -16,20 +16,30 @@ import (
 	"github.com/sluice-go/sluice/internal/redistest"
 )
 
-// daemon is a running `sluice serve`.
+// daemon is a running `sluice serve` or `sluice proxy`.
 type daemon struct {
 	cmd   *exec.Cmd
 	base  string        // http://host:port
-	early []string      // log lines up to "serving"
+	grpc  string        // host:port of the gRPC listener, if any
+	early []string      // log lines up to the ready line
 	logs  chan string   // its later log lines, JSON
 	done  chan struct{} // closed when it exits
 }
 
-// startServe starts `sluice serve` with args on a free port and waits for
+// startServe starts `sluice serve` with args on free ports and waits for
 // its "serving" log line.
 func startServe(t *testing.T, env []string, args ...string) *daemon {
 	t.Helper()
-	cmd := exec.Command(binary, append([]string{"serve", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--log-format", "json"}, args...)...)
+	return startDaemon(t, "serving", env, append([]string{"serve", "--grpc-listen", "127.0.0.1:0"}, args...)...)
+}
+
+// startDaemon runs the binary with args (a subcommand and its flags), on a
+// free port and with JSON logs, and waits for the log line whose msg is
+// ready, which names its addresses. The process is killed when t ends.
+func startDaemon(t *testing.T, ready string, env []string, args ...string) *daemon {
+	t.Helper()
+	flags := append([]string{args[0], "--listen", "127.0.0.1:0", "--log-format", "json"}, args[1:]...)
+	cmd := exec.Command(binary, flags...)
 	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -62,15 +72,16 @@ func startServe(t *testing.T, env []string, args ...string) *daemon {
 			var entry struct {
 				Msg  string `json:"msg"`
 				HTTP string `json:"http"`
+				GRPC string `json:"grpc"`
 			}
-			if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == "serving" {
-				d.base = "http://" + entry.HTTP
+			if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == ready {
+				d.base, d.grpc = "http://"+entry.HTTP, entry.GRPC
 				return d
 			}
 		case <-d.done:
-			t.Fatalf("sluice serve exited before serving")
+			t.Fatalf("sluice %s exited before %q:\n%s", args[0], ready, strings.Join(d.early, "\n"))
 		case <-deadline:
-			t.Fatal("sluice serve did not start within 30s")
+			t.Fatalf("sluice %s did not log %q within 30s", args[0], ready)
 		}
 	}
 }
