@@ -11,10 +11,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
-	"os"
-	"os/signal"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/sluice-go/sluice/config"
@@ -24,48 +21,34 @@ import (
 
 func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flagSet("proxy", "Run a rate-limiting reverse proxy: requests within the policy file's limits\nare forwarded to the upstream, the others get 429.", stdout)
-	path := fs.String("config", "sluice.yaml", envUsage("policy file", "SLUICE_CONFIG"))
-	redisURL := fs.String("redis", "", envUsage("Redis URL; overrides the file's redis.url (empty: the file's, or the in-memory store)", "SLUICE_REDIS_URL"))
-	listen := fs.String("listen", "127.0.0.1:8080", envUsage("HTTP address", "SLUICE_LISTEN"))
+	df := addDaemonFlags(fs)
 	upstreamFlag := fs.String("upstream", "", envUsage("upstream URL, such as http://127.0.0.1:3000 (required)", "SLUICE_UPSTREAM"))
-	logFormat := fs.String("log-format", "text", envUsage("log format: text or json", "SLUICE_LOG_FORMAT"))
-	drain := fs.Duration("shutdown-timeout", 10*time.Second, envUsage("how long SIGTERM waits for in-flight requests", "SLUICE_SHUTDOWN_TIMEOUT"))
-	reloadEvery := fs.Duration("reload-interval", time.Second, envUsage("how often to check the policy file for changes (0: only on SIGHUP)", "SLUICE_RELOAD_INTERVAL"))
-	err := parse(fs, args, map[string]string{
-		"config": "SLUICE_CONFIG", "redis": "SLUICE_REDIS_URL", "listen": "SLUICE_LISTEN",
-		"upstream": "SLUICE_UPSTREAM", "log-format": "SLUICE_LOG_FORMAT", "shutdown-timeout": "SLUICE_SHUTDOWN_TIMEOUT",
-		"reload-interval": "SLUICE_RELOAD_INTERVAL",
-	})
-	if err != nil {
+	if err := parse(fs, args, envs(map[string]string{"upstream": "SLUICE_UPSTREAM"})); err != nil {
 		return err
 	}
-	if *reloadEvery < 0 {
-		return usageError{fmt.Errorf("--reload-interval %v is negative", *reloadEvery)}
-	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	upstream, err := parseUpstream(*upstreamFlag)
 	if err != nil {
 		return usageError{err}
 	}
-	log, err := newLogger(stderr, *logFormat)
-	if err != nil {
-		return usageError{err}
-	}
-	f, err := config.Load(*path)
+	log, hup, stopHUP, err := df.start(stderr)
 	if err != nil {
 		return err
 	}
+	defer stopHUP()
+	f, err := config.Load(*df.path)
+	if err != nil {
+		return err
+	}
+	df.applyOnError(f)
 	if _, err := httplimit.FromConfig(f.HTTP); err != nil {
 		return err
 	}
-	b, err := openBackend(f, *redisURL, metrics.New(), log)
+	b, err := openBackend(f, *df.redisURL, metrics.New(), log)
 	if err != nil {
 		return err
 	}
 	defer b.close()
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := net.Listen("tcp", *df.listen)
 	if err != nil {
 		return err
 	}
@@ -85,27 +68,14 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	build(f)
 	ctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	watchConfig(ctx, f, *reloadEvery, hup, build, func(bool) {}, log)
+	watchConfig(ctx, f, *df.reloadEvery, hup, build, func(bool) {}, log)
 	srv := &http.Server{
 		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) }),
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	log.Info("proxying", "http", ln.Addr().String(), "upstream", upstream.Redacted(), "config", *path, "rules", len(f.Rules))
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	log.Info("shutting down", "timeout", *drain)
-	shutdown, cancel := context.WithTimeout(context.Background(), *drain)
-	defer cancel()
-	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	return nil
+	log.Info("proxying", "http", ln.Addr().String(), "upstream", upstream.Redacted(), "config", *df.path, "rules", len(f.Rules))
+	return serveUntil(ctx, srv, ln, make(chan error, 1), *df.drain, log, nil)
 }
 
 // parseUpstream checks that s is an absolute http or https URL.

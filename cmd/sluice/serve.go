@@ -2,15 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -25,32 +20,17 @@ import (
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flagSet("serve", "Serve rate-limit decisions over HTTP: POST /v1/check, POST /v1/check/batch,\nGET /healthz and GET /readyz. SIGHUP, or a change to the policy file, reloads the rules.", stdout)
-	path := fs.String("config", "sluice.yaml", envUsage("policy file", "SLUICE_CONFIG"))
-	redisURL := fs.String("redis", "", envUsage("Redis URL; overrides the file's redis.url (empty: the file's, or the in-memory store)", "SLUICE_REDIS_URL"))
-	listen := fs.String("listen", "127.0.0.1:8080", envUsage("HTTP address", "SLUICE_LISTEN"))
-	logFormat := fs.String("log-format", "text", envUsage("log format: text or json", "SLUICE_LOG_FORMAT"))
-	drain := fs.Duration("shutdown-timeout", 10*time.Second, envUsage("how long SIGTERM waits for in-flight requests", "SLUICE_SHUTDOWN_TIMEOUT"))
-	reloadEvery := fs.Duration("reload-interval", time.Second, envUsage("how often to check the policy file for changes (0: only on SIGHUP)", "SLUICE_RELOAD_INTERVAL"))
-	onError := fs.String("on-error", "", envUsage("what to do while Redis fails: allow, deny or local; overrides the file's redis.on_error (an envoyproxy/ratelimit file has none: default local)", "SLUICE_ON_ERROR"))
+	df := addDaemonFlags(fs)
 	grpcListen := fs.String("grpc-listen", "127.0.0.1:8081", envUsage("gRPC address of Envoy's rate-limit service (empty: off)", "SLUICE_GRPC_LISTEN"))
-	err := parse(fs, args, map[string]string{
-		"config": "SLUICE_CONFIG", "redis": "SLUICE_REDIS_URL", "listen": "SLUICE_LISTEN",
-		"log-format": "SLUICE_LOG_FORMAT", "shutdown-timeout": "SLUICE_SHUTDOWN_TIMEOUT",
-		"reload-interval": "SLUICE_RELOAD_INTERVAL", "grpc-listen": "SLUICE_GRPC_LISTEN", "on-error": "SLUICE_ON_ERROR",
-	})
+	if err := parse(fs, args, envs(map[string]string{"grpc-listen": "SLUICE_GRPC_LISTEN"})); err != nil {
+		return err
+	}
+	log, hup, stopHUP, err := df.start(stderr)
 	if err != nil {
 		return err
 	}
-	if *reloadEvery < 0 {
-		return usageError{fmt.Errorf("--reload-interval %v is negative", *reloadEvery)}
-	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	log, err := newLogger(stderr, *logFormat)
-	if err != nil {
-		return usageError{err}
-	}
+	defer stopHUP()
+	path := df.path
 	// A file written for envoyproxy/ratelimit configures the Envoy gRPC
 	// service; a sluice policy file, the HTTP API.
 	var ecfg *envoy.Config
@@ -62,20 +42,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	} else if f, err = config.Load(*path); err != nil {
 		return err
 	}
-	switch *onError {
-	case "":
-	case "allow", "deny", "local":
-		f.Redis.OnError = *onError
-	default:
-		return usageError{fmt.Errorf("--on-error %q is not one of allow, deny, local", *onError)}
-	}
+	df.applyOnError(f)
 	m := metrics.New()
-	b, err := openBackend(f, *redisURL, m, log)
+	b, err := openBackend(f, *df.redisURL, m, log)
 	if err != nil {
 		return err
 	}
 	defer b.close()
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := net.Listen("tcp", *df.listen)
 	if err != nil {
 		return err
 	}
@@ -102,7 +76,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if ecfg != nil {
 			svc := envoy.NewService(b.lim, ecfg, envoy.WithResponseHeaders(), envoy.WithObserver(m.Decision))
 			envoy.Register(g, svc)
-			watchEnvoyConfig(ctx, *path, *reloadEvery, hup, svc.Update, m.Reload, log)
+			watchEnvoyConfig(ctx, *path, *df.reloadEvery, hup, svc.Update, m.Reload, log)
 		} else {
 			svc := envoy.NewRulesService(b.lim, f, envoy.WithRulesObserver(m.Decision))
 			envoy.Register(g, svc)
@@ -112,45 +86,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		grpcAddr = gln.Addr().String()
 	}
 	if ecfg == nil {
-		watchConfig(ctx, f, *reloadEvery, hup, update, m.Reload, log)
+		watchConfig(ctx, f, *df.reloadEvery, hup, update, m.Reload, log)
 	}
 	log.Info("serving", "http", ln.Addr().String(), "grpc", grpcAddr, "config", *path, "rules", len(f.Rules))
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	log.Info("shutting down", "timeout", *drain)
-	// HTTP and gRPC drain together, within one deadline; what is still
-	// open then is closed.
-	shutdown, cancel := context.WithTimeout(context.Background(), *drain)
-	defer cancel()
-	grpcDone := make(chan struct{})
-	go func() {
+	return serveUntil(ctx, srv, ln, errc, *df.drain, log, func(ctx context.Context) {
 		if g != nil {
-			stopGRPC(shutdown, g)
+			stopGRPC(ctx, g)
 		}
-		close(grpcDone)
-	}()
-	err = srv.Shutdown(shutdown)
-	<-grpcDone
-	if err != nil && !errors.Is(err, http.ErrServerClosed) {
-		_ = srv.Close()
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	return nil
-}
-
-// newLogger returns a slog logger writing text or JSON to w.
-func newLogger(w io.Writer, format string) (*slog.Logger, error) {
-	switch format {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, nil)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, nil)), nil
-	}
-	return nil, fmt.Errorf("log format %q is not one of text, json", format)
+	})
 }
 
 // isEnvoyConfig reports whether the file at path is written for

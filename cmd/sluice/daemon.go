@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/sluice-go/sluice/config"
+)
+
+// daemonFlags are the flags that serve and proxy share, each with its
+// environment variable.
+type daemonFlags struct {
+	path, redisURL, listen, logFormat, onError *string
+	drain, reloadEvery                         *time.Duration
+}
+
+// daemonEnvs maps the shared flags to their environment variables.
+var daemonEnvs = map[string]string{
+	"config": "SLUICE_CONFIG", "redis": "SLUICE_REDIS_URL", "listen": "SLUICE_LISTEN",
+	"log-format": "SLUICE_LOG_FORMAT", "shutdown-timeout": "SLUICE_SHUTDOWN_TIMEOUT",
+	"reload-interval": "SLUICE_RELOAD_INTERVAL", "on-error": "SLUICE_ON_ERROR",
+}
+
+func addDaemonFlags(fs *flag.FlagSet) *daemonFlags {
+	return &daemonFlags{
+		path:        fs.String("config", "sluice.yaml", envUsage("policy file", "SLUICE_CONFIG")),
+		redisURL:    fs.String("redis", "", envUsage("Redis URL; overrides the file's redis.url (empty: the file's, or the in-memory store)", "SLUICE_REDIS_URL")),
+		listen:      fs.String("listen", "127.0.0.1:8080", envUsage("HTTP address", "SLUICE_LISTEN")),
+		logFormat:   fs.String("log-format", "text", envUsage("log format: text or json", "SLUICE_LOG_FORMAT")),
+		onError:     fs.String("on-error", "", envUsage("what to do while Redis fails: allow, deny or local; overrides the file's redis.on_error (an envoyproxy/ratelimit file has none: default local)", "SLUICE_ON_ERROR")),
+		drain:       fs.Duration("shutdown-timeout", 10*time.Second, envUsage("how long SIGTERM waits for in-flight requests", "SLUICE_SHUTDOWN_TIMEOUT")),
+		reloadEvery: fs.Duration("reload-interval", time.Second, envUsage("how often to check the policy file for changes (0: only on SIGHUP)", "SLUICE_RELOAD_INTERVAL")),
+	}
+}
+
+// envs returns daemonEnvs plus extra.
+func envs(extra map[string]string) map[string]string {
+	m := make(map[string]string, len(daemonEnvs)+len(extra))
+	for k, v := range daemonEnvs {
+		m[k] = v
+	}
+	for k, v := range extra {
+		m[k] = v
+	}
+	return m
+}
+
+// start checks the parsed flags, returns the logger, and starts listening
+// for SIGHUP (stop ends it).
+func (d *daemonFlags) start(stderr io.Writer) (log *slog.Logger, hup chan os.Signal, stop func(), err error) {
+	if *d.reloadEvery < 0 {
+		return nil, nil, nil, usageError{fmt.Errorf("--reload-interval %v is negative", *d.reloadEvery)}
+	}
+	switch *d.onError {
+	case "", "allow", "deny", "local":
+	default:
+		return nil, nil, nil, usageError{fmt.Errorf("--on-error %q is not one of allow, deny, local", *d.onError)}
+	}
+	if log, err = newLogger(stderr, *d.logFormat); err != nil {
+		return nil, nil, nil, usageError{err}
+	}
+	hup = make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	return log, hup, func() { signal.Stop(hup) }, nil
+}
+
+// applyOnError sets f's error policy from --on-error, when given.
+func (d *daemonFlags) applyOnError(f *config.File) {
+	if *d.onError != "" {
+		f.Redis.OnError = *d.onError
+	}
+}
+
+// serveUntil serves srv on ln until ctx ends or a server in errc fails.
+// Then it drains srv, and runs also (which drains any other server),
+// within one deadline of d; what is still open then is closed.
+func serveUntil(ctx context.Context, srv *http.Server, ln net.Listener, errc chan error, drain time.Duration, log *slog.Logger, also func(context.Context)) error {
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "timeout", drain)
+	shutdown, cancel := context.WithTimeout(context.Background(), drain)
+	defer cancel()
+	alsoDone := make(chan struct{})
+	go func() {
+		if also != nil {
+			also(shutdown)
+		}
+		close(alsoDone)
+	}()
+	err := srv.Shutdown(shutdown)
+	<-alsoDone
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		_ = srv.Close()
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}
+
+// newLogger returns a slog logger writing text or JSON to w.
+func newLogger(w io.Writer, format string) (*slog.Logger, error) {
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, nil)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, nil)), nil
+	}
+	return nil, fmt.Errorf("log format %q is not one of text, json", format)
+}
