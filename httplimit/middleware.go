@@ -258,7 +258,7 @@ func (m *middleware) key(r *http.Request, rule *config.Rule) (key string, limits
 			v = r.URL.Query().Get(rule.Key.Name)
 		}
 		if v != "" {
-			return "k:" + v, rule.LimitsFor(v), true
+			return ClientKey(v), rule.LimitsFor(v), true
 		}
 		if rule.MissingKey == "ip" {
 			return "ip:" + m.clientIP(r), rule.Limits, true
@@ -343,3 +343,9 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	WriteTooManyRequests(w, res.RetryAfter, violated, m.opts.problem)
 }
+
+// ClientKey returns the storage key of a client key taken from a request's
+// content (a header or query value). The decision service stores the keys
+// of its checks the same way, so that the middleware and the service share
+// counters for one rule and client.
+func ClientKey(v string) string { return "k:" + v }

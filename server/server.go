@@ -31,10 +31,6 @@ const MaxBatchChecks = 100
 // maxListedRules is the most rule names an unknown-rule message lists.
 const maxListedRules = 20
 
-// keyPrefix is the storage namespace of client keys: httplimit's for
-// header and query keys, so that both share counters.
-const keyPrefix = "k:"
-
 // Server is the decision service's HTTP API. It is safe for concurrent use;
 // Update swaps the rules atomically (hot reload) without dropping in-flight
 // requests. Create it with New.
@@ -265,7 +261,7 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 // decide runs one AllowAll for c. On failure it answers (or, when the
 // client is gone, does not) and returns ok = false.
 func (s *Server) decide(w http.ResponseWriter, r *http.Request, c resolved) (sluice.MultiResult, bool) {
-	res, err := s.lim.AllowAll(r.Context(), keyPrefix+c.key, c.cost, c.limits...)
+	res, err := s.lim.AllowAll(r.Context(), httplimit.ClientKey(c.key), c.cost, c.limits...)
 	if err == nil {
 		s.obs(c.rule.Name, res, c.rule.Shadow)
 		if c.rule.Shadow && !res.Allowed {
@@ -445,7 +441,7 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 			union = append(union, checks[i].limits...)
 		}
 		first := checks[group[0]]
-		res, err := s.lim.AllowAll(r.Context(), keyPrefix+key, first.cost, union...)
+		res, err := s.lim.AllowAll(r.Context(), httplimit.ClientKey(key), first.cost, union...)
 		if err != nil {
 			s.fail(w, r, err, first.rule.Name)
 			return
