@@ -1,5 +1,5 @@
 # make test: everything CI runs. It installs redis-server with apt-get when
-# it is missing, then checks formatting, vets, lints and runs every test
+# (and nginx) when they are missing, then checks formatting, vets, lints and runs every test
 # with the race detector against real redis-server processes.
 
 GO          ?= go
@@ -12,10 +12,14 @@ test: deps fmt vet lint
 	$(GO) test -race -count=1 ./...
 	$(MAKE) fuzz
 
-# redis-server for the tests, gcc for the race detector (cgo).
+# redis-server and redis-cli (Cluster and Sentinel tests), nginx (the load
+# balancer of the scale-out test), gcc for the race detector (cgo). nginx
+# lives in /usr/sbin, which a non-root PATH may lack.
 deps:
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	command -v redis-cli >/dev/null 2>&1 || missing="$$missing redis-tools"; \
+	command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing="$$missing nginx"; \
 	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing with apt-get:$$missing"; \

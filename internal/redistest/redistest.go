@@ -57,8 +57,19 @@ func start(path, dir string) (*Server, error) {
 }
 
 func startOn(path, dir string, port int) (*Server, error) {
+	return launch(path, dir, port, "")
+}
+
+// launch starts redis-server with its config file first, when there is one
+// (Sentinel needs a writable file), then the common options, then extra
+// (which may override them), and waits until it answers PING.
+func launch(path, dir string, port int, configFile string, extra ...string) (*Server, error) {
 	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), log: new(bytes.Buffer)}
-	s.cmd = exec.Command(path,
+	var args []string
+	if configFile != "" {
+		args = append(args, configFile)
+	}
+	args = append(args,
 		"--bind", "127.0.0.1",
 		"--port", strconv.Itoa(port),
 		"--save", "",
@@ -67,6 +78,7 @@ func startOn(path, dir string, port int) (*Server, error) {
 		"--daemonize", "no",
 		"--loglevel", "warning",
 	)
+	s.cmd = exec.Command(path, append(args, extra...)...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	if err := s.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start redis-server: %w", err)
