@@ -1,6 +1,7 @@
-# make test: everything CI runs. It installs redis-server with apt-get when
-# (and nginx) when they are missing, then checks formatting, vets, lints and runs every test
-# with the race detector against real redis-server processes.
+# make test: everything CI runs. It installs redis-server, redis-cli and
+# nginx with apt-get when they are missing, then checks formatting, vets,
+# lints and runs every test with the race detector against real
+# redis-server (and nginx) processes.
 
 GO          ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
