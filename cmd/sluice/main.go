@@ -1,10 +1,12 @@
 // Command sluice is the rate limiter as a program: it validates policy
 // files, serves decisions over HTTP and Envoy's gRPC rate-limit API, and
-// runs as a rate-limiting reverse proxy.
+// runs as a rate-limiting reverse proxy; its demo shows why the count
+// belongs in Redis.
 //
 //	sluice check --config sluice.yaml   # validate a policy file, print the effective rules
 //	sluice serve --config sluice.yaml   # POST /v1/check; reloads the file on change or SIGHUP
 //	sluice proxy --upstream http://127.0.0.1:3000 --config sluice.yaml
+//	sluice demo                         # 3 replicas: 3 x the limit in memory, exactly the limit with Redis
 //	sluice version
 //
 // Run "sluice help" or "sluice <command> --help" for the flags; every flag

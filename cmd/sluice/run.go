@@ -19,6 +19,7 @@ type command struct {
 
 var commands = map[string]command{
 	"check":   {"validate a policy file and print the effective rules", runCheck},
+	"demo":    {"show, on loopback, N replicas holding one limit with Redis and N x the limit without", runDemo},
 	"proxy":   {"run a rate-limiting reverse proxy", runProxy},
 	"serve":   {"serve rate-limit decisions over HTTP", runServe},
 	"version": {"print the version", runVersion},
