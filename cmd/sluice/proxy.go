@@ -101,8 +101,9 @@ func parseUpstream(s string) (*url.URL, error) {
 // query and body, streams responses as they come, and sets X-Forwarded-For,
 // -Host and -Proto. The incoming X-Forwarded-For chain is kept, with the
 // peer appended, only when the peer is one of the trusted proxies;
-// otherwise X-Forwarded-For is the peer's address alone, since a client
-// can write anything there. A failing upstream is a 502 whose body does
+// otherwise X-Forwarded-For is the peer's address alone and X-Real-IP is
+// dropped, since a client can write anything there. Forwarded is never
+// passed on. A failing upstream is a 502 whose body does
 // not name it.
 func newReverseProxy(upstream *url.URL, trusted []netip.Prefix, log *slog.Logger) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
@@ -115,9 +116,10 @@ func newReverseProxy(upstream *url.URL, trusted []netip.Prefix, log *slog.Logger
 					r.Out.Header["X-Forwarded-For"] = append([]string(nil), prior...)
 				}
 			} else {
-				// A Forwarded field from an untrusted client is as made up
-				// as its X-Forwarded-For.
-				r.Out.Header.Del("Forwarded")
+				// An untrusted client's X-Real-IP is as made up as its
+				// X-Forwarded-For. (Forwarded is always gone: Rewrite
+				// removes it, and only X-Forwarded-For carries the chain.)
+				r.Out.Header.Del("X-Real-Ip")
 			}
 			r.SetXForwarded()
 		},

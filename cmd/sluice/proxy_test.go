@@ -33,6 +33,7 @@ type echoed struct {
 	XFF    string `json:"xff"`
 	XFHost string `json:"xf_host"`
 	XFProt string `json:"xf_proto"`
+	XReal  string `json:"x_real_ip"`
 }
 
 // upstream is a small upstream: every path echoes the request as JSON,
@@ -70,6 +71,7 @@ func startUpstream(t *testing.T) *upstream {
 			Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Body: string(body),
 			XFF:    strings.Join(r.Header.Values("X-Forwarded-For"), ", "),
 			XFHost: r.Header.Get("X-Forwarded-Host"), XFProt: r.Header.Get("X-Forwarded-Proto"),
+			XReal: r.Header.Get("X-Real-IP"),
 		})
 	}))
 	t.Cleanup(u.Close)
@@ -147,15 +149,15 @@ rules:
 	})
 
 	t.Run("request preserved", func(t *testing.T) {
-		h := http.Header{"X-Forwarded-For": {"203.0.113.9"}}
+		h := http.Header{"X-Forwarded-For": {"203.0.113.9"}, "X-Real-Ip": {"203.0.113.9"}}
 		resp, body := do(t, "POST", d.base+"/echo/path?a=1&b=two%20words", `{"hello":"world"}`, h)
 		if resp.StatusCode != 200 {
 			t.Fatalf("POST: %d %s", resp.StatusCode, body)
 		}
 		want := echoed{
 			Method: "POST", Path: "/echo/path", Query: "a=1&b=two%20words", Body: `{"hello":"world"}`,
-			// The peer is not a trusted proxy: its X-Forwarded-For is
-			// dropped, not passed on as the client's address.
+			// The peer is not a trusted proxy: its X-Forwarded-For and
+			// X-Real-IP are dropped, not passed on as the client's address.
 			XFF:    "127.0.0.1",
 			XFHost: strings.TrimPrefix(d.base, "http://"), XFProt: "http",
 		}
@@ -210,13 +212,17 @@ rules:
   - {name: r, key: ip, limit: 100, period: 1m}
 `)
 	d := startProxy(t, nil, "--config", cfg, "--upstream", up.URL)
-	h := http.Header{"X-Forwarded-For": {"203.0.113.9, 198.51.100.2"}}
+	h := http.Header{"X-Forwarded-For": {"203.0.113.9, 198.51.100.2"}, "X-Real-Ip": {"203.0.113.9"}}
 	resp, body := do(t, "GET", d.base+"/x", "", h)
 	if resp.StatusCode != 200 {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
-	if got, want := decodeEcho(t, body).XFF, "203.0.113.9, 198.51.100.2, 127.0.0.1"; got != want {
-		t.Errorf("X-Forwarded-For from a trusted peer: %q, want %q", got, want)
+	got := decodeEcho(t, body)
+	if want := "203.0.113.9, 198.51.100.2, 127.0.0.1"; got.XFF != want {
+		t.Errorf("X-Forwarded-For from a trusted peer: %q, want %q", got.XFF, want)
+	}
+	if got.XReal != "203.0.113.9" {
+		t.Errorf("X-Real-IP from a trusted peer: %q, want it passed on", got.XReal)
 	}
 }
 
