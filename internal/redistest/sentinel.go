@@ -1,0 +1,396 @@
+package redistest
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The sentinels' settings, chosen for a fast and reliable failover on
+// loopback (see the sentinel.conf written by startSentinel).
+const (
+	// SentinelDownAfter is down-after-milliseconds: how long the primary
+	// must be unreachable before a sentinel deems it down. It is also the
+	// sentinels' PING period. Under a second risks a false failover on a
+	// loaded machine; more only lengthens the outage.
+	SentinelDownAfter = 1000 * time.Millisecond
+	// SentinelFailoverTimeout is failover-timeout: how long a failover may
+	// take before it is aborted, and half the wait before a sentinel
+	// retries an election that elected no leader.
+	SentinelFailoverTimeout = 3000 * time.Millisecond
+)
+
+// Sentinel is a Redis Sentinel deployment for tests: a primary, one replica
+// of it and three sentinels monitoring it with a quorum of 2, every process
+// on its own loopback port and stopped by pid when the test ends. Its
+// methods are safe for concurrent use.
+type Sentinel struct {
+	// MasterName is the name the sentinels monitor the primary under (the
+	// master_set of URL).
+	MasterName string
+	// Addrs holds the three sentinels' host:port on 127.0.0.1.
+	Addrs []string
+
+	mu        sync.Mutex
+	nodes     map[string]*Server // the primary and the replica, by address
+	sentinels []*Server
+}
+
+// StartSentinel starts a primary, a replica and three sentinels for t, and
+// returns once the replica is in sync and every sentinel knows the replica
+// and the two other sentinels, so that a failover can happen. It stops
+// every process when t ends, and on failure logs what the sentinels said.
+func StartSentinel(t testing.TB) *Sentinel {
+	t.Helper()
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server is not installed (it is not in PATH): run `make test`, which installs it, or `sudo apt-get install -y redis-server`")
+	}
+	s := &Sentinel{MasterName: "sluice", nodes: make(map[string]*Server)}
+	t.Cleanup(func() { s.stop(t) })
+
+	// The replica syncs at once (no 5s wait for more replicas to share
+	// a diskless transfer), and either node may end up the primary.
+	node := []string{"--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"}
+	primary := s.startNode(t, path, node...)
+	replica := s.startNode(t, path, append(node, "--replicaof", "127.0.0.1", port(primary.Addr))...)
+	deadline := time.Now().Add(30 * time.Second)
+	waitFor(t, deadline, "the replica to sync with the primary", func() error {
+		info, err := command(replica.Addr, "INFO", "replication")
+		if err != nil {
+			return err
+		}
+		if s, _ := info.(string); !strings.Contains(s, "master_link_status:up") {
+			return errors.New("master_link_status is not up")
+		}
+		return nil
+	})
+
+	// The sentinels start after the sync, so that the first INFO each
+	// sends the primary lists the replica (the next comes 10s later).
+	for range 3 {
+		sn := s.startSentinel(t, path, primary.Addr)
+		s.sentinels = append(s.sentinels, sn)
+		s.Addrs = append(s.Addrs, sn.Addr)
+	}
+	for _, addr := range s.Addrs {
+		waitFor(t, deadline, "sentinel "+addr+" to know the replica and the other sentinels", func() error {
+			return s.ready(addr, replica.Addr)
+		})
+	}
+	return s
+}
+
+// URL returns the Redis URL that connects through the sentinels, as
+// sluice's redis.Open takes it.
+func (s *Sentinel) URL() string {
+	u := "redis://" + s.Addrs[0] + "?"
+	for _, a := range s.Addrs[1:] {
+		u += "addr=" + a + "&"
+	}
+	return u + "master_set=" + s.MasterName
+}
+
+// Primary returns the primary's address according to the first sentinel
+// that answers. During a failover the sentinels may disagree.
+func (s *Sentinel) Primary() (string, error) {
+	var lastErr error
+	for _, a := range s.Addrs {
+		addr, err := s.masterOf(a)
+		if err == nil {
+			return addr, nil
+		}
+		lastErr = err
+	}
+	return "", fmt.Errorf("no sentinel named the primary: %w", lastErr)
+}
+
+// KillPrimary kills the current primary's process (SIGKILL, by pid), waits
+// for it to exit and returns its address. The process is not restarted.
+func (s *Sentinel) KillPrimary(t testing.TB) string {
+	t.Helper()
+	addr, err := s.Primary()
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	s.mu.Lock()
+	n := s.nodes[addr]
+	s.mu.Unlock()
+	if n == nil {
+		t.Fatalf("redistest: the sentinels name %s as the primary, which this Sentinel did not start", addr)
+	}
+	n.Stop()
+	return addr
+}
+
+// WaitFailover waits until a sentinel names a primary other than old and
+// that server answers with role:master, and returns its address. A
+// sentinel names the new primary once it has promoted it (or heard that
+// another did), which is when it announces +switch-master to clients. It
+// fails t if that takes longer than within.
+func (s *Sentinel) WaitFailover(t testing.TB, old string, within time.Duration) string {
+	t.Helper()
+	var found string
+	waitFor(t, time.Now().Add(within), "the sentinels to promote a new primary", func() error {
+		var lastErr error
+		for _, a := range s.Addrs {
+			addr, err := s.masterOf(a)
+			switch {
+			case err != nil:
+				lastErr = err
+			case addr == old:
+				lastErr = fmt.Errorf("sentinel %s still names %s", a, old)
+			default:
+				if err := isMaster(addr); err != nil {
+					lastErr = err
+					continue
+				}
+				found = addr
+				return nil
+			}
+		}
+		return lastErr
+	})
+	return found
+}
+
+// startNode starts a data node on a free port, retrying when the port was
+// taken meanwhile.
+func (s *Sentinel) startNode(t testing.TB, path string, extra ...string) *Server {
+	t.Helper()
+	n := retryPorts(t, func(port int) (*Server, error) {
+		return launch(path, t.TempDir(), port, "", extra...)
+	})
+	s.mu.Lock()
+	s.nodes[n.Addr] = n
+	s.mu.Unlock()
+	return n
+}
+
+// startSentinel starts a sentinel monitoring primary, with its own
+// writable config file (sentinels rewrite it with what they learn).
+func (s *Sentinel) startSentinel(t testing.TB, path, primary string) *Server {
+	t.Helper()
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "sentinel.conf")
+	host, p, _ := net.SplitHostPort(primary)
+	m := s.MasterName
+	text := strings.Join([]string{
+		// Addresses stay IPs: no DNS lookups on the failover path.
+		"sentinel resolve-hostnames no",
+		// Announce the loopback address to the other sentinels and to
+		// clients.
+		"sentinel announce-ip 127.0.0.1",
+		fmt.Sprintf("sentinel monitor %s %s %s 2", m, host, p),
+		fmt.Sprintf("sentinel down-after-milliseconds %s %d", m, SentinelDownAfter.Milliseconds()),
+		fmt.Sprintf("sentinel failover-timeout %s %d", m, SentinelFailoverTimeout.Milliseconds()),
+		fmt.Sprintf("sentinel parallel-syncs %s 1", m),
+		"",
+	}, "\n")
+	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	return retryPorts(t, func(port int) (*Server, error) {
+		return launch(path, dir, port, conf, "--sentinel")
+	})
+}
+
+// ready reports why the sentinel at addr could not yet lead a failover to
+// replica, or nil.
+func (s *Sentinel) ready(addr, replica string) error {
+	r, err := command(addr, "SENTINEL", "REPLICAS", s.MasterName)
+	if err != nil {
+		return err
+	}
+	replicas, _ := r.([]any)
+	known := false
+	for _, e := range replicas {
+		f := fields(e)
+		if net.JoinHostPort(f["ip"], f["port"]) == replica && f["flags"] == "slave" && f["master-link-status"] == "ok" {
+			known = true
+		}
+	}
+	if !known {
+		return fmt.Errorf("it does not list %s as a healthy replica: %v", replica, replicas)
+	}
+	r, err = command(addr, "SENTINEL", "SENTINELS", s.MasterName)
+	if err != nil {
+		return err
+	}
+	if others, _ := r.([]any); len(others) != len(s.Addrs)-1 {
+		return fmt.Errorf("it knows %d other sentinels, want %d", len(others), len(s.Addrs)-1)
+	}
+	return nil
+}
+
+// masterOf asks the sentinel at addr for the primary's address.
+func (s *Sentinel) masterOf(addr string) (string, error) {
+	r, err := command(addr, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", s.MasterName)
+	if err != nil {
+		return "", err
+	}
+	hp, ok := r.([]any)
+	if !ok || len(hp) != 2 {
+		return "", fmt.Errorf("sentinel %s: GET-MASTER-ADDR-BY-NAME answered %v", addr, r)
+	}
+	return net.JoinHostPort(fmt.Sprint(hp[0]), fmt.Sprint(hp[1])), nil
+}
+
+// stop kills every process by pid and, when t failed, logs the sentinels'
+// output (their events: +sdown, +odown, +elected-leader, +switch-master).
+func (s *Sentinel) stop(t testing.TB) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range s.nodes {
+		n.Stop()
+	}
+	for _, sn := range s.sentinels {
+		sn.Stop()
+	}
+	if t.Failed() {
+		for _, sn := range s.sentinels {
+			t.Logf("sentinel %s:\n%s", sn.Addr, sn.log) // the process has exited: the log is complete
+		}
+	}
+}
+
+// isMaster reports why the server at addr is not a reachable primary, or
+// nil.
+func isMaster(addr string) error {
+	r, err := command(addr, "INFO", "replication")
+	if err != nil {
+		return err
+	}
+	if s, _ := r.(string); !strings.Contains(s, "role:master") {
+		return fmt.Errorf("%s is not a master yet", addr)
+	}
+	return nil
+}
+
+// retryPorts runs start on free ports until it succeeds (a port may be
+// taken between freePort and the server's bind), failing t after 5 tries.
+func retryPorts(t testing.TB, start func(port int) (*Server, error)) *Server {
+	t.Helper()
+	var lastErr error
+	for range 5 {
+		port, err := freePort()
+		if err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		s, err := start(port)
+		if err == nil {
+			return s
+		}
+		lastErr = err
+	}
+	t.Fatalf("redistest: %v", lastErr)
+	return nil
+}
+
+// waitFor polls cond until it returns nil, failing t with cond's last error
+// at deadline.
+func waitFor(t testing.TB, deadline time.Time, what string, cond func() error) {
+	t.Helper()
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: timed out waiting for %s: %v", what, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// port returns the port of a host:port.
+func port(addr string) string {
+	_, p, _ := net.SplitHostPort(addr)
+	return p
+}
+
+// fields returns the field-value pairs of a flat array reply (SENTINEL
+// REPLICAS lists one per replica) as a map.
+func fields(v any) map[string]string {
+	a, _ := v.([]any)
+	m := make(map[string]string, len(a)/2)
+	for i := 0; i+1 < len(a); i += 2 {
+		m[fmt.Sprint(a[i])] = fmt.Sprint(a[i+1])
+	}
+	return m
+}
+
+// command sends one command to addr on a new connection and returns its
+// reply: a string (simple or bulk), an int64, nil, or a []any of those.
+// An error reply is returned as an error.
+func command(addr string, args ...string) (any, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := io.WriteString(c, b.String()); err != nil {
+		return nil, err
+	}
+	return readReply(bufio.NewReader(c))
+}
+
+// readReply reads one RESP2 reply.
+func readReply(r *bufio.Reader) (any, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	line = strings.TrimSuffix(line, "\r\n")
+	if line == "" {
+		return nil, errors.New("empty reply line")
+	}
+	body := line[1:]
+	switch line[0] {
+	case '+':
+		return body, nil
+	case '-':
+		return nil, errors.New(body)
+	case ':':
+		return strconv.ParseInt(body, 10, 64)
+	case '$':
+		n, err := strconv.Atoi(body)
+		if err != nil || n < 0 {
+			return nil, err // $-1: nil
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return nil, err
+		}
+		return string(buf[:n]), nil
+	case '*':
+		n, err := strconv.Atoi(body)
+		if err != nil || n < 0 {
+			return nil, err // *-1: nil
+		}
+		a := make([]any, n)
+		for i := range a {
+			if a[i], err = readReply(r); err != nil {
+				return nil, err
+			}
+		}
+		return a, nil
+	}
+	return nil, fmt.Errorf("unexpected reply %q", line)
+}
