@@ -10,8 +10,11 @@
 // The store is safe for concurrent use. Its map is split into shards locked
 // independently; all limits of one key live in one shard, so a multi-limit
 // decision is atomic. Every piece of state carries the shortest sufficient
-// lifetime (until it would be equivalent to no state at all) and expired
-// state is evicted as the store is used, so idle keys do not accumulate.
+// lifetime (until it would be equivalent to no state at all) and state
+// expired for over a minute is evicted as the store is used, so idle keys
+// do not accumulate. The minute keeps a clock that steps back (by less)
+// from handing out anything new: the state it steps back into is still
+// there, whichever keys eviction happened to sample.
 package memory
 
 import (
@@ -70,6 +73,7 @@ type entry struct {
 const (
 	evictEvery  = 8
 	evictSample = 2 * evictEvery
+	evictGrace  = int64(time.Minute / time.Microsecond) // how long expired state is kept
 )
 
 // Option configures a Store.
@@ -183,8 +187,9 @@ func (sh *shard) store(k entryKey, st algo.State, expires int64, keep bool) {
 	sh.m[k] = &entry{st: st, expires: expires}
 }
 
-// evict deletes the expired entries among up to n entries of the shard.
-// Map iteration starts at a random place, so this samples the shard.
+// evict deletes the entries expired for over evictGrace among up to n
+// entries of the shard. Map iteration starts at a random place, so this
+// samples the shard.
 func (sh *shard) evict(now int64, n int) int {
 	deleted := 0
 	for k, e := range sh.m {
@@ -192,7 +197,7 @@ func (sh *shard) evict(now int64, n int) int {
 			break
 		}
 		n--
-		if e.expires <= now {
+		if e.expires <= now-evictGrace {
 			delete(sh.m, k)
 			deleted++
 		}
@@ -236,8 +241,8 @@ func (s *Store) Len() int {
 	return n
 }
 
-// Sweep deletes every expired piece of state and returns how many it
-// deleted. Decisions evict expired state as they go; call Sweep
+// Sweep deletes every piece of state expired for over a minute and
+// returns how many it deleted. Decisions evict expired state as they go; call Sweep
 // periodically only to return memory after traffic stops.
 func (s *Store) Sweep() int {
 	now := s.micros(time.Time{})
