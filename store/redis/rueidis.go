@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	neturl "net/url"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -18,14 +19,22 @@ import (
 //	rediss://...                                           TLS
 //	unix:///path/to/redis.sock
 //
-// The URL's further options are those of rueidis.ParseURL. Open fails when
-// no server answers.
+// The URL's further options are those of rueidis.ParseURL. Through
+// Sentinel, the store follows a failover on the sentinels' event and also
+// asks them for the primary every 5 seconds, so a missed event costs at most
+// that. Open fails when no server answers.
 func Open(url string, opts ...Option) (*Store, error) {
 	opt, err := rueidis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("redis store: %w", err)
 	}
 	opt.DisableCache = true // the store never reads through the client-side cache
+	if opt.Sentinel.MasterSet != "" && opt.Sentinel.TopologyRefreshInterval == 0 {
+		// Without it rueidis follows a failover only through the
+		// +switch-master event; one missed event would keep every decision
+		// on a demoted primary (failing with READONLY) until a restart.
+		opt.Sentinel.TopologyRefreshInterval = sentinelRefresh
+	}
 	c, err := rueidis.NewClient(opt)
 	if err != nil {
 		return nil, fmt.Errorf("redis store: connect: %w", err)
@@ -34,6 +43,10 @@ func Open(url string, opts ...Option) (*Store, error) {
 	s.close = c.Close
 	return s, nil
 }
+
+// sentinelRefresh is how often a store opened through Sentinel asks the
+// sentinels for the primary, besides following their failover events.
+const sentinelRefresh = 5 * time.Second
 
 // CheckURL reports whether url is a Redis URL Open accepts, without
 // connecting. Its error never quotes the URL, which may hold a password.
