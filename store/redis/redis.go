@@ -25,6 +25,12 @@
 // memory. Every key expires as soon as its state is equivalent to none (the
 // window ended, the bucket is full).
 //
+// While a Cluster migrates a slot, decisions on its keys keep working: the
+// clients follow ASK and MOVED, the store reloads its scripts on the new
+// master, and a decision under several limits that meets TRYAGAIN (its
+// keys split between the two masters) is sent again, which is safe because
+// Redis did not run it.
+//
 // # Clients
 //
 // Open connects with github.com/redis/rueidis (auto-pipelining) to a
@@ -55,15 +61,26 @@ import (
 type Client interface {
 	// EvalSha runs the cached script with the given SHA-1 and returns its
 	// array-of-integers reply. When the server does not have the script it
-	// must return an error wrapping ErrNoScript.
+	// must return an error wrapping ErrNoScript; when a Cluster answers
+	// TRYAGAIN or a redirection that the client did not follow, an error
+	// wrapping ErrTryAgain.
 	EvalSha(ctx context.Context, sha1 string, keys, args []string) ([]int64, error)
-	// Eval runs script and returns its array-of-integers reply.
+	// Eval runs script and returns its array-of-integers reply; it wraps
+	// ErrTryAgain as EvalSha does.
 	Eval(ctx context.Context, script string, keys, args []string) ([]int64, error)
 }
 
 // ErrNoScript is wrapped by Client.EvalSha errors when the server answers
 // NOSCRIPT.
 var ErrNoScript = errors.New("NOSCRIPT")
+
+// ErrTryAgain is wrapped by Client errors when a Redis Cluster refused to
+// run a script because its slot is being migrated: TRYAGAIN (the keys are
+// not all on one master), or a redirection the client gave up following
+// (ASK; MOVED too from a cluster client, which refreshes its slot map). The
+// script did not run, so the Store sends it again until the migration lets
+// it run, for up to 2 seconds or until the context ends.
+var ErrTryAgain = errors.New("TRYAGAIN")
 
 //go:embed lua/*.lua
 var luaFiles embed.FS
@@ -253,14 +270,50 @@ func (s *Store) key(key string, l sluice.Limit) string {
 	return s.prefix + ":{" + escape(key) + "}:" + algo.ID(l)
 }
 
+// maxTryAgain bounds how long run retries a script that a Cluster
+// answered TRYAGAIN, when the context allows that long.
+const maxTryAgain = 2 * time.Second
+
 // run runs sc by SHA and falls back to sending its source when the server
-// does not have it.
+// does not have it (a restart, or a master that just received the slot).
+//
+// During a Cluster slot migration, a script on several keys gets TRYAGAIN
+// while its keys are split between the two masters, or when some of them
+// do not exist yet on the target (a new client key under several limits),
+// until the migration ends. Redis refused it before running it, so sending
+// it again cannot count a request twice: run retries, backing off from
+// 1ms to 64ms, until the context ends or maxTryAgain has passed. The
+// clients do not: rueidis never retries a script on TRYAGAIN (it retries
+// read-only commands only), and go-redis gives up after MaxRedirects
+// attempts (3) within milliseconds, returning the last TRYAGAIN, ASK or
+// MOVED.
 func (s *Store) run(ctx context.Context, sc script, keys, args []string) ([]int64, error) {
-	reply, err := s.client.EvalSha(ctx, sc.sha, keys, args)
-	if errors.Is(err, ErrNoScript) {
-		reply, err = s.client.Eval(ctx, sc.src, keys, args)
+	var (
+		deadline = time.Now().Add(maxTryAgain)
+		delay    = time.Millisecond
+		timer    *time.Timer
+	)
+	for {
+		reply, err := s.client.EvalSha(ctx, sc.sha, keys, args)
+		if errors.Is(err, ErrNoScript) {
+			reply, err = s.client.Eval(ctx, sc.src, keys, args)
+		}
+		if !errors.Is(err, ErrTryAgain) || time.Now().Add(delay).After(deadline) {
+			return reply, err
+		}
+		if timer == nil {
+			timer = time.NewTimer(delay)
+			defer timer.Stop()
+		} else {
+			timer.Reset(delay)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-timer.C:
+		}
+		delay = min(2*delay, 64*time.Millisecond)
 	}
-	return reply, err
 }
 
 // maxKeyLen is the longest client key used as is; longer keys are hashed.

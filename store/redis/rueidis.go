@@ -80,10 +80,21 @@ func (r rueidisClient) Eval(ctx context.Context, script string, keys, args []str
 	return r.ints(ctx, cmd)
 }
 
+// ints returns the reply, wrapping the errors the store acts on. rueidis
+// follows ASK and MOVED itself (unless MaxMovedRedirections stops it) but
+// returns TRYAGAIN for scripts, which it retries only when read-only.
 func (r rueidisClient) ints(ctx context.Context, cmd rueidis.Completed) ([]int64, error) {
 	v, err := r.c.Do(ctx, cmd).AsIntSlice()
-	if re, ok := rueidis.IsRedisErr(err); ok && re.IsNoScript() {
+	re, ok := rueidis.IsRedisErr(err)
+	if !ok {
+		return v, err
+	}
+	_, ask := re.IsAsk()
+	switch {
+	case re.IsNoScript():
 		return nil, fmt.Errorf("%w: %w", ErrNoScript, err)
+	case re.IsTryAgain(), ask:
+		return nil, fmt.Errorf("%w: %w", ErrTryAgain, err)
 	}
 	return v, err
 }

@@ -32,18 +32,32 @@ type Client struct {
 
 // EvalSha implements sluiceredis.Client.
 func (c Client) EvalSha(ctx context.Context, sha string, keys, args []string) ([]int64, error) {
-	return ints(c.Scripter.EvalSha(ctx, sha, keys, anys(args)...))
+	return c.ints(c.Scripter.EvalSha(ctx, sha, keys, anys(args)...))
 }
 
 // Eval implements sluiceredis.Client.
 func (c Client) Eval(ctx context.Context, script string, keys, args []string) ([]int64, error) {
-	return ints(c.Scripter.Eval(ctx, script, keys, anys(args)...))
+	return c.ints(c.Scripter.Eval(ctx, script, keys, anys(args)...))
 }
 
-func ints(cmd *goredis.Cmd) ([]int64, error) {
+// ints returns the reply, wrapping the errors the store acts on. A
+// ClusterClient returns TRYAGAIN, ASK or MOVED when a slot migration
+// outlasts its MaxRedirects attempts; the store sends such a script
+// again. MOVED from any other client means it is not a cluster client,
+// which retrying would not mend.
+func (c Client) ints(cmd *goredis.Cmd) ([]int64, error) {
 	v, err := cmd.Int64Slice()
-	if err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+	if err == nil {
+		return v, nil
+	}
+	_, cluster := c.Scripter.(*goredis.ClusterClient)
+	_, ask := goredis.IsAskError(err)
+	_, moved := goredis.IsMovedError(err)
+	switch {
+	case goredis.HasErrorPrefix(err, "NOSCRIPT"):
 		return nil, fmt.Errorf("%w: %w", sluiceredis.ErrNoScript, err)
+	case goredis.IsTryAgainError(err), ask, moved && cluster:
+		return nil, fmt.Errorf("%w: %w", sluiceredis.ErrTryAgain, err)
 	}
 	return v, err
 }

@@ -1,0 +1,442 @@
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// clusterSize is the number of masters of a Cluster; it has no replicas.
+const clusterSize = 3
+
+// Cluster is a Redis Cluster of three masters, each a redis-server on a
+// free loopback port, sharing the 16384 slots. Its methods fail the test
+// they are given on any error; they are safe for concurrent use, as each
+// call opens its own connection.
+type Cluster struct {
+	// Addrs are the masters' host:port on 127.0.0.1, in the order of Nodes.
+	Addrs []string
+	// Nodes are the masters' processes; stopping one takes its slots down.
+	Nodes []*Server
+
+	ids []string // node IDs, in the order of Addrs
+}
+
+// StartCluster starts three cluster-enabled redis-servers for t, joins them
+// with redis-cli --cluster create and waits until every node reports
+// cluster_state:ok and all agree on which node owns every slot. The servers
+// are stopped (by pid) when t ends. It fails t if redis-server or redis-cli
+// is not installed or the cluster does not form.
+func StartCluster(t testing.TB) *Cluster {
+	t.Helper()
+	server, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server is not installed (it is not in PATH): run `make test`, which installs it, or `sudo apt-get install -y redis-server`")
+	}
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		t.Fatalf("redis-cli is not installed (it is not in PATH), and the Cluster tests need it: run `make test`, which installs it, or `sudo apt-get install -y redis-tools`")
+	}
+	c := &Cluster{}
+	for range clusterSize {
+		s := startClusterNode(t, server)
+		c.Nodes = append(c.Nodes, s)
+		c.Addrs = append(c.Addrs, s.Addr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	args := append([]string{"--cluster", "create"}, c.Addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
+		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
+	}
+	for _, addr := range c.Addrs {
+		id, err := clusterCommand(addr, "CLUSTER", "MYID")
+		if err != nil {
+			t.Fatalf("redistest: CLUSTER MYID on %s: %v", addr, err)
+		}
+		c.ids = append(c.ids, fmt.Sprint(id))
+	}
+	c.waitAgreed(t, 30*time.Second)
+	return c
+}
+
+// startClusterNode starts one cluster-enabled redis-server in its own
+// directory. The cluster bus needs a second port; by default it is the
+// client port + 10000, which overflows for the high ports the kernel hands
+// out, so it gets a free port of its own.
+func startClusterNode(t testing.TB, path string) *Server {
+	t.Helper()
+	var lastErr error
+	for range 5 {
+		dir := t.TempDir()
+		port, err := freePort()
+		if err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		bus, err := freePort()
+		if err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		if bus == port {
+			continue
+		}
+		s, err := launch(path, dir, port, "",
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
+			"--cluster-node-timeout", "5000",
+			"--cluster-port", strconv.Itoa(bus),
+		)
+		if err == nil {
+			t.Cleanup(s.Stop)
+			return s
+		}
+		lastErr = err // most likely a port was taken meanwhile: try others
+	}
+	t.Fatalf("redistest: cluster node: %v", lastErr)
+	return nil
+}
+
+// waitAgreed waits until every node reports cluster_state:ok, knows all
+// nodes and has the same view of every slot's owner.
+func (c *Cluster) waitAgreed(t testing.TB, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var why error
+	for time.Now().Before(deadline) {
+		if why = c.agreed(); why == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("redistest: the cluster did not settle within %v: %v", timeout, why)
+}
+
+// agreed returns why the cluster is not settled, or nil.
+func (c *Cluster) agreed() error {
+	var first []string
+	for i, addr := range c.Addrs {
+		info, err := clusterCommand(addr, "CLUSTER", "INFO")
+		if err != nil {
+			return err
+		}
+		s := fmt.Sprint(info)
+		for _, want := range []string{"cluster_state:ok", "cluster_slots_assigned:16384", fmt.Sprintf("cluster_known_nodes:%d", len(c.Addrs))} {
+			if !strings.Contains(s, want+"\r\n") {
+				return fmt.Errorf("%s: CLUSTER INFO lacks %s", addr, want)
+			}
+		}
+		slots, err := c.slots(addr)
+		if err != nil {
+			return err
+		}
+		if i == 0 {
+			first = slots
+		} else if !slices.Equal(slots, first) {
+			return fmt.Errorf("%s and %s disagree on slots: %q and %q", c.Addrs[0], addr, first, slots)
+		}
+	}
+	return nil
+}
+
+// slots returns node addr's CLUSTER SLOTS as sorted "start-end host:port"
+// lines, checking that every owner is one of the cluster's nodes.
+func (c *Cluster) slots(addr string) ([]string, error) {
+	reply, err := clusterCommand(addr, "CLUSTER", "SLOTS")
+	if err != nil {
+		return nil, err
+	}
+	ranges, _ := reply.([]any)
+	var out []string
+	for _, r := range ranges {
+		f, _ := r.([]any)
+		if len(f) < 3 {
+			return nil, fmt.Errorf("%s: CLUSTER SLOTS entry %v", addr, r)
+		}
+		master, _ := f[2].([]any)
+		if len(master) < 2 {
+			return nil, fmt.Errorf("%s: CLUSTER SLOTS entry %v", addr, r)
+		}
+		owner := net.JoinHostPort(fmt.Sprint(master[0]), fmt.Sprint(master[1]))
+		if !slices.Contains(c.Addrs, owner) {
+			return nil, fmt.Errorf("%s: CLUSTER SLOTS names owner %q, not a node (yet)", addr, owner)
+		}
+		out = append(out, fmt.Sprintf("%v-%v %s", f[0], f[1], owner))
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Slot returns the Cluster hash slot of key: CRC16 (XMODEM) of its hash
+// tag, the part between the first '{' and the next '}' when that is not
+// empty, or of the whole key, modulo 16384.
+func Slot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for k := 0; k < len(key); k++ {
+		crc ^= uint16(key[k]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
+}
+
+// Owner returns the address of the master that serves slot. It asks every
+// node and fails t unless they all agree.
+func (c *Cluster) Owner(t testing.TB, slot int) string {
+	t.Helper()
+	owner := ""
+	for _, addr := range c.Addrs {
+		reply := c.Do(t, addr, "CLUSTER", "SLOTS")
+		ranges, _ := reply.([]any)
+		found := ""
+		for _, r := range ranges {
+			f, _ := r.([]any)
+			if len(f) < 3 {
+				continue
+			}
+			lo, _ := f[0].(int64)
+			hi, _ := f[1].(int64)
+			master, _ := f[2].([]any)
+			if int64(slot) >= lo && int64(slot) <= hi && len(master) >= 2 {
+				found = net.JoinHostPort(fmt.Sprint(master[0]), fmt.Sprint(master[1]))
+			}
+		}
+		if found == "" {
+			t.Fatalf("redistest: node %s knows no owner of slot %d", addr, slot)
+		}
+		if owner != "" && found != owner {
+			t.Fatalf("redistest: nodes disagree on the owner of slot %d: %s and %s", slot, owner, found)
+		}
+		owner = found
+	}
+	return owner
+}
+
+// Do sends one command to the node at addr and returns its reply: a string
+// (simple or bulk), an int64, a []any, or nil. It fails t on an error
+// reply or a connection error.
+func (c *Cluster) Do(t testing.TB, addr string, args ...string) any {
+	t.Helper()
+	reply, err := clusterCommand(addr, args...)
+	if err != nil {
+		t.Fatalf("redistest: %s on %s: %v", strings.Join(args, " "), addr, err)
+	}
+	return reply
+}
+
+// CountKeysInSlot returns how many keys of slot the node at addr holds.
+func (c *Cluster) CountKeysInSlot(t testing.TB, addr string, slot int) int {
+	t.Helper()
+	n, _ := c.Do(t, addr, "CLUSTER", "COUNTKEYSINSLOT", strconv.Itoa(slot)).(int64)
+	return int(n)
+}
+
+// id returns the node ID of the master at addr.
+func (c *Cluster) id(t testing.TB, addr string) string {
+	t.Helper()
+	i := slices.Index(c.Addrs, addr)
+	if i < 0 {
+		t.Fatalf("redistest: %s is not a node of the cluster %v", addr, c.Addrs)
+	}
+	return c.ids[i]
+}
+
+// MigrateSlot moves slot, with its keys, from its owner to the master at
+// to, the way redis-cli --cluster reshard does: BeginMigration, MoveKeys
+// in batches of 100, Finish.
+func (c *Cluster) MigrateSlot(t testing.TB, slot int, to string) {
+	t.Helper()
+	m := c.BeginMigration(t, slot, to)
+	m.MoveKeys(t, 100)
+	m.Finish(t)
+}
+
+// Migration is a slot on its way from one master to another. Between
+// BeginMigration and Finish the source serves the keys it still holds and
+// redirects clients with ASK for the others; a command on several keys of
+// which only some have moved gets TRYAGAIN.
+type Migration struct {
+	// Slot is the slot being moved.
+	Slot int
+	// From and To are the addresses of the source and the target master.
+	From, To string
+
+	c              *Cluster
+	fromID, toID   string
+	toHost, toPort string
+}
+
+// BeginMigration marks slot IMPORTING on the master at to and MIGRATING on
+// its owner, and returns the Migration. No key moves yet.
+func (c *Cluster) BeginMigration(t testing.TB, slot int, to string) *Migration {
+	t.Helper()
+	from := c.Owner(t, slot)
+	if from == to {
+		t.Fatalf("redistest: slot %d already lives on %s", slot, to)
+	}
+	m := &Migration{Slot: slot, From: from, To: to, c: c, fromID: c.id(t, from), toID: c.id(t, to)}
+	m.toHost, m.toPort, _ = net.SplitHostPort(to)
+	s := strconv.Itoa(slot)
+	c.Do(t, to, "CLUSTER", "SETSLOT", s, "IMPORTING", m.fromID)
+	c.Do(t, from, "CLUSTER", "SETSLOT", s, "MIGRATING", m.toID)
+	return m
+}
+
+// MoveKeys moves every key of the slot from the source to the target, at
+// most batch keys per MIGRATE (each MIGRATE is atomic), and returns how
+// many it moved.
+func (m *Migration) MoveKeys(t testing.TB, batch int) int {
+	t.Helper()
+	moved := 0
+	for {
+		reply := m.c.Do(t, m.From, "CLUSTER", "GETKEYSINSLOT", strconv.Itoa(m.Slot), strconv.Itoa(batch))
+		keys, _ := reply.([]any)
+		if len(keys) == 0 {
+			return moved
+		}
+		names := make([]string, len(keys))
+		for i, k := range keys {
+			names[i] = fmt.Sprint(k)
+		}
+		// NOKEY: they expired meanwhile, which is not an error here.
+		if reply := m.migrate(t, names); reply != "OK" && reply != "NOKEY" {
+			t.Fatalf("redistest: MIGRATE of %q from %s to %s: %v", names, m.From, m.To, reply)
+		}
+		moved += len(keys)
+	}
+}
+
+// Move moves the named keys of the slot from the source to the target in
+// one atomic MIGRATE, leaving the slot's other keys where they are: a test
+// can hold a multi-key command's keys split between the two masters.
+func (m *Migration) Move(t testing.TB, keys ...string) {
+	t.Helper()
+	if len(keys) == 0 {
+		return
+	}
+	if reply := m.migrate(t, keys); reply != "OK" {
+		t.Fatalf("redistest: MIGRATE of %q from %s to %s: %v", keys, m.From, m.To, reply)
+	}
+}
+
+// migrate sends MIGRATE for keys to the source and returns its reply.
+func (m *Migration) migrate(t testing.TB, keys []string) any {
+	t.Helper()
+	args := append([]string{"MIGRATE", m.toHost, m.toPort, "", "0", "10000", "KEYS"}, keys...)
+	return m.c.Do(t, m.From, args...)
+}
+
+// Finish assigns the slot to the target on every master, target first and
+// then source as Redis recommends, which ends the migration: from then on
+// the source answers MOVED.
+func (m *Migration) Finish(t testing.TB) {
+	t.Helper()
+	s := strconv.Itoa(m.Slot)
+	order := []string{m.To, m.From}
+	for _, addr := range m.c.Addrs {
+		if addr != m.To && addr != m.From {
+			order = append(order, addr)
+		}
+	}
+	for _, addr := range order {
+		m.c.Do(t, addr, "CLUSTER", "SETSLOT", s, "NODE", m.toID)
+	}
+	if got := m.c.Owner(t, m.Slot); got != m.To {
+		t.Fatalf("redistest: after migrating slot %d to %s, its owner is %s", m.Slot, m.To, got)
+	}
+}
+
+// clusterReplyError is an error reply from Redis.
+type clusterReplyError string
+
+func (e clusterReplyError) Error() string { return string(e) }
+
+// clusterCommand sends one command on a new connection to addr and reads
+// its RESP2 reply.
+func clusterCommand(addr string, args ...string) (any, error) {
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := io.WriteString(conn, b.String()); err != nil {
+		return nil, err
+	}
+	return clusterRead(bufio.NewReader(conn))
+}
+
+// clusterRead reads one RESP2 reply. An error reply is returned as a
+// clusterReplyError; inside an array it becomes the element.
+func clusterRead(r *bufio.Reader) (any, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	if len(line) < 3 || !strings.HasSuffix(line, "\r\n") {
+		return nil, fmt.Errorf("malformed reply line %q", line)
+	}
+	kind, body := line[0], line[1:len(line)-2]
+	switch kind {
+	case '+':
+		return body, nil
+	case '-':
+		return nil, clusterReplyError(body)
+	case ':':
+		return strconv.ParseInt(body, 10, 64)
+	case '$':
+		n, err := strconv.Atoi(body)
+		if err != nil || n < 0 {
+			return nil, err // $-1: nil
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return nil, err
+		}
+		return string(buf[:n]), nil
+	case '*':
+		n, err := strconv.Atoi(body)
+		if err != nil || n < 0 {
+			return nil, err // *-1: nil
+		}
+		out := make([]any, n)
+		for i := range out {
+			v, err := clusterRead(r)
+			var re clusterReplyError
+			if err != nil && !errors.As(err, &re) {
+				return nil, err
+			}
+			if err != nil {
+				v = re
+			}
+			out[i] = v
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("unknown reply type %q", line)
+}

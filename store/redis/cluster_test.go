@@ -1,0 +1,431 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredislib "github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/redistest"
+	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis/goredis"
+	"github.com/sluice-go/sluice/storetest"
+)
+
+// clusterRueidis connects a rueidis client to the cluster, closed when t
+// ends. rueidis detects the cluster from the seed nodes.
+func clusterRueidis(t testing.TB, c *redistest.Cluster) rueidis.Client {
+	t.Helper()
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: c.Addrs, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	if n := len(rc.Nodes()); n != len(c.Addrs) {
+		t.Fatalf("rueidis sees %d nodes, want the cluster's %d: not in cluster mode", n, len(c.Addrs))
+	}
+	return rc
+}
+
+// clusterGoRedis connects a go-redis ClusterClient, closed when t ends.
+func clusterGoRedis(t testing.TB, c *redistest.Cluster) *goredislib.ClusterClient {
+	t.Helper()
+	gc := goredislib.NewClusterClient(&goredislib.ClusterOptions{Addrs: c.Addrs})
+	t.Cleanup(func() { _ = gc.Close() })
+	return gc
+}
+
+// clusterURL is the Open URL naming every node as a seed.
+func clusterURL(c *redistest.Cluster) string {
+	return "redis://" + c.Addrs[0] + "?addr=" + strings.Join(c.Addrs[1:], "&addr=")
+}
+
+// clusterStores returns n stores, each over its own cluster client:
+// rueidis for even i, go-redis for odd i.
+func clusterStores(t testing.TB, c *redistest.Cluster, n int, opts ...sluiceredis.Option) []*sluiceredis.Store {
+	var stores []*sluiceredis.Store
+	for i := range n {
+		if i%2 == 0 {
+			stores = append(stores, sluiceredis.FromRueidis(clusterRueidis(t, c), opts...))
+		} else {
+			stores = append(stores, goredis.New(clusterGoRedis(t, c), opts...))
+		}
+	}
+	return stores
+}
+
+// clusterLimiters returns one Limiter per store.
+func clusterLimiters(stores []*sluiceredis.Store, opts ...sluice.Option) []*sluice.Limiter {
+	var lims []*sluice.Limiter
+	for _, s := range stores {
+		lims = append(lims, sluice.New(s, opts...))
+	}
+	return lims
+}
+
+// TestCluster runs the store on one three-master Redis Cluster (started
+// once: it takes seconds), through rueidis and go-redis cluster clients:
+// the conformance suite, exactness under concurrency, the spread of keys
+// over the masters, and a live slot migration.
+func TestCluster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	t.Run("Conformance", func(t *testing.T) { clusterConformance(t, c) })
+	t.Run("Exact", func(t *testing.T) { clusterExact(t, c) })
+	t.Run("Spread", func(t *testing.T) { clusterSpread(t, c) })
+	t.Run("SlotMigration", func(t *testing.T) { clusterSlotMigration(t, c) })
+}
+
+// clusterConformance runs the conformance suite through Open (a rueidis
+// cluster client found from the URL's seed nodes) and through a go-redis
+// ClusterClient.
+func clusterConformance(t *testing.T, c *redistest.Cluster) {
+	t.Run("Open", func(t *testing.T) {
+		storetest.Run(t, func(t *testing.T, _ func() time.Time) sluice.Store {
+			s, err := sluiceredis.Open(clusterURL(c), prefix())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(s.Close)
+			return s
+		})
+	})
+	t.Run("go-redis", func(t *testing.T) {
+		gc := clusterGoRedis(t, c)
+		storetest.Run(t, func(t *testing.T, _ func() time.Time) sluice.Store {
+			return goredis.New(gc, prefix())
+		})
+	})
+}
+
+// clusterExact: several replicas, each with its own cluster client
+// (rueidis and go-redis), hammering one key admit exactly the limit for
+// every algorithm, with a frozen clock and with the servers' clock, and a
+// two-limit decision admits exactly the tighter one.
+func clusterExact(t *testing.T, c *redistest.Cluster) {
+	stores := clusterStores(t, c, replicas)
+	frozen := storetest.NewClock()
+	frozenLims := clusterLimiters(stores, sluice.WithClock(frozen.Now))
+	serverLims := clusterLimiters(stores)
+	for _, a := range sluice.Algorithms {
+		t.Run(string(a)+"/frozen clock", func(t *testing.T) {
+			l := sluice.PerMinute(500).Using(a)
+			if got := storetest.Hammer(t, frozenLims, "hot-frozen-"+string(a), goroutines, attempts, l); got != 500 {
+				t.Errorf("%s admitted %d, want exactly 500", l, got)
+			}
+		})
+		t.Run(string(a)+"/server clock", func(t *testing.T) {
+			l := sluice.PerDay(500).Using(a)
+			if got := storetest.Hammer(t, serverLims, "hot-server-"+string(a), goroutines, attempts, l); got != 500 {
+				t.Errorf("%s admitted %d, want exactly 500", l, got)
+			}
+		})
+	}
+	t.Run("multi", func(t *testing.T) {
+		storetest.HammerMulti(t, frozenLims, goroutines, attempts)
+	})
+}
+
+// clusterSpread: the keys of many client keys land on all three masters,
+// every key of one client key on one master, so that the cluster tests
+// exercise every node.
+func clusterSpread(t *testing.T, c *redistest.Cluster) {
+	const clientKeys = 60
+	p := fmt.Sprintf("spread%d", prefixes.Add(1))
+	lims := clusterLimiters(clusterStores(t, c, 2, sluiceredis.WithPrefix(p)))
+	var limits []sluice.Limit
+	for _, a := range sluice.Algorithms {
+		limits = append(limits, sluice.PerMinute(10).Using(a))
+	}
+	for i := range clientKeys {
+		r, err := lims[i%2].AllowAll(context.Background(), fmt.Sprintf("client-%d", i), 1, limits...)
+		if err != nil || !r.Allowed {
+			t.Fatalf("client-%d: %+v, %v", i, r, err)
+		}
+	}
+	total := 0
+	tags := map[string]string{} // hash tag → the master holding its keys
+	tag := regexp.MustCompile(`\{[^}]*\}`)
+	for _, addr := range c.Addrs {
+		keys, _ := c.Do(t, addr, "KEYS", p+":*").([]any)
+		t.Logf("master %s holds %d keys", addr, len(keys))
+		if len(keys) == 0 {
+			t.Errorf("master %s holds none of the keys of %d client keys", addr, clientKeys)
+		}
+		total += len(keys)
+		for _, k := range keys {
+			tg := tag.FindString(k.(string))
+			if other, ok := tags[tg]; ok && other != addr {
+				t.Errorf("the keys of %s are on %s and %s", tg, other, addr)
+			}
+			tags[tg] = addr
+		}
+	}
+	if want := clientKeys * len(limits); total != want {
+		t.Errorf("the masters hold %d keys, want %d (one per client key and limit)", total, want)
+	}
+}
+
+// clusterLane is one stream of decisions on the live key during a
+// migration: one limit, or several checked together.
+type clusterLane struct {
+	name     string
+	limits   []sluice.Limit
+	want     int // admitted in all
+	requests atomic.Int64
+	admitted atomic.Int64
+	errors   atomic.Int64
+}
+
+// clusterErrorStats returns node addr's INFO errorstats counts by error
+// prefix (MOVED, ASK, TRYAGAIN, NOSCRIPT...).
+func clusterErrorStats(t *testing.T, c *redistest.Cluster, addr string) map[string]int {
+	t.Helper()
+	info, _ := c.Do(t, addr, "INFO", "errorstats").(string)
+	out := map[string]int{}
+	for _, m := range regexp.MustCompile(`(?m)^errorstat_(\w+):count=(\d+)`).FindAllStringSubmatch(info, -1) {
+		out[m[1]], _ = strconv.Atoi(m[2])
+	}
+	return out
+}
+
+// clusterSlotMigration: while replicas (rueidis and go-redis) hammer
+// one client key under each algorithm and under a two-limit decision, the
+// slot holding it moves to another master: first marked, then the
+// multi-limit decision's keys split between the two masters, then every
+// key moved (clients are sent there with ASK), then the slot handed over
+// (MOVED). Every limit still admits exactly its count, no request fails,
+// and the keys end up on the new master.
+func clusterSlotMigration(t *testing.T, c *redistest.Cluster) {
+	stores := clusterStores(t, c, 4, prefix())
+	frozen := storetest.NewClock()
+	lims := clusterLimiters(stores, sluice.WithClock(frozen.Now))
+	const key = "live"
+
+	var lanes []*clusterLane
+	for _, a := range sluice.Algorithms {
+		lanes = append(lanes, &clusterLane{name: string(a), limits: []sluice.Limit{sluice.PerMinute(400).Using(a)}, want: 400})
+	}
+	loose := sluice.PerMinute(500).Using(sluice.FixedWindow)
+	tight := sluice.PerMinute(300).Using(sluice.SlidingLog)
+	multi := &clusterLane{name: "multi", limits: []sluice.Limit{loose, tight}, want: 300}
+	lanes = append(lanes, multi)
+
+	var redisKeys []string
+	for _, ln := range lanes {
+		for _, l := range ln.limits {
+			redisKeys = append(redisKeys, stores[0].Key(key, l))
+		}
+	}
+	slot := redistest.Slot(redisKeys[0])
+	from := c.Owner(t, slot)
+	to := c.Addrs[0]
+	if to == from {
+		to = c.Addrs[1]
+	}
+
+	var (
+		stop     = make(chan struct{})
+		wg       sync.WaitGroup
+		errMu    sync.Mutex
+		firstErr = map[string]error{}
+	)
+	for _, lim := range lims {
+		for _, ln := range lanes {
+			for range 2 {
+				wg.Go(func() {
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						r, err := lim.AllowAll(context.Background(), key, 1, ln.limits...)
+						ln.requests.Add(1)
+						switch {
+						case err != nil:
+							ln.errors.Add(1)
+							errMu.Lock()
+							if firstErr[ln.name] == nil {
+								firstErr[ln.name] = err
+							}
+							errMu.Unlock()
+						case r.Allowed:
+							ln.admitted.Add(1)
+						}
+					}
+				})
+			}
+		}
+	}
+	// waitFor waits until done reports true. Its deadline only guards
+	// against a hang.
+	waitFor := func(phase string, done func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(2 * time.Minute)
+		for !done() {
+			if time.Now().After(deadline) {
+				close(stop)
+				wg.Wait()
+				for _, ln := range lanes {
+					t.Logf("%s: %d requests", ln.name, ln.requests.Load())
+				}
+				t.Fatalf("%s: traffic stalled", phase)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	// progress waits until each of lanes has made n more requests.
+	progress := func(phase string, n int64, lanes ...*clusterLane) {
+		t.Helper()
+		targets := make([]int64, len(lanes))
+		for i, ln := range lanes {
+			targets[i] = ln.requests.Load() + n
+		}
+		waitFor(phase, func() bool {
+			for i, ln := range lanes {
+				if ln.requests.Load() < targets[i] {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	const step = 40 // requests per lane in each phase; 4 phases stay below every limit
+	progress("before", step, lanes...)
+	// The target forgets the scripts, as a master new to the cluster would
+	// not have them: the store must load them there mid-migration.
+	c.Do(t, to, "SCRIPT", "FLUSH")
+	src0, dst0 := clusterErrorStats(t, c, from), clusterErrorStats(t, c, to)
+	m := c.BeginMigration(t, slot, to)
+	progress("slot marked", step, lanes...)
+	// The multi-limit decision's keys now live on two masters: its requests
+	// get TRYAGAIN, and wait, until the other key follows.
+	m.Move(t, stores[0].Key(key, tight))
+	progress("keys split", step, lanes[:len(lanes)-1]...)
+	waitFor("keys split", func() bool { return clusterErrorStats(t, c, from)["TRYAGAIN"] >= src0["TRYAGAIN"]+10 })
+	moved := m.MoveKeys(t, 2)
+	progress("keys moved", step, lanes...)
+	m.Finish(t)
+	waitFor("slot handed over", func() bool { // until every limit is spent
+		for _, ln := range lanes {
+			if ln.requests.Load() < int64(ln.want+step) {
+				return false
+			}
+		}
+		return true
+	})
+	close(stop)
+	wg.Wait()
+
+	for _, ln := range lanes {
+		t.Logf("%s: %d requests, %d admitted, %d errors", ln.name, ln.requests.Load(), ln.admitted.Load(), ln.errors.Load())
+		if n := ln.errors.Load(); n > 0 {
+			t.Errorf("%s: %d requests failed during the migration; the first: %v", ln.name, n, firstErr[ln.name])
+		}
+		if got := ln.admitted.Load(); got != int64(ln.want) {
+			t.Errorf("%s: admitted %d across the migration, want exactly %d", ln.name, got, ln.want)
+		}
+	}
+	if r, err := lims[0].AllowN(context.Background(), key, loose, 0); err != nil || r.Remaining != 200 {
+		t.Errorf("%s after the migration: %+v, %v; want 200 remaining (denied requests consume nothing)", loose, r, err)
+	}
+	// Other subtests' keys may share the slot: MoveKeys moved them too.
+	if moved < len(redisKeys)-1 {
+		t.Errorf("MoveKeys moved %d keys, want at least %d", moved, len(redisKeys)-1)
+	}
+	if got := c.Owner(t, slot); got != to {
+		t.Errorf("slot %d is served by %s after the migration, want %s", slot, got, to)
+	}
+	if n := c.CountKeysInSlot(t, from, slot); n != 0 {
+		t.Errorf("the old master still holds %d keys of slot %d", n, slot)
+	}
+	for _, k := range redisKeys {
+		if n := c.Do(t, to, "EXISTS", k); n != int64(1) {
+			t.Errorf("key %s is not on the new master %s", k, to)
+		}
+	}
+	src, dst := clusterErrorStats(t, c, from), clusterErrorStats(t, c, to)
+	delta := func(now, before map[string]int, code string) int { return now[code] - before[code] }
+	t.Logf("moved %d keys; the old master %s answered ASK %d, TRYAGAIN %d, MOVED %d times; the new master %s answered NOSCRIPT %d times",
+		moved, from, delta(src, src0, "ASK"), delta(src, src0, "TRYAGAIN"), delta(src, src0, "MOVED"), to, delta(dst, dst0, "NOSCRIPT"))
+	for _, code := range []string{"ASK", "TRYAGAIN", "MOVED"} {
+		if delta(src, src0, code) == 0 {
+			t.Errorf("the old master never answered %s: the test did not exercise that phase", code)
+		}
+	}
+	if delta(dst, dst0, "NOSCRIPT") == 0 {
+		t.Errorf("the new master never answered NOSCRIPT: the test did not exercise loading the scripts there")
+	}
+}
+
+// clusterFlakyClient answers ErrTryAgain (as during a slot migration)
+// until tryAgain runs out, then admits; or always fails with err.
+type clusterFlakyClient struct {
+	tryAgain int // TRYAGAIN answers left; -1: forever
+	err      error
+	calls    int
+	cancel   func() // called on the third call, when set
+}
+
+func (f *clusterFlakyClient) EvalSha(_ context.Context, _ string, keys, _ []string) ([]int64, error) {
+	f.calls++
+	if f.calls == 3 && f.cancel != nil {
+		f.cancel()
+	}
+	switch {
+	case f.err != nil:
+		return nil, f.err
+	case f.tryAgain != 0:
+		f.tryAgain--
+		return nil, fmt.Errorf("%w: TRYAGAIN Multiple keys request during rehashing of slot", sluiceredis.ErrTryAgain)
+	}
+	reply := make([]int64, 0, 4*len(keys))
+	for range keys {
+		reply = append(reply, 1, 0, 0, 0)
+	}
+	return reply, nil
+}
+
+func (f *clusterFlakyClient) Eval(ctx context.Context, _ string, keys, args []string) ([]int64, error) {
+	return f.EvalSha(ctx, "", keys, args)
+}
+
+// TestClusterTryAgain: the store sends a script again when the client
+// reports TRYAGAIN (Redis did not run it), until the context ends, and
+// only then.
+func TestClusterTryAgain(t *testing.T) {
+	limits := []sluice.Limit{sluice.PerMinute(5), sluice.PerHour(50)}
+	t.Run("retried", func(t *testing.T) {
+		f := &clusterFlakyClient{tryAgain: 3}
+		rs, err := sluiceredis.New(f).Take(context.Background(), sluice.Request{Key: "k", Cost: 1, Limits: limits})
+		if err != nil || len(rs) != 2 || !rs[0].Allowed || f.calls != 4 {
+			t.Errorf("Take after 3 TRYAGAIN = %+v, %v after %d calls; want admitted after 4", rs, err, f.calls)
+		}
+	})
+	t.Run("until the context ends", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		f := &clusterFlakyClient{tryAgain: -1, cancel: cancel}
+		_, err := sluiceredis.New(f).Take(ctx, sluice.Request{Key: "k", Cost: 1, Limits: limits})
+		if !errors.Is(err, sluiceredis.ErrTryAgain) || f.calls < 3 {
+			t.Errorf("Take under endless TRYAGAIN, canceled on the third call = %v after %d calls; want ErrTryAgain after 3", err, f.calls)
+		}
+	})
+	t.Run("other errors are not retried", func(t *testing.T) {
+		f := &clusterFlakyClient{err: errors.New("MOVED 3999 127.0.0.1:6381")}
+		_, err := sluiceredis.New(f).Take(context.Background(), sluice.Request{Key: "k", Cost: 1, Limits: limits})
+		if err == nil || f.calls != 1 {
+			t.Errorf("Take = %v after %d calls; want the error after 1", err, f.calls)
+		}
+	})
+}
