@@ -83,6 +83,7 @@ func TestCluster(t *testing.T) {
 	t.Run("Exact", func(t *testing.T) { clusterExact(t, c) })
 	t.Run("Spread", func(t *testing.T) { clusterSpread(t, c) })
 	t.Run("SlotMigration", func(t *testing.T) { clusterSlotMigration(t, c) })
+	t.Run("TryAgain", func(t *testing.T) { clusterTryAgain(t, c) })
 }
 
 // clusterConformance runs the conformance suite through Open (a rueidis
@@ -368,64 +369,50 @@ func clusterSlotMigration(t *testing.T, c *redistest.Cluster) {
 	}
 }
 
-// clusterFlakyClient answers ErrTryAgain (as during a slot migration)
-// until tryAgain runs out, then admits; or always fails with err.
-type clusterFlakyClient struct {
-	tryAgain int // TRYAGAIN answers left; -1: forever
-	err      error
-	calls    int
-	cancel   func() // called on the third call, when set
-}
-
-func (f *clusterFlakyClient) EvalSha(_ context.Context, _ string, keys, _ []string) ([]int64, error) {
-	f.calls++
-	if f.calls == 3 && f.cancel != nil {
-		f.cancel()
-	}
-	switch {
-	case f.err != nil:
-		return nil, f.err
-	case f.tryAgain != 0:
-		f.tryAgain--
-		return nil, fmt.Errorf("%w: TRYAGAIN Multiple keys request during rehashing of slot", sluiceredis.ErrTryAgain)
-	}
-	reply := make([]int64, 0, 4*len(keys))
-	for range keys {
-		reply = append(reply, 1, 0, 0, 0)
-	}
-	return reply, nil
-}
-
-func (f *clusterFlakyClient) Eval(ctx context.Context, _ string, keys, args []string) ([]int64, error) {
-	return f.EvalSha(ctx, "", keys, args)
-}
-
-// TestClusterTryAgain: the store sends a script again when the client
-// reports TRYAGAIN (Redis did not run it), until the context ends, and
-// only then.
-func TestClusterTryAgain(t *testing.T) {
-	limits := []sluice.Limit{sluice.PerMinute(5), sluice.PerHour(50)}
-	t.Run("retried", func(t *testing.T) {
-		f := &clusterFlakyClient{tryAgain: 3}
-		rs, err := sluiceredis.New(f).Take(context.Background(), sluice.Request{Key: "k", Cost: 1, Limits: limits})
-		if err != nil || len(rs) != 2 || !rs[0].Allowed || f.calls != 4 {
-			t.Errorf("Take after 3 TRYAGAIN = %+v, %v after %d calls; want admitted after 4", rs, err, f.calls)
+// clusterTryAgain: a new client key under two limits, in a slot being
+// migrated, gets TRYAGAIN from the target for as long as the migration
+// lasts (none of its keys exist on either master). The store sends the
+// script again until the caller's context ends, writes nothing meanwhile,
+// and decides as soon as the slot has moved.
+func clusterTryAgain(t *testing.T, c *redistest.Cluster) {
+	p := fmt.Sprintf("tryagain%d", prefixes.Add(1))
+	stores := clusterStores(t, c, 2, sluiceredis.WithPrefix(p))
+	limits := []sluice.Limit{sluice.PerDay(10), sluice.PerHour(5).Using(sluice.SlidingLog)}
+	req := sluice.Request{Key: "stuck", Limits: limits, Cost: 1}
+	slot := redistest.Slot(stores[0].Key(req.Key, limits[0]))
+	var to string
+	for _, addr := range c.Addrs {
+		if addr != c.Owner(t, slot) {
+			to = addr
+			break
 		}
-	})
-	t.Run("until the context ends", func(t *testing.T) {
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		f := &clusterFlakyClient{tryAgain: -1, cancel: cancel}
-		_, err := sluiceredis.New(f).Take(ctx, sluice.Request{Key: "k", Cost: 1, Limits: limits})
-		if !errors.Is(err, sluiceredis.ErrTryAgain) || f.calls < 3 {
-			t.Errorf("Take under endless TRYAGAIN, canceled on the third call = %v after %d calls; want ErrTryAgain after 3", err, f.calls)
+	}
+	m := c.BeginMigration(t, slot, to)
+	for i, s := range stores {
+		before := clusterErrorStats(t, c, to)["TRYAGAIN"]
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		rs, err := s.Take(ctx, req)
+		cancel()
+		// The context may end while the store waits, or while the client
+		// does (go-redis retries a few times itself).
+		if !errors.Is(err, sluiceredis.ErrTryAgain) && !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("store %d: Take during the migration = %+v, %v; want ErrTryAgain or the context's deadline", i, rs, err)
 		}
-	})
-	t.Run("other errors are not retried", func(t *testing.T) {
-		f := &clusterFlakyClient{err: errors.New("MOVED 3999 127.0.0.1:6381")}
-		_, err := sluiceredis.New(f).Take(context.Background(), sluice.Request{Key: "k", Cost: 1, Limits: limits})
-		if err == nil || f.calls != 1 {
-			t.Errorf("Take = %v after %d calls; want the error after 1", err, f.calls)
+		// Backing off from 1ms, 200ms hold several attempts.
+		if n := clusterErrorStats(t, c, to)["TRYAGAIN"] - before; n < 3 {
+			t.Errorf("store %d: the target answered TRYAGAIN %d times; want the script sent again until the context ended", i, n)
 		}
-	})
+	}
+	for _, addr := range c.Addrs {
+		if keys, _ := c.Do(t, addr, "KEYS", p+":*").([]any); len(keys) != 0 {
+			t.Errorf("refused decisions wrote %q on %s", keys, addr)
+		}
+	}
+	m.Finish(t)
+	for i, s := range stores {
+		rs, err := s.Take(context.Background(), req)
+		if err != nil || len(rs) != 2 || !rs[0].Allowed || rs[0].Remaining != 9-i || rs[1].Remaining != 4-i {
+			t.Errorf("store %d: Take after the migration = %+v, %v; want admitted with %d and %d remaining", i, rs, err, 9-i, 4-i)
+		}
+	}
 }
