@@ -1,11 +1,8 @@
 package redistest
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os/exec"
 	"path/filepath"
@@ -61,7 +58,7 @@ func StartCluster(t testing.TB) *Cluster {
 		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
 	}
 	for _, addr := range c.Addrs {
-		id, err := clusterCommand(addr, "CLUSTER", "MYID")
+		id, err := command(addr, "CLUSTER", "MYID")
 		if err != nil {
 			t.Fatalf("redistest: CLUSTER MYID on %s: %v", addr, err)
 		}
@@ -126,7 +123,7 @@ func (c *Cluster) waitAgreed(t testing.TB, timeout time.Duration) {
 func (c *Cluster) agreed() error {
 	var first []string
 	for i, addr := range c.Addrs {
-		info, err := clusterCommand(addr, "CLUSTER", "INFO")
+		info, err := command(addr, "CLUSTER", "INFO")
 		if err != nil {
 			return err
 		}
@@ -152,7 +149,7 @@ func (c *Cluster) agreed() error {
 // slots returns node addr's CLUSTER SLOTS as sorted "start-end host:port"
 // lines, checking that every owner is one of the cluster's nodes.
 func (c *Cluster) slots(addr string) ([]string, error) {
-	reply, err := clusterCommand(addr, "CLUSTER", "SLOTS")
+	reply, err := command(addr, "CLUSTER", "SLOTS")
 	if err != nil {
 		return nil, err
 	}
@@ -237,7 +234,7 @@ func (c *Cluster) Owner(t testing.TB, slot int) string {
 // reply or a connection error.
 func (c *Cluster) Do(t testing.TB, addr string, args ...string) any {
 	t.Helper()
-	reply, err := clusterCommand(addr, args...)
+	reply, err := command(addr, args...)
 	if err != nil {
 		t.Fatalf("redistest: %s on %s: %v", strings.Join(args, " "), addr, err)
 	}
@@ -364,79 +361,4 @@ func (m *Migration) Finish(t testing.TB) {
 	if got := m.c.Owner(t, m.Slot); got != m.To {
 		t.Fatalf("redistest: after migrating slot %d to %s, its owner is %s", m.Slot, m.To, got)
 	}
-}
-
-// clusterReplyError is an error reply from Redis.
-type clusterReplyError string
-
-func (e clusterReplyError) Error() string { return string(e) }
-
-// clusterCommand sends one command on a new connection to addr and reads
-// its RESP2 reply.
-func clusterCommand(addr string, args ...string) (any, error) {
-	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	if _, err := io.WriteString(conn, b.String()); err != nil {
-		return nil, err
-	}
-	return clusterRead(bufio.NewReader(conn))
-}
-
-// clusterRead reads one RESP2 reply. An error reply is returned as a
-// clusterReplyError; inside an array it becomes the element.
-func clusterRead(r *bufio.Reader) (any, error) {
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return nil, err
-	}
-	if len(line) < 3 || !strings.HasSuffix(line, "\r\n") {
-		return nil, fmt.Errorf("malformed reply line %q", line)
-	}
-	kind, body := line[0], line[1:len(line)-2]
-	switch kind {
-	case '+':
-		return body, nil
-	case '-':
-		return nil, clusterReplyError(body)
-	case ':':
-		return strconv.ParseInt(body, 10, 64)
-	case '$':
-		n, err := strconv.Atoi(body)
-		if err != nil || n < 0 {
-			return nil, err // $-1: nil
-		}
-		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return nil, err
-		}
-		return string(buf[:n]), nil
-	case '*':
-		n, err := strconv.Atoi(body)
-		if err != nil || n < 0 {
-			return nil, err // *-1: nil
-		}
-		out := make([]any, n)
-		for i := range out {
-			v, err := clusterRead(r)
-			var re clusterReplyError
-			if err != nil && !errors.As(err, &re) {
-				return nil, err
-			}
-			if err != nil {
-				v = re
-			}
-			out[i] = v
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("unknown reply type %q", line)
 }

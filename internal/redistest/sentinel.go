@@ -1,15 +1,12 @@
 package redistest
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -328,69 +325,4 @@ func fields(v any) map[string]string {
 		m[fmt.Sprint(a[i])] = fmt.Sprint(a[i+1])
 	}
 	return m
-}
-
-// command sends one command to addr on a new connection and returns its
-// reply: a string (simple or bulk), an int64, nil, or a []any of those.
-// An error reply is returned as an error.
-func command(addr string, args ...string) (any, error) {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	if _, err := io.WriteString(c, b.String()); err != nil {
-		return nil, err
-	}
-	return readReply(bufio.NewReader(c))
-}
-
-// readReply reads one RESP2 reply.
-func readReply(r *bufio.Reader) (any, error) {
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return nil, err
-	}
-	line = strings.TrimSuffix(line, "\r\n")
-	if line == "" {
-		return nil, errors.New("empty reply line")
-	}
-	body := line[1:]
-	switch line[0] {
-	case '+':
-		return body, nil
-	case '-':
-		return nil, errors.New(body)
-	case ':':
-		return strconv.ParseInt(body, 10, 64)
-	case '$':
-		n, err := strconv.Atoi(body)
-		if err != nil || n < 0 {
-			return nil, err // $-1: nil
-		}
-		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return nil, err
-		}
-		return string(buf[:n]), nil
-	case '*':
-		n, err := strconv.Atoi(body)
-		if err != nil || n < 0 {
-			return nil, err // *-1: nil
-		}
-		a := make([]any, n)
-		for i := range a {
-			if a[i], err = readReply(r); err != nil {
-				return nil, err
-			}
-		}
-		return a, nil
-	}
-	return nil, fmt.Errorf("unexpected reply %q", line)
 }
