@@ -47,6 +47,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -80,7 +81,7 @@ var ErrNoScript = errors.New("NOSCRIPT")
 // (ASK; MOVED too from a cluster client, which refreshes its slot map). The
 // script did not run, so the Store sends it again until the migration lets
 // it run, for up to 2 seconds or until the context ends.
-var ErrTryAgain = errors.New("TRYAGAIN")
+var ErrTryAgain = errors.New("cluster slot migrating, script not run")
 
 //go:embed lua/*.lua
 var luaFiles embed.FS
@@ -282,7 +283,8 @@ const maxTryAgain = 2 * time.Second
 // do not exist yet on the target (a new client key under several limits),
 // until the migration ends. Redis refused it before running it, so sending
 // it again cannot count a request twice: run retries, backing off from
-// 1ms to 64ms, until the context ends or maxTryAgain has passed. The
+// about 1ms to 64ms with jitter, until the context ends (its error then
+// wraps both the context's and the refusal) or maxTryAgain has passed. The
 // clients do not: rueidis never retries a script on TRYAGAIN (it retries
 // read-only commands only), and go-redis gives up after MaxRedirects
 // attempts (3) within milliseconds, returning the last TRYAGAIN, ASK or
@@ -298,18 +300,22 @@ func (s *Store) run(ctx context.Context, sc script, keys, args []string) ([]int6
 		if errors.Is(err, ErrNoScript) {
 			reply, err = s.client.Eval(ctx, sc.src, keys, args)
 		}
-		if !errors.Is(err, ErrTryAgain) || time.Now().Add(delay).After(deadline) {
+		// Jitter, so that the decisions of a hot key do not retry in step.
+		wait := delay/2 + rand.N(delay/2+1)
+		if !errors.Is(err, ErrTryAgain) || time.Now().Add(wait).After(deadline) {
 			return reply, err
 		}
 		if timer == nil {
-			timer = time.NewTimer(delay)
+			timer = time.NewTimer(wait)
 			defer timer.Stop()
 		} else {
-			timer.Reset(delay)
+			timer.Reset(wait)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, err
+			// The caller's cancellation or deadline is the error that
+			// matters; the refusal is kept for the log.
+			return nil, fmt.Errorf("%w (%w)", ctx.Err(), err)
 		case <-timer.C:
 		}
 		delay = min(2*delay, 64*time.Millisecond)
