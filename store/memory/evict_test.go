@@ -30,6 +30,12 @@ func TestIdleKeysEvicted(t *testing.T) {
 	if got := store.Len(); got != 5000 {
 		t.Fatalf("Len = %d after 5000 keys, want 5000", got)
 	}
+	// The old keys' state expired at 1m, and is kept for a minute more, in
+	// case the clock steps back into it.
+	clock.Set(90 * time.Second)
+	if n := store.Sweep(); n != 0 || store.Len() != 5000 {
+		t.Errorf("Sweep 30s after the state expired removed %d, left %d; want 0 and 5000", n, store.Len())
+	}
 	clock.Set(2 * time.Minute)
 	spend("new-", 20000)
 	if got := store.Len(); got > 20500 {

@@ -10,11 +10,14 @@
 // The store is safe for concurrent use. Its map is split into shards locked
 // independently; all limits of one key live in one shard, so a multi-limit
 // decision is atomic. Every piece of state carries the shortest sufficient
-// lifetime (until it would be equivalent to no state at all) and state
-// expired for over a minute is evicted as the store is used, so idle keys
-// do not accumulate. The minute keeps a clock that steps back (by less)
-// from handing out anything new: the state it steps back into is still
-// there, whichever keys eviction happened to sample.
+// lifetime (until it would be equivalent to no state at all), and state
+// that has been expired for over a minute is evicted as the store is used,
+// so idle keys do not accumulate. The minute of grace keeps a clock that
+// steps back by less than that from handing out anything new: the state it
+// steps back into is still there, whichever entries eviction happened to
+// sample. It costs memory: the store holds every key that was active in
+// the last minute plus its state's lifetime (a flood of new keys, one per
+// client address, holds a minute of them).
 package memory
 
 import (
@@ -67,9 +70,10 @@ type entry struct {
 }
 
 // Every evictEvery-th decision in a shard inspects evictSample entries of
-// it for expiry, beyond the ones it touches: two per decision on average,
-// which keeps expired entries below about half of the shard under any
-// steady load, without starting a map iteration on every decision.
+// it, beyond the ones it touches, and deletes those expired for over
+// evictGrace: two per decision on average, which keeps such entries below
+// about half of the shard under any steady load, without starting a map
+// iteration on every decision.
 const (
 	evictEvery  = 8
 	evictSample = 2 * evictEvery
@@ -241,9 +245,10 @@ func (s *Store) Len() int {
 	return n
 }
 
-// Sweep deletes every piece of state expired for over a minute and
-// returns how many it deleted. Decisions evict expired state as they go; call Sweep
-// periodically only to return memory after traffic stops.
+// Sweep deletes every piece of state that has been expired for over a
+// minute and returns how many it deleted. Decisions evict such state as
+// they go; call Sweep periodically only to return memory after traffic
+// stops.
 func (s *Store) Sweep() int {
 	now := s.micros(time.Time{})
 	n := 0
