@@ -21,10 +21,8 @@ const clusterSize = 3
 // they are given on any error; they are safe for concurrent use, as each
 // call opens its own connection.
 type Cluster struct {
-	// Addrs are the masters' host:port on 127.0.0.1, in the order of Nodes.
+	// Addrs are the masters' host:port on 127.0.0.1.
 	Addrs []string
-	// Nodes are the masters' processes; stopping one takes its slots down.
-	Nodes []*Server
 
 	ids []string // node IDs, in the order of Addrs
 }
@@ -36,19 +34,14 @@ type Cluster struct {
 // is not installed or the cluster does not form.
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
-	server, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatalf("redis-server is not installed (it is not in PATH): run `make test`, which installs it, or `sudo apt-get install -y redis-server`")
-	}
+	server := serverPath(t)
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
 		t.Fatalf("redis-cli is not installed (it is not in PATH), and the Cluster tests need it: run `make test`, which installs it, or `sudo apt-get install -y redis-tools`")
 	}
 	c := &Cluster{}
 	for range clusterSize {
-		s := startClusterNode(t, server)
-		c.Nodes = append(c.Nodes, s)
-		c.Addrs = append(c.Addrs, s.Addr)
+		c.Addrs = append(c.Addrs, startClusterNode(t, server).Addr)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -64,59 +57,32 @@ func StartCluster(t testing.TB) *Cluster {
 		}
 		c.ids = append(c.ids, fmt.Sprint(id))
 	}
-	c.waitAgreed(t, 30*time.Second)
+	waitFor(t, time.Now().Add(30*time.Second), "the cluster to settle", c.agreed)
 	return c
 }
 
 // startClusterNode starts one cluster-enabled redis-server in its own
-// directory. The cluster bus needs a second port; by default it is the
-// client port + 10000, which overflows for the high ports the kernel hands
-// out, so it gets a free port of its own.
+// directory, and stops it when t ends. The cluster bus needs a second
+// port; by default it is the client port + 10000, which overflows for the
+// high ports the kernel hands out, so it gets a free port of its own.
 func startClusterNode(t testing.TB, path string) *Server {
 	t.Helper()
-	var lastErr error
-	for range 5 {
-		dir := t.TempDir()
-		port, err := freePort()
-		if err != nil {
-			t.Fatalf("redistest: %v", err)
-		}
+	return retryPorts(t, func(port int) (*Server, error) {
 		bus, err := freePort()
 		if err != nil {
-			t.Fatalf("redistest: %v", err)
+			return nil, err
 		}
 		if bus == port {
-			continue
+			return nil, fmt.Errorf("the kernel handed out port %d twice", port)
 		}
-		s, err := launch(path, dir, port, "",
+		dir := t.TempDir()
+		return launch(path, dir, port, "",
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
 			"--cluster-node-timeout", "5000",
 			"--cluster-port", strconv.Itoa(bus),
 		)
-		if err == nil {
-			t.Cleanup(s.Stop)
-			return s
-		}
-		lastErr = err // most likely a port was taken meanwhile: try others
-	}
-	t.Fatalf("redistest: cluster node: %v", lastErr)
-	return nil
-}
-
-// waitAgreed waits until every node reports cluster_state:ok, knows all
-// nodes and has the same view of every slot's owner.
-func (c *Cluster) waitAgreed(t testing.TB, timeout time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var why error
-	for time.Now().Before(deadline) {
-		if why = c.agreed(); why == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("redistest: the cluster did not settle within %v: %v", timeout, why)
+	})
 }
 
 // agreed returns why the cluster is not settled, or nil.
@@ -256,16 +222,6 @@ func (c *Cluster) id(t testing.TB, addr string) string {
 		t.Fatalf("redistest: %s is not a node of the cluster %v", addr, c.Addrs)
 	}
 	return c.ids[i]
-}
-
-// MigrateSlot moves slot, with its keys, from its owner to the master at
-// to, the way redis-cli --cluster reshard does: BeginMigration, MoveKeys
-// in batches of 100, Finish.
-func (c *Cluster) MigrateSlot(t testing.TB, slot int, to string) {
-	t.Helper()
-	m := c.BeginMigration(t, slot, to)
-	m.MoveKeys(t, 100)
-	m.Finish(t)
 }
 
 // Migration is a slot on its way from one master to another. Between

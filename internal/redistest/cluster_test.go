@@ -6,8 +6,8 @@ import (
 )
 
 // TestCluster: the cluster forms with every master owning slots, Slot
-// agrees with the server's CLUSTER KEYSLOT, and MigrateSlot moves a slot
-// and its keys.
+// agrees with the server's CLUSTER KEYSLOT, and BeginMigration, MoveKeys
+// and Finish move a slot and its keys.
 func TestCluster(t *testing.T) {
 	c := StartCluster(t)
 	owners := map[string]bool{}

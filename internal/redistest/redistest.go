@@ -30,13 +30,38 @@ type Server struct {
 // redis-server is not installed or does not come up.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	path := serverPath(t)
+	return retryPorts(t, func(port int) (*Server, error) {
+		return launch(path, t.TempDir(), port, "")
+	})
+}
+
+// serverPath returns the path of redis-server, failing t with how to
+// install it when it is not in PATH.
+func serverPath(t testing.TB) string {
+	t.Helper()
 	path, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Fatalf("redis-server is not installed (it is not in PATH): run `make test`, which installs it, or `sudo apt-get install -y redis-server`")
 	}
+	return path
+}
+
+// retryPorts calls start with a free port until it succeeds (a port may be
+// taken between freePort and the server's bind), failing t after 5 tries,
+// and stops the server it returns when t ends. The stop is registered
+// after start returns, so it runs before the removal of any temporary
+// directory start created (cleanups run last first): the process never
+// writes in a directory being removed.
+func retryPorts(t testing.TB, start func(port int) (*Server, error)) *Server {
+	t.Helper()
 	var lastErr error
 	for range 5 {
-		s, err := start(path, t.TempDir())
+		port, err := freePort()
+		if err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		s, err := start(port)
 		if err == nil {
 			t.Cleanup(s.Stop)
 			return s
@@ -47,16 +72,20 @@ func Start(t testing.TB) *Server {
 	return nil
 }
 
-func start(path, dir string) (*Server, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
+// waitFor polls cond until it returns nil, failing t with cond's last error
+// at deadline.
+func waitFor(t testing.TB, deadline time.Time, what string, cond func() error) {
+	t.Helper()
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: timed out waiting for %s: %v", what, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	return startOn(path, dir, port)
-}
-
-func startOn(path, dir string, port int) (*Server, error) {
-	return launch(path, dir, port, "")
 }
 
 // launch starts redis-server with its config file first, when there is one
@@ -106,15 +135,11 @@ func launch(path, dir string, port int, configFile string, extra ...string) (*Se
 // stops it when t ends.
 func (s *Server) Restart(t testing.TB) *Server {
 	t.Helper()
-	path, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatalf("redis-server is not installed: %v", err)
-	}
-	_, port, _ := net.SplitHostPort(s.Addr)
-	p, _ := strconv.Atoi(port)
+	path := serverPath(t)
+	p, _ := strconv.Atoi(port(s.Addr))
 	var lastErr error
 	for range 50 { // the old process's port may take a moment to be free
-		n, err := startOn(path, t.TempDir(), p)
+		n, err := launch(path, t.TempDir(), p, "")
 		if err == nil {
 			t.Cleanup(n.Stop)
 			return n
@@ -143,4 +168,10 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// port returns the port of a host:port.
+func port(addr string) string {
+	_, p, _ := net.SplitHostPort(addr)
+	return p
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -49,12 +48,12 @@ type Sentinel struct {
 // every process when t ends, and on failure logs what the sentinels said.
 func StartSentinel(t testing.TB) *Sentinel {
 	t.Helper()
-	path, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatalf("redis-server is not installed (it is not in PATH): run `make test`, which installs it, or `sudo apt-get install -y redis-server`")
-	}
+	path := serverPath(t)
 	s := &Sentinel{MasterName: "sluice", nodes: make(map[string]*Server)}
-	t.Cleanup(func() { s.stop(t) })
+	// Each process is stopped by its own cleanup, registered once it
+	// started, after its directory was created: it stops before the
+	// directory is removed. This one, registered first, runs last.
+	t.Cleanup(func() { s.logOnFailure(t) })
 
 	// The replica syncs at once (no 5s wait for more replicas to share
 	// a diskless transfer), and either node may end up the primary.
@@ -162,7 +161,7 @@ func (s *Sentinel) WaitFailover(t testing.TB, old string, within time.Duration) 
 }
 
 // startNode starts a data node on a free port, retrying when the port was
-// taken meanwhile.
+// taken meanwhile, and stops it when t ends.
 func (s *Sentinel) startNode(t testing.TB, path string, extra ...string) *Server {
 	t.Helper()
 	n := retryPorts(t, func(port int) (*Server, error) {
@@ -175,7 +174,8 @@ func (s *Sentinel) startNode(t testing.TB, path string, extra ...string) *Server
 }
 
 // startSentinel starts a sentinel monitoring primary, with its own
-// writable config file (sentinels rewrite it with what they learn).
+// writable config file (sentinels rewrite it with what they learn), and
+// stops it when t ends.
 func (s *Sentinel) startSentinel(t testing.TB, path, primary string) *Server {
 	t.Helper()
 	dir := t.TempDir()
@@ -243,21 +243,19 @@ func (s *Sentinel) masterOf(addr string) (string, error) {
 	return net.JoinHostPort(fmt.Sprint(hp[0]), fmt.Sprint(hp[1])), nil
 }
 
-// stop kills every process by pid and, when t failed, logs the sentinels'
-// output (their events: +sdown, +odown, +elected-leader, +switch-master).
-func (s *Sentinel) stop(t testing.TB) {
+// logOnFailure logs, when t failed, the sentinels' output (their events:
+// +sdown, +odown, +elected-leader, +switch-master). Their own cleanups
+// have stopped them by then; Stop waits for that all the same, so that the
+// log is complete and no longer written.
+func (s *Sentinel) logOnFailure(t testing.TB) {
+	if !t.Failed() {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, n := range s.nodes {
-		n.Stop()
-	}
 	for _, sn := range s.sentinels {
 		sn.Stop()
-	}
-	if t.Failed() {
-		for _, sn := range s.sentinels {
-			t.Logf("sentinel %s:\n%s", sn.Addr, sn.log) // the process has exited: the log is complete
-		}
+		t.Logf("sentinel %s:\n%s", sn.Addr, sn.log)
 	}
 }
 
@@ -272,48 +270,6 @@ func isMaster(addr string) error {
 		return fmt.Errorf("%s is not a master yet", addr)
 	}
 	return nil
-}
-
-// retryPorts runs start on free ports until it succeeds (a port may be
-// taken between freePort and the server's bind), failing t after 5 tries.
-func retryPorts(t testing.TB, start func(port int) (*Server, error)) *Server {
-	t.Helper()
-	var lastErr error
-	for range 5 {
-		port, err := freePort()
-		if err != nil {
-			t.Fatalf("redistest: %v", err)
-		}
-		s, err := start(port)
-		if err == nil {
-			return s
-		}
-		lastErr = err
-	}
-	t.Fatalf("redistest: %v", lastErr)
-	return nil
-}
-
-// waitFor polls cond until it returns nil, failing t with cond's last error
-// at deadline.
-func waitFor(t testing.TB, deadline time.Time, what string, cond func() error) {
-	t.Helper()
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redistest: timed out waiting for %s: %v", what, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// port returns the port of a host:port.
-func port(addr string) string {
-	_, p, _ := net.SplitHostPort(addr)
-	return p
 }
 
 // fields returns the field-value pairs of a flat array reply (SENTINEL
