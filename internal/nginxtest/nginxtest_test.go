@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestBalancer: nginx rotates over the backends one request each, says
@@ -33,6 +34,9 @@ func TestBalancer(t *testing.T) {
 		}
 	}
 	lb := Start(t, backends)
+	// A stuck nginx fails the request instead of hanging the test.
+	client := &http.Client{Timeout: 10 * time.Second}
+	t.Cleanup(client.CloseIdleConnections)
 
 	get := func(path string, h http.Header) (int, string) {
 		t.Helper()
@@ -40,7 +44,7 @@ func TestBalancer(t *testing.T) {
 		for k, v := range h {
 			req.Header[k] = v
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
