@@ -177,14 +177,26 @@ func clusterSpread(t *testing.T, c *redistest.Cluster) {
 }
 
 // clusterLane is one stream of decisions on the live key during a
-// migration: one limit, or several checked together.
+// migration: one limit, or several checked together. Its workers send a
+// request for each permit the test grants, so that the test decides how
+// many requests each phase holds.
 type clusterLane struct {
 	name     string
 	limits   []sluice.Limit
-	want     int // admitted in all
-	requests atomic.Int64
+	want     int           // admitted in all
+	permits  chan struct{} // one per request still to send
+	granted  int           // permits granted so far (by the test goroutine)
+	requests atomic.Int64  // requests answered
 	admitted atomic.Int64
 	errors   atomic.Int64
+}
+
+// grant lets the lane's workers send n more requests.
+func (ln *clusterLane) grant(n int) {
+	for range n {
+		ln.permits <- struct{}{}
+	}
+	ln.granted += n
 }
 
 // clusterErrorStats returns node addr's INFO errorstats counts by error
@@ -199,19 +211,29 @@ func clusterErrorStats(t *testing.T, c *redistest.Cluster, addr string) map[stri
 	return out
 }
 
-// clusterSlotMigration: while replicas (rueidis and go-redis) hammer
-// one client key under each algorithm and under a two-limit decision, the
-// slot holding it moves to another master: first marked, then the
-// multi-limit decision's keys split between the two masters, then every
-// key moved (clients are sent there with ASK), then the slot handed over
-// (MOVED). Every limit still admits exactly its count, no request fails,
-// and the keys end up on the new master.
+// clusterSlotMigration: while replicas (rueidis and go-redis) decide one
+// client key under each algorithm and under a two-limit decision, the slot
+// holding it moves to another master: first marked, then the multi-limit
+// decision's keys split between the two masters, then every key moved
+// (clients are sent there with ASK), then the slot handed over (MOVED).
+// Each phase holds a fixed number of requests per lane, so that no limit
+// is reached before the slot is handed over: until then every request is
+// admitted, and afterwards each limit admits exactly the rest of its count.
+// No request fails, and the keys end up on the new master.
 func clusterSlotMigration(t *testing.T, c *redistest.Cluster) {
 	stores := clusterStores(t, c, 4, prefix())
 	frozen := storetest.NewClock()
 	lims := clusterLimiters(stores, sluice.WithClock(frozen.Now))
 	const key = "live"
 
+	// Before the handover each lane sends step requests in each of three
+	// phases, and the multi-limit lane split more while its keys are on
+	// two masters: 3*step+split, below every limit. After it, each lane
+	// sends the rest of its limit, and step more, which are denied.
+	const (
+		step  = 40
+		split = 8
+	)
 	var lanes []*clusterLane
 	for _, a := range sluice.Algorithms {
 		lanes = append(lanes, &clusterLane{name: string(a), limits: []sluice.Limit{sluice.PerMinute(400).Using(a)}, want: 400})
@@ -220,6 +242,12 @@ func clusterSlotMigration(t *testing.T, c *redistest.Cluster) {
 	tight := sluice.PerMinute(300).Using(sluice.SlidingLog)
 	multi := &clusterLane{name: "multi", limits: []sluice.Limit{loose, tight}, want: 300}
 	lanes = append(lanes, multi)
+	for _, ln := range lanes {
+		if 3*step+split >= ln.want {
+			t.Fatalf("%s: the phases before the handover hold up to %d requests, not below its limit %d", ln.name, 3*step+split, ln.want)
+		}
+		ln.permits = make(chan struct{}, ln.want+step)
+	}
 
 	var redisKeys []string
 	for _, ln := range lanes {
@@ -234,8 +262,11 @@ func clusterSlotMigration(t *testing.T, c *redistest.Cluster) {
 		to = c.Addrs[1]
 	}
 
+	// Two workers per lane and replica. The context ends them: on success
+	// once every permit has been used, so that no request is in flight;
+	// and, through the cleanup, when the test fails midway.
+	ctx, cancel := context.WithCancel(context.Background())
 	var (
-		stop     = make(chan struct{})
 		wg       sync.WaitGroup
 		errMu    sync.Mutex
 		firstErr = map[string]error{}
@@ -246,12 +277,11 @@ func clusterSlotMigration(t *testing.T, c *redistest.Cluster) {
 				wg.Go(func() {
 					for {
 						select {
-						case <-stop:
+						case <-ctx.Done():
 							return
-						default:
+						case <-ln.permits:
 						}
-						r, err := lim.AllowAll(context.Background(), key, 1, ln.limits...)
-						ln.requests.Add(1)
+						r, err := lim.AllowAll(ctx, key, 1, ln.limits...)
 						switch {
 						case err != nil:
 							ln.errors.Add(1)
@@ -263,11 +293,18 @@ func clusterSlotMigration(t *testing.T, c *redistest.Cluster) {
 						case r.Allowed:
 							ln.admitted.Add(1)
 						}
+						ln.requests.Add(1)
 					}
 				})
 			}
 		}
 	}
+	halt := func() {
+		cancel()
+		wg.Wait()
+	}
+	t.Cleanup(halt)
+
 	// waitFor waits until done reports true. Its deadline only guards
 	// against a hang.
 	waitFor := func(phase string, done func() bool) {
@@ -275,58 +312,64 @@ func clusterSlotMigration(t *testing.T, c *redistest.Cluster) {
 		deadline := time.Now().Add(2 * time.Minute)
 		for !done() {
 			if time.Now().After(deadline) {
-				close(stop)
-				wg.Wait()
 				for _, ln := range lanes {
-					t.Logf("%s: %d requests", ln.name, ln.requests.Load())
+					t.Logf("%s: %d of %d requests answered", ln.name, ln.requests.Load(), ln.granted)
 				}
 				t.Fatalf("%s: traffic stalled", phase)
 			}
 			time.Sleep(time.Millisecond)
 		}
 	}
-	// progress waits until each of lanes has made n more requests.
-	progress := func(phase string, n int64, lanes ...*clusterLane) {
+	// answered waits until every request granted so far is answered.
+	answered := func(phase string) {
 		t.Helper()
-		targets := make([]int64, len(lanes))
-		for i, ln := range lanes {
-			targets[i] = ln.requests.Load() + n
-		}
 		waitFor(phase, func() bool {
-			for i, ln := range lanes {
-				if ln.requests.Load() < targets[i] {
+			for _, ln := range lanes {
+				if ln.requests.Load() < int64(ln.granted) {
 					return false
 				}
 			}
 			return true
 		})
 	}
-	const step = 40 // requests per lane in each phase; 4 phases stay below every limit
-	progress("before", step, lanes...)
+	// phase lets each lane send n more requests and waits for the answers.
+	phase := func(name string, n int) {
+		t.Helper()
+		for _, ln := range lanes {
+			ln.grant(n)
+		}
+		answered(name)
+	}
+
+	phase("before", step)
 	// The target forgets the scripts, as a master new to the cluster would
 	// not have them: the store must load them there mid-migration.
 	c.Do(t, to, "SCRIPT", "FLUSH")
 	src0, dst0 := clusterErrorStats(t, c, from), clusterErrorStats(t, c, to)
 	m := c.BeginMigration(t, slot, to)
-	progress("slot marked", step, lanes...)
+	phase("slot marked", step)
 	// The multi-limit decision's keys now live on two masters: its requests
-	// get TRYAGAIN, and wait, until the other key follows.
+	// get TRYAGAIN, and the store sends them again until the other key
+	// follows. It does so for at most 2s, so the keys stay split only
+	// until the old master has refused one, and only that lane sends.
 	m.Move(t, stores[0].Key(key, tight))
-	progress("keys split", step, lanes[:len(lanes)-1]...)
-	waitFor("keys split", func() bool { return clusterErrorStats(t, c, from)["TRYAGAIN"] >= src0["TRYAGAIN"]+10 })
+	multi.grant(split)
+	waitFor("keys split", func() bool { return clusterErrorStats(t, c, from)["TRYAGAIN"] > src0["TRYAGAIN"] })
 	moved := m.MoveKeys(t, 2)
-	progress("keys moved", step, lanes...)
+	// The refused requests are decided now, with the others of this phase.
+	phase("keys moved", step)
 	m.Finish(t)
-	waitFor("slot handed over", func() bool { // until every limit is spent
-		for _, ln := range lanes {
-			if ln.requests.Load() < int64(ln.want+step) {
-				return false
-			}
+	for _, ln := range lanes {
+		// Every request so far was below the limit.
+		if got, sent := ln.admitted.Load(), ln.requests.Load(); got != sent {
+			t.Errorf("%s: admitted %d of the %d requests before the slot was handed over, all of them below the limit %d", ln.name, got, sent, ln.want)
 		}
-		return true
-	})
-	close(stop)
-	wg.Wait()
+	}
+	for _, ln := range lanes {
+		ln.grant(ln.want + step - ln.granted)
+	}
+	answered("slot handed over")
+	halt()
 
 	for _, ln := range lanes {
 		t.Logf("%s: %d requests, %d admitted, %d errors", ln.name, ln.requests.Load(), ln.admitted.Load(), ln.errors.Load())
@@ -334,7 +377,7 @@ func clusterSlotMigration(t *testing.T, c *redistest.Cluster) {
 			t.Errorf("%s: %d requests failed during the migration; the first: %v", ln.name, n, firstErr[ln.name])
 		}
 		if got := ln.admitted.Load(); got != int64(ln.want) {
-			t.Errorf("%s: admitted %d across the migration, want exactly %d", ln.name, got, ln.want)
+			t.Errorf("%s: admitted %d of %d requests across the migration, want exactly %d", ln.name, got, ln.requests.Load(), ln.want)
 		}
 	}
 	if r, err := lims[0].AllowN(context.Background(), key, loose, 0); err != nil || r.Remaining != 200 {
@@ -359,7 +402,9 @@ func clusterSlotMigration(t *testing.T, c *redistest.Cluster) {
 	delta := func(now, before map[string]int, code string) int { return now[code] - before[code] }
 	t.Logf("moved %d keys; the old master %s answered ASK %d, TRYAGAIN %d, MOVED %d times; the new master %s answered NOSCRIPT %d times",
 		moved, from, delta(src, src0, "ASK"), delta(src, src0, "TRYAGAIN"), delta(src, src0, "MOVED"), to, delta(dst, dst0, "NOSCRIPT"))
-	for _, code := range []string{"ASK", "TRYAGAIN", "MOVED"} {
+	// TRYAGAIN was waited for above. The clients learn that the keys have
+	// moved only from ASK (before the handover) and then MOVED.
+	for _, code := range []string{"ASK", "MOVED"} {
 		if delta(src, src0, code) == 0 {
 			t.Errorf("the old master never answered %s: the test did not exercise that phase", code)
 		}
@@ -372,8 +417,8 @@ func clusterSlotMigration(t *testing.T, c *redistest.Cluster) {
 // clusterTryAgain: a new client key under two limits, in a slot being
 // migrated, gets TRYAGAIN from the target for as long as the migration
 // lasts (none of its keys exist on either master). The store sends the
-// script again until the caller's context ends, writes nothing meanwhile,
-// and decides as soon as the slot has moved.
+// script again until its own bound or the caller's context ends, writes
+// nothing meanwhile, and decides as soon as the slot has moved.
 func clusterTryAgain(t *testing.T, c *redistest.Cluster) {
 	p := fmt.Sprintf("tryagain%d", prefixes.Add(1))
 	stores := clusterStores(t, c, 2, sluiceredis.WithPrefix(p))
@@ -390,18 +435,18 @@ func clusterTryAgain(t *testing.T, c *redistest.Cluster) {
 	m := c.BeginMigration(t, slot, to)
 	for i, s := range stores {
 		before := clusterErrorStats(t, c, to)["TRYAGAIN"]
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		rs, err := s.Take(ctx, req)
-		cancel()
-		// The context may end while the store waits, or while the client
-		// does (go-redis retries a few times itself): either way the
-		// caller learns that its deadline passed.
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("store %d: Take during the migration = %+v, %v; want the context's deadline", i, rs, err)
+		// No deadline: the store gives up by itself (after 2s), with the
+		// refusal.
+		rs, err := s.Take(context.Background(), req)
+		if !errors.Is(err, sluiceredis.ErrTryAgain) {
+			t.Errorf("store %d: Take during the migration = %+v, %v; want an error wrapping ErrTryAgain", i, rs, err)
 		}
-		// Backing off from 1ms, 200ms hold several attempts.
+		// One attempt of the store gets one TRYAGAIN through rueidis,
+		// which does not retry scripts, and at most two through go-redis,
+		// which tries four times, each TRYAGAIN following an ASK from the
+		// source: three or more mean that the store sent the script again.
 		if n := clusterErrorStats(t, c, to)["TRYAGAIN"] - before; n < 3 {
-			t.Errorf("store %d: the target answered TRYAGAIN %d times; want the script sent again until the context ended", i, n)
+			t.Errorf("store %d: the target answered TRYAGAIN %d times; want the script sent again until the store gave up", i, n)
 		}
 	}
 	// A caller that gives up gets its cancellation, through the Limiter
