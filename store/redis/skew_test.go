@@ -254,33 +254,42 @@ func TestSkew(t *testing.T) {
 	}
 }
 
-// TestSkewServerClockRefill: with a short period, where 7s of skew refills
-// the whole bucket, token_bucket and gcra on the Redis clock admit no more
-// than a full bucket plus the tokens the server time that elapsed during
-// the test refilled; on replica clocks 7s apart the replica ahead finds the
-// bucket full again although no time passed (a frozen fake clock), and the
-// same bound is broken. The bound would also catch replicas that decided
-// on real clocks 7s apart: the one ahead would find the bucket full again
-// (adding WithClock(time.Now()+offset) to serverClock, one run admitted 41
-// where 22 were allowed).
+// TestSkewServerClockRefill: with a refill fast enough that 7s of skew
+// matters (a token per second, 20 at most), token_bucket and gcra on the
+// Redis clock admit no more than a full bucket plus the tokens the server
+// time that elapsed during the test refilled (about one a second); on
+// replica clocks 7s apart the replica ahead finds 7 tokens more although
+// no time passed (a frozen fake clock), and the same bound is broken. The
+// bound would also catch replicas that decided on real clocks 7s apart,
+// unless the test took the 20s that fill the bucket anyway: the one ahead
+// would find up to 7 tokens more than the elapsed time refilled (adding
+// WithClock(time.Now()+offset) to serverClock, runs admitted 27 where 20
+// were allowed).
 func TestSkewServerClockRefill(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newSkewClients(t, srv.Addr)
 	for _, a := range []sluice.Algorithm{sluice.TokenBucket, sluice.GCRA} {
 		t.Run(string(a), func(t *testing.T) {
-			// A token every 10ms, 20 at most: full again after 200ms.
-			l := sluice.PerSecond(100).WithBurst(20).Using(a)
+			// A token a second, 20 at most: full again after 20s.
+			l := sluice.PerMinute(60).WithBurst(20).Using(a)
 			capacity := l.Capacity()
+			const ahead = 7 // tokens that 7s of skew refill
 
 			// No time passes on the frozen clock: an honest limiter admits
-			// exactly a full bucket. (There is no agreeing-clocks control
-			// here, unlike TestSkew: the state's TTL is real server time,
-			// and a loaded machine that paused 200ms between the phases
-			// would let it expire, which on a frozen clock refills.)
+			// exactly a full bucket. The replica 7s ahead takes the 7
+			// tokens its clock says came back; the one 7s behind reads a
+			// time before the last refill and finds none. (There is no
+			// agreeing-clocks control here, unlike TestSkew: the state's
+			// TTL is real server time, and a loaded machine that paused 20s
+			// between the phases would let it expire, which on a frozen
+			// clock refills.)
 			clock := storetest.NewClock()
 			skewed := skewTraffic(t, c.replicaClocks(clock, skewOffsets), l, func() {})
-			if skewed <= capacity {
+			switch {
+			case skewed <= capacity:
 				t.Errorf("%s, replica clocks ±7s on a frozen clock: admitted %d; want more than %d (the replica 7s ahead refills the bucket)", l, skewed, capacity)
+			case skewed != capacity+ahead:
+				t.Errorf("%s, replica clocks ±7s on a frozen clock: admitted %d; want %d, a full bucket and the %d tokens 7s refill", l, skewed, capacity+ahead, ahead)
 			}
 
 			server, elapsed, most := skewServerArm(t, c, l)
