@@ -57,9 +57,32 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, time.Minute) // a demo never hangs
+	run, cancel := context.WithTimeout(ctx, demoTimeout) // a demo never hangs
 	defer cancel()
+	err = d.show(run, stdout, rules)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return errors.New("interrupted")
+	case errors.Is(run.Err(), context.DeadlineExceeded):
+		return fmt.Errorf("the demo took over %v: lower --requests or raise --concurrency", demoTimeout)
+	}
+	return err
+}
 
+// demoTimeout bounds a demo.
+const demoTimeout = time.Minute
+
+// windowMargin is how much of the current minute a demo of a window
+// algorithm needs left, so that no window ends during it.
+const windowMargin = 10 * time.Second
+
+// show runs the demo and prints its table.
+func (d *demoFlags) show(ctx context.Context, stdout io.Writer, rules []config.Rule) error {
+	if err := d.awaitWindow(ctx, stdout); err != nil {
+		return err
+	}
 	upstream, err := listenLocal(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, "ok\n")
 	}))
@@ -97,11 +120,32 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	stopRedis()
 	if err != nil {
 		d.summary(stdout, mem, nil, "")
-		return fmt.Errorf("redis: %w", err)
+		return err
 	}
 	d.row(stdout, "redis", rs)
 	d.summary(stdout, mem, rs, note)
 	return nil
+}
+
+// awaitWindow waits for the next minute when the algorithm counts in
+// windows aligned to the clock and less than windowMargin is left of the
+// current one: a window that ended during the demo would admit a second
+// limit and blur the story.
+func (d *demoFlags) awaitWindow(ctx context.Context, w io.Writer) error {
+	if a := sluice.Algorithm(d.algorithm); a != sluice.FixedWindow && a != sluice.SlidingWindow {
+		return nil
+	}
+	left := time.Minute - time.Duration(time.Now().UnixNano())%time.Minute
+	if left > windowMargin {
+		return nil
+	}
+	fmt.Fprintf(w, "(waiting %.1fs for the next minute, so that no %s window ends during the demo)\n\n", left.Seconds(), d.algorithm)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(left + 10*time.Millisecond):
+		return nil
+	}
 }
 
 // header writes the table's header.
@@ -140,6 +184,8 @@ func (d *demoFlags) verdict(admitted int64) string {
 		return "exactly the limit."
 	case admitted == limit*int64(d.replicas):
 		return fmt.Sprintf("%d x the limit, a whole limit per replica.", d.replicas)
+	case admitted > limit && d.requests < d.limit*d.replicas:
+		return fmt.Sprintf("%.1f x the limit (each replica received fewer than %d requests).", float64(admitted)/float64(limit), d.limit)
 	case admitted > limit:
 		return fmt.Sprintf("%.1f x the limit (a %s limit may also refill during the run).", float64(admitted)/float64(limit), d.algorithm)
 	default:

@@ -39,13 +39,16 @@ func startRedis(ctx context.Context, tmp string) (*demoRedis, error) {
 	for range 3 { // the free port may be taken before redis-server binds it
 		port, err := freeLoopbackPort()
 		if err != nil {
-			return nil, err
+			lastErr = err
+			break
 		}
 		r, err := launchRedis(ctx, path, dir, port)
 		if err == nil {
 			return r, nil
 		}
-		lastErr = err
+		if lastErr = err; ctx.Err() != nil {
+			break
+		}
 	}
 	os.RemoveAll(dir)
 	return nil, lastErr
@@ -57,6 +60,7 @@ func launchRedis(ctx context.Context, path, dir string, port int) (*demoRedis, e
 	r.cmd = exec.Command(path, "--bind", "127.0.0.1", "--port", strconv.Itoa(port),
 		"--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no", "--loglevel", "warning")
 	r.cmd.Stdout, r.cmd.Stderr = &log, &log
+	dieWithParent(r.cmd)
 	if err := r.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start redis-server: %w", err)
 	}

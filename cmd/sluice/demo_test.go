@@ -2,7 +2,10 @@ package main
 
 import (
 	"errors"
-	"net"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -69,11 +72,23 @@ func checkDemo(t *testing.T, out string, replicas, limit int) {
 	}
 }
 
+// demoEnv is the environment of a demo run: none of the demo's variables
+// from the test's own environment, and a temporary directory of the
+// test's, plus extra.
+func demoEnv(t *testing.T, extra ...string) []string {
+	env := []string{"TMPDIR=" + t.TempDir()}
+	for _, v := range []string{"SLUICE_REDIS_URL", "SLUICE_DEMO_REPLICAS", "SLUICE_DEMO_LIMIT", "SLUICE_DEMO_REQUESTS",
+		"SLUICE_DEMO_CONCURRENCY", "SLUICE_DEMO_ALGORITHM"} {
+		env = append(env, v+"=")
+	}
+	return append(env, extra...)
+}
+
 // TestDemo: with nothing configured, the demo starts redis-server from
 // PATH, shows 3 x the limit in memory and exactly the limit with Redis,
 // and leaves no redis-server behind.
 func TestDemo(t *testing.T) {
-	out, errOut, code := runBinary(t, nil, "demo")
+	out, errOut, code := runBinary(t, demoEnv(t), "demo")
 	if code != 0 {
 		t.Fatalf("sluice demo exited %d: %s\n%s", code, errOut, out)
 	}
@@ -87,10 +102,68 @@ func TestDemo(t *testing.T) {
 	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Errorf("redis-server pid %d still exists after the demo (kill -0: %v)", pid, err)
 	}
-	if c, err := net.DialTimeout("tcp", m[1], time.Second); err == nil {
-		c.Close()
-		t.Errorf("something still listens on %s, where the demo's redis-server was", m[1])
+}
+
+// TestDemoKilled: a demo killed by SIGKILL, which it cannot handle, still
+// leaves no redis-server behind: the kernel kills it with its parent.
+func TestDemoKilled(t *testing.T) {
+	cmd := exec.Command(binary, "demo", "--requests", "6000", "--concurrency", "8")
+	cmd.Env = append(os.Environ(), demoEnv(t)...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
 	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+	var child int
+	for deadline := time.Now().Add(30 * time.Second); child == 0; time.Sleep(5 * time.Millisecond) {
+		select {
+		case <-done:
+			t.Fatal("the demo ended before its redis-server was seen")
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no redis-server child of the demo within 30s")
+		}
+		child = childNamed(t, cmd.Process.Pid, "redis-server")
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	for deadline := time.Now().Add(10 * time.Second); syscall.Kill(child, 0) == nil; time.Sleep(10 * time.Millisecond) {
+		if stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", child)); strings.Contains(string(stat), ") Z ") {
+			break // dead, waiting to be reaped by init
+		}
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(child, syscall.SIGKILL)
+			t.Fatalf("redis-server (pid %d) outlived the demo killed by SIGKILL", child)
+		}
+	}
+}
+
+// childNamed returns the pid of a child process of parent whose command is
+// name, or 0 (from /proc/<pid>/stat: "pid (comm) state ppid ...").
+func childNamed(t *testing.T, parent int, name string) int {
+	t.Helper()
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, path := range stats {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		s := string(b)
+		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || end < open || s[open+1:end] != name {
+			continue
+		}
+		fields := strings.Fields(s[end+1:])
+		if len(fields) > 1 && fields[1] == strconv.Itoa(parent) {
+			pid, _ := strconv.Atoi(strings.TrimSpace(s[:open]))
+			return pid
+		}
+	}
+	return 0
 }
 
 // TestDemoRedisURL: with SLUICE_REDIS_URL the demo uses that server, and
@@ -100,7 +173,7 @@ func TestDemoRedisURL(t *testing.T) {
 	for i, a := range sluice.Algorithms {
 		replicas, limit := 2+i%3, 5+i
 		t.Run(string(a), func(t *testing.T) {
-			out, errOut, code := runBinary(t, []string{"SLUICE_REDIS_URL=redis://" + srv.Addr},
+			out, errOut, code := runBinary(t, demoEnv(t, "SLUICE_REDIS_URL=redis://"+srv.Addr),
 				"demo", "--algorithm", string(a), "--replicas", strconv.Itoa(replicas), "--limit", strconv.Itoa(limit))
 			if code != 0 {
 				t.Fatalf("sluice demo exited %d: %s\n%s", code, errOut, out)
@@ -116,7 +189,7 @@ func TestDemoRedisURL(t *testing.T) {
 // TestDemoWithoutRedis: without redis-server in PATH, the demo shows the
 // in-memory half, then says exactly how to get a Redis, and fails.
 func TestDemoWithoutRedis(t *testing.T) {
-	out, errOut, code := runBinary(t, []string{"PATH=" + t.TempDir(), "SLUICE_REDIS_URL="}, "demo")
+	out, errOut, code := runBinary(t, demoEnv(t, "PATH="+t.TempDir()), "demo")
 	if code != 1 {
 		t.Errorf("exit code %d, want 1", code)
 	}
@@ -146,7 +219,7 @@ func TestDemoUsage(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			_, errOut, code := runBinary(t, nil, append([]string{"demo"}, tt.args...)...)
+			_, errOut, code := runBinary(t, demoEnv(t), append([]string{"demo"}, tt.args...)...)
 			if !strings.Contains(errOut, tt.want) {
 				t.Errorf("stderr %q lacks %q", errOut, tt.want)
 			}

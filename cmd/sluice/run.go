@@ -86,7 +86,7 @@ func flagSet(name, synopsis string, stdout io.Writer) *flag.FlagSet {
 
 // parse parses args into fs, then fills every flag not given on the
 // command line from its environment variable (envs maps flag name to
-// variable).
+// variable); a variable set to the empty string counts as unset.
 func parse(fs *flag.FlagSet, args []string, envs map[string]string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -100,7 +100,7 @@ func parse(fs *flag.FlagSet, args []string, envs map[string]string) error {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	for name, env := range envs {
-		if v, ok := os.LookupEnv(env); ok && !set[name] {
+		if v := os.Getenv(env); v != "" && !set[name] {
 			if err := fs.Set(name, v); err != nil {
 				return usageError{fmt.Errorf("%s=%q: %w", env, v, err)}
 			}
