@@ -80,9 +80,6 @@ const windowMargin = 10 * time.Second
 
 // show runs the demo and prints its table.
 func (d *demoFlags) show(ctx context.Context, stdout io.Writer, rules []config.Rule) error {
-	if err := d.awaitWindow(ctx, stdout); err != nil {
-		return err
-	}
 	upstream, err := listenLocal(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, "ok\n")
 	}))
@@ -94,6 +91,9 @@ func (d *demoFlags) show(ctx context.Context, stdout io.Writer, rules []config.R
 	fmt.Fprintf(stdout, "sluice demo: %d replicas of a rate-limiting proxy behind a round-robin balancer,\n", d.replicas)
 	fmt.Fprintf(stdout, "one client sending %d requests (%d at a time) with one API key; the policy\n", d.requests, d.concurrency)
 	fmt.Fprintf(stdout, "admits %d per minute (%s). Everything listens on 127.0.0.1.\n\n", d.limit, d.algorithm)
+	if err := d.awaitWindow(ctx, stdout); err != nil {
+		return err
+	}
 	d.header(stdout)
 
 	mem, err := d.run(ctx, upstream.url, rules, func() (sluice.Store, func(), error) {
