@@ -386,8 +386,8 @@ func (d *demoFlags) redis(ctx context.Context) (url string, stop func(), note st
 	if err != nil {
 		return "", nil, "", err
 	}
-	note = fmt.Sprintf("           (redis-server %s from PATH, started for the demo on %s as pid %d, now stopped)\n", srv.version, srv.addr, srv.pid())
-	return "redis://" + srv.addr, srv.stop, note, nil
+	note = fmt.Sprintf("           (redis-server %s from PATH, started for the demo on %s as pid %d, now stopped)\n", srv.version, srv.Addr, srv.Pid())
+	return "redis://" + srv.Addr, srv.stop, note, nil
 }
 
 // algorithmNames lists the algorithms for a flag's help.

@@ -1,26 +1,19 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"regexp"
-	"strconv"
-	"time"
 
-	"github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/internal/redisproc"
 )
 
 // demoRedis is a redis-server the demo started, without persistence, on a
 // free loopback port.
 type demoRedis struct {
-	addr, version, dir string
-	cmd                *exec.Cmd
-	exited             chan struct{}
+	*redisproc.Process
+	version, dir string
 }
 
 // startRedis starts redis-server from PATH with its working directory in
@@ -37,14 +30,14 @@ func startRedis(ctx context.Context, tmp string) (*demoRedis, error) {
 	}
 	var lastErr error
 	for range 3 { // the free port may be taken before redis-server binds it
-		port, err := freeLoopbackPort()
+		port, err := redisproc.FreePort()
 		if err != nil {
 			lastErr = err
 			break
 		}
-		r, err := launchRedis(ctx, path, dir, port)
+		p, err := redisproc.Start(ctx, path, dir, port, "")
 		if err == nil {
-			return r, nil
+			return &demoRedis{Process: p, version: serverVersion(path), dir: dir}, nil
 		}
 		if lastErr = err; ctx.Err() != nil {
 			break
@@ -54,74 +47,21 @@ func startRedis(ctx context.Context, tmp string) (*demoRedis, error) {
 	return nil, lastErr
 }
 
-func launchRedis(ctx context.Context, path, dir string, port int) (*demoRedis, error) {
-	r := &demoRedis{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, exited: make(chan struct{})}
-	var log bytes.Buffer
-	r.cmd = exec.Command(path, "--bind", "127.0.0.1", "--port", strconv.Itoa(port),
-		"--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no", "--loglevel", "warning")
-	r.cmd.Stdout, r.cmd.Stderr = &log, &log
-	dieWithParent(r.cmd)
-	if err := r.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start redis-server: %w", err)
-	}
-	go func() { _ = r.cmd.Wait(); close(r.exited) }()
-	if out, err := exec.Command(path, "--version").Output(); err == nil {
-		if m := regexp.MustCompile(`v=(\S+)`).FindSubmatch(out); m != nil {
-			r.version = string(m[1])
-		}
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		select {
-		case <-r.exited:
-			return nil, fmt.Errorf("redis-server exited at start: %s", bytes.TrimSpace(log.Bytes()))
-		case <-ctx.Done():
-			r.kill()
-			return nil, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-		if err := pingRedis(ctx, r.addr); err == nil {
-			return r, nil
-		} else if time.Now().After(deadline) {
-			r.kill()
-			return nil, fmt.Errorf("redis-server on %s did not answer within 10s: %w", r.addr, err)
-		}
-	}
-}
-
-// pingRedis asks the server at addr for PONG.
-func pingRedis(ctx context.Context, addr string) error {
-	s, err := redis.Open("redis://" + addr)
+// serverVersion returns the version redis-server at path reports, or "".
+func serverVersion(path string) string {
+	out, err := exec.Command(path, "--version").Output()
 	if err != nil {
-		return err
+		return ""
 	}
-	defer s.Close()
-	return s.Ping(ctx)
+	if m := regexp.MustCompile(`v=(\S+)`).FindSubmatch(out); m != nil {
+		return string(m[1])
+	}
+	return ""
 }
-
-func (r *demoRedis) pid() int { return r.cmd.Process.Pid }
 
 // stop kills the server by pid, waits for it to exit and removes its
 // directory.
 func (r *demoRedis) stop() {
-	r.kill()
+	r.Stop()
 	os.RemoveAll(r.dir)
-}
-
-// kill kills the server by pid and waits for it to exit.
-func (r *demoRedis) kill() {
-	if err := r.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return
-	}
-	<-r.exited
-}
-
-// freeLoopbackPort asks the kernel for a free loopback port.
-func freeLoopbackPort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -127,6 +130,20 @@ func TestDemoKilled(t *testing.T) {
 		}
 		child = childNamed(t, cmd.Process.Pid, "redis-server")
 	}
+	// Kill the demo only once its redis-server serves: one still starting
+	// may die of writing its start-up lines to the dead demo's pipe, which
+	// would pass this test without the mechanism it is about.
+	addr := "127.0.0.1:" + argAfter(t, child, "--port")
+	for deadline := time.Now().Add(30 * time.Second); !answersPing(addr); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the demo's redis-server on %s did not answer PING within 30s", addr)
+		}
+	}
+	select {
+	case <-done:
+		t.Fatal("the demo ended before it could be killed during its Redis half; give it more --requests")
+	default:
+	}
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -140,6 +157,37 @@ func TestDemoKilled(t *testing.T) {
 			t.Fatalf("redis-server (pid %d) outlived the demo killed by SIGKILL", child)
 		}
 	}
+}
+
+// argAfter returns the command-line argument of process pid that follows
+// flag.
+func argAfter(t *testing.T, pid int, flag string) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Split(string(b), "\x00")
+	if i := slices.Index(args, flag); i >= 0 && i+1 < len(args) {
+		return args[i+1]
+	}
+	t.Fatalf("process %d has no %s argument: %q", pid, flag, args)
+	return ""
+}
+
+// answersPing reports whether a Redis server at addr answers PING.
+func answersPing(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return err == nil && line == "+PONG\r\n"
 }
 
 // childNamed returns the pid of a child process of parent whose command is

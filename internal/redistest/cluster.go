@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-go/sluice/internal/redisproc"
 )
 
 // clusterSize is the number of masters of a Cluster; it has no replicas.
@@ -68,7 +70,7 @@ func StartCluster(t testing.TB) *Cluster {
 func startClusterNode(t testing.TB, path string) *Server {
 	t.Helper()
 	return retryPorts(t, func(port int) (*Server, error) {
-		bus, err := freePort()
+		bus, err := redisproc.FreePort()
 		if err != nil {
 			return nil, err
 		}

@@ -5,14 +5,14 @@
 package redistest
 
 import (
-	"bytes"
-	"fmt"
+	"context"
 	"net"
 	"os/exec"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-go/sluice/internal/redisproc"
 )
 
 // Server is one redis-server process.
@@ -20,10 +20,7 @@ type Server struct {
 	// Addr is the server's host:port on 127.0.0.1.
 	Addr string
 
-	cmd    *exec.Cmd
-	log    *bytes.Buffer
-	once   sync.Once
-	exited chan struct{}
+	proc *redisproc.Process
 }
 
 // Start starts a redis-server for t and stops it when t ends. It fails t if
@@ -48,7 +45,7 @@ func serverPath(t testing.TB) string {
 }
 
 // retryPorts calls start with a free port until it succeeds (a port may be
-// taken between freePort and the server's bind), failing t after 5 tries,
+// taken between redisproc.FreePort and the server's bind), failing t after 5 tries,
 // and stops the server it returns when t ends. The stop is registered
 // after start returns, so it runs before the removal of any temporary
 // directory start created (cleanups run last first): the process never
@@ -57,7 +54,7 @@ func retryPorts(t testing.TB, start func(port int) (*Server, error)) *Server {
 	t.Helper()
 	var lastErr error
 	for range 5 {
-		port, err := freePort()
+		port, err := redisproc.FreePort()
 		if err != nil {
 			t.Fatalf("redistest: %v", err)
 		}
@@ -88,47 +85,14 @@ func waitFor(t testing.TB, deadline time.Time, what string, cond func() error) {
 	}
 }
 
-// launch starts redis-server with its config file first, when there is one
-// (Sentinel needs a writable file), then the common options, then extra
-// (which may override them), and waits until it answers PING.
+// launch starts a redis-server at path on port in dir (see
+// redisproc.Start for configFile and extra) and waits until it answers.
 func launch(path, dir string, port int, configFile string, extra ...string) (*Server, error) {
-	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), log: new(bytes.Buffer)}
-	var args []string
-	if configFile != "" {
-		args = append(args, configFile)
+	p, err := redisproc.Start(context.Background(), path, dir, port, configFile, extra...)
+	if err != nil {
+		return nil, err
 	}
-	args = append(args,
-		"--bind", "127.0.0.1",
-		"--port", strconv.Itoa(port),
-		"--save", "",
-		"--appendonly", "no",
-		"--dir", dir,
-		"--daemonize", "no",
-		"--loglevel", "warning",
-	)
-	s.cmd = exec.Command(path, append(args, extra...)...)
-	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
-	if err := s.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start redis-server: %w", err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = s.cmd.Wait(); close(exited) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-exited:
-			return nil, fmt.Errorf("redis-server on port %d exited: %s", port, s.log)
-		default:
-		}
-		if ping(s.Addr) == nil {
-			s.exited = exited
-			return s, nil
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	_ = s.cmd.Process.Kill()
-	<-exited
-	return nil, fmt.Errorf("redis-server on port %d did not answer PING within 10s: %s", port, s.log)
+	return &Server{Addr: p.Addr, proc: p}, nil
 }
 
 // Restart starts a stopped server again on the same address, empty, and
@@ -153,22 +117,10 @@ func (s *Server) Restart(t testing.TB) *Server {
 
 // Stop kills the server (by its pid) and waits for it to exit. It is safe
 // to call more than once; tests call it to simulate an outage.
-func (s *Server) Stop() {
-	s.once.Do(func() {
-		_ = s.cmd.Process.Kill()
-		<-s.exited
-	})
-}
+func (s *Server) Stop() { s.proc.Stop() }
 
-// freePort asks the kernel for a free loopback port.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// output returns what the server has written to its stdout and stderr.
+func (s *Server) output() string { return s.proc.Output() }
 
 // port returns the port of a host:port.
 func port(addr string) string {

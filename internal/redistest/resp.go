@@ -86,15 +86,3 @@ func readReply(r *bufio.Reader) (any, error) {
 	}
 	return nil, fmt.Errorf("unknown reply type %q", line)
 }
-
-// ping sends PING and expects PONG.
-func ping(addr string) error {
-	reply, err := command(addr, "PING")
-	if err != nil {
-		return err
-	}
-	if reply != "PONG" {
-		return fmt.Errorf("PING answered %q", reply)
-	}
-	return nil
-}

@@ -255,7 +255,7 @@ func (s *Sentinel) logOnFailure(t testing.TB) {
 	defer s.mu.Unlock()
 	for _, sn := range s.sentinels {
 		sn.Stop()
-		t.Logf("sentinel %s:\n%s", sn.Addr, sn.log)
+		t.Logf("sentinel %s:\n%s", sn.Addr, sn.output())
 	}
 }
 

@@ -1,9 +1,9 @@
 //go:build !linux
 
-package main
+package redisproc
 
 import "os/exec"
 
 // dieWithParent does nothing where the kernel cannot tie a child's life to
-// its parent's; sluice kills its redis-server on every exit it sees.
+// its parent's: the caller stops the server on every exit it sees.
 func dieWithParent(*exec.Cmd) {}
