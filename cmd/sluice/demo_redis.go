@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"regexp"
 
+	"github.com/sluice-go/sluice/internal/proc"
 	"github.com/sluice-go/sluice/internal/redisproc"
 )
 
@@ -30,7 +31,7 @@ func startRedis(ctx context.Context, tmp string) (*demoRedis, error) {
 	}
 	var lastErr error
 	for range 3 { // the free port may be taken before redis-server binds it
-		port, err := redisproc.FreePort()
+		port, err := proc.FreePort()
 		if err != nil {
 			lastErr = err
 			break

@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluice-go/sluice/internal/proc"
 )
 
 // ReadyPath is answered by nginx itself (204), never proxied: Start polls
@@ -147,7 +149,7 @@ http {
 }
 
 func start(path, dir string, backends []string) (*Server, error) {
-	port, err := freePort()
+	port, err := proc.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -162,6 +164,7 @@ func start(path, dir string, backends []string) (*Server, error) {
 	s.cmd = exec.Command(path, "-c", conf, "-p", dir, "-e", filepath.Join(dir, "error.log"))
 	out := new(strings.Builder)
 	s.cmd.Stdout, s.cmd.Stderr = out, out
+	proc.DieWithParent(s.cmd) // a test binary killed by its timeout leaves no nginx
 	if err := s.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start nginx: %w", err)
 	}
@@ -209,14 +212,4 @@ func (s *Server) Stop() {
 			<-s.exited
 		}
 	})
-}
-
-// freePort asks the kernel for a free loopback port.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

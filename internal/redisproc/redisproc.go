@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/sluice-go/sluice/internal/proc"
 )
 
 // startTimeout bounds how long Start waits for the server to answer.
@@ -56,7 +58,7 @@ func Start(ctx context.Context, path, dir string, port int, configFile string, e
 	)
 	p.cmd = exec.Command(path, append(args, extra...)...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
-	dieWithParent(p.cmd)
+	proc.DieWithParent(p.cmd)
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start redis-server: %w", err)
 	}
@@ -96,17 +98,6 @@ func (p *Process) Stop() {
 		}
 		<-p.exited
 	})
-}
-
-// FreePort asks the kernel for a free loopback port. Another process may
-// take it before the caller binds it: retry on failure.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // ping sends PING to addr and expects +PONG.

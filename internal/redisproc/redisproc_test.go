@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/sluice-go/sluice/internal/proc"
 )
 
 func serverPath(t *testing.T) string {
@@ -23,7 +25,7 @@ func serverPath(t *testing.T) string {
 func gone(pid int) bool { return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) }
 
 func TestStartStop(t *testing.T) {
-	port, err := FreePort()
+	port, err := proc.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/redisproc"
+	"github.com/sluice-go/sluice/internal/proc"
 )
 
 // clusterSize is the number of masters of a Cluster; it has no replicas.
@@ -70,7 +70,7 @@ func StartCluster(t testing.TB) *Cluster {
 func startClusterNode(t testing.TB, path string) *Server {
 	t.Helper()
 	return retryPorts(t, func(port int) (*Server, error) {
-		bus, err := redisproc.FreePort()
+		bus, err := proc.FreePort()
 		if err != nil {
 			return nil, err
 		}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-go/sluice/internal/proc"
 	"github.com/sluice-go/sluice/internal/redisproc"
 )
 
@@ -44,9 +45,9 @@ func serverPath(t testing.TB) string {
 	return path
 }
 
-// retryPorts calls start with a free port until it succeeds (a port may be
-// taken between redisproc.FreePort and the server's bind), failing t after 5 tries,
-// and stops the server it returns when t ends. The stop is registered
+// retryPorts calls start with a free port until it succeeds (a port may
+// be taken between proc.FreePort and the server's bind), failing t after
+// 5 tries, and stops the server it returns when t ends. The stop is registered
 // after start returns, so it runs before the removal of any temporary
 // directory start created (cleanups run last first): the process never
 // writes in a directory being removed.
@@ -54,7 +55,7 @@ func retryPorts(t testing.TB, start func(port int) (*Server, error)) *Server {
 	t.Helper()
 	var lastErr error
 	for range 5 {
-		port, err := redisproc.FreePort()
+		port, err := proc.FreePort()
 		if err != nil {
 			t.Fatalf("redistest: %v", err)
 		}
