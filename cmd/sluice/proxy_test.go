@@ -10,7 +10,6 @@ import (
 	"os"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -190,15 +189,7 @@ rules:
 	}
 
 	// SIGTERM: a clean exit.
-	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-d.done:
-	case <-time.After(20 * time.Second):
-		t.Fatal("sluice proxy did not exit within 20s of SIGTERM")
-	}
-	if code := d.cmd.ProcessState.ExitCode(); code != 0 {
+	if code := d.terminate(t); code != 0 {
 		t.Errorf("exit code after SIGTERM: %d, want 0", code)
 	}
 }

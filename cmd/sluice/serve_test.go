@@ -86,6 +86,21 @@ func startDaemon(t *testing.T, ready string, env []string, args ...string) *daem
 	}
 }
 
+// terminate sends SIGTERM and waits for the daemon to exit, failing t
+// after 20s; it returns the exit code.
+func (d *daemon) terminate(t *testing.T) int {
+	t.Helper()
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-d.done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("sluice %s did not exit within 20s of SIGTERM", d.cmd.Args[1])
+	}
+	return d.cmd.ProcessState.ExitCode()
+}
+
 func (d *daemon) post(t *testing.T, path, body string) (int, http.Header, string) {
 	t.Helper()
 	resp, err := http.Post(d.base+path, "application/json", strings.NewReader(body))
@@ -180,15 +195,7 @@ rules:
 		}
 	}
 	// SIGTERM: a clean exit.
-	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-d.done:
-	case <-time.After(20 * time.Second):
-		t.Fatal("sluice serve did not exit within 20s of SIGTERM")
-	}
-	if code := d.cmd.ProcessState.ExitCode(); code != 0 {
+	if code := d.terminate(t); code != 0 {
 		t.Errorf("exit code after SIGTERM: %d, want 0", code)
 	}
 }
@@ -301,14 +308,7 @@ rules:
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-d.done:
-	case <-time.After(20 * time.Second):
-		t.Fatal("sluice serve did not exit within 20s of SIGTERM")
-	}
+	d.terminate(t)
 	close(stop)
 	var total outcome
 	for range 8 {
