@@ -271,46 +271,54 @@ func (s *Store) key(key string, l sluice.Limit) string {
 	return s.prefix + ":{" + escape(key) + "}:" + algo.ID(l)
 }
 
-// maxTryAgain bounds how long run retries a script that a Cluster
-// answered TRYAGAIN, when the context allows that long.
+// maxTryAgain bounds how long retry sends again a script that a Cluster
+// refused, when the context allows that long.
 const maxTryAgain = 2 * time.Second
 
 // run runs sc by SHA and falls back to sending its source when the server
 // does not have it (a restart, or a master that just received the slot).
-//
-// During a Cluster slot migration, a script on several keys gets TRYAGAIN
-// while its keys are split between the two masters, or when some of them
-// do not exist yet on the target (a new client key under several limits),
-// until the migration ends. Redis refused it before running it, so sending
-// it again cannot count a request twice: run retries, backing off from
-// about 1ms to 64ms with jitter, until the context ends (its error then
-// wraps both the context's and the refusal) or maxTryAgain has passed. The
-// clients do not: rueidis never retries a script on TRYAGAIN (it retries
-// read-only commands only), and go-redis gives up after MaxRedirects
-// attempts (3) within milliseconds, returning the last TRYAGAIN, ASK or
-// MOVED.
+// A refusal during a Cluster slot migration is retried (see retry).
 func (s *Store) run(ctx context.Context, sc script, keys, args []string) ([]int64, error) {
-	var (
-		deadline = time.Now().Add(maxTryAgain)
-		delay    = time.Millisecond
-		timer    *time.Timer
-	)
-	for {
-		reply, err := s.client.EvalSha(ctx, sc.sha, keys, args)
-		if errors.Is(err, ErrNoScript) {
-			reply, err = s.client.Eval(ctx, sc.src, keys, args)
-		}
-		// Jitter, so that the decisions of a hot key do not retry in step.
+	reply, err := s.eval(ctx, sc, keys, args)
+	if errors.Is(err, ErrTryAgain) {
+		return s.retry(ctx, sc, keys, args, err)
+	}
+	return reply, err
+}
+
+// eval runs sc once: by SHA, then by source if the server lacks it.
+func (s *Store) eval(ctx context.Context, sc script, keys, args []string) ([]int64, error) {
+	reply, err := s.client.EvalSha(ctx, sc.sha, keys, args)
+	if errors.Is(err, ErrNoScript) {
+		reply, err = s.client.Eval(ctx, sc.src, keys, args)
+	}
+	return reply, err
+}
+
+// retry sends sc again after a Cluster refused it with err.
+//
+// During a slot migration, a script on several keys gets TRYAGAIN while its
+// keys are split between the two masters, or when some of them do not
+// exist yet on the target (a new client key under several limits), until
+// the migration ends. Redis refused it before running it, so sending it
+// again cannot count a request twice: retry backs off from about 1ms to
+// 64ms with jitter (so that the decisions of a hot key do not retry in
+// step), until the script runs, the context ends (its error then wraps
+// both the context's and the refusal) or maxTryAgain has passed. The
+// clients do not retry: rueidis never retries a script on TRYAGAIN (it
+// retries read-only commands only), and go-redis gives up after
+// MaxRedirects attempts (3) within milliseconds, returning the last
+// TRYAGAIN, ASK or MOVED.
+func (s *Store) retry(ctx context.Context, sc script, keys, args []string, err error) ([]int64, error) {
+	deadline := time.Now().Add(maxTryAgain)
+	timer := time.NewTimer(maxTryAgain) // reset before each wait
+	defer timer.Stop()
+	for delay := time.Millisecond; ; delay = min(2*delay, 64*time.Millisecond) {
 		wait := delay/2 + rand.N(delay/2+1)
-		if !errors.Is(err, ErrTryAgain) || time.Now().Add(wait).After(deadline) {
-			return reply, err
+		if time.Now().Add(wait).After(deadline) {
+			return nil, err
 		}
-		if timer == nil {
-			timer = time.NewTimer(wait)
-			defer timer.Stop()
-		} else {
-			timer.Reset(wait)
-		}
+		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
 			// The caller's cancellation or deadline is the error that
@@ -318,7 +326,10 @@ func (s *Store) run(ctx context.Context, sc script, keys, args []string) ([]int6
 			return nil, fmt.Errorf("%w (%w)", ctx.Err(), err)
 		case <-timer.C:
 		}
-		delay = min(2*delay, 64*time.Millisecond)
+		var reply []int64
+		if reply, err = s.eval(ctx, sc, keys, args); !errors.Is(err, ErrTryAgain) {
+			return reply, err
+		}
 	}
 }
 
