@@ -248,7 +248,7 @@ func (d *demoFlags) run(ctx context.Context, upstream *url.URL, rules []config.R
 			return nil, err
 		}
 		defer closeStore()
-		forward := httputil.NewSingleHostReverseProxy(upstream)
+		forward := newReverseProxy(upstream, nil, quiet) // what sluice proxy forwards with
 		counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			admitted[i].Add(1) // the limiter let it through
 			forward.ServeHTTP(w, r)
