@@ -53,24 +53,9 @@ func clusterURL(c *redistest.Cluster) string {
 // clusterStores returns n stores, each over its own cluster client:
 // rueidis for even i, go-redis for odd i.
 func clusterStores(t testing.TB, c *redistest.Cluster, n int, opts ...sluiceredis.Option) []*sluiceredis.Store {
-	var stores []*sluiceredis.Store
-	for i := range n {
-		if i%2 == 0 {
-			stores = append(stores, sluiceredis.FromRueidis(clusterRueidis(t, c), opts...))
-		} else {
-			stores = append(stores, goredis.New(clusterGoRedis(t, c), opts...))
-		}
-	}
-	return stores
-}
-
-// clusterLimiters returns one Limiter per store.
-func clusterLimiters(stores []*sluiceredis.Store, opts ...sluice.Option) []*sluice.Limiter {
-	var lims []*sluice.Limiter
-	for _, s := range stores {
-		lims = append(lims, sluice.New(s, opts...))
-	}
-	return lims
+	return replicaStores(n,
+		func() rueidis.Client { return clusterRueidis(t, c) },
+		func() *goredislib.ClusterClient { return clusterGoRedis(t, c) }, opts...)
 }
 
 // TestCluster runs the store on one three-master Redis Cluster (started
@@ -115,8 +100,8 @@ func clusterConformance(t *testing.T, c *redistest.Cluster) {
 func clusterExact(t *testing.T, c *redistest.Cluster) {
 	stores := clusterStores(t, c, replicas)
 	frozen := storetest.NewClock()
-	frozenLims := clusterLimiters(stores, sluice.WithClock(frozen.Now))
-	serverLims := clusterLimiters(stores)
+	frozenLims := limitersOver(stores, same(sluice.WithClock(frozen.Now)))
+	serverLims := limitersOver(stores, same())
 	for _, a := range sluice.Algorithms {
 		t.Run(string(a)+"/frozen clock", func(t *testing.T) {
 			l := sluice.PerMinute(500).Using(a)
@@ -142,7 +127,7 @@ func clusterExact(t *testing.T, c *redistest.Cluster) {
 func clusterSpread(t *testing.T, c *redistest.Cluster) {
 	const clientKeys = 60
 	p := fmt.Sprintf("spread%d", prefixes.Add(1))
-	lims := clusterLimiters(clusterStores(t, c, 2, sluiceredis.WithPrefix(p)))
+	lims := limitersOver(clusterStores(t, c, 2, sluiceredis.WithPrefix(p)), same())
 	var limits []sluice.Limit
 	for _, a := range sluice.Algorithms {
 		limits = append(limits, sluice.PerMinute(10).Using(a))
@@ -223,7 +208,7 @@ func clusterErrorStats(t *testing.T, c *redistest.Cluster, addr string) map[stri
 func clusterSlotMigration(t *testing.T, c *redistest.Cluster) {
 	stores := clusterStores(t, c, 4, prefix())
 	frozen := storetest.NewClock()
-	lims := clusterLimiters(stores, sluice.WithClock(frozen.Now))
+	lims := limitersOver(stores, same(sluice.WithClock(frozen.Now)))
 	const key = "live"
 
 	// Before the handover each lane sends step requests in each of three

@@ -6,12 +6,11 @@ import (
 	"testing"
 	"time"
 
+	goredislib "github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/redistest"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
-	"github.com/sluice-go/sluice/store/redis/goredis"
 	"github.com/sluice-go/sluice/storetest"
 )
 
@@ -24,17 +23,10 @@ const (
 // replicaLimiters returns one Limiter per replica, each over its own
 // client: half rueidis, half go-redis.
 func replicaLimiters(t *testing.T, addr string, opts ...sluice.Option) []*sluice.Limiter {
-	var lims []*sluice.Limiter
-	for i := range replicas {
-		var store sluice.Store
-		if i%2 == 0 {
-			store = sluiceredis.FromRueidis(newRueidis(t, addr))
-		} else {
-			store = goredis.New(newGoRedis(t, addr))
-		}
-		lims = append(lims, sluice.New(store, opts...))
-	}
-	return lims
+	stores := replicaStores(replicas,
+		func() rueidis.Client { return newRueidis(t, addr) },
+		func() *goredislib.Client { return newGoRedis(t, addr) })
+	return limitersOver(stores, same(opts...))
 }
 
 // TestExactUnderConcurrency: 8 replicas × 32 goroutines hammering one key

@@ -36,6 +36,35 @@ func newGoRedis(t testing.TB, addr string) *goredislib.Client {
 	return c
 }
 
+// replicaStores returns n stores, each over a client of its own, as n
+// replicas would have: rueidis (from newR) for even i, go-redis (from newG)
+// for odd i.
+func replicaStores[G goredislib.Scripter](n int, newR func() rueidis.Client, newG func() G, opts ...sluiceredis.Option) []*sluiceredis.Store {
+	stores := make([]*sluiceredis.Store, n)
+	for i := range stores {
+		if i%2 == 0 {
+			stores[i] = sluiceredis.FromRueidis(newR(), opts...)
+		} else {
+			stores[i] = goredis.New(newG(), opts...)
+		}
+	}
+	return stores
+}
+
+// limitersOver returns one Limiter per store, each with opts(i).
+func limitersOver(stores []*sluiceredis.Store, opts func(i int) []sluice.Option) []*sluice.Limiter {
+	lims := make([]*sluice.Limiter, len(stores))
+	for i, s := range stores {
+		lims[i] = sluice.New(s, opts(i)...)
+	}
+	return lims
+}
+
+// same returns opts for every replica, for limitersOver.
+func same(opts ...sluice.Option) func(int) []sluice.Option {
+	return func(int) []sluice.Option { return opts }
+}
+
 // prefixes gives every store of a test run its own key space on one server.
 var prefixes atomic.Int64
 

@@ -12,8 +12,6 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/store/memory"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
-	"github.com/sluice-go/sluice/store/redis/goredis"
 	"github.com/sluice-go/sluice/storetest"
 )
 
@@ -72,37 +70,30 @@ var skewRelease = map[sluice.Algorithm]struct {
 	sluice.GCRA:        {skewDay / skewLimit, skewLimit + 1},
 }
 
-// skewClients is three replicas' Redis clients, each with its own
-// connections: rueidis, go-redis, rueidis.
-type skewClients struct {
-	r0 rueidis.Client
-	g1 *goredislib.Client
-	r2 rueidis.Client
+// skewReplicas makes three replicas of one Redis, each with clients of
+// its own (rueidis, go-redis, rueidis); admin reads the server's TIME.
+type skewReplicas struct {
+	t     *testing.T
+	addr  string
+	admin rueidis.Client
 }
 
-func newSkewClients(t *testing.T, addr string) skewClients {
-	return skewClients{newRueidis(t, addr), newGoRedis(t, addr), newRueidis(t, addr)}
+func newSkewReplicas(t *testing.T, addr string) skewReplicas {
+	return skewReplicas{t, addr, newRueidis(t, addr)}
 }
 
 // limiters returns one Limiter per replica, sharing a key space of their
 // own; opts(i) configures replica i.
-func (c skewClients) limiters(opts func(i int) []sluice.Option) []*sluice.Limiter {
-	space := prefix()
-	stores := []sluice.Store{
-		sluiceredis.FromRueidis(c.r0, space),
-		goredis.New(c.g1, space),
-		sluiceredis.FromRueidis(c.r2, space),
-	}
-	lims := make([]*sluice.Limiter, len(stores))
-	for i, s := range stores {
-		lims[i] = sluice.New(s, opts(i)...)
-	}
-	return lims
+func (c skewReplicas) limiters(opts func(i int) []sluice.Option) []*sluice.Limiter {
+	stores := replicaStores(len(skewOffsets),
+		func() rueidis.Client { return newRueidis(c.t, c.addr) },
+		func() *goredislib.Client { return newGoRedis(c.t, c.addr) }, prefix())
+	return limitersOver(stores, opts)
 }
 
 // replicaClocks returns limiters that decide at clock's time plus each
 // replica's offset.
-func (c skewClients) replicaClocks(clock *storetest.Clock, offsets []time.Duration) []*sluice.Limiter {
+func (c skewReplicas) replicaClocks(clock *storetest.Clock, offsets []time.Duration) []*sluice.Limiter {
 	return c.limiters(func(i int) []sluice.Option {
 		return []sluice.Option{sluice.WithClock(func() time.Time { return clock.Now().Add(offsets[i]) })}
 	})
@@ -111,7 +102,7 @@ func (c skewClients) replicaClocks(clock *storetest.Clock, offsets []time.Durati
 // serverClock returns limiters that leave the time to the store, each
 // with a fallback store on its own skewed clock. Any store failure fails
 // t: the fallback, not Redis, would have decided.
-func (c skewClients) serverClock(t *testing.T) []*sluice.Limiter {
+func (c skewReplicas) serverClock(t *testing.T) []*sluice.Limiter {
 	return c.limiters(func(i int) []sluice.Option {
 		local := func() time.Time { return time.Now().Add(skewOffsets[i]) }
 		return []sluice.Option{
@@ -156,12 +147,12 @@ func skewServerTime(t *testing.T, c rueidis.Client) int64 {
 // checks that they admitted l's capacity, plus at most what the server
 // time elapsed meanwhile (TIME before and after) frees. It returns the
 // count, the elapsed server time and the most it allowed.
-func skewServerArm(t *testing.T, c skewClients, l sluice.Limit) (got int, elapsed time.Duration, most int) {
+func skewServerArm(t *testing.T, c skewReplicas, l sluice.Limit) (got int, elapsed time.Duration, most int) {
 	t.Helper()
 	lims := c.serverClock(t)
-	t0 := skewServerTime(t, c.r0)
+	t0 := skewServerTime(t, c.admin)
 	got = skewTraffic(t, lims, l, func() {})
-	t1 := skewServerTime(t, c.r0)
+	t1 := skewServerTime(t, c.admin)
 	if t1 < t0 {
 		t.Fatalf("the server's clock stepped back during the test (TIME %d, then %d): no allowance can be computed", t0, t1)
 	}
@@ -220,7 +211,7 @@ func skewAllowance(l sluice.Limit, t0, t1 int64) int {
 // the present. TestSkewServerClockRefill, with a short period, does.
 func TestSkew(t *testing.T) {
 	srv := redistest.Start(t)
-	c := newSkewClients(t, srv.Addr)
+	c := newSkewReplicas(t, srv.Addr)
 	for _, a := range sluice.Algorithms {
 		t.Run(string(a), func(t *testing.T) {
 			rel, ok := skewRelease[a]
@@ -267,7 +258,7 @@ func TestSkew(t *testing.T) {
 // were allowed).
 func TestSkewServerClockRefill(t *testing.T) {
 	srv := redistest.Start(t)
-	c := newSkewClients(t, srv.Addr)
+	c := newSkewReplicas(t, srv.Addr)
 	for _, a := range []sluice.Algorithm{sluice.TokenBucket, sluice.GCRA} {
 		t.Run(string(a), func(t *testing.T) {
 			// A token a second, 20 at most: full again after 20s.
