@@ -133,10 +133,12 @@ func TestDemoKilled(t *testing.T) {
 	// Kill the demo only once its redis-server serves: one still starting
 	// may die of writing its start-up lines to the dead demo's pipe, which
 	// would pass this test without the mechanism it is about.
-	addr := "127.0.0.1:" + argAfter(t, child, "--port")
-	for deadline := time.Now().Add(30 * time.Second); !answersPing(addr); time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if addr := redisAddr(child); addr != "" && answersPing(addr) {
+			break
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the demo's redis-server on %s did not answer PING within 30s", addr)
+			t.Fatalf("the demo's redis-server (pid %d, command line %q) did not answer PING within 30s", child, cmdline(child))
 		}
 	}
 	select {
@@ -159,20 +161,30 @@ func TestDemoKilled(t *testing.T) {
 	}
 }
 
-// argAfter returns the command-line argument of process pid that follows
-// flag.
-func argAfter(t *testing.T, pid int, flag string) string {
-	t.Helper()
+// redisAddr returns the loopback address redis-server pid listens on,
+// read from its command line, or "" while that does not say. The server
+// rewrites its command line once it runs, from "redis-server ... --port
+// N ..." to "redis-server 127.0.0.1:N", so either form may be there.
+func redisAddr(pid int) string {
+	args := cmdline(pid)
+	if i := slices.Index(args, "--port"); i >= 0 && i+1 < len(args) {
+		return "127.0.0.1:" + args[i+1]
+	}
+	if len(args) > 0 {
+		if m := regexp.MustCompile(`^\S*redis-server (127\.0\.0\.1:\d+)`).FindStringSubmatch(args[0]); m != nil {
+			return m[1]
+		}
+	}
+	return ""
+}
+
+// cmdline returns the command line of process pid, or nil.
+func cmdline(pid int) []string {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	if err != nil {
-		t.Fatal(err)
+		return nil
 	}
-	args := strings.Split(string(b), "\x00")
-	if i := slices.Index(args, flag); i >= 0 && i+1 < len(args) {
-		return args[i+1]
-	}
-	t.Fatalf("process %d has no %s argument: %q", pid, flag, args)
-	return ""
+	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
 }
 
 // answersPing reports whether a Redis server at addr answers PING.
