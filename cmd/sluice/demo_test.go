@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/redisproc"
 	"github.com/sluice-go/sluice/internal/redistest"
 )
 
@@ -134,7 +133,7 @@ func TestDemoKilled(t *testing.T) {
 	// may die of writing its start-up lines to the dead demo's pipe, which
 	// would pass this test without the mechanism it is about.
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if addr := redisAddr(child); addr != "" && answersPing(addr) {
+		if addr := redisAddr(child); addr != "" && redisproc.Ping(addr) == nil {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -185,21 +184,6 @@ func cmdline(pid int) []string {
 		return nil
 	}
 	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-}
-
-// answersPing reports whether a Redis server at addr answers PING.
-func answersPing(addr string) bool {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return false
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return false
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	return err == nil && line == "+PONG\r\n"
 }
 
 // childNamed returns the pid of a child process of parent whose command is

@@ -65,7 +65,7 @@ func Start(ctx context.Context, path, dir string, port int, configFile string, e
 	go func() { _ = p.cmd.Wait(); close(p.exited) }()
 	deadline := time.Now().Add(startTimeout)
 	for {
-		if ping(p.Addr) == nil {
+		if Ping(p.Addr) == nil {
 			return p, nil
 		}
 		select {
@@ -100,8 +100,8 @@ func (p *Process) Stop() {
 	})
 }
 
-// ping sends PING to addr and expects +PONG.
-func ping(addr string) error {
+// Ping sends PING to the Redis server at addr and expects +PONG.
+func Ping(addr string) error {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return err

@@ -33,7 +33,7 @@ func TestStartStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ping(p.Addr); err != nil {
+	if err := Ping(p.Addr); err != nil {
 		t.Fatalf("PING after Start: %v", err)
 	}
 	p.Stop()
