@@ -176,6 +176,40 @@ rules:
 	}
 }
 
+// TestNameLimits: a rule built in code gets the names a policy file would
+// give it; names it already has are kept, and the generated ones avoid
+// them.
+func TestNameLimits(t *testing.T) {
+	r := Rule{
+		Name: "r",
+		Limits: []sluice.Limit{
+			sluice.PerSecond(1), sluice.PerSecond(2), sluice.PerMinute(3).Named("r-1s-2"), sluice.PerMinute(4),
+		},
+		Plans: []Plan{
+			{Name: "pro", Keys: []string{"k"}, Limits: []sluice.Limit{sluice.PerSecond(10), sluice.PerSecond(20)}},
+			{Keys: []string{"j"}, Limits: []sluice.Limit{sluice.PerSecond(5)}}, // no name: left alone
+		},
+	}
+	r.NameLimits()
+	var got []string
+	for _, ls := range [][]sluice.Limit{r.Limits, r.Plans[0].Limits, r.Plans[1].Limits} {
+		for _, l := range ls {
+			got = append(got, l.Name)
+		}
+	}
+	want := []string{"r-1s", "r-1s-3", "r-1s-2", "r-1m", "r-pro-1s", "r-pro-1s-2", ""}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("names = %q\nwant    %q", got, want)
+	}
+
+	// A rule without a name has nothing to name its limits after.
+	anon := Rule{Limits: []sluice.Limit{sluice.PerSecond(1)}}
+	anon.NameLimits()
+	if anon.Limits[0].Name != "" {
+		t.Errorf("rule without a name: limit named %q", anon.Limits[0].Name)
+	}
+}
+
 func TestCompactDuration(t *testing.T) {
 	for _, tt := range []struct {
 		d    time.Duration

@@ -252,14 +252,7 @@ func (p *parser) rule(f field) (Rule, ruleInfo) {
 
 	// Names come last: they use the rule's name, and only valid limits
 	// have a compact period.
-	if r.Name != "" {
-		nameLimits(r.Name, r.Limits)
-		for i := range r.Plans {
-			if r.Plans[i].Name != "" {
-				nameLimits(r.Name+"-"+r.Plans[i].Name, r.Plans[i].Limits)
-			}
-		}
-	}
+	r.NameLimits()
 	if hasCost && costOK {
 		// Against the limits that are valid, and named.
 		var valid [][]sluice.Limit
@@ -589,17 +582,49 @@ func algorithms() string {
 	return strings.Join(names, ", ")
 }
 
-// nameLimits names each limit prefix-<period>, appending -2, -3... to
-// names that repeat.
-func nameLimits(prefix string, ls []sluice.Limit) {
-	seen := map[string]int{}
-	for i := range ls {
-		base := prefix + "-" + compactDuration(ls[i].Period)
-		seen[base]++
-		ls[i].Name = base
-		if n := seen[base]; n > 1 {
-			ls[i].Name = fmt.Sprintf("%s-%d", base, n)
+// NameLimits gives every limit of r and of its plans that has no Name
+// the name a policy file gives it: "<rule>-<period>" for the rule's own
+// limits, such as "login-1m", and "<rule>-<plan>-<period>" for a plan's,
+// such as "search-pro-1s", with "-2", "-3"... appended to a name already
+// taken in the same list. The store tells limits with equal parameters
+// apart by name, so rules whose limits share a name would share counts.
+//
+// It names the limits in place, in the arrays r.Limits and the plans'
+// Limits share with any copy of r: clone them first to leave the original
+// unnamed. A rule without a Name is left as it is, and so are the limits
+// of a plan without one. Parse names every rule's limits this way.
+func (r *Rule) NameLimits() {
+	if r.Name == "" {
+		return
+	}
+	nameLimits(r.Name, r.Limits)
+	for i := range r.Plans {
+		if r.Plans[i].Name != "" {
+			nameLimits(r.Name+"-"+r.Plans[i].Name, r.Plans[i].Limits)
 		}
+	}
+}
+
+// nameLimits names each unnamed limit of ls prefix-<period>, appending -2,
+// -3... to a name that another limit of ls has.
+func nameLimits(prefix string, ls []sluice.Limit) {
+	taken := map[string]bool{}
+	for _, l := range ls {
+		if l.Name != "" {
+			taken[l.Name] = true
+		}
+	}
+	for i := range ls {
+		if ls[i].Name != "" {
+			continue
+		}
+		base := prefix + "-" + compactDuration(ls[i].Period)
+		name := base
+		for n := 2; taken[name]; n++ {
+			name = fmt.Sprintf("%s-%d", base, n)
+		}
+		ls[i].Name = name
+		taken[name] = true
 	}
 }
 

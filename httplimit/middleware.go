@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -122,9 +123,12 @@ func (ruleIndex) ServeHTTP(http.ResponseWriter, *http.Request) {}
 // error is logged.
 //
 // Rules from config.Load are valid. Rules built by hand get the same
-// checks (a cost of 0 means 1), and New panics, as http.ServeMux does, on
-// a rule without limits, an invalid limit or cost, a malformed or
-// conflicting pattern, or a WithKey naming no rule.
+// defaults and checks: a cost of 0 means 1, and limits without a Name are
+// named as a policy file names them (config.Rule.NameLimits), on New's
+// own copies, so that limits of different rules do not share counts. New
+// panics, as http.ServeMux does, on a rule or plan without a name, two
+// rules with one name, a rule without limits, an invalid limit or cost, a
+// malformed or conflicting pattern, or a WithKey naming no rule.
 func New(lim *sluice.Limiter, rules []config.Rule, opts ...Option) func(http.Handler) http.Handler {
 	m := &middleware{lim: lim, rules: append([]config.Rule(nil), rules...), mux: http.NewServeMux(), def: -1}
 	m.opts = options{keys: map[string]KeyFunc{}, now: time.Now, log: slog.Default(),
@@ -136,6 +140,9 @@ func New(lim *sluice.Limiter, rules []config.Rule, opts ...Option) func(http.Han
 	for i := range m.rules {
 		r := &m.rules[i]
 		mustBeValid(r)
+		if names[r.Name] {
+			panic(fmt.Sprintf("httplimit: two rules are named %q; rule names are unique", r.Name))
+		}
 		names[r.Name] = true
 		if r.Match == "" {
 			m.def = i
@@ -156,11 +163,24 @@ func New(lim *sluice.Limiter, rules []config.Rule, opts ...Option) func(http.Han
 }
 
 // mustBeValid checks a rule built by hand as config.Load would have, and
-// fills in its default cost.
+// fills in its default cost and limit names. r is New's copy of the
+// caller's rule, whose slices it clones before naming their limits.
 func mustBeValid(r *config.Rule) {
+	if r.Name == "" {
+		panic(fmt.Sprintf("httplimit: a rule (match %q) has no name", r.Match))
+	}
 	if r.Cost == 0 {
 		r.Cost = 1
 	}
+	r.Limits = slices.Clone(r.Limits)
+	r.Plans = slices.Clone(r.Plans)
+	for i := range r.Plans {
+		if r.Plans[i].Name == "" {
+			panic(fmt.Sprintf("httplimit: rule %q: plans[%d] has no name", r.Name, i))
+		}
+		r.Plans[i].Limits = slices.Clone(r.Plans[i].Limits)
+	}
+	r.NameLimits()
 	all := append([]sluice.Limit(nil), r.Limits...)
 	for _, p := range r.Plans {
 		if len(p.Limits) == 0 {

@@ -502,6 +502,14 @@ func TestHandBuiltRules(t *testing.T) {
 		{"invalid limit", []config.Rule{{Name: "r", Limits: []sluice.Limit{sluice.PerSecond(0)}}}, nil},
 		{"cost above capacity", []config.Rule{{Name: "r", Cost: 5, Limits: []sluice.Limit{sluice.PerSecond(2)}}}, nil},
 		{"WithKey for no rule", []config.Rule{{Name: "r", Limits: []sluice.Limit{sluice.PerSecond(2)}}}, []httplimit.Option{httplimit.WithKey("typo", nil)}},
+		{"rule without a name", []config.Rule{{Limits: []sluice.Limit{sluice.PerSecond(2)}}}, nil},
+		{"two rules with one name", []config.Rule{
+			{Name: "r", Match: "/a", Limits: []sluice.Limit{sluice.PerSecond(2)}},
+			{Name: "r", Match: "/b", Limits: []sluice.Limit{sluice.PerSecond(2)}},
+		}, nil},
+		{"plan without a name", []config.Rule{{Name: "r", Limits: []sluice.Limit{sluice.PerSecond(2)},
+			Plans: []config.Plan{{Keys: []string{"k"}, Limits: []sluice.Limit{sluice.PerSecond(4)}}}}}, nil},
+		{"name unfit for a limit", []config.Rule{{Name: "r r", Limits: []sluice.Limit{sluice.PerSecond(2)}}}, nil},
 	}
 	for _, tt := range panics {
 		t.Run(tt.name, func(t *testing.T) {
@@ -512,5 +520,49 @@ func TestHandBuiltRules(t *testing.T) {
 			}()
 			httplimit.New(lim, tt.rules, tt.opts...)
 		})
+	}
+}
+
+// TestHandBuiltRulesNamed: limits of rules built in code are named as a
+// policy file names them, so that two rules with equal limits on one
+// client key count apart, and the headers name each policy; the caller's
+// rules are left as they were.
+func TestHandBuiltRulesNamed(t *testing.T) {
+	lim := sluice.New(memory.New())
+	rs := []config.Rule{
+		{Name: "a", Match: "/a", Key: config.Key{Source: "ip"}, Limits: []sluice.Limit{sluice.PerMinute(1)}},
+		{Name: "b", Match: "/b", Key: config.Key{Source: "ip"}, Limits: []sluice.Limit{sluice.PerMinute(1)},
+			Plans: []config.Plan{{Name: "pro", Keys: []string{"192.0.2.9"}, Limits: []sluice.Limit{sluice.PerMinute(2), sluice.PerMinute(3)}}}},
+	}
+	next := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	h := httplimit.New(lim, rs, httplimit.WithHeaders(httplimit.HeadersIETF))(next)
+	do := func(path, remote string) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("GET", path, nil)
+		r.RemoteAddr = remote
+		h.ServeHTTP(w, r)
+		return w
+	}
+	for _, tt := range []struct {
+		path, remote string
+		code         int
+		policy       string
+	}{
+		{"/a", "192.0.2.1:1234", 200, `"a-1m";q=1;w=60`},
+		{"/b", "192.0.2.1:1234", 200, `"b-1m";q=1;w=60`}, // not /a's count
+		{"/a", "192.0.2.1:1234", 429, `"a-1m";q=1;w=60`},
+		{"/b", "192.0.2.9:1234", 200, `"b-pro-1m";q=2;w=60, "b-pro-1m-2";q=3;w=60`},
+	} {
+		w := do(tt.path, tt.remote)
+		if got := w.Header().Get("RateLimit-Policy"); w.Code != tt.code || got != tt.policy {
+			t.Errorf("%s from %s: %d with RateLimit-Policy %s, want %d with %s", tt.path, tt.remote, w.Code, got, tt.code, tt.policy)
+		}
+	}
+	for _, ls := range [][]sluice.Limit{rs[0].Limits, rs[1].Limits, rs[1].Plans[0].Limits} {
+		for _, l := range ls {
+			if l.Name != "" {
+				t.Errorf("New named the caller's limit %s", l)
+			}
+		}
 	}
 }
