@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"path"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -348,11 +347,10 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
-	if res.Degraded && m.lim.Policy().String() == "deny" {
+	if res.Degraded && m.lim.Policy() == sluice.DenyOnError {
 		// The store is down and the policy refuses: not the client's
 		// doing, and no quota to name.
-		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds(res.RetryAfter)))
-		WriteError(w, http.StatusServiceUnavailable, "RATE_LIMITER_UNAVAILABLE", "the rate limiter's store is unavailable; retry later")
+		WriteUnavailable(w, res.RetryAfter)
 		return
 	}
 	var violated []string

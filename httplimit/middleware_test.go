@@ -440,19 +440,23 @@ rules:
 `
 	clock := storetest.NewClock()
 	for _, tt := range []struct {
-		policy sluice.ErrorPolicy
-		code   int
-		says   string
+		policy     sluice.ErrorPolicy
+		code       int
+		says       string
+		retryAfter string
 	}{
-		{sluice.AllowOnError, 200, "ok"},
+		{sluice.AllowOnError, 200, "ok", ""},
 		// Not a 429: the client did nothing wrong, and there is no quota to name.
-		{sluice.DenyOnError, 503, "RATE_LIMITER_UNAVAILABLE"},
-		{sluice.ReturnErrors, 200, "ok"}, // the middleware lets the request through and logs
+		{sluice.DenyOnError, 503, "RATE_LIMITER_UNAVAILABLE", "1"},
+		{sluice.ReturnErrors, 200, "ok", ""}, // the middleware lets the request through and logs
 	} {
 		f := setupWith(t, sluice.New(store, sluice.WithErrorPolicy(tt.policy)), clock, yaml)
 		w := f.do(req{target: "/"})
 		if w.Code != tt.code || !strings.Contains(w.Body.String(), tt.says) || w.Header().Get("RateLimit") != "" || w.Header().Get("X-RateLimit-Remaining") != "" {
 			t.Errorf("%s: %d %v %s; want %d saying %s, without rate-limit numbers", tt.policy, w.Code, w.Header(), w.Body, tt.code, tt.says)
+		}
+		if got := w.Header().Get("Retry-After"); got != tt.retryAfter {
+			t.Errorf("%s: Retry-After %q, want %q", tt.policy, got, tt.retryAfter)
 		}
 	}
 	// A local fallback's denial is a real one: 429, still without numbers.

@@ -88,6 +88,27 @@ func WriteError(w http.ResponseWriter, status int, code, msg string) {
 	writeJSONBody(w, status, "application/json", errorBody{Error: errorDetail{Code: code, Message: msg}})
 }
 
+// WriteUnavailable writes the 503 of a decision the store could not make,
+// with a JSON body:
+//
+//	{"error":{"code":"RATE_LIMITER_UNAVAILABLE","message":"..."}}
+//
+// It is not a 429: the client exceeded nothing, and there is no quota to
+// name. retryAfter is the wait of the refusal that sluice.DenyOnError made
+// in the store's place (the MultiResult's RetryAfter): the response then
+// carries it as Retry-After (RetryAfterSeconds) and says the error policy
+// denied. A retryAfter of 0 or less answers the store's error itself (as
+// under sluice.ReturnErrors), without Retry-After: nobody knows when the
+// store will be back. Header fields already set on w are kept.
+func WriteUnavailable(w http.ResponseWriter, retryAfter time.Duration) {
+	msg := "the rate limiter's store is unavailable; retry later"
+	if retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds(retryAfter)))
+		msg = "the rate limiter's store is unavailable and the error policy is deny; retry later"
+	}
+	WriteError(w, http.StatusServiceUnavailable, "RATE_LIMITER_UNAVAILABLE", msg)
+}
+
 // writeJSONBody writes v as a JSON body, followed by a newline.
 func writeJSONBody(w http.ResponseWriter, status int, contentType string, v any) {
 	// Marshal cannot fail: the bodies hold only strings, ints and string

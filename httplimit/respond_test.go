@@ -145,3 +145,27 @@ func TestWriteError(t *testing.T) {
 		t.Errorf("body %s: HTML not escaped", w.Body)
 	}
 }
+
+// TestWriteUnavailable: a refusal by DenyOnError says so and carries its
+// Retry-After; an unanswered store error carries none.
+func TestWriteUnavailable(t *testing.T) {
+	for _, tt := range []struct {
+		retryAfter time.Duration
+		header     string
+		message    string
+	}{
+		{time.Second, "1", "the rate limiter's store is unavailable and the error policy is deny; retry later"},
+		{1500 * time.Millisecond, "2", "the rate limiter's store is unavailable and the error policy is deny; retry later"},
+		{0, "", "the rate limiter's store is unavailable; retry later"},
+	} {
+		w := httptest.NewRecorder()
+		w.Header().Set("X-Request-Id", "abc")
+		httplimit.WriteUnavailable(w, tt.retryAfter)
+		var body errorJSON
+		decodeStrict(t, w.Body.Bytes(), &body)
+		if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != tt.header || w.Header().Get("X-Request-Id") != "abc" ||
+			body.Error.Code != "RATE_LIMITER_UNAVAILABLE" || body.Error.Message != tt.message || body.Error.RetryAfter != nil {
+			t.Errorf("%v: %d %v %s; want 503 with Retry-After %q saying %q", tt.retryAfter, w.Code, w.Header(), w.Body, tt.header, tt.message)
+		}
+	}
+}

@@ -248,10 +248,8 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case body.Allowed:
 		writeJSON(w, http.StatusOK, body)
-	case res.Degraded && s.lim.Policy().String() == "deny":
-		w.Header().Set("Retry-After", strconv.Itoa(httplimit.RetryAfterSeconds(res.RetryAfter)))
-		httplimit.WriteError(w, http.StatusServiceUnavailable, "RATE_LIMITER_UNAVAILABLE",
-			"the rate limiter's store is unavailable and the error policy is deny; retry later")
+	case res.Degraded && s.lim.Policy() == sluice.DenyOnError:
+		httplimit.WriteUnavailable(w, res.RetryAfter)
 	default:
 		w.Header().Set("Retry-After", strconv.Itoa(httplimit.RetryAfterSeconds(res.RetryAfter)))
 		writeJSON(w, http.StatusTooManyRequests, body)
@@ -283,8 +281,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error, rule st
 		httplimit.WriteError(w, http.StatusBadRequest, "BAD_REQUEST", fmt.Sprintf("rule %q: %v", rule, err))
 	default:
 		s.log.Error("sluice: rate limiter store failed", "rule", rule, "err", err)
-		httplimit.WriteError(w, http.StatusServiceUnavailable, "RATE_LIMITER_UNAVAILABLE",
-			"the rate limiter's store is unavailable; retry later")
+		httplimit.WriteUnavailable(w, 0)
 	}
 }
 
