@@ -109,15 +109,32 @@ func WriteUnavailable(w http.ResponseWriter, retryAfter time.Duration) {
 	WriteError(w, http.StatusServiceUnavailable, "RATE_LIMITER_UNAVAILABLE", msg)
 }
 
-// writeJSONBody writes v as a JSON body, followed by a newline.
+// WriteJSON writes v, marshaled by encoding/json and followed by a
+// newline, as an application/json body with status. Like every body this
+// package writes, it carries X-Content-Type-Options: nosniff and
+// Cache-Control: no-store (a decision, or an error about one, is good for
+// one request only), and any Content-Length already set is dropped, net/http
+// setting the right one. Other header fields already set on w are kept. A v
+// that cannot be marshaled is a 500 INTERNAL error instead.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	writeJSONBody(w, status, "application/json", v)
+}
+
+// writeJSONBody writes v as a JSON body of contentType, as WriteJSON
+// describes.
 func writeJSONBody(w http.ResponseWriter, status int, contentType string, v any) {
-	// Marshal cannot fail: the bodies hold only strings, ints and string
-	// slices (invalid UTF-8 is replaced, not refused).
-	b, _ := json.Marshal(v)
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Not for this package's own bodies, which hold only strings, ints
+		// and string slices (invalid UTF-8 is replaced, not refused).
+		status, contentType = http.StatusInternalServerError, "application/json"
+		b, _ = json.Marshal(errorBody{Error: errorDetail{Code: "INTERNAL", Message: err.Error()}})
+	}
 	b = append(b, '\n')
 	h := w.Header()
 	h.Set("Content-Type", contentType)
 	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
 	h.Del("Content-Length") // one set for another body would be wrong; net/http sets it
 	w.WriteHeader(status)
 	_, _ = w.Write(b) // a client that went away is nobody to tell

@@ -60,6 +60,7 @@ func TestWriteTooManyRequests(t *testing.T) {
 			"Retry-After":            tt.secs,
 			"RateLimit":              `"login-1m";r=0;t=42`,
 			"X-Content-Type-Options": "nosniff",
+			"Cache-Control":          "no-store",
 		} {
 			if got := w.Header().Get(f); got != want {
 				t.Errorf("%v: %s = %q, want %q", tt.retryAfter, f, got, want)
@@ -95,6 +96,7 @@ func TestWriteTooManyRequestsProblem(t *testing.T) {
 			"Content-Type":     "application/problem+json",
 			"Retry-After":      "3",
 			"RateLimit-Policy": `"login-1m";q=5;w=60`,
+			"Cache-Control":    "no-store",
 		} {
 			if got := w.Header().Get(f); got != want {
 				t.Errorf("%q: %s = %q, want %q", tt.violated, f, got, want)
@@ -127,10 +129,12 @@ func TestWriteError(t *testing.T) {
 		t.Errorf("status %d, want 401", w.Code)
 	}
 	for f, want := range map[string]string{
-		"Content-Type":   "application/json",
-		"X-Request-Id":   "abc",
-		"Retry-After":    "",
-		"Content-Length": "",
+		"Content-Type":           "application/json",
+		"X-Content-Type-Options": "nosniff",
+		"Cache-Control":          "no-store",
+		"X-Request-Id":           "abc",
+		"Retry-After":            "",
+		"Content-Length":         "",
 	} {
 		if got := w.Header().Get(f); got != want {
 			t.Errorf("%s = %q, want %q", f, got, want)
@@ -167,5 +171,36 @@ func TestWriteUnavailable(t *testing.T) {
 			body.Error.Code != "RATE_LIMITER_UNAVAILABLE" || body.Error.Message != tt.message || body.Error.RetryAfter != nil {
 			t.Errorf("%v: %d %v %s; want 503 with Retry-After %q saying %q", tt.retryAfter, w.Code, w.Header(), w.Body, tt.header, tt.message)
 		}
+	}
+}
+
+// TestWriteJSON: any value, with the headers of every body; one that
+// cannot be marshaled is a 500.
+func TestWriteJSON(t *testing.T) {
+	w := httptest.NewRecorder()
+	w.Header().Set("Content-Length", "999")
+	w.Header().Set("X-Request-Id", "abc")
+	httplimit.WriteJSON(w, http.StatusAccepted, map[string]any{"allowed": true, "n": 3})
+	if w.Code != http.StatusAccepted || w.Body.String() != `{"allowed":true,"n":3}`+"\n" {
+		t.Errorf("%d %q, want 202 with the JSON and a newline", w.Code, w.Body)
+	}
+	for f, want := range map[string]string{
+		"Content-Type":           "application/json",
+		"X-Content-Type-Options": "nosniff",
+		"Cache-Control":          "no-store",
+		"X-Request-Id":           "abc",
+		"Content-Length":         "",
+	} {
+		if got := w.Header().Get(f); got != want {
+			t.Errorf("%s = %q, want %q", f, got, want)
+		}
+	}
+
+	w = httptest.NewRecorder()
+	httplimit.WriteJSON(w, http.StatusOK, map[string]any{"f": func() {}})
+	var body errorJSON
+	decodeStrict(t, w.Body.Bytes(), &body)
+	if w.Code != http.StatusInternalServerError || body.Error.Code != "INTERNAL" {
+		t.Errorf("unmarshalable value: %d %s, want a 500 INTERNAL error", w.Code, w.Body)
 	}
 }

@@ -121,7 +121,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	case "/healthz":
 		if s.allowMethods(w, r, http.MethodGet, http.MethodHead) {
-			writeJSON(w, http.StatusOK, statusBody{Status: "ok"})
+			httplimit.WriteJSON(w, http.StatusOK, statusBody{Status: "ok"})
 		}
 	case "/readyz":
 		if s.allowMethods(w, r, http.MethodGet, http.MethodHead) {
@@ -168,11 +168,11 @@ type statusBody struct {
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if s.ready != nil {
 		if err := s.ready(r.Context()); err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, statusBody{Status: "unavailable", Error: err.Error()})
+			httplimit.WriteJSON(w, http.StatusServiceUnavailable, statusBody{Status: "unavailable", Error: err.Error()})
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, statusBody{Status: "ok"})
+	httplimit.WriteJSON(w, http.StatusOK, statusBody{Status: "ok"})
 }
 
 // checkRequest is the body of /v1/check and one check of a batch.
@@ -247,12 +247,12 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case body.Allowed:
-		writeJSON(w, http.StatusOK, body)
+		httplimit.WriteJSON(w, http.StatusOK, body)
 	case res.Degraded && s.lim.Policy() == sluice.DenyOnError:
 		httplimit.WriteUnavailable(w, res.RetryAfter)
 	default:
 		w.Header().Set("Retry-After", strconv.Itoa(httplimit.RetryAfterSeconds(res.RetryAfter)))
-		writeJSON(w, http.StatusTooManyRequests, body)
+		httplimit.WriteJSON(w, http.StatusTooManyRequests, body)
 	}
 }
 
@@ -456,7 +456,7 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 	for _, res := range results {
 		out.Allowed = out.Allowed && res.Allowed
 	}
-	writeJSON(w, http.StatusOK, out)
+	httplimit.WriteJSON(w, http.StatusOK, out)
 }
 
 // decode reads r's body, at most MaxBodyBytes, into v: one JSON object
@@ -524,22 +524,6 @@ func jsonType(kind string) string {
 		return "an object"
 	}
 	return "a " + kind
-}
-
-// writeJSON writes v as a JSON body, followed by a newline, with status.
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil { // cannot happen: the bodies hold strings, numbers and bools
-		httplimit.WriteError(w, http.StatusInternalServerError, "INTERNAL", err.Error())
-		return
-	}
-	b = append(b, '\n')
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(b) // a client that went away is nobody to tell
 }
 
 // WithObserver registers f to be told of every decision the service makes

@@ -132,13 +132,13 @@ func TestCheck(t *testing.T) {
 	}{
 		{200,
 			`{"allowed":true,"limit":2,"remaining":1,"reset_after_ms":60000,"retry_after_ms":0,"policies":[{"name":"search-1m","allowed":true,"limit":2,"remaining":1,"reset_after_ms":60000,"retry_after_ms":0}]}`,
-			map[string]string{"RateLimit-Policy": pol, "RateLimit": `"search-1m";r=1;t=60`, "X-RateLimit-Limit": "2", "X-RateLimit-Remaining": "1", "X-RateLimit-Reset": reset, "Retry-After": "", "Content-Type": "application/json"}},
+			map[string]string{"RateLimit-Policy": pol, "RateLimit": `"search-1m";r=1;t=60`, "X-RateLimit-Limit": "2", "X-RateLimit-Remaining": "1", "X-RateLimit-Reset": reset, "Retry-After": "", "Content-Type": "application/json", "Cache-Control": "no-store"}},
 		{200,
 			`{"allowed":true,"limit":2,"remaining":0,"reset_after_ms":60000,"retry_after_ms":0,"policies":[{"name":"search-1m","allowed":true,"limit":2,"remaining":0,"reset_after_ms":60000,"retry_after_ms":0}]}`,
 			map[string]string{"RateLimit": `"search-1m";r=0;t=60`, "X-RateLimit-Remaining": "0", "Retry-After": ""}},
 		{429,
 			`{"allowed":false,"limit":2,"remaining":0,"reset_after_ms":60000,"retry_after_ms":60000,"policies":[{"name":"search-1m","allowed":false,"limit":2,"remaining":0,"reset_after_ms":60000,"retry_after_ms":60000}]}`,
-			map[string]string{"RateLimit-Policy": pol, "RateLimit": `"search-1m";r=0;t=60`, "X-RateLimit-Limit": "2", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": reset, "Retry-After": "60", "Content-Type": "application/json"}},
+			map[string]string{"RateLimit-Policy": pol, "RateLimit": `"search-1m";r=0;t=60`, "X-RateLimit-Limit": "2", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": reset, "Retry-After": "60", "Content-Type": "application/json", "Cache-Control": "no-store"}},
 	} {
 		w := f.post("/v1/check", `{"rule":"search","key":"abc"}`) // cost: the rule's, 1
 		if w.Code != tt.code || body(w) != tt.body {
@@ -292,6 +292,9 @@ func TestBadRequests(t *testing.T) {
 			}
 			if ct := w.Header().Get("Content-Type"); ct != "application/json" {
 				t.Errorf("Content-Type = %q", ct)
+			}
+			if cc := w.Header().Get("Cache-Control"); cc != "no-store" {
+				t.Errorf("Cache-Control = %q, want no-store, as on decisions", cc)
 			}
 		})
 	}
