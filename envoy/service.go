@@ -107,7 +107,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 	}
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
-	var policies []httplimit.Policy
+	var policies []sluice.Limit
 	var results []sluice.Result
 	for _, d := range req.GetDescriptors() {
 		st, lim, res, err := s.decide(ctx, cfg, req, d, replaced)
@@ -119,7 +119,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 		if lim != nil {
-			policies = append(policies, httplimit.Policy{Name: lim.Name, Limit: *lim})
+			policies = append(policies, *lim)
 			results = append(results, res)
 		}
 	}

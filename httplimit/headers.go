@@ -51,33 +51,24 @@ func (m HeaderMode) String() string {
 	return headerModeNames[m]
 }
 
-// Policy is one limit as the headers describe it.
-type Policy struct {
-	// Name identifies the limit in RateLimit-Policy and RateLimit (the
-	// draft's policy identifier, an sf-string) and in the violated-policies
-	// of a problem body. Characters outside printable ASCII, which an
-	// sf-string cannot hold, are written as '?'.
-	Name string
-	// Limit gives the quota q (its Capacity) and the window w (its Period
-	// in seconds, rounded up).
-	Limit sluice.Limit
-}
-
 // SetHeaders writes the rate-limit header fields of a decision to h,
-// replacing any already there. results[i] belongs to policies[i]; binding
+// replacing any already there. results[i] belongs to limits[i]; binding
 // is the index of the binding result (sluice.MultiResult.Binding); pk is
 // the partition key, or nil to send none; now is the time of the decision.
 //
-// HeadersBoth and HeadersIETF write, with one list item per policy in the
+// HeadersBoth and HeadersIETF write, with one list item per limit in the
 // order given (draft-ietf-httpapi-ratelimit-headers-10):
 //
 //	RateLimit-Policy: "name";q=<Capacity>;w=<Period in seconds, rounded up>[;pk=:<base64>:]
 //	RateLimit: "name";r=<Remaining>;t=<seconds, rounded up>[;pk=:<base64>:]
 //
-// where t is, for a limit that denied the request, the time until it
-// would admit it (RetryAfter), so that no t points past Retry-After as
-// the draft asks; for the others, the time until the limit is fully
-// recovered (ResetAfter).
+// The name is the limit's Name (config names every limit of a rule), the
+// draft's policy identifier: an sf-string, in which characters outside
+// printable ASCII are written as '?'. q is the limit's Capacity, and w,
+// left out when the Period is not positive, its Period. t is, for a limit
+// that denied the request, the time until it would admit it (RetryAfter),
+// so that no t points past Retry-After as the draft asks; for the others,
+// the time until the limit is fully recovered (ResetAfter).
 //
 // HeadersBoth and HeadersLegacy write, from the binding result:
 //
@@ -88,10 +79,10 @@ type Policy struct {
 // SetHeaders never writes Retry-After: WriteTooManyRequests does, so that
 // a denial a shadow rule lets through carries none. It writes the numbers
 // it is given: do not pass Degraded results, whose numbers the store did
-// not make. Entries beyond the shorter of policies and results are
+// not make. Entries beyond the shorter of limits and results are
 // ignored, and a binding out of range writes no legacy fields.
-func SetHeaders(h http.Header, mode HeaderMode, policies []Policy, results []sluice.Result, binding int, now time.Time, pk []byte) {
-	n := min(len(policies), len(results))
+func SetHeaders(h http.Header, mode HeaderMode, limits []sluice.Limit, results []sluice.Result, binding int, now time.Time, pk []byte) {
+	n := min(len(limits), len(results))
 	if n == 0 {
 		return
 	}
@@ -102,16 +93,16 @@ func SetHeaders(h http.Header, mode HeaderMode, policies []Policy, results []slu
 				pol = append(pol, ", "...)
 				cur = append(cur, ", "...)
 			}
-			p, r := policies[i], results[i]
-			pol = appendSFString(pol, p.Name)
+			l, r := limits[i], results[i]
+			pol = appendSFString(pol, l.Name)
 			pol = append(pol, ";q="...)
-			pol = appendSFInt(pol, int64(p.Limit.Capacity()))
-			if p.Limit.Period > 0 { // w must be positive; it is optional
+			pol = appendSFInt(pol, int64(l.Capacity()))
+			if l.Period > 0 { // w must be positive; it is optional
 				pol = append(pol, ";w="...)
-				pol = appendSFInt(pol, ceilSeconds(p.Limit.Period))
+				pol = appendSFInt(pol, ceilSeconds(l.Period))
 			}
 			pol = appendPartitionKey(pol, pk)
-			cur = appendSFString(cur, p.Name)
+			cur = appendSFString(cur, l.Name)
 			cur = append(cur, ";r="...)
 			cur = appendSFInt(cur, int64(r.Remaining))
 			cur = append(cur, ";t="...)

@@ -19,23 +19,23 @@ import (
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func TestSetHeaders(t *testing.T) {
-	login1m := httplimit.Policy{Name: "login-1m", Limit: sluice.PerMinute(5).Using(sluice.SlidingWindow)}
-	login1h := httplimit.Policy{Name: "login-1h", Limit: sluice.PerHour(20).Using(sluice.FixedWindow)}
+	login1m := sluice.PerMinute(5).Using(sluice.SlidingWindow).Named("login-1m")
+	login1h := sluice.PerHour(20).Using(sluice.FixedWindow).Named("login-1h")
 	tests := []struct {
-		name     string
-		mode     httplimit.HeaderMode
-		policies []httplimit.Policy
-		results  []sluice.Result
-		binding  int
-		now      time.Time
-		pk       []byte
-		want     map[string]string // every rate-limit field; absent ones must be absent
+		name    string
+		mode    httplimit.HeaderMode
+		limits  []sluice.Limit
+		results []sluice.Result
+		binding int
+		now     time.Time
+		pk      []byte
+		want    map[string]string // every rate-limit field; absent ones must be absent
 	}{
 		{
-			name:     "one limit allowed",
-			policies: []httplimit.Policy{login1m},
-			results:  []sluice.Result{{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 60 * time.Second}},
-			now:      t0,
+			name:    "one limit allowed",
+			limits:  []sluice.Limit{login1m},
+			results: []sluice.Result{{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 60 * time.Second}},
+			now:     t0,
 			want: map[string]string{
 				"RateLimit-Policy":      `"login-1m";q=5;w=60`,
 				"RateLimit":             `"login-1m";r=4;t=60`,
@@ -45,8 +45,8 @@ func TestSetHeaders(t *testing.T) {
 			},
 		},
 		{
-			name:     "two limits denied",
-			policies: []httplimit.Policy{login1m, login1h},
+			name:   "two limits denied",
+			limits: []sluice.Limit{login1m, login1h},
 			results: []sluice.Result{
 				{Limit: 5, Remaining: 0, ResetAfter: 42 * time.Second, RetryAfter: 12 * time.Second},
 				{Allowed: true, Limit: 20, Remaining: 15, ResetAfter: 1800*time.Second + 500*time.Millisecond},
@@ -61,8 +61,8 @@ func TestSetHeaders(t *testing.T) {
 			},
 		},
 		{
-			name:     "binding second, allowed",
-			policies: []httplimit.Policy{login1m, login1h},
+			name:   "binding second, allowed",
+			limits: []sluice.Limit{login1m, login1h},
 			results: []sluice.Result{
 				{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 12 * time.Second},
 				{Allowed: true, Limit: 20, Remaining: 1, ResetAfter: time.Hour},
@@ -78,10 +78,10 @@ func TestSetHeaders(t *testing.T) {
 			},
 		},
 		{
-			name:     "token bucket: q is the burst",
-			policies: []httplimit.Policy{{Name: "search", Limit: sluice.PerSecond(5).WithBurst(20)}},
-			results:  []sluice.Result{{Allowed: true, Limit: 20, Remaining: 19, ResetAfter: 200 * time.Millisecond}},
-			now:      t0,
+			name:    "token bucket: q is the burst",
+			limits:  []sluice.Limit{sluice.PerSecond(5).WithBurst(20).Named("search")},
+			results: []sluice.Result{{Allowed: true, Limit: 20, Remaining: 19, ResetAfter: 200 * time.Millisecond}},
+			now:     t0,
 			want: map[string]string{
 				"RateLimit-Policy":      `"search";q=20;w=1`,
 				"RateLimit":             `"search";r=19;t=1`,
@@ -91,8 +91,8 @@ func TestSetHeaders(t *testing.T) {
 			},
 		},
 		{
-			name:     "partition key",
-			policies: []httplimit.Policy{login1m, login1h},
+			name:   "partition key",
+			limits: []sluice.Limit{login1m, login1h},
 			results: []sluice.Result{
 				{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 12 * time.Second},
 				{Allowed: true, Limit: 20, Remaining: 19, ResetAfter: 180 * time.Second},
@@ -108,11 +108,11 @@ func TestSetHeaders(t *testing.T) {
 			},
 		},
 		{
-			name:     "empty partition key is none",
-			policies: []httplimit.Policy{login1m},
-			results:  []sluice.Result{{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: time.Second}},
-			now:      t0,
-			pk:       []byte{},
+			name:    "empty partition key is none",
+			limits:  []sluice.Limit{login1m},
+			results: []sluice.Result{{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: time.Second}},
+			now:     t0,
+			pk:      []byte{},
 			want: map[string]string{
 				"RateLimit-Policy":      `"login-1m";q=5;w=60`,
 				"RateLimit":             `"login-1m";r=4;t=1`,
@@ -123,10 +123,10 @@ func TestSetHeaders(t *testing.T) {
 		},
 		{
 			name: "rounding up",
-			policies: []httplimit.Policy{
-				{Name: "a", Limit: sluice.Per(3, 1500*time.Millisecond).Using(sluice.FixedWindow)},
-				{Name: "b", Limit: sluice.Per(1, time.Millisecond).Using(sluice.FixedWindow)},
-				{Name: "c", Limit: sluice.PerSecond(1)},
+			limits: []sluice.Limit{
+				sluice.Per(3, 1500*time.Millisecond).Using(sluice.FixedWindow).Named("a"),
+				sluice.Per(1, time.Millisecond).Using(sluice.FixedWindow).Named("b"),
+				sluice.PerSecond(1).Named("c"),
 			},
 			results: []sluice.Result{
 				{Allowed: true, Limit: 3, Remaining: 2, ResetAfter: 1200 * time.Millisecond},
@@ -143,10 +143,10 @@ func TestSetHeaders(t *testing.T) {
 			},
 		},
 		{
-			name:     "reset now on a whole second",
-			policies: []httplimit.Policy{login1m},
-			results:  []sluice.Result{{Allowed: true, Limit: 5, Remaining: 5}},
-			now:      t0,
+			name:    "reset now on a whole second",
+			limits:  []sluice.Limit{login1m},
+			results: []sluice.Result{{Allowed: true, Limit: 5, Remaining: 5}},
+			now:     t0,
 			want: map[string]string{
 				"RateLimit-Policy":      `"login-1m";q=5;w=60`,
 				"RateLimit":             `"login-1m";r=5;t=0`,
@@ -156,10 +156,10 @@ func TestSetHeaders(t *testing.T) {
 			},
 		},
 		{
-			name:     "never negative",
-			policies: []httplimit.Policy{login1m},
-			results:  []sluice.Result{{Limit: 5, Remaining: -3, ResetAfter: -time.Second}},
-			now:      t0.Add(time.Millisecond),
+			name:    "never negative",
+			limits:  []sluice.Limit{login1m},
+			results: []sluice.Result{{Limit: 5, Remaining: -3, ResetAfter: -time.Second}},
+			now:     t0.Add(time.Millisecond),
 			want: map[string]string{
 				"RateLimit-Policy":      `"login-1m";q=5;w=60`,
 				"RateLimit":             `"login-1m";r=0;t=0`,
@@ -170,10 +170,10 @@ func TestSetHeaders(t *testing.T) {
 		},
 		{
 			name: "names outside sf-string escaped or replaced",
-			policies: []httplimit.Policy{
-				{Name: `a"b\c`, Limit: sluice.PerSecond(1)},
-				{Name: "café\n", Limit: sluice.PerSecond(2)},
-				{Name: "", Limit: sluice.PerSecond(3)},
+			limits: []sluice.Limit{
+				sluice.PerSecond(1).Named(`a"b\c`),
+				sluice.PerSecond(2).Named("café\n"),
+				sluice.PerSecond(3).Named(""),
 			},
 			results: []sluice.Result{
 				{Allowed: true, Limit: 1, Remaining: 0},
@@ -190,22 +190,22 @@ func TestSetHeaders(t *testing.T) {
 			},
 		},
 		{
-			name:     "ietf only",
-			mode:     httplimit.HeadersIETF,
-			policies: []httplimit.Policy{login1m},
-			results:  []sluice.Result{{Limit: 5, ResetAfter: 42 * time.Second, RetryAfter: 12 * time.Second}},
-			now:      t0,
+			name:    "ietf only",
+			mode:    httplimit.HeadersIETF,
+			limits:  []sluice.Limit{login1m},
+			results: []sluice.Result{{Limit: 5, ResetAfter: 42 * time.Second, RetryAfter: 12 * time.Second}},
+			now:     t0,
 			want: map[string]string{
 				"RateLimit-Policy": `"login-1m";q=5;w=60`,
 				"RateLimit":        `"login-1m";r=0;t=12`,
 			},
 		},
 		{
-			name:     "legacy only",
-			mode:     httplimit.HeadersLegacy,
-			policies: []httplimit.Policy{login1m},
-			results:  []sluice.Result{{Limit: 5, ResetAfter: 42 * time.Second, RetryAfter: 12 * time.Second}},
-			now:      t0,
+			name:    "legacy only",
+			mode:    httplimit.HeadersLegacy,
+			limits:  []sluice.Limit{login1m},
+			results: []sluice.Result{{Limit: 5, ResetAfter: 42 * time.Second, RetryAfter: 12 * time.Second}},
+			now:     t0,
 			want: map[string]string{
 				"X-RateLimit-Limit":     "5",
 				"X-RateLimit-Remaining": "0",
@@ -213,37 +213,37 @@ func TestSetHeaders(t *testing.T) {
 			},
 		},
 		{
-			name:     "none",
-			mode:     httplimit.HeadersNone,
-			policies: []httplimit.Policy{login1m},
-			results:  []sluice.Result{{Limit: 5, ResetAfter: 42 * time.Second, RetryAfter: 12 * time.Second}},
-			now:      t0,
-			want:     map[string]string{},
+			name:    "none",
+			mode:    httplimit.HeadersNone,
+			limits:  []sluice.Limit{login1m},
+			results: []sluice.Result{{Limit: 5, ResetAfter: 42 * time.Second, RetryAfter: 12 * time.Second}},
+			now:     t0,
+			want:    map[string]string{},
 		},
 		{
-			name:     "unknown mode writes nothing",
-			mode:     httplimit.HeaderMode(17),
-			policies: []httplimit.Policy{login1m},
-			results:  []sluice.Result{{Allowed: true, Limit: 5, Remaining: 4}},
-			now:      t0,
-			want:     map[string]string{},
+			name:    "unknown mode writes nothing",
+			mode:    httplimit.HeaderMode(17),
+			limits:  []sluice.Limit{login1m},
+			results: []sluice.Result{{Allowed: true, Limit: 5, Remaining: 4}},
+			now:     t0,
+			want:    map[string]string{},
 		},
 		{
-			name:     "binding out of range: no legacy fields",
-			policies: []httplimit.Policy{login1m},
-			results:  []sluice.Result{{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: time.Second}},
-			binding:  1,
-			now:      t0,
+			name:    "binding out of range: no legacy fields",
+			limits:  []sluice.Limit{login1m},
+			results: []sluice.Result{{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: time.Second}},
+			binding: 1,
+			now:     t0,
 			want: map[string]string{
 				"RateLimit-Policy": `"login-1m";q=5;w=60`,
 				"RateLimit":        `"login-1m";r=4;t=1`,
 			},
 		},
 		{
-			name:     "more policies than results: the pairs only",
-			policies: []httplimit.Policy{login1m, login1h},
-			results:  []sluice.Result{{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: time.Second}},
-			now:      t0,
+			name:    "more limits than results: the pairs only",
+			limits:  []sluice.Limit{login1m, login1h},
+			results: []sluice.Result{{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: time.Second}},
+			now:     t0,
 			want: map[string]string{
 				"RateLimit-Policy":      `"login-1m";q=5;w=60`,
 				"RateLimit":             `"login-1m";r=4;t=1`,
@@ -253,7 +253,7 @@ func TestSetHeaders(t *testing.T) {
 			},
 		},
 		{
-			name: "no policies",
+			name: "no limits",
 			now:  t0,
 			want: map[string]string{},
 		},
@@ -261,7 +261,7 @@ func TestSetHeaders(t *testing.T) {
 	fields := []string{"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After"}
 	for _, tt := range tests {
 		h := http.Header{}
-		httplimit.SetHeaders(h, tt.mode, tt.policies, tt.results, tt.binding, tt.now, tt.pk)
+		httplimit.SetHeaders(h, tt.mode, tt.limits, tt.results, tt.binding, tt.now, tt.pk)
 		for _, f := range fields {
 			got, want := h.Values(f), tt.want[f]
 			switch {
@@ -284,7 +284,7 @@ func TestSetHeadersReplaces(t *testing.T) {
 	h.Add("RateLimit", `"old";r=1`)
 	h.Add("X-RateLimit-Remaining", "99")
 	h.Set("Content-Type", "text/plain")
-	p := []httplimit.Policy{{Name: "new", Limit: sluice.PerSecond(1)}}
+	p := []sluice.Limit{sluice.PerSecond(1).Named("new")}
 	httplimit.SetHeaders(h, httplimit.HeadersBoth, p, []sluice.Result{{Allowed: true, Limit: 1}}, 0, t0, nil)
 	if got := h.Values("RateLimit"); len(got) != 1 || got[0] != `"new";r=0;t=0` {
 		t.Errorf("RateLimit = %q, want one new value", got)
@@ -677,9 +677,9 @@ func isAlpha(c byte) bool   { return isLCAlpha(c) || 'A' <= c && c <= 'Z' }
 
 // ExampleSetHeaders: two limits on a login, the per-minute one denying.
 func ExampleSetHeaders() {
-	policies := []httplimit.Policy{
-		{Name: "login-1m", Limit: sluice.PerMinute(5).Using(sluice.SlidingWindow)},
-		{Name: "login-1h", Limit: sluice.PerHour(20).Using(sluice.FixedWindow)},
+	limits := []sluice.Limit{
+		sluice.PerMinute(5).Using(sluice.SlidingWindow).Named("login-1m"),
+		sluice.PerHour(20).Using(sluice.FixedWindow).Named("login-1h"),
 	}
 	results := []sluice.Result{ // from Limiter.AllowAll: MultiResult.Results
 		{Allowed: false, Limit: 5, Remaining: 0, ResetAfter: 42 * time.Second, RetryAfter: 12 * time.Second},
@@ -687,7 +687,7 @@ func ExampleSetHeaders() {
 	}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	h := http.Header{}
-	httplimit.SetHeaders(h, httplimit.HeadersBoth, policies, results, 0, now, nil)
+	httplimit.SetHeaders(h, httplimit.HeadersBoth, limits, results, 0, now, nil)
 	for _, f := range []string{"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"} {
 		fmt.Printf("%s: %s\n", f, h.Get(f))
 	}

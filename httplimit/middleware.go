@@ -332,16 +332,12 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	if !res.Degraded {
-		policies := make([]Policy, len(limits))
-		for i, l := range limits {
-			policies[i] = Policy{Name: l.Name, Limit: l}
-		}
 		var pk []byte
 		if m.opts.policyKey {
 			sum := sha256.Sum256([]byte(key))
 			pk = sum[:8]
 		}
-		SetHeaders(w.Header(), m.opts.headers, policies, res.Results, res.Binding, m.opts.now(), pk)
+		SetHeaders(w.Header(), m.opts.headers, limits, res.Results, res.Binding, m.opts.now(), pk)
 	}
 	if res.Allowed {
 		next.ServeHTTP(w, r)

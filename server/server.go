@@ -239,11 +239,7 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 	}
 	body := result(c, res.Results, res.Allowed, res.RetryAfter)
 	if !res.Degraded {
-		policies := make([]httplimit.Policy, len(c.limits))
-		for i, l := range c.limits {
-			policies[i] = httplimit.Policy{Name: l.Name, Limit: l}
-		}
-		httplimit.SetHeaders(w.Header(), httplimit.HeadersBoth, policies, res.Results, res.Binding, s.now(), nil)
+		httplimit.SetHeaders(w.Header(), httplimit.HeadersBoth, c.limits, res.Results, res.Binding, s.now(), nil)
 	}
 	switch {
 	case body.Allowed:
