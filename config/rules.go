@@ -2,11 +2,12 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,6 +17,9 @@ import (
 )
 
 const nameHelp = "letters, digits, '-', '_' and '.'"
+
+// keyHelp lists the key sources a rule's key may name.
+const keyHelp = "ip, global, header:<Name> or query:<name>"
 
 // redis returns the redis section, with defaults.
 func (p *parser) redis(f field) Redis {
@@ -204,9 +208,8 @@ func (p *parser) rule(f field) (Rule, ruleInfo) {
 	}
 	keyOK := true
 	if e, ok := m["key"]; ok {
-		const want = "ip, global, header:<Name> or query:<name>"
 		keyOK = false
-		if s, ok := p.str(e, "one of "+want); ok {
+		if s, ok := p.str(e, "one of "+keyHelp); ok {
 			if k, msg := parseKey(s); msg != "" {
 				p.errorf(e.val.Line, e.path, "%s", msg)
 			} else {
@@ -365,7 +368,6 @@ func register(mux *http.ServeMux, pattern string) (err error) {
 
 // parseKey returns the key spec s, or a message saying what is wrong.
 func parseKey(s string) (Key, string) {
-	const want = "ip, global, header:<Name> or query:<name>"
 	switch s {
 	case "ip", "global":
 		return Key{Source: s}, ""
@@ -373,7 +375,7 @@ func parseKey(s string) (Key, string) {
 	src, name, found := strings.Cut(s, ":")
 	switch {
 	case !found || src != "header" && src != "query":
-		return Key{}, fmt.Sprintf("%q is not one of %s", s, want)
+		return Key{}, fmt.Sprintf("%q is not one of %s", s, keyHelp)
 	case name == "":
 		if src == "header" {
 			return Key{}, fmt.Sprintf("%q has no header name; write header:<Name>, such as header:X-API-Key", s)
@@ -864,8 +866,7 @@ func (p *parser) checkMatches(infos []ruleInfo) {
 // name is part of the limit's state in the store, so the two would share
 // counts.
 func (p *parser) checkLimitNames(rules []Rule, infos []ruleInfo) {
-	type owner struct{ rule int }
-	seen := map[string]owner{}
+	seen := map[string]int{} // limit name → rule
 	for i, r := range rules {
 		if infos[i].name.val == nil {
 			continue
@@ -882,23 +883,14 @@ func (p *parser) checkLimitNames(rules []Rule, infos []ruleInfo) {
 		for _, pl := range r.Plans {
 			add(pl.Limits)
 		}
-		for _, name := range sortedKeys(names) {
+		for _, name := range slices.Sorted(maps.Keys(names)) {
 			// Rules with one name are reported as such.
-			if o, dup := seen[name]; dup && o.rule != i && rules[o.rule].Name != r.Name {
+			if j, dup := seen[name]; dup && j != i && rules[j].Name != r.Name {
 				p.errorf(infos[i].name.val.Line, infos[i].name.path, "gives a limit the name %q, which a limit of rules[%d] (line %d) has too (names are <rule>-[<plan>-]<period>); rename one of the rules or plans",
-					name, o.rule, infos[o.rule].line)
+					name, j, infos[j].line)
 				break
 			}
-			seen[name] = owner{i}
+			seen[name] = i
 		}
 	}
-}
-
-func sortedKeys(m map[string]bool) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

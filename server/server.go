@@ -99,8 +99,8 @@ func New(lim *sluice.Limiter, f *config.File, opts ...Option) *Server {
 func (s *Server) Update(f *config.File) {
 	rs := &ruleSet{byName: map[string]*config.Rule{}}
 	if f != nil {
-		for _, r := range slices.Clone(f.Rules) {
-			rs.byName[r.Name] = &r
+		for _, r := range f.Rules {
+			rs.byName[r.Name] = &r // r is this iteration's own copy
 			rs.names = append(rs.names, r.Name)
 		}
 	}
@@ -237,7 +237,7 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	body := result(c, res.Results, res.Allowed, res.RetryAfter)
+	body := result(c, res.Results, res.Binding, res.Allowed, res.RetryAfter)
 	if !res.Degraded {
 		httplimit.SetHeaders(w.Header(), httplimit.HeadersBoth, c.limits, res.Results, res.Binding, s.now(), nil)
 	}
@@ -315,11 +315,11 @@ func (rs *ruleSet) resolve(req checkRequest) (resolved, string) {
 	return c, ""
 }
 
-// result returns the body describing the results of c's limits, rs, in a
-// decision whose outcome is allowed and whose wait is retry.
-func result(c resolved, rs []sluice.Result, allowed bool, retry time.Duration) checkResult {
-	b := sluice.Combine(rs).Binding
-	br := rs[b]
+// result returns the body describing the results of c's limits, rs, of
+// which rs[binding] is the binding one, in a decision whose outcome is
+// allowed and whose wait is retry.
+func result(c resolved, rs []sluice.Result, binding int, allowed bool, retry time.Duration) checkResult {
+	br := rs[binding]
 	out := checkResult{
 		Allowed:      allowed,
 		Limit:        br.Limit,
@@ -401,7 +401,7 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 	single := func(i int) bool {
 		res, ok := s.decide(w, r, checks[i])
 		if ok {
-			results[i] = result(checks[i], res.Results, res.Allowed, res.RetryAfter)
+			results[i] = result(checks[i], res.Results, res.Binding, res.Allowed, res.RetryAfter)
 		}
 		return ok
 	}
@@ -445,7 +445,8 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 			s.obs(c.rule.Name, res, false)
 			own := res.Results[off : off+len(c.limits)]
 			off += len(c.limits)
-			results[i] = result(c, own, res.Allowed, res.RetryAfter)
+			// The binding limit among c's own, not the union's.
+			results[i] = result(c, own, sluice.Combine(own).Binding, res.Allowed, res.RetryAfter)
 		}
 	}
 	out := batchResponse{Results: results, Allowed: true}

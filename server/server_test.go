@@ -553,3 +553,19 @@ func TestStoreDown(t *testing.T) {
 		})
 	}
 }
+
+// TestUpdateKeepsOwnCopy: the Server keeps its own copy of the rule list,
+// so that changing the File's rules after Update changes nothing.
+func TestUpdateKeepsOwnCopy(t *testing.T) {
+	f := setup(t, rulesYAML)
+	file := parse(t, rulesYAML)
+	f.srv.Update(file)
+	file.Rules[0] = file.Rules[1] // "search" overwritten with "export"
+	file.Rules[2].Cost = 5
+	if w := f.post("/v1/check", `{"rule":"search","key":"a"}`); w.Code != 200 || w.Header().Get("X-RateLimit-Limit") != "2" {
+		t.Errorf("search after the File changed: %d %v %s; want search's limit 2", w.Code, w.Header(), w.Body)
+	}
+	if w := f.post("/v1/check", `{"rule":"shadowed","key":"a"}`); w.Code != 200 || w.Header().Get("X-RateLimit-Remaining") != "0" {
+		t.Errorf("shadowed after the File changed: %d %v %s; want cost 1 of 1", w.Code, w.Header(), w.Body)
+	}
+}
