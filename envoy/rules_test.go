@@ -2,16 +2,13 @@ package envoy
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-go/sluice"
@@ -39,20 +36,7 @@ rules:
 	}
 	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	svc := NewRulesService(sluice.New(memory.New(), sluice.WithClock(clk.Now)), f)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	Register(g, svc)
-	go g.Serve(ln)
-	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	fx := &fixture{client: rlsv3.NewRateLimitServiceClient(conn)}
+	fx := &fixture{client: serve(t, svc)}
 
 	login := func(addr string) *rlsv3.RateLimitResponse {
 		return fx.call(t, "edge", 0, desc("rule", "login", "remote_address", addr))

@@ -47,6 +47,13 @@ func start(t *testing.T, opts ...ServiceOption) *fixture {
 	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 250e6, time.UTC)}
 	lim := sluice.New(memory.New(), sluice.WithClock(clk.Now))
 	svc := NewService(lim, mustLoad(t, "database.yaml", "messaging.yaml", "edge.yaml", "features.yaml"), opts...)
+	return &fixture{client: serve(t, svc), svc: svc, clock: clk}
+}
+
+// serve serves svc on a loopback port until the test ends and returns a
+// client connected to it.
+func serve(t *testing.T, svc rlsv3.RateLimitServiceServer) rlsv3.RateLimitServiceClient {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +67,7 @@ func start(t *testing.T, opts ...ServiceOption) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &fixture{client: rlsv3.NewRateLimitServiceClient(conn), svc: svc, clock: clk}
+	return rlsv3.NewRateLimitServiceClient(conn)
 }
 
 func desc(kv ...string) *commonv3.RateLimitDescriptor {
