@@ -26,8 +26,10 @@ const RuleEntry = "rule"
 // in an entry whose key is "rule" (Envoy's generic_key action with
 // descriptor_key: rule); its other entries, in order, identify the client
 // (remote_address, a header value...). The rule's limits, plans and cost
-// apply as in the middleware; hits_addend, when set, is the cost. The
-// domain is required but not interpreted. Each descriptor is one atomic
+// apply as in the middleware; hits_addend, when set, is the cost, and a
+// cost above what one of the limits can ever admit is OVER_LIMIT without
+// consuming anything (as in Service). The domain is required but not
+// interpreted. Each descriptor is one atomic
 // decision; a rule in shadow mode always answers OK.
 //
 // In Envoy's route configuration:
@@ -124,12 +126,27 @@ func (s *RulesService) decide(ctx context.Context, rules map[string]*config.Rule
 	if n := d.GetHitsAddend(); n != nil && n.GetValue() > 0 {
 		cost = int(min(n.GetValue(), math.MaxInt32))
 	}
-	res, err := s.lim.AllowAll(ctx, storageKey("rule:"+rule.Name, client), cost, limits...)
+	n := cost
+	for _, l := range limits {
+		if cost > l.Capacity() {
+			n = 0 // could never be admitted: report the state, over the limit
+			break
+		}
+	}
+	res, err := s.lim.AllowAll(ctx, storageKey("rule:"+rule.Name, client), n, limits...)
 	if err != nil {
 		if errors.Is(err, sluice.ErrInvalidCost) {
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
 		return nil, status.Errorf(codes.Unavailable, "rate limit store: %v", err)
+	}
+	if n != cost {
+		for i, l := range limits {
+			if cost > l.Capacity() {
+				res.Results[i].Allowed = false
+			}
+		}
+		res = sluice.Combine(res.Results) // binding: a limit the cost exceeds
 	}
 	s.obs(rule.Name, res, rule.Shadow)
 	bound := limits[res.Binding]

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/config"
 	"github.com/sluice-go/sluice/store/memory"
 )
 
@@ -215,6 +216,42 @@ func TestHitsAddend(t *testing.T) {
 	d.HitsAddend = wrapperspb.UInt64(1)
 	if r := f.call(t, "mongo_cps", 7, d); r.OverallCode != OK || r.Statuses[0].LimitRemaining != 0 {
 		t.Fatal(r)
+	}
+}
+
+// TestRulesHitsAddend: in RulesService too, a hits_addend above what a
+// limit can ever admit is OVER_LIMIT, consuming nothing, not an error
+// (which Envoy, failing open by default, would admit).
+func TestRulesHitsAddend(t *testing.T) {
+	f, err := config.Parse("sluice.yaml", []byte(`
+rules:
+  - name: login
+    key: ip
+    limits:
+      - {limit: 10, period: 1s}
+      - {limit: 2, period: 1m}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	fx := &fixture{client: serve(t, NewRulesService(sluice.New(memory.New(), sluice.WithClock(clk.Now)), f))}
+	over := func(r *rlsv3.RateLimitResponse) bool {
+		st := r.Statuses[0]
+		return r.OverallCode == OVER && st.Code == OVER && st.LimitRemaining == 2 &&
+			st.CurrentLimit.GetRequestsPerUnit() == 2 && st.CurrentLimit.GetUnit() == rlsv3.RateLimitResponse_RateLimit_MINUTE
+	}
+	if r := fx.call(t, "edge", 3, desc("rule", "login", "remote_address", "192.0.2.9")); !over(r) {
+		t.Errorf("hits_addend 3 of 2: %v, want OVER_LIMIT by the 2 per minute, 2 remaining", r)
+	}
+	d := desc("rule", "login", "remote_address", "192.0.2.9")
+	d.HitsAddend = wrapperspb.UInt64(3)
+	if r := fx.call(t, "edge", 0, d); !over(r) {
+		t.Errorf("descriptor hits_addend 3 of 2: %v, want OVER_LIMIT, 2 remaining", r)
+	}
+	// Nothing was consumed.
+	if r := fx.call(t, "edge", 2, desc("rule", "login", "remote_address", "192.0.2.9")); r.OverallCode != OK || r.Statuses[0].LimitRemaining != 0 {
+		t.Errorf("cost 2 after the refusals: %v, want OK, 0 remaining", r)
 	}
 }
 
