@@ -48,8 +48,10 @@ type RulesService struct {
 // RulesOption configures a RulesService.
 type RulesOption func(*RulesService)
 
-// WithRulesObserver registers f to be told of every decision (the rule,
-// its result, whether the rule is in shadow mode), for metrics.
+// WithRulesObserver registers f to be told of every decision (the rule's
+// name, its result, whether the rule is in shadow mode), for metrics.
+// Unlike Service's observer, which labels each decision by its limit,
+// this one labels it by the rule, whichever of its limits or plans bound.
 func WithRulesObserver(f func(rule string, res sluice.MultiResult, shadow bool)) RulesOption {
 	return func(s *RulesService) { s.obs = f }
 }

@@ -35,9 +35,13 @@ type Service struct {
 	obs     func(rule string, res sluice.MultiResult, shadow bool)
 }
 
-// WithObserver registers f to be told of every counted decision: the
-// limit's name, its result, and whether the descriptor is in shadow mode
-// (for metrics).
+// WithObserver registers f to be told of every counted decision: a label
+// for the limit, its result, and whether the descriptor is in shadow mode
+// (for metrics). The label is the limit's name for a configured descriptor
+// ("<domain>.<key>[_<value>]...", per node of the configuration, never per
+// request value) and "override.<domain>" for every limit override a
+// request carries, so that the labels are as few as the configuration's
+// nodes. (RulesService's observer gets the rule's name instead.)
 func WithObserver(f func(rule string, res sluice.MultiResult, shadow bool)) ServiceOption {
 	return func(s *Service) { s.obs = f }
 }
@@ -142,6 +146,7 @@ func (s *Service) decide(ctx context.Context, cfg *Config, req *rlsv3.RateLimitR
 		lim    sluice.Limit
 		rl     *RateLimit
 		shadow bool
+		label  string // for the observer: bounded, unlike an override's name
 	)
 	if o := d.GetLimit(); o != nil {
 		period, unit, good := overrideUnit(o.GetUnit())
@@ -153,6 +158,7 @@ func (s *Service) decide(ctx context.Context, cfg *Config, req *rlsv3.RateLimitR
 		}
 		rl = &RateLimit{Unit: unit, RequestsPerUnit: o.GetRequestsPerUnit(), UnitMultiplier: o.GetUnitMultiplier().GetValue()}
 		lim = sluice.Limit{Algorithm: sluice.FixedWindow, Limit: int(o.GetRequestsPerUnit()), Period: period, Name: limitName("override." + req.GetDomain() + "." + entryPath(entries))}
+		label = limitName("override." + req.GetDomain())
 		if o.GetRequestsPerUnit() > 0 {
 			if err := lim.Validate(); err != nil {
 				return nil, nil, sluice.Result{}, status.Errorf(codes.InvalidArgument, "limit override: %v", err)
@@ -171,7 +177,7 @@ func (s *Service) decide(ctx context.Context, cfg *Config, req *rlsv3.RateLimitR
 			ok.LimitRemaining = math.MaxUint32
 			return ok, nil, sluice.Result{}, nil
 		}
-		lim = rl.Limit
+		lim, label = rl.Limit, rl.Limit.Name
 	}
 	cost := int(req.GetHitsAddend())
 	if h := d.GetHitsAddend().GetValue(); h > 0 {
@@ -201,7 +207,7 @@ func (s *Service) decide(ctx context.Context, cfg *Config, req *rlsv3.RateLimitR
 		if n != cost {
 			res.Allowed = false
 		}
-		s.obs(lim.Name, sluice.MultiResult{Result: res, Results: []sluice.Result{res}}, shadow)
+		s.obs(label, sluice.MultiResult{Result: res, Results: []sluice.Result{res}}, shadow)
 	}
 	st.LimitRemaining = uint32(min(max(int64(res.Remaining), 0), math.MaxUint32))
 	st.DurationUntilReset = durationpb.New(res.ResetAfter)

@@ -3,6 +3,7 @@ package envoy
 import (
 	"context"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -285,6 +286,34 @@ func TestLimitOverride(t *testing.T) {
 	}
 	if r := f.call(t, "api", 0, d); r.OverallCode != OVER {
 		t.Fatal(r)
+	}
+}
+
+// TestOverrideLabel: the observer labels limit overrides by domain, not
+// by the request's values, so that metrics keep one series per domain
+// rather than one per client; each client still has its own counter.
+func TestOverrideLabel(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		labels []string
+	)
+	f := start(t, WithObserver(func(rule string, _ sluice.MultiResult, _ bool) {
+		mu.Lock()
+		labels = append(labels, rule)
+		mu.Unlock()
+	}))
+	for _, ip := range []string{"1.1.1.1", "2.2.2.2"} {
+		d := desc("remote_address", ip)
+		d.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_MINUTE}
+		if r := f.call(t, "api", 0, d); r.OverallCode != OK {
+			t.Fatalf("%s: %v, want OK (a counter of its own)", ip, r)
+		}
+	}
+	f.call(t, "mongo_cps", 0, desc("database", "default"))
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"override.api", "override.api", "mongo_cps.database_default"}; !slices.Equal(labels, want) {
+		t.Errorf("observed labels %q, want %q", labels, want)
 	}
 }
 
