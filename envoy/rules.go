@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -56,7 +57,9 @@ func WithRulesObserver(f func(rule string, res sluice.MultiResult, shadow bool))
 	return func(s *RulesService) { s.obs = f }
 }
 
-// NewRulesService returns a service deciding with lim under f's rules.
+// NewRulesService returns a service deciding with lim under f's rules. A
+// nil f means no rules: every descriptor is InvalidArgument (unknown rule)
+// until Update supplies some.
 func NewRulesService(lim *sluice.Limiter, f *config.File, opts ...RulesOption) *RulesService {
 	s := &RulesService{lim: lim, obs: func(string, sluice.MultiResult, bool) {}}
 	for _, o := range opts {
@@ -66,11 +69,18 @@ func NewRulesService(lim *sluice.Limiter, f *config.File, opts ...RulesOption) *
 	return s
 }
 
-// Update swaps the rules atomically (hot reload).
+// Update swaps the rules atomically (hot reload): a request being decided
+// completes under the rules it started with. A nil f removes every rule.
+// f should be a validated config.File (from config.Load or config.Parse);
+// the service keeps its own copy of the rule list.
 func (s *RulesService) Update(f *config.File) {
-	m := make(map[string]*config.Rule, len(f.Rules))
-	for i := range f.Rules {
-		m[f.Rules[i].Name] = &f.Rules[i]
+	var rules []config.Rule
+	if f != nil {
+		rules = slices.Clone(f.Rules)
+	}
+	m := make(map[string]*config.Rule, len(rules))
+	for i := range rules {
+		m[rules[i].Name] = &rules[i]
 	}
 	s.rules.Store(&m)
 }

@@ -126,3 +126,31 @@ descriptors:
 		t.Errorf("plain client: %v then %v, want OK then OVER_LIMIT", a, b)
 	}
 }
+
+// TestRulesServiceNilAndCopy: a nil File means no rules, as in server.New
+// and server.Update, and the service keeps its own copy of the rule list,
+// so that the caller changing its File changes nothing.
+func TestRulesServiceNilAndCopy(t *testing.T) {
+	lim := sluice.New(memory.New())
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("rule", "login", "remote_address", "192.0.2.1")}}
+	svc := NewRulesService(lim, nil)
+	if _, err := svc.ShouldRateLimit(context.Background(), req); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `unknown rule "login"`) {
+		t.Errorf("no rules: %v, want InvalidArgument, unknown rule", err)
+	}
+	f, err := config.Parse("sluice.yaml", []byte("rules:\n  - {name: login, key: ip, limit: 1, period: 1h}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Update(f)
+	f.Rules[0].Shadow = true // the caller's copy, not the service's
+	for i, want := range []rlsv3.RateLimitResponse_Code{OK, OVER} {
+		resp, err := svc.ShouldRateLimit(context.Background(), req)
+		if err != nil || resp.OverallCode != want {
+			t.Fatalf("request %d: %v, %v; want %v", i+1, resp, err, want)
+		}
+	}
+	svc.Update(nil)
+	if _, err := svc.ShouldRateLimit(context.Background(), req); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("after Update(nil): %v, want InvalidArgument", err)
+	}
+}
