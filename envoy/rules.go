@@ -27,11 +27,12 @@ const RuleEntry = "rule"
 // in an entry whose key is "rule" (Envoy's generic_key action with
 // descriptor_key: rule); its other entries, in order, identify the client
 // (remote_address, a header value...). The rule's limits, plans and cost
-// apply as in the middleware; hits_addend, when set, is the cost, and a
-// cost above what one of the limits can ever admit is OVER_LIMIT without
-// consuming anything (as in Service). The domain is required but not
-// interpreted. Each descriptor is one atomic
-// decision; a rule in shadow mode always answers OK.
+// apply as in the middleware, a plan only when one entry identifies the
+// client (its value is the client key a plan matches). hits_addend, when
+// set, is the cost; a cost above what one of the limits can ever admit is
+// OVER_LIMIT without consuming anything (as in Service). The domain is
+// required but not interpreted. Each descriptor is one atomic decision; a
+// rule in shadow mode always answers OK.
 //
 // In Envoy's route configuration:
 //
@@ -126,11 +127,10 @@ func (s *RulesService) decide(ctx context.Context, rules map[string]*config.Rule
 		return nil, status.Errorf(codes.InvalidArgument, "no %q entry names a rule", RuleEntry)
 	}
 	// Plans match the client's value when one entry identifies it.
-	planKey := storageKey("", client)
+	limits := rule.Limits
 	if len(client) == 1 {
-		planKey = client[0].Value
+		limits = rule.LimitsFor(client[0].Value)
 	}
-	limits := rule.LimitsFor(planKey)
 	cost := rule.Cost
 	if n := req.GetHitsAddend(); n > 0 {
 		cost = int(min(n, math.MaxInt32))
@@ -150,7 +150,7 @@ func (s *RulesService) decide(ctx context.Context, rules map[string]*config.Rule
 		if errors.Is(err, sluice.ErrInvalidCost) {
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
-		return nil, status.Errorf(codes.Unavailable, "rate limit store: %v", err)
+		return nil, storeError(err)
 	}
 	if n != cost {
 		for i, l := range limits {

@@ -154,3 +154,67 @@ func TestRulesServiceNilAndCopy(t *testing.T) {
 		t.Errorf("after Update(nil): %v, want InvalidArgument", err)
 	}
 }
+
+// TestRulesServicePlans: plans match the client when one entry identifies
+// it; a client of several entries gets the rule's own limits, whatever a
+// plan's prefixes.
+func TestRulesServicePlans(t *testing.T) {
+	f, err := config.Parse("sluice.yaml", []byte(`
+rules:
+  - name: api
+    key: ip
+    limit: 1
+    period: 1h
+    plans:
+      - {name: all, prefixes: ["envoy:", "1"], limit: 5, period: 1h}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := NewRulesService(sluice.New(memory.New()), f)
+	for _, tt := range []struct {
+		d    *commonv3.RateLimitDescriptor
+		want uint32
+	}{
+		{desc("rule", "api", "remote_address", "10.0.0.1"), 5},
+		{desc("rule", "api", "remote_address", "10.0.0.1", "user", "ann"), 1},
+		{desc("rule", "api"), 1},
+	} {
+		resp, err := svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{tt.d}})
+		if err != nil || resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != tt.want {
+			t.Errorf("%v: %v, %v; want %d per hour", tt.d, resp, err, tt.want)
+		}
+	}
+}
+
+// canceledStore fails every decision with its context's error.
+type canceledStore struct{}
+
+func (canceledStore) Take(ctx context.Context, _ sluice.Request) ([]sluice.Result, error) {
+	return nil, ctx.Err()
+}
+
+func (canceledStore) Reset(context.Context, string, ...sluice.Limit) error { return nil }
+
+// TestCanceled: both services answer Canceled, not Unavailable, when the
+// caller gave up.
+func TestCanceled(t *testing.T) {
+	f, err := config.Parse("sluice.yaml", []byte("rules:\n  - {name: login, key: ip, limit: 1, period: 1h}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := sluice.New(canceledStore{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for name, tt := range map[string]struct {
+		svc rlsv3.RateLimitServiceServer
+		req *rlsv3.RateLimitRequest
+	}{
+		"Service":      {NewService(lim, mustLoad(t, "database.yaml")), &rlsv3.RateLimitRequest{Domain: "mongo_cps", Descriptors: []*commonv3.RateLimitDescriptor{desc("database", "default")}}},
+		"RulesService": {NewRulesService(lim, f), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("rule", "login", "remote_address", "192.0.2.1")}}},
+	} {
+		if _, err := tt.svc.ShouldRateLimit(ctx, tt.req); status.Code(err) != codes.Canceled {
+			t.Errorf("%s: %v, want Canceled", name, err)
+		}
+	}
+}

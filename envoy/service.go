@@ -199,10 +199,7 @@ func (s *Service) decide(ctx context.Context, cfg *Config, req *rlsv3.RateLimitR
 		var err error
 		res, err = s.lim.AllowN(ctx, storageKey(req.GetDomain(), entries), lim, n)
 		if err != nil {
-			if errors.Is(err, context.Canceled) {
-				return nil, nil, res, status.FromContextError(err).Err()
-			}
-			return nil, nil, res, status.Errorf(codes.Unavailable, "rate limit store: %v", err)
+			return nil, nil, res, storeError(err)
 		}
 		if n != cost {
 			res.Allowed = false
@@ -215,6 +212,16 @@ func (s *Service) decide(ctx context.Context, cfg *Config, req *rlsv3.RateLimitR
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	return st, &lim, res, nil
+}
+
+// storeError maps an error of the Limiter to a gRPC status: Canceled when
+// the caller gave up, else Unavailable, leaving the choice to Envoy's
+// failure_mode_deny.
+func storeError(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return status.FromContextError(err).Err()
+	}
+	return status.Errorf(codes.Unavailable, "rate limit store: %v", err)
 }
 
 // currentLimit reports rl to Envoy, named by its rate_limit name if it has
