@@ -25,6 +25,9 @@ type Domain struct {
 	Name        string
 	Descriptors []*Descriptor
 	index       *node
+	// replaces tells whether any of the domain's limits replaces others,
+	// so that requests to a domain without any skip looking for them.
+	replaces bool
 }
 
 // Descriptor is one node of the tree: a key, an optional value (empty:
@@ -120,8 +123,9 @@ func Merge(cfgs ...*Config) (*Config, error) {
 }
 
 type parser struct {
-	file string
-	errs []error
+	file     string
+	errs     []error
+	replaces bool // a rate_limit with replaces was parsed
 }
 
 func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
@@ -193,6 +197,7 @@ func (p *parser) domain(n *yaml.Node) *Domain {
 		p.errorf(n, "config file has no domain")
 	}
 	d.Descriptors = p.descriptors(f["descriptors"], d.Name, d.index)
+	d.replaces = p.replaces
 	return d
 }
 
@@ -313,6 +318,7 @@ func (p *parser) rateLimit(n *yaml.Node, full string) *RateLimit {
 					p.errorf(e, "replaces entry has no name")
 				}
 				rl.Replaces = append(rl.Replaces, name)
+				p.replaces = true
 			}
 		}
 	}

@@ -65,6 +65,10 @@ func TestLoadFixtures(t *testing.T) {
 	if up.RateLimit.Name != "upload" || len(up.RateLimit.Replaces) != 1 || up.RateLimit.Limit.Period != 2*time.Hour {
 		t.Errorf("upload: %+v", up.RateLimit)
 	}
+	// Only domains with replaces have requests look for them.
+	if !c.Domains["api"].replaces || c.Domains["mongo_cps"].replaces || c.Domains["messaging"].replaces {
+		t.Error("replaces recorded for the wrong domains")
+	}
 	if sh := c.Match("api", []Entry{{"path", "/shadow"}}); !sh.ShadowMode {
 		t.Error("shadow_mode not loaded")
 	}

@@ -87,6 +87,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	case len(req.GetDescriptors()) == 0:
 		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
 	}
+	// Each descriptor is matched once, before any is decided: a matched
+	// limit that names others in replaces turns them off for this request,
+	// as in envoyproxy/ratelimit.
+	ms := make([]match, len(req.GetDescriptors()))
 	for i, d := range req.GetDescriptors() {
 		if len(d.GetEntries()) == 0 {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has no entries", i)
@@ -96,25 +100,27 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d entry %d has an empty key", i, j)
 			}
 		}
-	}
-	// A matched limit that names others in replaces turns them off for
-	// this request, as in envoyproxy/ratelimit.
-	replaced := map[string]bool{}
-	for _, d := range req.GetDescriptors() {
-		if d.GetLimit() != nil {
-			continue
+		ms[i].entries = entriesOf(d)
+		if d.GetLimit() == nil {
+			ms[i].node = cfg.Match(req.GetDomain(), ms[i].entries)
 		}
-		if node := cfg.Match(req.GetDomain(), entriesOf(d)); node != nil {
-			for _, name := range node.RateLimit.Replaces {
-				replaced[name] = true
+	}
+	var replaced map[string]bool
+	if cfg.Domains[req.GetDomain()].replaces {
+		replaced = map[string]bool{}
+		for _, m := range ms {
+			if m.node != nil {
+				for _, name := range m.node.RateLimit.Replaces {
+					replaced[name] = true
+				}
 			}
 		}
 	}
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
 	var policies []httplimit.Policy
 	var results []sluice.Result
-	for _, d := range req.GetDescriptors() {
-		st, lim, res, err := s.decide(ctx, cfg, req, d, replaced)
+	for i, d := range req.GetDescriptors() {
+		st, lim, res, err := s.decide(ctx, req, d, ms[i], replaced)
 		if err != nil {
 			return nil, err
 		}
@@ -137,11 +143,18 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	return resp, nil
 }
 
-// decide returns one descriptor's status and, when a counted limit applied,
-// the limit and its result.
-func (s *Service) decide(ctx context.Context, cfg *Config, req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor, replaced map[string]bool) (*rlsv3.RateLimitResponse_DescriptorStatus, *sluice.Limit, sluice.Result, error) {
+// match is a request descriptor's entries and the configured node they
+// match (nil for none, and for a limit override).
+type match struct {
+	entries []Entry
+	node    *Descriptor
+}
+
+// decide returns the status of descriptor d, matched as m, and, when a
+// counted limit applied, the limit and its result.
+func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor, m match, replaced map[string]bool) (*rlsv3.RateLimitResponse_DescriptorStatus, *sluice.Limit, sluice.Result, error) {
 	ok := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-	entries := entriesOf(d)
+	entries := m.entries
 	var (
 		lim    sluice.Limit
 		rl     *RateLimit
@@ -165,11 +178,10 @@ func (s *Service) decide(ctx context.Context, cfg *Config, req *rlsv3.RateLimitR
 			}
 		}
 	} else {
-		node := cfg.Match(req.GetDomain(), entries)
-		if node == nil {
+		if m.node == nil {
 			return ok, nil, sluice.Result{}, nil
 		}
-		rl, shadow = node.RateLimit, node.ShadowMode
+		rl, shadow = m.node.RateLimit, m.node.ShadowMode
 		if rl.Name != "" && replaced[rl.Name] {
 			return ok, nil, sluice.Result{}, nil // replaced: neither decided nor counted
 		}
