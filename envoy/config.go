@@ -8,8 +8,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-go/sluice"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-go/sluice"
 )
 
 // Config is a loaded envoyproxy/ratelimit configuration: one or more
@@ -65,6 +68,8 @@ type RateLimit struct {
 	// Limit is the sluice limit enforced for this node. Limit.Limit is 0
 	// when RequestsPerUnit is 0: every request is over the limit.
 	Limit sluice.Limit
+	// current is Unit as current_limit reports it.
+	current rlsv3.RateLimitResponse_RateLimit_Unit
 }
 
 // node is the lookup index of a descriptor level.
@@ -287,11 +292,53 @@ func (idx *node) lookup(key, value string) *node {
 	return idx.wildcard[key]
 }
 
-// units maps envoyproxy/ratelimit's units to periods. month and year,
-// whose length varies, are not supported.
-var units = map[string]time.Duration{
-	"second": time.Second, "minute": time.Minute, "hour": time.Hour,
-	"day": 24 * time.Hour, "week": 7 * 24 * time.Hour,
+// unit is one of envoyproxy/ratelimit's units: its name in a config file,
+// its period, and its values in the protocol.
+type unit struct {
+	name     string
+	period   time.Duration
+	current  rlsv3.RateLimitResponse_RateLimit_Unit // in a status's current_limit
+	override typev3.RateLimitUnit                   // in a limit override; UNKNOWN: none
+}
+
+// units lists envoyproxy/ratelimit's units. month and year, whose length
+// varies, are not supported.
+var units = [...]unit{
+	{"second", time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND, typev3.RateLimitUnit_SECOND},
+	{"minute", time.Minute, rlsv3.RateLimitResponse_RateLimit_MINUTE, typev3.RateLimitUnit_MINUTE},
+	{"hour", time.Hour, rlsv3.RateLimitResponse_RateLimit_HOUR, typev3.RateLimitUnit_HOUR},
+	{"day", 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_DAY, typev3.RateLimitUnit_DAY},
+	{"week", 7 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_WEEK, typev3.RateLimitUnit_UNKNOWN},
+}
+
+// unitNamed returns the unit a config file calls name.
+func unitNamed(name string) (unit, bool) {
+	for _, u := range units {
+		if u.name == name {
+			return u, true
+		}
+	}
+	return unit{}, false
+}
+
+// unitOfPeriod returns the unit whose period is d.
+func unitOfPeriod(d time.Duration) (unit, bool) {
+	for _, u := range units {
+		if u.period == d {
+			return u, true
+		}
+	}
+	return unit{}, false
+}
+
+// unitOfOverride returns the unit of a limit override.
+func unitOfOverride(o typev3.RateLimitUnit) (unit, bool) {
+	for _, u := range units {
+		if u.override == o && o != typev3.RateLimitUnit_UNKNOWN {
+			return u, true
+		}
+	}
+	return unit{}, false
 }
 
 func (p *parser) rateLimit(n *yaml.Node, full string) *RateLimit {
@@ -335,7 +382,7 @@ func (p *parser) rateLimit(n *yaml.Node, full string) *RateLimit {
 		}
 		return rl
 	}
-	period, ok := units[rl.Unit]
+	u, ok := unitNamed(rl.Unit)
 	if !ok {
 		at := n
 		if f["unit"] != nil {
@@ -344,6 +391,8 @@ func (p *parser) rateLimit(n *yaml.Node, full string) *RateLimit {
 		p.errorf(at, "invalid rate limit unit %q (second, minute, hour, day or week)", rl.Unit)
 		return rl
 	}
+	rl.current = u.current
+	period := u.period
 	if rl.UnitMultiplier > 1 {
 		period *= time.Duration(rl.UnitMultiplier)
 	}

@@ -3,11 +3,9 @@ package envoy
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"slices"
 	"sync/atomic"
-	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -43,7 +41,7 @@ const RuleEntry = "rule"
 type RulesService struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	lim   *sluice.Limiter
-	rules atomic.Pointer[map[string]*config.Rule]
+	rules atomic.Pointer[ruleSet]
 	obs   func(rule string, res sluice.MultiResult, shadow bool)
 }
 
@@ -79,11 +77,54 @@ func (s *RulesService) Update(f *config.File) {
 	if f != nil {
 		rules = slices.Clone(f.Rules)
 	}
-	m := make(map[string]*config.Rule, len(rules))
+	rs := &ruleSet{byName: make(map[string]*config.Rule, len(rules)), described: map[sluice.Limit]described{}}
 	for i := range rules {
-		m[rules[i].Name] = &rules[i]
+		r := &rules[i]
+		rs.byName[r.Name] = r
+		for _, l := range r.Limits {
+			rs.described[l] = describe(l)
+		}
+		for _, p := range r.Plans {
+			for _, l := range p.Limits {
+				rs.described[l] = describe(l)
+			}
+		}
 	}
-	s.rules.Store(&m)
+	s.rules.Store(rs)
+}
+
+// ruleSet is the rules a RulesService decides under, with what
+// current_limit says of each of their limits, computed once per Update.
+type ruleSet struct {
+	byName    map[string]*config.Rule
+	described map[sluice.Limit]described
+}
+
+// described is what current_limit says of a sluice limit besides its
+// number of requests.
+type described struct {
+	name string
+	unit rlsv3.RateLimitResponse_RateLimit_Unit
+}
+
+// describe names l by its name and parameters, and gives its period's unit
+// when the period is exactly one unit, else UNKNOWN.
+func describe(l sluice.Limit) described {
+	u, _ := unitOfPeriod(l.Period)
+	return described{name: l.Name + " (" + l.Named("").String() + ")", unit: u.current}
+}
+
+// currentLimit reports l to Envoy: its capacity per period.
+func (rs *ruleSet) currentLimit(l sluice.Limit) *rlsv3.RateLimitResponse_RateLimit {
+	d, ok := rs.described[l]
+	if !ok {
+		d = describe(l)
+	}
+	return &rlsv3.RateLimitResponse_RateLimit{
+		Name:            d.name,
+		RequestsPerUnit: uint32(min(int64(l.Limit), math.MaxUint32)),
+		Unit:            d.unit,
+	}
 }
 
 // ShouldRateLimit implements Envoy's rate limit service.
@@ -94,7 +135,7 @@ func (s *RulesService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 	if len(req.GetDescriptors()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "no descriptors")
 	}
-	rules := *s.rules.Load()
+	rules := s.rules.Load()
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
 	for i, d := range req.GetDescriptors() {
 		st, err := s.decide(ctx, rules, req, d)
@@ -109,12 +150,12 @@ func (s *RulesService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 	return resp, nil
 }
 
-func (s *RulesService) decide(ctx context.Context, rules map[string]*config.Rule, req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
+func (s *RulesService) decide(ctx context.Context, rules *ruleSet, req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
 	var rule *config.Rule
 	var client []Entry
 	for _, e := range d.GetEntries() {
 		if e.GetKey() == RuleEntry && rule == nil {
-			r, ok := rules[e.GetValue()]
+			r, ok := rules.byName[e.GetValue()]
 			if !ok {
 				return nil, status.Errorf(codes.InvalidArgument, "unknown rule %q", e.GetValue())
 			}
@@ -164,7 +205,7 @@ func (s *RulesService) decide(ctx context.Context, rules map[string]*config.Rule
 	bound := limits[res.Binding]
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{
 		Code:               rlsv3.RateLimitResponse_OK,
-		CurrentLimit:       ruleLimit(bound),
+		CurrentLimit:       rules.currentLimit(bound),
 		LimitRemaining:     uint32(min(max(int64(res.Remaining), 0), math.MaxUint32)),
 		DurationUntilReset: durationpb.New(res.ResetAfter),
 	}
@@ -172,22 +213,4 @@ func (s *RulesService) decide(ctx context.Context, rules map[string]*config.Rule
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	return st, nil
-}
-
-// ruleLimit describes a sluice limit to Envoy: its capacity per period,
-// in the unit the period is when it is one, else per second scaled.
-func ruleLimit(l sluice.Limit) *rlsv3.RateLimitResponse_RateLimit {
-	units := map[time.Duration]rlsv3.RateLimitResponse_RateLimit_Unit{
-		time.Second: rlsv3.RateLimitResponse_RateLimit_SECOND, time.Minute: rlsv3.RateLimitResponse_RateLimit_MINUTE,
-		time.Hour: rlsv3.RateLimitResponse_RateLimit_HOUR, 24 * time.Hour: rlsv3.RateLimitResponse_RateLimit_DAY,
-	}
-	unit, ok := units[l.Period]
-	if !ok {
-		unit = rlsv3.RateLimitResponse_RateLimit_UNKNOWN
-	}
-	return &rlsv3.RateLimitResponse_RateLimit{
-		Name:            fmt.Sprintf("%s (%s)", l.Name, l.Named("")),
-		RequestsPerUnit: uint32(min(int64(l.Limit), math.MaxUint32)),
-		Unit:            unit,
-	}
 }

@@ -44,7 +44,8 @@ rules:
 	for i, want := range []rlsv3.RateLimitResponse_Code{OK, OK, OVER} {
 		resp := login("203.0.113.7")
 		st := resp.Statuses[0]
-		if resp.OverallCode != want || st.CurrentLimit.GetRequestsPerUnit() != 2 || st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE {
+		if resp.OverallCode != want || st.CurrentLimit.GetRequestsPerUnit() != 2 || st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE ||
+			st.CurrentLimit.GetName() != "login-1m (sliding_window 2/1m0s)" {
 			t.Fatalf("login %d: %v %v, want %v with 2 per minute", i+1, resp.OverallCode, st, want)
 		}
 	}

@@ -13,7 +13,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -162,14 +161,15 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, d *co
 		label  string // for the observer: bounded, unlike an override's name
 	)
 	if o := d.GetLimit(); o != nil {
-		period, unit, good := overrideUnit(o.GetUnit())
+		u, good := unitOfOverride(o.GetUnit())
 		if !good {
 			return nil, nil, sluice.Result{}, status.Errorf(codes.InvalidArgument, "limit override unit %s is not supported", o.GetUnit())
 		}
+		period := u.period
 		if m := o.GetUnitMultiplier().GetValue(); m > 1 {
 			period *= time.Duration(m)
 		}
-		rl = &RateLimit{Unit: unit, RequestsPerUnit: o.GetRequestsPerUnit(), UnitMultiplier: o.GetUnitMultiplier().GetValue()}
+		rl = &RateLimit{Unit: u.name, RequestsPerUnit: o.GetRequestsPerUnit(), UnitMultiplier: o.GetUnitMultiplier().GetValue(), current: u.current}
 		lim = sluice.Limit{Algorithm: sluice.FixedWindow, Limit: int(o.GetRequestsPerUnit()), Period: period, Name: limitName("override." + req.GetDomain() + "." + entryPath(entries))}
 		label = limitName("override." + req.GetDomain())
 		if o.GetRequestsPerUnit() > 0 {
@@ -239,33 +239,14 @@ func storeError(err error) error {
 // currentLimit reports rl to Envoy, named by its rate_limit name if it has
 // one, else by the sluice Limit name.
 func currentLimit(rl *RateLimit, name string) *rlsv3.RateLimitResponse_RateLimit {
-	units := map[string]rlsv3.RateLimitResponse_RateLimit_Unit{
-		"second": rlsv3.RateLimitResponse_RateLimit_SECOND, "minute": rlsv3.RateLimitResponse_RateLimit_MINUTE,
-		"hour": rlsv3.RateLimitResponse_RateLimit_HOUR, "day": rlsv3.RateLimitResponse_RateLimit_DAY,
-		"week": rlsv3.RateLimitResponse_RateLimit_WEEK,
-	}
 	if rl.Name != "" {
 		name = rl.Name
 	}
-	c := &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: rl.RequestsPerUnit, Unit: units[rl.Unit]}
+	c := &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: rl.RequestsPerUnit, Unit: rl.current}
 	if rl.UnitMultiplier > 1 {
 		c.UnitMultiplier = wrapperspb.UInt32(rl.UnitMultiplier)
 	}
 	return c
-}
-
-func overrideUnit(u typev3.RateLimitUnit) (time.Duration, string, bool) {
-	switch u {
-	case typev3.RateLimitUnit_SECOND:
-		return time.Second, "second", true
-	case typev3.RateLimitUnit_MINUTE:
-		return time.Minute, "minute", true
-	case typev3.RateLimitUnit_HOUR:
-		return time.Hour, "hour", true
-	case typev3.RateLimitUnit_DAY:
-		return 24 * time.Hour, "day", true
-	}
-	return 0, "", false
 }
 
 // storageKey builds the store key of a request descriptor: the domain and

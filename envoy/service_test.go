@@ -328,6 +328,10 @@ func TestInvalidArgument(t *testing.T) {
 		{&rlsv3.RateLimitRequest{Domain: "api"}, "descriptor list must not be empty"},
 		{&rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*commonv3.RateLimitDescriptor{desc()}}, "descriptor 0 has no entries"},
 		{&rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*commonv3.RateLimitDescriptor{desc("a", "b"), desc("", "b")}}, "descriptor 1 entry 0 has an empty key"},
+		{&rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*commonv3.RateLimitDescriptor{{
+			Entries: desc("a", "b").Entries,
+			Limit:   &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_MONTH},
+		}}}, "limit override unit MONTH is not supported"},
 	}
 	for _, tc := range cases {
 		_, err := f.client.ShouldRateLimit(context.Background(), tc.req)
