@@ -67,9 +67,6 @@ func NewService(lim *sluice.Limiter, cfg *Config, opts ...ServiceOption) *Servic
 // under the one they started with.
 func (s *Service) Update(cfg *Config) { s.cfg.Store(cfg) }
 
-// Config returns the configuration in use.
-func (s *Service) Config() *Config { return s.cfg.Load() }
-
 // Register registers s on g.
 func Register(g *grpc.Server, s rlsv3.RateLimitServiceServer) {
 	rlsv3.RegisterRateLimitServiceServer(g, s)

@@ -368,8 +368,8 @@ func TestUpdate(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.svc.Update(c)
-	if f.svc.Config() != c {
-		t.Fatal("Config after Update")
+	if f.svc.cfg.Load() != c {
+		t.Fatal("configuration in use after Update is not the new one")
 	}
 	f.call(t, "mongo_cps", 0, desc("database", "default"))
 	if r := f.call(t, "mongo_cps", 0, desc("database", "default")); r.OverallCode != OVER {
