@@ -25,7 +25,9 @@ type Config struct {
 
 // Domain is the root of one domain's descriptor tree.
 type Domain struct {
-	Name        string
+	// Name is the domain, as Envoy's requests name it.
+	Name string
+	// Descriptors are the tree's top-level nodes, in file order.
 	Descriptors []*Descriptor
 	index       *node
 	// replaces tells whether any of the domain's limits replaces others,
@@ -36,7 +38,10 @@ type Domain struct {
 // Descriptor is one node of the tree: a key, an optional value (empty:
 // matches any value of the key), an optional rate limit and children.
 type Descriptor struct {
-	Key   string
+	// Key is the descriptor entry key the node matches.
+	Key string
+	// Value is the entry value it matches: exactly, or as a prefix when it
+	// ends in '*', or any value when empty.
 	Value string
 	// RateLimit is nil when the node only groups children.
 	RateLimit *RateLimit
@@ -44,7 +49,9 @@ type Descriptor struct {
 	ShadowMode bool
 	// DetailedMetric is accepted for compatibility and ignored.
 	DetailedMetric bool
-	Descriptors    []*Descriptor
+	// Descriptors are the node's children, matched by the request's next
+	// entry, in file order.
+	Descriptors []*Descriptor
 	// File and Line locate the node in its file.
 	File string
 	Line int
@@ -53,7 +60,9 @@ type Descriptor struct {
 // RateLimit is a descriptor's rate_limit block.
 type RateLimit struct {
 	// Unit is second, minute, hour, day or week, as written.
-	Unit            string
+	Unit string
+	// RequestsPerUnit is the number of requests admitted per unit (times
+	// UnitMultiplier); 0 blocks every request.
 	RequestsPerUnit uint32
 	// UnitMultiplier multiplies the unit (0 or 1: one unit).
 	UnitMultiplier uint32
@@ -61,7 +70,8 @@ type RateLimit struct {
 	Unlimited bool
 	// Name identifies the limit for Replaces: a matched limit turns off,
 	// for its request, the matched limits it names.
-	Name     string
+	Name string
+	// Replaces names the limits this one turns off when both match.
 	Replaces []string
 	// Algorithm is sluice's extension: fixed_window by default.
 	Algorithm sluice.Algorithm
@@ -441,4 +451,9 @@ func (c *Config) Match(domain string, entries []Entry) *Descriptor {
 }
 
 // Entry is one key/value pair of a request descriptor.
-type Entry struct{ Key, Value string }
+type Entry struct {
+	// Key is the entry's key, such as "remote_address".
+	Key string
+	// Value is the entry's value, such as "192.0.2.1".
+	Value string
+}
