@@ -8,8 +8,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-go/sluice"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-go/sluice"
 )
 
 // Config is a loaded envoyproxy/ratelimit configuration: one or more
@@ -22,15 +25,23 @@ type Config struct {
 
 // Domain is the root of one domain's descriptor tree.
 type Domain struct {
-	Name        string
+	// Name is the domain, as Envoy's requests name it.
+	Name string
+	// Descriptors are the tree's top-level nodes, in file order.
 	Descriptors []*Descriptor
 	index       *node
+	// replaces tells whether any of the domain's limits replaces others,
+	// so that requests to a domain without any skip looking for them.
+	replaces bool
 }
 
 // Descriptor is one node of the tree: a key, an optional value (empty:
 // matches any value of the key), an optional rate limit and children.
 type Descriptor struct {
-	Key   string
+	// Key is the descriptor entry key the node matches.
+	Key string
+	// Value is the entry value it matches: exactly, or as a prefix when it
+	// ends in '*', or any value when empty.
 	Value string
 	// RateLimit is nil when the node only groups children.
 	RateLimit *RateLimit
@@ -38,7 +49,9 @@ type Descriptor struct {
 	ShadowMode bool
 	// DetailedMetric is accepted for compatibility and ignored.
 	DetailedMetric bool
-	Descriptors    []*Descriptor
+	// Descriptors are the node's children, matched by the request's next
+	// entry, in file order.
+	Descriptors []*Descriptor
 	// File and Line locate the node in its file.
 	File string
 	Line int
@@ -47,7 +60,9 @@ type Descriptor struct {
 // RateLimit is a descriptor's rate_limit block.
 type RateLimit struct {
 	// Unit is second, minute, hour, day or week, as written.
-	Unit            string
+	Unit string
+	// RequestsPerUnit is the number of requests admitted per unit (times
+	// UnitMultiplier); 0 blocks every request.
 	RequestsPerUnit uint32
 	// UnitMultiplier multiplies the unit (0 or 1: one unit).
 	UnitMultiplier uint32
@@ -55,13 +70,16 @@ type RateLimit struct {
 	Unlimited bool
 	// Name identifies the limit for Replaces: a matched limit turns off,
 	// for its request, the matched limits it names.
-	Name     string
+	Name string
+	// Replaces names the limits this one turns off when both match.
 	Replaces []string
 	// Algorithm is sluice's extension: fixed_window by default.
 	Algorithm sluice.Algorithm
 	// Limit is the sluice limit enforced for this node. Limit.Limit is 0
 	// when RequestsPerUnit is 0: every request is over the limit.
 	Limit sluice.Limit
+	// current is Unit as current_limit reports it.
+	current rlsv3.RateLimitResponse_RateLimit_Unit
 }
 
 // node is the lookup index of a descriptor level.
@@ -120,8 +138,9 @@ func Merge(cfgs ...*Config) (*Config, error) {
 }
 
 type parser struct {
-	file string
-	errs []error
+	file     string
+	errs     []error
+	replaces bool // a rate_limit with replaces was parsed
 }
 
 func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
@@ -193,6 +212,7 @@ func (p *parser) domain(n *yaml.Node) *Domain {
 		p.errorf(n, "config file has no domain")
 	}
 	d.Descriptors = p.descriptors(f["descriptors"], d.Name, d.index)
+	d.replaces = p.replaces
 	return d
 }
 
@@ -282,11 +302,53 @@ func (idx *node) lookup(key, value string) *node {
 	return idx.wildcard[key]
 }
 
-// units maps envoyproxy/ratelimit's units to periods. month and year,
-// whose length varies, are not supported.
-var units = map[string]time.Duration{
-	"second": time.Second, "minute": time.Minute, "hour": time.Hour,
-	"day": 24 * time.Hour, "week": 7 * 24 * time.Hour,
+// unit is one of envoyproxy/ratelimit's units: its name in a config file,
+// its period, and its values in the protocol.
+type unit struct {
+	name     string
+	period   time.Duration
+	current  rlsv3.RateLimitResponse_RateLimit_Unit // in a status's current_limit
+	override typev3.RateLimitUnit                   // in a limit override; UNKNOWN: none
+}
+
+// units lists envoyproxy/ratelimit's units. month and year, whose length
+// varies, are not supported.
+var units = [...]unit{
+	{"second", time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND, typev3.RateLimitUnit_SECOND},
+	{"minute", time.Minute, rlsv3.RateLimitResponse_RateLimit_MINUTE, typev3.RateLimitUnit_MINUTE},
+	{"hour", time.Hour, rlsv3.RateLimitResponse_RateLimit_HOUR, typev3.RateLimitUnit_HOUR},
+	{"day", 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_DAY, typev3.RateLimitUnit_DAY},
+	{"week", 7 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_WEEK, typev3.RateLimitUnit_UNKNOWN},
+}
+
+// unitNamed returns the unit a config file calls name.
+func unitNamed(name string) (unit, bool) {
+	for _, u := range units {
+		if u.name == name {
+			return u, true
+		}
+	}
+	return unit{}, false
+}
+
+// unitOfPeriod returns the unit whose period is d.
+func unitOfPeriod(d time.Duration) (unit, bool) {
+	for _, u := range units {
+		if u.period == d {
+			return u, true
+		}
+	}
+	return unit{}, false
+}
+
+// unitOfOverride returns the unit of a limit override.
+func unitOfOverride(o typev3.RateLimitUnit) (unit, bool) {
+	for _, u := range units {
+		if u.override == o && o != typev3.RateLimitUnit_UNKNOWN {
+			return u, true
+		}
+	}
+	return unit{}, false
 }
 
 func (p *parser) rateLimit(n *yaml.Node, full string) *RateLimit {
@@ -313,6 +375,7 @@ func (p *parser) rateLimit(n *yaml.Node, full string) *RateLimit {
 					p.errorf(e, "replaces entry has no name")
 				}
 				rl.Replaces = append(rl.Replaces, name)
+				p.replaces = true
 			}
 		}
 	}
@@ -329,7 +392,7 @@ func (p *parser) rateLimit(n *yaml.Node, full string) *RateLimit {
 		}
 		return rl
 	}
-	period, ok := units[rl.Unit]
+	u, ok := unitNamed(rl.Unit)
 	if !ok {
 		at := n
 		if f["unit"] != nil {
@@ -338,6 +401,8 @@ func (p *parser) rateLimit(n *yaml.Node, full string) *RateLimit {
 		p.errorf(at, "invalid rate limit unit %q (second, minute, hour, day or week)", rl.Unit)
 		return rl
 	}
+	rl.current = u.current
+	period := u.period
 	if rl.UnitMultiplier > 1 {
 		period *= time.Duration(rl.UnitMultiplier)
 	}
@@ -386,4 +451,9 @@ func (c *Config) Match(domain string, entries []Entry) *Descriptor {
 }
 
 // Entry is one key/value pair of a request descriptor.
-type Entry struct{ Key, Value string }
+type Entry struct {
+	// Key is the entry's key, such as "remote_address".
+	Key string
+	// Value is the entry's value, such as "192.0.2.1".
+	Value string
+}

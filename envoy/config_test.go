@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+
 	"github.com/sluice-go/sluice"
 )
 
@@ -65,6 +68,10 @@ func TestLoadFixtures(t *testing.T) {
 	if up.RateLimit.Name != "upload" || len(up.RateLimit.Replaces) != 1 || up.RateLimit.Limit.Period != 2*time.Hour {
 		t.Errorf("upload: %+v", up.RateLimit)
 	}
+	// Only domains with replaces have requests look for them.
+	if !c.Domains["api"].replaces || c.Domains["mongo_cps"].replaces || c.Domains["messaging"].replaces {
+		t.Error("replaces recorded for the wrong domains")
+	}
 	if sh := c.Match("api", []Entry{{"path", "/shadow"}}); !sh.ShadowMode {
 		t.Error("shadow_mode not loaded")
 	}
@@ -123,5 +130,45 @@ func TestLimitName(t *testing.T) {
 	}
 	if err := (sluice.Limit{Limit: 1, Period: time.Second, Name: limitName("x.é/ü")}).Validate(); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestUnits: one table gives each unit's name, period and protocol values.
+func TestUnits(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		period   time.Duration
+		current  rlsv3.RateLimitResponse_RateLimit_Unit
+		override typev3.RateLimitUnit
+	}{
+		{"second", time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND, typev3.RateLimitUnit_SECOND},
+		{"minute", time.Minute, rlsv3.RateLimitResponse_RateLimit_MINUTE, typev3.RateLimitUnit_MINUTE},
+		{"hour", time.Hour, rlsv3.RateLimitResponse_RateLimit_HOUR, typev3.RateLimitUnit_HOUR},
+		{"day", 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_DAY, typev3.RateLimitUnit_DAY},
+		{"week", 7 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_WEEK, typev3.RateLimitUnit_UNKNOWN},
+	} {
+		u, ok := unitNamed(tt.name)
+		if !ok || u.period != tt.period || u.current != tt.current || u.override != tt.override {
+			t.Errorf("unitNamed(%q) = %+v, %v", tt.name, u, ok)
+		}
+		if u, ok := unitOfPeriod(tt.period); !ok || u.name != tt.name {
+			t.Errorf("unitOfPeriod(%v) = %+v, %v; want %s", tt.period, u, ok, tt.name)
+		}
+		if u, ok := unitOfOverride(tt.override); ok != (tt.override != typev3.RateLimitUnit_UNKNOWN) || ok && u.name != tt.name {
+			t.Errorf("unitOfOverride(%v) = %+v, %v", tt.override, u, ok)
+		}
+	}
+	for _, name := range []string{"month", "year", "Second", ""} {
+		if _, ok := unitNamed(name); ok {
+			t.Errorf("unitNamed(%q) found a unit", name)
+		}
+	}
+	if _, ok := unitOfPeriod(90 * time.Second); ok {
+		t.Error("unitOfPeriod(90s) found a unit")
+	}
+	for _, o := range []typev3.RateLimitUnit{typev3.RateLimitUnit_MONTH, typev3.RateLimitUnit_YEAR} {
+		if _, ok := unitOfOverride(o); ok {
+			t.Errorf("unitOfOverride(%v) found a unit", o)
+		}
 	}
 }

@@ -2,16 +2,13 @@ package envoy
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-go/sluice"
@@ -39,20 +36,7 @@ rules:
 	}
 	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	svc := NewRulesService(sluice.New(memory.New(), sluice.WithClock(clk.Now)), f)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	Register(g, svc)
-	go g.Serve(ln)
-	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	fx := &fixture{client: rlsv3.NewRateLimitServiceClient(conn)}
+	fx := &fixture{client: serve(t, svc)}
 
 	login := func(addr string) *rlsv3.RateLimitResponse {
 		return fx.call(t, "edge", 0, desc("rule", "login", "remote_address", addr))
@@ -60,7 +44,8 @@ rules:
 	for i, want := range []rlsv3.RateLimitResponse_Code{OK, OK, OVER} {
 		resp := login("203.0.113.7")
 		st := resp.Statuses[0]
-		if resp.OverallCode != want || st.CurrentLimit.GetRequestsPerUnit() != 2 || st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE {
+		if resp.OverallCode != want || st.CurrentLimit.GetRequestsPerUnit() != 2 || st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE ||
+			st.CurrentLimit.GetName() != "login-1m (sliding_window 2/1m0s)" {
 			t.Fatalf("login %d: %v %v, want %v with 2 per minute", i+1, resp.OverallCode, st, want)
 		}
 	}
@@ -140,5 +125,97 @@ descriptors:
 	// never counted above.
 	if a, b := ask(desc("client", "acme")).OverallCode, ask(desc("client", "acme")).OverallCode; a != OK || b != OVER {
 		t.Errorf("plain client: %v then %v, want OK then OVER_LIMIT", a, b)
+	}
+}
+
+// TestRulesServiceNilAndCopy: a nil File means no rules, as in server.New
+// and server.Update, and the service keeps its own copy of the rule list,
+// so that the caller changing its File changes nothing.
+func TestRulesServiceNilAndCopy(t *testing.T) {
+	lim := sluice.New(memory.New())
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("rule", "login", "remote_address", "192.0.2.1")}}
+	svc := NewRulesService(lim, nil)
+	if _, err := svc.ShouldRateLimit(context.Background(), req); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `unknown rule "login"`) {
+		t.Errorf("no rules: %v, want InvalidArgument, unknown rule", err)
+	}
+	f, err := config.Parse("sluice.yaml", []byte("rules:\n  - {name: login, key: ip, limit: 1, period: 1h}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Update(f)
+	f.Rules[0].Shadow = true // the caller's copy, not the service's
+	for i, want := range []rlsv3.RateLimitResponse_Code{OK, OVER} {
+		resp, err := svc.ShouldRateLimit(context.Background(), req)
+		if err != nil || resp.OverallCode != want {
+			t.Fatalf("request %d: %v, %v; want %v", i+1, resp, err, want)
+		}
+	}
+	svc.Update(nil)
+	if _, err := svc.ShouldRateLimit(context.Background(), req); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("after Update(nil): %v, want InvalidArgument", err)
+	}
+}
+
+// TestRulesServicePlans: plans match the client when one entry identifies
+// it; a client of several entries gets the rule's own limits, whatever a
+// plan's prefixes.
+func TestRulesServicePlans(t *testing.T) {
+	f, err := config.Parse("sluice.yaml", []byte(`
+rules:
+  - name: api
+    key: ip
+    limit: 1
+    period: 1h
+    plans:
+      - {name: all, prefixes: ["envoy:", "1"], limit: 5, period: 1h}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := NewRulesService(sluice.New(memory.New()), f)
+	for _, tt := range []struct {
+		d    *commonv3.RateLimitDescriptor
+		want uint32
+	}{
+		{desc("rule", "api", "remote_address", "10.0.0.1"), 5},
+		{desc("rule", "api", "remote_address", "10.0.0.1", "user", "ann"), 1},
+		{desc("rule", "api"), 1},
+	} {
+		resp, err := svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{tt.d}})
+		if err != nil || resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != tt.want {
+			t.Errorf("%v: %v, %v; want %d per hour", tt.d, resp, err, tt.want)
+		}
+	}
+}
+
+// canceledStore fails every decision with its context's error.
+type canceledStore struct{}
+
+func (canceledStore) Take(ctx context.Context, _ sluice.Request) ([]sluice.Result, error) {
+	return nil, ctx.Err()
+}
+
+func (canceledStore) Reset(context.Context, string, ...sluice.Limit) error { return nil }
+
+// TestCanceled: both services answer Canceled, not Unavailable, when the
+// caller gave up.
+func TestCanceled(t *testing.T) {
+	f, err := config.Parse("sluice.yaml", []byte("rules:\n  - {name: login, key: ip, limit: 1, period: 1h}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := sluice.New(canceledStore{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for name, tt := range map[string]struct {
+		svc rlsv3.RateLimitServiceServer
+		req *rlsv3.RateLimitRequest
+	}{
+		"Service":      {NewService(lim, mustLoad(t, "database.yaml")), &rlsv3.RateLimitRequest{Domain: "mongo_cps", Descriptors: []*commonv3.RateLimitDescriptor{desc("database", "default")}}},
+		"RulesService": {NewRulesService(lim, f), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("rule", "login", "remote_address", "192.0.2.1")}}},
+	} {
+		if _, err := tt.svc.ShouldRateLimit(ctx, tt.req); status.Code(err) != codes.Canceled {
+			t.Errorf("%s: %v, want Canceled", name, err)
+		}
 	}
 }

@@ -13,7 +13,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -35,9 +34,13 @@ type Service struct {
 	obs     func(rule string, res sluice.MultiResult, shadow bool)
 }
 
-// WithObserver registers f to be told of every counted decision: the
-// limit's name, its result, and whether the descriptor is in shadow mode
-// (for metrics).
+// WithObserver registers f to be told of every counted decision: a label
+// for the limit, its result, and whether the descriptor is in shadow mode
+// (for metrics). The label is the limit's name for a configured descriptor
+// ("<domain>.<key>[_<value>]...", per node of the configuration, never per
+// request value) and "override.<domain>" for every limit override a
+// request carries, so that the labels are as few as the configuration's
+// nodes. (RulesService's observer gets the rule's name instead.)
 func WithObserver(f func(rule string, res sluice.MultiResult, shadow bool)) ServiceOption {
 	return func(s *Service) { s.obs = f }
 }
@@ -64,9 +67,6 @@ func NewService(lim *sluice.Limiter, cfg *Config, opts ...ServiceOption) *Servic
 // under the one they started with.
 func (s *Service) Update(cfg *Config) { s.cfg.Store(cfg) }
 
-// Config returns the configuration in use.
-func (s *Service) Config() *Config { return s.cfg.Load() }
-
 // Register registers s on g.
 func Register(g *grpc.Server, s rlsv3.RateLimitServiceServer) {
 	rlsv3.RegisterRateLimitServiceServer(g, s)
@@ -83,6 +83,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	case len(req.GetDescriptors()) == 0:
 		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
 	}
+	// Each descriptor is matched once, before any is decided: a matched
+	// limit that names others in replaces turns them off for this request,
+	// as in envoyproxy/ratelimit.
+	ms := make([]match, len(req.GetDescriptors()))
 	for i, d := range req.GetDescriptors() {
 		if len(d.GetEntries()) == 0 {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has no entries", i)
@@ -92,25 +96,27 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d entry %d has an empty key", i, j)
 			}
 		}
-	}
-	// A matched limit that names others in replaces turns them off for
-	// this request, as in envoyproxy/ratelimit.
-	replaced := map[string]bool{}
-	for _, d := range req.GetDescriptors() {
-		if d.GetLimit() != nil {
-			continue
+		ms[i].entries = entriesOf(d)
+		if d.GetLimit() == nil {
+			ms[i].node = cfg.Match(req.GetDomain(), ms[i].entries)
 		}
-		if node := cfg.Match(req.GetDomain(), entriesOf(d)); node != nil {
-			for _, name := range node.RateLimit.Replaces {
-				replaced[name] = true
+	}
+	var replaced map[string]bool
+	if cfg.Domains[req.GetDomain()].replaces {
+		replaced = map[string]bool{}
+		for _, m := range ms {
+			if m.node != nil {
+				for _, name := range m.node.RateLimit.Replaces {
+					replaced[name] = true
+				}
 			}
 		}
 	}
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
 	var policies []sluice.Limit
 	var results []sluice.Result
-	for _, d := range req.GetDescriptors() {
-		st, lim, res, err := s.decide(ctx, cfg, req, d, replaced)
+	for i, d := range req.GetDescriptors() {
+		st, lim, res, err := s.decide(ctx, req, d, ms[i], replaced)
 		if err != nil {
 			return nil, err
 		}
@@ -133,37 +139,46 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	return resp, nil
 }
 
-// decide returns one descriptor's status and, when a counted limit applied,
-// the limit and its result.
-func (s *Service) decide(ctx context.Context, cfg *Config, req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor, replaced map[string]bool) (*rlsv3.RateLimitResponse_DescriptorStatus, *sluice.Limit, sluice.Result, error) {
+// match is a request descriptor's entries and the configured node they
+// match (nil for none, and for a limit override).
+type match struct {
+	entries []Entry
+	node    *Descriptor
+}
+
+// decide returns the status of descriptor d, matched as m, and, when a
+// counted limit applied, the limit and its result.
+func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor, m match, replaced map[string]bool) (*rlsv3.RateLimitResponse_DescriptorStatus, *sluice.Limit, sluice.Result, error) {
 	ok := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-	entries := entriesOf(d)
+	entries := m.entries
 	var (
 		lim    sluice.Limit
 		rl     *RateLimit
 		shadow bool
+		label  string // for the observer: bounded, unlike an override's name
 	)
 	if o := d.GetLimit(); o != nil {
-		period, unit, good := overrideUnit(o.GetUnit())
+		u, good := unitOfOverride(o.GetUnit())
 		if !good {
 			return nil, nil, sluice.Result{}, status.Errorf(codes.InvalidArgument, "limit override unit %s is not supported", o.GetUnit())
 		}
+		period := u.period
 		if m := o.GetUnitMultiplier().GetValue(); m > 1 {
 			period *= time.Duration(m)
 		}
-		rl = &RateLimit{Unit: unit, RequestsPerUnit: o.GetRequestsPerUnit(), UnitMultiplier: o.GetUnitMultiplier().GetValue()}
+		rl = &RateLimit{Unit: u.name, RequestsPerUnit: o.GetRequestsPerUnit(), UnitMultiplier: o.GetUnitMultiplier().GetValue(), current: u.current}
 		lim = sluice.Limit{Algorithm: sluice.FixedWindow, Limit: int(o.GetRequestsPerUnit()), Period: period, Name: limitName("override." + req.GetDomain() + "." + entryPath(entries))}
+		label = limitName("override." + req.GetDomain())
 		if o.GetRequestsPerUnit() > 0 {
 			if err := lim.Validate(); err != nil {
 				return nil, nil, sluice.Result{}, status.Errorf(codes.InvalidArgument, "limit override: %v", err)
 			}
 		}
 	} else {
-		node := cfg.Match(req.GetDomain(), entries)
-		if node == nil {
+		if m.node == nil {
 			return ok, nil, sluice.Result{}, nil
 		}
-		rl, shadow = node.RateLimit, node.ShadowMode
+		rl, shadow = m.node.RateLimit, m.node.ShadowMode
 		if rl.Name != "" && replaced[rl.Name] {
 			return ok, nil, sluice.Result{}, nil // replaced: neither decided nor counted
 		}
@@ -171,7 +186,7 @@ func (s *Service) decide(ctx context.Context, cfg *Config, req *rlsv3.RateLimitR
 			ok.LimitRemaining = math.MaxUint32
 			return ok, nil, sluice.Result{}, nil
 		}
-		lim = rl.Limit
+		lim, label = rl.Limit, rl.Limit.Name
 	}
 	cost := int(req.GetHitsAddend())
 	if h := d.GetHitsAddend().GetValue(); h > 0 {
@@ -193,15 +208,12 @@ func (s *Service) decide(ctx context.Context, cfg *Config, req *rlsv3.RateLimitR
 		var err error
 		res, err = s.lim.AllowN(ctx, storageKey(req.GetDomain(), entries), lim, n)
 		if err != nil {
-			if errors.Is(err, context.Canceled) {
-				return nil, nil, res, status.FromContextError(err).Err()
-			}
-			return nil, nil, res, status.Errorf(codes.Unavailable, "rate limit store: %v", err)
+			return nil, nil, res, storeError(err)
 		}
 		if n != cost {
 			res.Allowed = false
 		}
-		s.obs(lim.Name, sluice.MultiResult{Result: res, Results: []sluice.Result{res}}, shadow)
+		s.obs(label, sluice.MultiResult{Result: res, Results: []sluice.Result{res}}, shadow)
 	}
 	st.LimitRemaining = uint32(min(max(int64(res.Remaining), 0), math.MaxUint32))
 	st.DurationUntilReset = durationpb.New(res.ResetAfter)
@@ -211,36 +223,27 @@ func (s *Service) decide(ctx context.Context, cfg *Config, req *rlsv3.RateLimitR
 	return st, &lim, res, nil
 }
 
+// storeError maps an error of the Limiter to a gRPC status: Canceled when
+// the caller gave up, else Unavailable, leaving the choice to Envoy's
+// failure_mode_deny.
+func storeError(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return status.FromContextError(err).Err()
+	}
+	return status.Errorf(codes.Unavailable, "rate limit store: %v", err)
+}
+
 // currentLimit reports rl to Envoy, named by its rate_limit name if it has
 // one, else by the sluice Limit name.
 func currentLimit(rl *RateLimit, name string) *rlsv3.RateLimitResponse_RateLimit {
-	units := map[string]rlsv3.RateLimitResponse_RateLimit_Unit{
-		"second": rlsv3.RateLimitResponse_RateLimit_SECOND, "minute": rlsv3.RateLimitResponse_RateLimit_MINUTE,
-		"hour": rlsv3.RateLimitResponse_RateLimit_HOUR, "day": rlsv3.RateLimitResponse_RateLimit_DAY,
-		"week": rlsv3.RateLimitResponse_RateLimit_WEEK,
-	}
 	if rl.Name != "" {
 		name = rl.Name
 	}
-	c := &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: rl.RequestsPerUnit, Unit: units[rl.Unit]}
+	c := &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: rl.RequestsPerUnit, Unit: rl.current}
 	if rl.UnitMultiplier > 1 {
 		c.UnitMultiplier = wrapperspb.UInt32(rl.UnitMultiplier)
 	}
 	return c
-}
-
-func overrideUnit(u typev3.RateLimitUnit) (time.Duration, string, bool) {
-	switch u {
-	case typev3.RateLimitUnit_SECOND:
-		return time.Second, "second", true
-	case typev3.RateLimitUnit_MINUTE:
-		return time.Minute, "minute", true
-	case typev3.RateLimitUnit_HOUR:
-		return time.Hour, "hour", true
-	case typev3.RateLimitUnit_DAY:
-		return 24 * time.Hour, "day", true
-	}
-	return 0, "", false
 }
 
 // storageKey builds the store key of a request descriptor: the domain and

@@ -3,6 +3,7 @@ package envoy
 import (
 	"context"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/config"
 	"github.com/sluice-go/sluice/store/memory"
 )
 
@@ -47,6 +49,13 @@ func start(t *testing.T, opts ...ServiceOption) *fixture {
 	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 250e6, time.UTC)}
 	lim := sluice.New(memory.New(), sluice.WithClock(clk.Now))
 	svc := NewService(lim, mustLoad(t, "database.yaml", "messaging.yaml", "edge.yaml", "features.yaml"), opts...)
+	return &fixture{client: serve(t, svc), svc: svc, clock: clk}
+}
+
+// serve serves svc on a loopback port until the test ends and returns a
+// client connected to it.
+func serve(t *testing.T, svc rlsv3.RateLimitServiceServer) rlsv3.RateLimitServiceClient {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +69,7 @@ func start(t *testing.T, opts ...ServiceOption) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &fixture{client: rlsv3.NewRateLimitServiceClient(conn), svc: svc, clock: clk}
+	return rlsv3.NewRateLimitServiceClient(conn)
 }
 
 func desc(kv ...string) *commonv3.RateLimitDescriptor {
@@ -211,6 +220,42 @@ func TestHitsAddend(t *testing.T) {
 	}
 }
 
+// TestRulesHitsAddend: in RulesService too, a hits_addend above what a
+// limit can ever admit is OVER_LIMIT, consuming nothing, not an error
+// (which Envoy, failing open by default, would admit).
+func TestRulesHitsAddend(t *testing.T) {
+	f, err := config.Parse("sluice.yaml", []byte(`
+rules:
+  - name: login
+    key: ip
+    limits:
+      - {limit: 10, period: 1s}
+      - {limit: 2, period: 1m}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	fx := &fixture{client: serve(t, NewRulesService(sluice.New(memory.New(), sluice.WithClock(clk.Now)), f))}
+	over := func(r *rlsv3.RateLimitResponse) bool {
+		st := r.Statuses[0]
+		return r.OverallCode == OVER && st.Code == OVER && st.LimitRemaining == 2 &&
+			st.CurrentLimit.GetRequestsPerUnit() == 2 && st.CurrentLimit.GetUnit() == rlsv3.RateLimitResponse_RateLimit_MINUTE
+	}
+	if r := fx.call(t, "edge", 3, desc("rule", "login", "remote_address", "192.0.2.9")); !over(r) {
+		t.Errorf("hits_addend 3 of 2: %v, want OVER_LIMIT by the 2 per minute, 2 remaining", r)
+	}
+	d := desc("rule", "login", "remote_address", "192.0.2.9")
+	d.HitsAddend = wrapperspb.UInt64(3)
+	if r := fx.call(t, "edge", 0, d); !over(r) {
+		t.Errorf("descriptor hits_addend 3 of 2: %v, want OVER_LIMIT, 2 remaining", r)
+	}
+	// Nothing was consumed.
+	if r := fx.call(t, "edge", 2, desc("rule", "login", "remote_address", "192.0.2.9")); r.OverallCode != OK || r.Statuses[0].LimitRemaining != 0 {
+		t.Errorf("cost 2 after the refusals: %v, want OK, 0 remaining", r)
+	}
+}
+
 func TestAlgorithmAndMultiplier(t *testing.T) {
 	f := start(t)
 	// token_bucket 60/min: a full bucket of 60, then one token a second.
@@ -244,6 +289,34 @@ func TestLimitOverride(t *testing.T) {
 	}
 }
 
+// TestOverrideLabel: the observer labels limit overrides by domain, not
+// by the request's values, so that metrics keep one series per domain
+// rather than one per client; each client still has its own counter.
+func TestOverrideLabel(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		labels []string
+	)
+	f := start(t, WithObserver(func(rule string, _ sluice.MultiResult, _ bool) {
+		mu.Lock()
+		labels = append(labels, rule)
+		mu.Unlock()
+	}))
+	for _, ip := range []string{"1.1.1.1", "2.2.2.2"} {
+		d := desc("remote_address", ip)
+		d.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_MINUTE}
+		if r := f.call(t, "api", 0, d); r.OverallCode != OK {
+			t.Fatalf("%s: %v, want OK (a counter of its own)", ip, r)
+		}
+	}
+	f.call(t, "mongo_cps", 0, desc("database", "default"))
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"override.api", "override.api", "mongo_cps.database_default"}; !slices.Equal(labels, want) {
+		t.Errorf("observed labels %q, want %q", labels, want)
+	}
+}
+
 func TestInvalidArgument(t *testing.T) {
 	f := start(t)
 	cases := []struct {
@@ -255,6 +328,10 @@ func TestInvalidArgument(t *testing.T) {
 		{&rlsv3.RateLimitRequest{Domain: "api"}, "descriptor list must not be empty"},
 		{&rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*commonv3.RateLimitDescriptor{desc()}}, "descriptor 0 has no entries"},
 		{&rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*commonv3.RateLimitDescriptor{desc("a", "b"), desc("", "b")}}, "descriptor 1 entry 0 has an empty key"},
+		{&rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*commonv3.RateLimitDescriptor{{
+			Entries: desc("a", "b").Entries,
+			Limit:   &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_MONTH},
+		}}}, "limit override unit MONTH is not supported"},
 	}
 	for _, tc := range cases {
 		_, err := f.client.ShouldRateLimit(context.Background(), tc.req)
@@ -291,8 +368,8 @@ func TestUpdate(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.svc.Update(c)
-	if f.svc.Config() != c {
-		t.Fatal("Config after Update")
+	if f.svc.cfg.Load() != c {
+		t.Fatal("configuration in use after Update is not the new one")
 	}
 	f.call(t, "mongo_cps", 0, desc("database", "default"))
 	if r := f.call(t, "mongo_cps", 0, desc("database", "default")); r.OverallCode != OVER {
