@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -243,17 +244,7 @@ rules:
 		t.Errorf("the 502 body names the upstream %s: %s", u.Host, body)
 	}
 	// It is logged, for the operator.
-	deadline := time.After(10 * time.Second)
-	for {
-		select {
-		case line := <-d.logs:
-			if strings.Contains(line, "upstream unavailable") {
-				return
-			}
-		case <-deadline:
-			t.Fatal("no log line for the failed upstream")
-		}
-	}
+	d.waitLog(t, "upstream unavailable")
 }
 
 func TestProxyUsage(t *testing.T) {
@@ -304,10 +295,10 @@ rules:
 	if err := os.WriteFile(cfg, []byte("rules:\n  - {name: after, key: ip, limit: 100, period: 1m}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(policy(), `"after-1m"`); {
-		if time.Now().After(deadline) {
-			t.Fatalf("the proxy still applies the old rules: %q", policy())
+	waitUntil(t, 10*time.Second, func() error {
+		if got := policy(); !strings.Contains(got, `"after-1m"`) {
+			return fmt.Errorf("the proxy still applies the old rules: %q", got)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }

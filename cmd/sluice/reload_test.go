@@ -1,57 +1,17 @@
 package main
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 )
 
 const (
 	oldRules = "rules:\n  - {name: old, key: ip, limit: 100, period: 1m}\n"
 	newRules = "rules:\n  - {name: new, key: ip, limit: 100, period: 1m}\n"
 )
-
-// waitRule polls /v1/check for rule every 50ms, for up to 10s, until it
-// answers 200.
-func (d *daemon) waitRule(t *testing.T, rule string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		code, _, body := d.post(t, "/v1/check", `{"rule":"`+rule+`","key":"k"}`)
-		if code == 200 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("rule %q not served within 10s: last answer %d %s", rule, code, body)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// waitLog returns the next log line, within 10s, whose msg contains msg.
-func (d *daemon) waitLog(t *testing.T, msg string) map[string]any {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		select {
-		case line := <-d.logs:
-			var entry map[string]any
-			if json.Unmarshal([]byte(line), &entry) == nil {
-				if m, _ := entry["msg"].(string); strings.Contains(m, msg) {
-					return entry
-				}
-			}
-		case <-d.done:
-			t.Fatalf("sluice serve exited while waiting for log %q", msg)
-		case <-deadline:
-			t.Fatalf("no log %q within 10s", msg)
-		}
-	}
-}
 
 // wantSwapped waits for the new rule to answer, then checks that the old
 // one is unknown.
