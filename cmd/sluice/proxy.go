@@ -52,9 +52,9 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	proxy := newReverseProxy(upstream, f.HTTP.TrustedProxies, log)
-	// The limited handler is rebuilt from each valid reload and swapped in
-	// whole: requests in flight finish under the rules they started with.
+	// The limited handler, forwarder included, is rebuilt from each valid
+	// reload and swapped in whole: requests in flight finish under the
+	// rules and trusted proxies they started with.
 	var handler atomic.Pointer[http.Handler]
 	build := func(f *config.File) {
 		opts, err := httplimit.FromConfig(f.HTTP)
@@ -62,6 +62,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			log.Error("config rejected; the old rules keep serving", "config", f.Path, "error", err.Error())
 			return
 		}
+		proxy := newReverseProxy(upstream, f.HTTP.TrustedProxies, log)
 		h := httplimit.New(b.lim, f.Rules, append(opts, httplimit.WithLogger(log))...)(proxy)
 		handler.Store(&h)
 	}

@@ -302,3 +302,32 @@ rules:
 		return nil
 	})
 }
+
+// TestProxyReloadTrustedProxies: a reload that drops trusted_proxies stops
+// the forwarder passing on a client-made X-Forwarded-For chain, as the
+// limiter already does.
+func TestProxyReloadTrustedProxies(t *testing.T) {
+	up := startUpstream(t)
+	cfg := writeFile(t, `
+http:
+  trusted_proxies: [127.0.0.1]
+rules:
+  - {name: r, key: ip, limit: 100, period: 1m}
+`)
+	d := startProxy(t, nil, "--config", cfg, "--upstream", up.URL, "--reload-interval", "100ms")
+	h := http.Header{"X-Forwarded-For": {"203.0.113.9"}, "X-Real-Ip": {"203.0.113.9"}}
+	_, body := do(t, "GET", d.base+"/x", "", h)
+	if got, want := decodeEcho(t, body).XFF, "203.0.113.9, 127.0.0.1"; got != want {
+		t.Fatalf("X-Forwarded-For from a trusted peer: %q, want %q", got, want)
+	}
+	if err := os.WriteFile(cfg, []byte("rules:\n  - {name: r, key: ip, limit: 100, period: 1m}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d.waitLog(t, "config reloaded")
+	_, body = do(t, "GET", d.base+"/x", "", h)
+	got := decodeEcho(t, body)
+	if got.XFF != "127.0.0.1" || got.XReal != "" {
+		t.Errorf("after trusted_proxies was removed, the upstream saw X-Forwarded-For %q and X-Real-IP %q, want %q and none",
+			got.XFF, got.XReal, "127.0.0.1")
+	}
+}
