@@ -40,33 +40,33 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	df.applyOnError(f)
-	if _, err := httplimit.FromConfig(f.HTTP); err != nil {
-		return err
-	}
 	b, err := openBackend(f, *df.redisURL, metrics.New(), log)
 	if err != nil {
 		return err
 	}
 	defer b.close()
-	ln, err := net.Listen("tcp", *df.listen)
-	if err != nil {
-		return err
-	}
 	// The limited handler, forwarder included, is rebuilt from each valid
 	// reload and swapped in whole: requests in flight finish under the
-	// rules and trusted proxies they started with.
+	// rules and trusted proxies they started with. A file build rejects
+	// leaves the handler as it was.
 	var handler atomic.Pointer[http.Handler]
-	build := func(f *config.File) {
+	build := func(f *config.File) error {
 		opts, err := httplimit.FromConfig(f.HTTP)
 		if err != nil {
-			log.Error("config rejected; the old rules keep serving", "config", f.Path, "error", err.Error())
-			return
+			return err
 		}
 		proxy := newReverseProxy(upstream, f.HTTP.TrustedProxies, log)
 		h := httplimit.New(b.lim, f.Rules, append(opts, httplimit.WithLogger(log))...)(proxy)
 		handler.Store(&h)
+		return nil
 	}
-	build(f)
+	if err := build(f); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *df.listen)
+	if err != nil {
+		return err
+	}
 	ctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	watchConfig(ctx, f, *df.reloadEvery, hup, build, func(bool) {}, log)

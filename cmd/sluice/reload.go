@@ -46,19 +46,23 @@ func (a fingerprint) equal(b fingerprint) bool {
 // watchConfig reloads the policy file cur was loaded from on every signal
 // from hup and, when interval is positive, whenever the file's size,
 // modification time or content hash changes (polled every interval). A
-// valid file is handed to apply (which must swap the rules atomically,
-// as server.Server.Update does) and logged as "config reloaded"; an
-// invalid one is logged, one line per error, and the old rules keep
-// serving. The redis section cannot change at runtime: a file whose
+// valid file is handed to apply, which must swap the rules atomically (as
+// server.Server.Update does) or, returning an error, leave them as they
+// were; the file is logged as "config reloaded" only when apply succeeds.
+// A file that fails to load or to apply is logged as rejected, one line
+// per error, and the old rules keep serving; report hears which it was. The redis section cannot change at runtime: a file whose
 // section differs from cur's still has its rules applied, with a warning
 // that the store settings need a restart.
 //
 // watchConfig takes the file's first fingerprint before it returns, so
 // any later change is seen; the watching goroutine stops with ctx.
-func watchConfig(ctx context.Context, cur *config.File, interval time.Duration, hup <-chan os.Signal, apply func(*config.File), report func(ok bool), log *slog.Logger) {
+func watchConfig(ctx context.Context, cur *config.File, interval time.Duration, hup <-chan os.Signal, apply func(*config.File) error, report func(ok bool), log *slog.Logger) {
 	path, running := cur.Path, cur.Redis
 	watchFile(ctx, path, interval, hup, func(trigger string) {
 		f, err := config.Load(path)
+		if err == nil {
+			err = apply(f)
+		}
 		report(err == nil)
 		if err != nil {
 			var errs config.Errors
@@ -71,7 +75,6 @@ func watchConfig(ctx context.Context, cur *config.File, interval time.Duration, 
 			}
 			return
 		}
-		apply(f)
 		log.Info("config reloaded", "config", path, "trigger", trigger, "rules", len(f.Rules))
 		if f.Redis != running {
 			// Never log the URLs: they may hold a password.

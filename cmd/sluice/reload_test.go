@@ -1,11 +1,18 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/sluice-go/sluice/config"
 )
 
 const (
@@ -95,4 +102,51 @@ func TestReloadOnRename(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.wantSwapped(t)
+}
+
+// lineWriter hands each write, one log record, to its channel.
+type lineWriter chan string
+
+func (w lineWriter) Write(p []byte) (int, error) {
+	w <- string(p)
+	return len(p), nil
+}
+
+// TestWatchConfigApplyFails: a file that loads but that apply refuses is
+// reported and logged as rejected, not as reloaded.
+func TestWatchConfigApplyFails(t *testing.T) {
+	cfg := writeFile(t, oldRules)
+	f, err := config.Load(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := make(lineWriter, 10)
+	log := slog.New(slog.NewJSONHandler(lines, nil))
+	hup := make(chan os.Signal, 1)
+	reports := make(chan bool, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	apply := func(*config.File) error { return errors.New("apply refused it") }
+	watchConfig(ctx, f, 0, hup, apply, func(ok bool) { reports <- ok }, log)
+	hup <- syscall.SIGHUP
+	select {
+	case ok := <-reports:
+		if ok {
+			t.Error("a file apply refused was reported as a successful reload")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reload reported within 10s of SIGHUP")
+	}
+	select {
+	case line := <-lines:
+		var entry map[string]any
+		if err := json.Unmarshal([]byte(line), &entry); err != nil {
+			t.Fatal(err)
+		}
+		if entry["msg"] != "config rejected; the old rules keep serving" || entry["error"] != "apply refused it" || entry["trigger"] != "signal" {
+			t.Errorf("log %v, want the rejection with apply's error", entry)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing logged within 10s of the reload")
+	}
 }

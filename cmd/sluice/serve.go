@@ -65,7 +65,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer stopWatch()
 	errc := make(chan error, 2)
 	grpcAddr := "off"
-	update := api.Update
+	update := func(f *config.File) error { api.Update(f); return nil }
 	var g *grpc.Server
 	if *grpcListen != "" {
 		gln, err := net.Listen("tcp", *grpcListen)
@@ -80,7 +80,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		} else {
 			svc := envoy.NewRulesService(b.lim, f, envoy.WithRulesObserver(m.Decision))
 			envoy.Register(g, svc)
-			update = func(f *config.File) { api.Update(f); svc.Update(f) }
+			update = func(f *config.File) error { api.Update(f); svc.Update(f); return nil }
 		}
 		go func() { errc <- g.Serve(gln) }()
 		grpcAddr = gln.Addr().String()
