@@ -74,11 +74,17 @@ func (d *daemonFlags) start(stderr io.Writer) (log *slog.Logger, hup chan os.Sig
 	return log, hup, func() { signal.Stop(hup) }, nil
 }
 
-// applyOnError sets f's error policy from --on-error, when given.
-func (d *daemonFlags) applyOnError(f *config.File) {
-	if *d.onError != "" {
-		f.Redis.OnError = *d.onError
+// storeSettings returns the file's redis section r with --redis and
+// --on-error in place of its url and on_error, when given. The file keeps
+// its own section, which reloads compare with the next version's.
+func (d *daemonFlags) storeSettings(r config.Redis) config.Redis {
+	if *d.redisURL != "" {
+		r.URL = *d.redisURL
 	}
+	if *d.onError != "" {
+		r.OnError = *d.onError
+	}
+	return r
 }
 
 // serveUntil serves srv on ln until ctx ends or a server in errc fails.

@@ -153,6 +153,21 @@ func (d *daemon) nextLog(timeout time.Duration, msg string) (line string, ok boo
 	}
 }
 
+// logged reports whether any log line so far has a msg containing msg.
+func (d *daemon) logged(msg string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, line := range d.lines {
+		var entry struct {
+			Msg string `json:"msg"`
+		}
+		if json.Unmarshal([]byte(line), &entry) == nil && strings.Contains(entry.Msg, msg) {
+			return true
+		}
+	}
+	return false
+}
+
 // terminate sends SIGTERM and waits for the daemon to exit, failing t
 // after 20s; it returns the exit code.
 func (d *daemon) terminate(t *testing.T) int {

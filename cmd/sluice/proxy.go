@@ -39,8 +39,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	df.applyOnError(f)
-	b, err := openBackend(f, *df.redisURL, metrics.New(), log)
+	b, err := openBackend(df.storeSettings(f.Redis), metrics.New(), log)
 	if err != nil {
 		return err
 	}

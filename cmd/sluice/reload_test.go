@@ -150,3 +150,32 @@ func TestWatchConfigApplyFails(t *testing.T) {
 		t.Fatal("nothing logged within 10s of the reload")
 	}
 }
+
+// TestReloadOnErrorFlag: --on-error overrides the store's policy, not the
+// file: a reload that changes only the rules says nothing about the redis
+// section, and one that changes the section still warns.
+func TestReloadOnErrorFlag(t *testing.T) {
+	cfg := writeFile(t, oldRules)
+	d := startServe(t, nil, "--config", cfg, "--on-error", "deny", "--reload-interval", "0")
+	reload := func(content string) {
+		t.Helper()
+		if err := os.WriteFile(cfg, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		d.waitLog(t, "config reloaded")
+	}
+	reload(newRules)
+	// A warning about the first reload is logged before the second
+	// reload starts: once that is logged, the first had none.
+	reload(oldRules)
+	if d.logged("redis section changed") {
+		t.Error("a reload that changed only the rules warned that the redis section changed")
+	}
+	reload("redis: {timeout: 2s}\n" + newRules)
+	if entry := d.waitLog(t, "redis section changed"); entry["level"] != "WARN" {
+		t.Errorf("redis change log %v, want level WARN", entry)
+	}
+}

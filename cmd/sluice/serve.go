@@ -42,9 +42,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	} else if f, err = config.Load(*path); err != nil {
 		return err
 	}
-	df.applyOnError(f)
 	m := metrics.New()
-	b, err := openBackend(f, *df.redisURL, m, log)
+	b, err := openBackend(df.storeSettings(f.Redis), m, log)
 	if err != nil {
 		return err
 	}

@@ -21,15 +21,12 @@ type backend struct {
 	close func()
 }
 
-// openBackend builds the Limiter the policy file asks for; redisURL, when
-// not empty, overrides the file's redis.url. Without a URL it is the
-// in-memory store, said once in the log, since its limits hold per process.
-func openBackend(f *config.File, redisURL string, m *metrics.Metrics, log *slog.Logger) (*backend, error) {
-	url := f.Redis.URL
-	if redisURL != "" {
-		url = redisURL
-	}
-	if url == "" {
+// openBackend builds the Limiter the store settings r ask for (the
+// file's redis section with the command line's overrides). Without a URL
+// it is the in-memory store, said once in the log, since its limits hold
+// per process.
+func openBackend(r config.Redis, m *metrics.Metrics, log *slog.Logger) (*backend, error) {
+	if r.URL == "" {
 		log.Warn("no Redis configured: using the in-memory store, whose limits hold per process (N replicas admit N x the limit)")
 		return &backend{
 			lim:   sluice.New(m.Store(memory.New())),
@@ -37,18 +34,18 @@ func openBackend(f *config.File, redisURL string, m *metrics.Metrics, log *slog.
 			close: func() {},
 		}, nil
 	}
-	policy, err := sluice.ParseErrorPolicy(f.Redis.OnError, memory.New())
+	policy, err := sluice.ParseErrorPolicy(r.OnError, memory.New())
 	if err != nil {
 		return nil, err
 	}
-	if err := redis.CheckURL(url); err != nil {
+	if err := redis.CheckURL(r.URL); err != nil {
 		return nil, err
 	}
-	store := &lazyRedis{url: url, log: log}
+	store := &lazyRedis{url: r.URL, log: log}
 	ctx, cancel := context.WithCancel(context.Background())
 	store.connect(ctx)
-	lim := sluice.New(m.Store(&stateLog{next: store, log: log}), sluice.WithErrorPolicy(policy), sluice.WithStoreTimeout(f.Redis.Timeout))
-	log.Info("store", "kind", "redis", "on_error", policy.String(), "timeout", f.Redis.Timeout)
+	lim := sluice.New(m.Store(&stateLog{next: store, log: log}), sluice.WithErrorPolicy(policy), sluice.WithStoreTimeout(r.Timeout))
+	log.Info("store", "kind", "redis", "on_error", policy.String(), "timeout", r.Timeout)
 	ready := func(context.Context) error { return nil }
 	if policy.String() == "deny" {
 		// Under deny every decision fails while Redis does: not ready.
