@@ -16,7 +16,6 @@ import (
 
 	"github.com/sluice-go/sluice/config"
 	"github.com/sluice-go/sluice/httplimit"
-	"github.com/sluice-go/sluice/metrics"
 )
 
 func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -39,7 +38,9 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	b, err := openBackend(df.storeSettings(f.Redis), metrics.New(), log)
+	// The proxy serves no /metrics (every path is the upstream's): its
+	// store is not timed for nobody to read.
+	b, err := openBackend(df.storeSettings(f.Redis), nil, log)
 	if err != nil {
 		return err
 	}

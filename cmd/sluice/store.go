@@ -24,12 +24,19 @@ type backend struct {
 // openBackend builds the Limiter the store settings r ask for (the
 // file's redis section with the command line's overrides). Without a URL
 // it is the in-memory store, said once in the log, since its limits hold
-// per process.
+// per process. The store's calls are timed into m; a nil m (a command
+// that serves no /metrics) leaves the store as it is.
 func openBackend(r config.Redis, m *metrics.Metrics, log *slog.Logger) (*backend, error) {
+	instrument := func(s sluice.Store) sluice.Store {
+		if m == nil {
+			return s
+		}
+		return m.Store(s)
+	}
 	if r.URL == "" {
 		log.Warn("no Redis configured: using the in-memory store, whose limits hold per process (N replicas admit N x the limit)")
 		return &backend{
-			lim:   sluice.New(m.Store(memory.New())),
+			lim:   sluice.New(instrument(memory.New())),
 			ready: func(context.Context) error { return nil },
 			close: func() {},
 		}, nil
@@ -44,7 +51,7 @@ func openBackend(r config.Redis, m *metrics.Metrics, log *slog.Logger) (*backend
 	store := &lazyRedis{url: r.URL, log: log}
 	ctx, cancel := context.WithCancel(context.Background())
 	store.connect(ctx)
-	lim := sluice.New(m.Store(&stateLog{next: store, log: log}), sluice.WithErrorPolicy(policy), sluice.WithStoreTimeout(r.Timeout))
+	lim := sluice.New(instrument(&stateLog{next: store, log: log}), sluice.WithErrorPolicy(policy), sluice.WithStoreTimeout(r.Timeout))
 	log.Info("store", "kind", "redis", "on_error", policy.String(), "timeout", r.Timeout)
 	ready := func(context.Context) error { return nil }
 	if policy.String() == "deny" {
