@@ -112,7 +112,7 @@ func newReverseProxy(upstream *url.URL, trusted []netip.Prefix, log *slog.Logger
 			r.SetURL(upstream)
 			// Rewrite has already removed the X-Forwarded-* fields from
 			// r.Out; SetXForwarded appends the peer to any chain left there.
-			if peerTrusted(r.In.RemoteAddr, trusted) {
+			if httplimit.TrustedPeer(r.In, trusted) {
 				if prior := r.In.Header["X-Forwarded-For"]; len(prior) > 0 {
 					r.Out.Header["X-Forwarded-For"] = append([]string(nil), prior...)
 				}
@@ -137,23 +137,4 @@ func newReverseProxy(upstream *url.URL, trusted []netip.Prefix, log *slog.Logger
 			httplimit.WriteError(w, http.StatusBadGateway, "UPSTREAM_UNAVAILABLE", "the upstream service is unavailable; try again later")
 		},
 	}
-}
-
-// peerTrusted reports whether remoteAddr (host:port) is within trusted.
-func peerTrusted(remoteAddr string, trusted []netip.Prefix) bool {
-	if len(trusted) == 0 {
-		return false
-	}
-	ap, err := netip.ParseAddrPort(remoteAddr)
-	if err != nil {
-		return false
-	}
-	a := ap.Addr().Unmap().WithZone("")
-	for _, p := range trusted {
-		if p.Contains(a) || (p.Addr().Is4In6() && p.Bits() >= 96 && a.Is4() &&
-			netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96).Contains(a)) {
-			return true
-		}
-	}
-	return false
 }

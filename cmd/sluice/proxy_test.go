@@ -195,26 +195,32 @@ rules:
 	}
 }
 
+// TestProxyTrustedPeer: a peer in trusted_proxies, written in IPv4 or
+// IPv4-mapped IPv6 form, has its forwarding chain and X-Real-IP passed on.
 func TestProxyTrustedPeer(t *testing.T) {
 	up := startUpstream(t)
-	cfg := writeFile(t, `
+	for _, trusted := range []string{"127.0.0.1", "::ffff:127.0.0.0/104"} {
+		t.Run(trusted, func(t *testing.T) {
+			cfg := writeFile(t, `
 http:
-  trusted_proxies: [127.0.0.1]
+  trusted_proxies: ["`+trusted+`"]
 rules:
   - {name: r, key: ip, limit: 100, period: 1m}
 `)
-	d := startProxy(t, nil, "--config", cfg, "--upstream", up.URL)
-	h := http.Header{"X-Forwarded-For": {"203.0.113.9, 198.51.100.2"}, "X-Real-Ip": {"203.0.113.9"}}
-	resp, body := do(t, "GET", d.base+"/x", "", h)
-	if resp.StatusCode != 200 {
-		t.Fatalf("%d %s", resp.StatusCode, body)
-	}
-	got := decodeEcho(t, body)
-	if want := "203.0.113.9, 198.51.100.2, 127.0.0.1"; got.XFF != want {
-		t.Errorf("X-Forwarded-For from a trusted peer: %q, want %q", got.XFF, want)
-	}
-	if got.XReal != "203.0.113.9" {
-		t.Errorf("X-Real-IP from a trusted peer: %q, want it passed on", got.XReal)
+			d := startProxy(t, nil, "--config", cfg, "--upstream", up.URL)
+			h := http.Header{"X-Forwarded-For": {"203.0.113.9, 198.51.100.2"}, "X-Real-Ip": {"203.0.113.9"}}
+			resp, body := do(t, "GET", d.base+"/x", "", h)
+			if resp.StatusCode != 200 {
+				t.Fatalf("%d %s", resp.StatusCode, body)
+			}
+			got := decodeEcho(t, body)
+			if want := "203.0.113.9, 198.51.100.2, 127.0.0.1"; got.XFF != want {
+				t.Errorf("X-Forwarded-For from a trusted peer: %q, want %q", got.XFF, want)
+			}
+			if got.XReal != "203.0.113.9" {
+				t.Errorf("X-Real-IP from a trusted peer: %q, want it passed on", got.XReal)
+			}
+		})
 	}
 }
 
