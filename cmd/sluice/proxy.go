@@ -21,8 +21,8 @@ import (
 func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flagSet("proxy", "Run a rate-limiting reverse proxy: requests within the policy file's limits\nare forwarded to the upstream, the others get 429.", stdout)
 	df := addDaemonFlags(fs)
-	upstreamFlag := fs.String("upstream", "", envUsage("upstream URL, such as http://127.0.0.1:3000 (required)", "SLUICE_UPSTREAM"))
-	if err := parse(fs, args, envs(map[string]string{"upstream": "SLUICE_UPSTREAM"})); err != nil {
+	upstreamFlag := fs.string("upstream", "SLUICE_UPSTREAM", "", "upstream URL, such as http://127.0.0.1:3000 (required)")
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	upstream, err := parseUpstream(*upstreamFlag)

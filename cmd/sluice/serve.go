@@ -21,8 +21,8 @@ import (
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flagSet("serve", "Serve rate-limit decisions over HTTP: POST /v1/check, POST /v1/check/batch,\nGET /healthz and GET /readyz. SIGHUP, or a change to the policy file, reloads the rules.", stdout)
 	df := addDaemonFlags(fs)
-	grpcListen := fs.String("grpc-listen", "127.0.0.1:8081", envUsage("gRPC address of Envoy's rate-limit service (empty: off)", "SLUICE_GRPC_LISTEN"))
-	if err := parse(fs, args, envs(map[string]string{"grpc-listen": "SLUICE_GRPC_LISTEN"})); err != nil {
+	grpcListen := fs.string("grpc-listen", "SLUICE_GRPC_LISTEN", "127.0.0.1:8081", "gRPC address of Envoy's rate-limit service (empty: off)")
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	log, hup, stopHUP, err := df.start(stderr)
