@@ -70,7 +70,7 @@ func (d *daemonFlags) storeSettings(r config.Redis) config.Redis {
 
 // serveUntil serves srv on ln until ctx ends or a server in errc fails.
 // Then it drains srv, and runs also (which drains any other server),
-// within one deadline of d; what is still open then is closed.
+// within one deadline, drain from now; what is still open then is closed.
 func serveUntil(ctx context.Context, srv *http.Server, ln net.Listener, errc chan error, drain time.Duration, log *slog.Logger, also func(context.Context)) error {
 	go func() { errc <- srv.Serve(ln) }()
 	select {

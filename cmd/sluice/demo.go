@@ -260,7 +260,9 @@ func (d *demoFlags) run(ctx context.Context, upstream *url.URL, rules []config.R
 		defer srv.close()
 		backends = append(backends, srv.url)
 	}
-	balancer, err := listenLocal(roundRobin(backends))
+	transport := &http.Transport{MaxIdleConnsPerHost: 64}
+	defer transport.CloseIdleConnections() // after the balancer closes
+	balancer, err := listenLocal(roundRobin(backends, transport))
 	if err != nil {
 		return nil, err
 	}
@@ -331,9 +333,9 @@ func get(ctx context.Context, client *http.Client, url string) (int, error) {
 }
 
 // roundRobin proxies each request to the next backend in turn, like a load
-// balancer's round-robin upstream.
-func roundRobin(backends []*url.URL) http.Handler {
-	transport := &http.Transport{MaxIdleConnsPerHost: 64}
+// balancer's round-robin upstream, over transport (whose idle connections
+// the caller closes).
+func roundRobin(backends []*url.URL, transport http.RoundTripper) http.Handler {
 	proxies := make([]*httputil.ReverseProxy, len(backends))
 	for i, b := range backends {
 		proxies[i] = httputil.NewSingleHostReverseProxy(b)
@@ -384,7 +386,7 @@ func (d *demoFlags) redis(ctx context.Context) (url string, stop func(), note st
 		return "", nil, "", err
 	}
 	note = fmt.Sprintf("           (redis-server %s from PATH, started for the demo on %s as pid %d, now stopped)\n", srv.version, srv.Addr, srv.Pid())
-	return "redis://" + srv.Addr, srv.stop, note, nil
+	return "redis://" + srv.Addr, srv.Stop, note, nil
 }
 
 // algorithmNames lists the algorithms for a flag's help.

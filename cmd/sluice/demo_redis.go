@@ -48,9 +48,10 @@ func serverVersion(path string) string {
 	return ""
 }
 
-// stop kills the server by pid, waits for it to exit and removes its
-// directory.
-func (r *demoRedis) stop() {
-	r.Stop()
+// Stop kills the server by pid, waits for it to exit and removes its
+// directory. It replaces the embedded redisproc.Process.Stop, which would
+// leave the directory behind.
+func (r *demoRedis) Stop() {
+	r.Process.Stop()
 	os.RemoveAll(r.dir)
 }

@@ -54,7 +54,7 @@ func openBackend(r config.Redis, m *metrics.Metrics, log *slog.Logger) (*backend
 	lim := sluice.New(instrument(&stateLog{next: store, log: log}), sluice.WithErrorPolicy(policy), sluice.WithStoreTimeout(r.Timeout))
 	log.Info("store", "kind", "redis", "on_error", policy.String(), "timeout", r.Timeout)
 	ready := func(context.Context) error { return nil }
-	if policy.String() == "deny" {
+	if policy == sluice.DenyOnError {
 		// Under deny every decision fails while Redis does: not ready.
 		ready = store.Ping
 	}
@@ -109,6 +109,8 @@ func (l *lazyRedis) try() error {
 	return nil
 }
 
+// Take decides with the Redis store, or fails with errNotConnected while
+// Redis has not been reached yet.
 func (l *lazyRedis) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
 	s := l.store.Load()
 	if s == nil {
@@ -117,6 +119,8 @@ func (l *lazyRedis) Take(ctx context.Context, req sluice.Request) ([]sluice.Resu
 	return s.Take(ctx, req)
 }
 
+// Reset resets key's limits in the Redis store, or fails with
+// errNotConnected while Redis has not been reached yet.
 func (l *lazyRedis) Reset(ctx context.Context, key string, limits ...sluice.Limit) error {
 	s := l.store.Load()
 	if s == nil {
@@ -149,6 +153,7 @@ type stateLog struct {
 	failing atomic.Bool
 }
 
+// observe logs the store's change of state, if err makes one.
 func (s *stateLog) observe(err error) {
 	switch {
 	case err != nil && !errors.Is(err, context.Canceled) && s.failing.CompareAndSwap(false, true):
@@ -158,12 +163,15 @@ func (s *stateLog) observe(err error) {
 	}
 }
 
+// Take decides with the next store, logging a change of its state.
 func (s *stateLog) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
 	rs, err := s.next.Take(ctx, req)
 	s.observe(err)
 	return rs, err
 }
 
+// Reset resets key's limits in the next store, logging a change of its
+// state.
 func (s *stateLog) Reset(ctx context.Context, key string, limits ...sluice.Limit) error {
 	err := s.next.Reset(ctx, key, limits...)
 	s.observe(err)
