@@ -123,6 +123,15 @@ func hasXFFElement(lines []string) bool {
 	return false
 }
 
+// TrustedPeer reports whether r's immediate peer, the host of
+// r.RemoteAddr, is inside trusted, as ClientIP decides it: an IPv4 peer
+// is inside an IPv4-mapped prefix (::ffff:10.0.0.0/104) too. A proxy asks
+// it before passing on the forwarding headers r came with.
+func TrustedPeer(r *http.Request, trusted []netip.Prefix) bool {
+	peer, ok := parseHop(r.RemoteAddr)
+	return ok && trustedAddr(trusted, peer)
+}
+
 // trustedAddr reports whether a (unmapped, without zone) is inside trusted.
 func trustedAddr(trusted []netip.Prefix, a netip.Addr) bool {
 	for _, p := range trusted {

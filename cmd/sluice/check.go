@@ -13,8 +13,8 @@ import (
 
 func runCheck(_ context.Context, args []string, stdout, _ io.Writer) error {
 	fs := flagSet("check", "Validate a policy file, report every error in it with its line, and print the\neffective rules: defaults filled in, limits named as clients will see them.", stdout)
-	path := fs.String("config", "sluice.yaml", envUsage("policy file", "SLUICE_CONFIG"))
-	if err := parse(fs, args, map[string]string{"config": "SLUICE_CONFIG"}); err != nil {
+	path := fs.string("config", "SLUICE_CONFIG", "sluice.yaml", "policy file")
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	f, err := config.Load(*path)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,35 +23,17 @@ type daemonFlags struct {
 	drain, reloadEvery                         *time.Duration
 }
 
-// daemonEnvs maps the shared flags to their environment variables.
-var daemonEnvs = map[string]string{
-	"config": "SLUICE_CONFIG", "redis": "SLUICE_REDIS_URL", "listen": "SLUICE_LISTEN",
-	"log-format": "SLUICE_LOG_FORMAT", "shutdown-timeout": "SLUICE_SHUTDOWN_TIMEOUT",
-	"reload-interval": "SLUICE_RELOAD_INTERVAL", "on-error": "SLUICE_ON_ERROR",
-}
-
-func addDaemonFlags(fs *flag.FlagSet) *daemonFlags {
+// addDaemonFlags defines the shared flags on fs.
+func addDaemonFlags(fs *cmdFlags) *daemonFlags {
 	return &daemonFlags{
-		path:        fs.String("config", "sluice.yaml", envUsage("policy file", "SLUICE_CONFIG")),
-		redisURL:    fs.String("redis", "", envUsage("Redis URL; overrides the file's redis.url (empty: the file's, or the in-memory store)", "SLUICE_REDIS_URL")),
-		listen:      fs.String("listen", "127.0.0.1:8080", envUsage("HTTP address", "SLUICE_LISTEN")),
-		logFormat:   fs.String("log-format", "text", envUsage("log format: text or json", "SLUICE_LOG_FORMAT")),
-		onError:     fs.String("on-error", "", envUsage("what to do while Redis fails: allow, deny or local; overrides the file's redis.on_error (an envoyproxy/ratelimit file has none: default local)", "SLUICE_ON_ERROR")),
-		drain:       fs.Duration("shutdown-timeout", 10*time.Second, envUsage("how long SIGTERM waits for in-flight requests", "SLUICE_SHUTDOWN_TIMEOUT")),
-		reloadEvery: fs.Duration("reload-interval", time.Second, envUsage("how often to check the policy file for changes (0: only on SIGHUP)", "SLUICE_RELOAD_INTERVAL")),
+		path:        fs.string("config", "SLUICE_CONFIG", "sluice.yaml", "policy file"),
+		redisURL:    fs.string("redis", "SLUICE_REDIS_URL", "", "Redis URL; overrides the file's redis.url (empty: the file's, or the in-memory store)"),
+		listen:      fs.string("listen", "SLUICE_LISTEN", "127.0.0.1:8080", "HTTP address"),
+		logFormat:   fs.string("log-format", "SLUICE_LOG_FORMAT", "text", "log format: text or json"),
+		onError:     fs.string("on-error", "SLUICE_ON_ERROR", "", "what to do while Redis fails: allow, deny or local; overrides the file's redis.on_error (an envoyproxy/ratelimit file has none: default local)"),
+		drain:       fs.duration("shutdown-timeout", "SLUICE_SHUTDOWN_TIMEOUT", 10*time.Second, "how long SIGTERM waits for in-flight requests"),
+		reloadEvery: fs.duration("reload-interval", "SLUICE_RELOAD_INTERVAL", time.Second, "how often to check the policy file for changes (0: only on SIGHUP)"),
 	}
-}
-
-// envs returns daemonEnvs plus extra.
-func envs(extra map[string]string) map[string]string {
-	m := make(map[string]string, len(daemonEnvs)+len(extra))
-	for k, v := range daemonEnvs {
-		m[k] = v
-	}
-	for k, v := range extra {
-		m[k] = v
-	}
-	return m
 }
 
 // start checks the parsed flags, returns the logger, and starts listening
@@ -74,16 +55,22 @@ func (d *daemonFlags) start(stderr io.Writer) (log *slog.Logger, hup chan os.Sig
 	return log, hup, func() { signal.Stop(hup) }, nil
 }
 
-// applyOnError sets f's error policy from --on-error, when given.
-func (d *daemonFlags) applyOnError(f *config.File) {
-	if *d.onError != "" {
-		f.Redis.OnError = *d.onError
+// storeSettings returns the file's redis section r with --redis and
+// --on-error in place of its url and on_error, when given. The file keeps
+// its own section, which reloads compare with the next version's.
+func (d *daemonFlags) storeSettings(r config.Redis) config.Redis {
+	if *d.redisURL != "" {
+		r.URL = *d.redisURL
 	}
+	if *d.onError != "" {
+		r.OnError = *d.onError
+	}
+	return r
 }
 
 // serveUntil serves srv on ln until ctx ends or a server in errc fails.
 // Then it drains srv, and runs also (which drains any other server),
-// within one deadline of d; what is still open then is closed.
+// within one deadline, drain from now; what is still open then is closed.
 func serveUntil(ctx context.Context, srv *http.Server, ln net.Listener, errc chan error, drain time.Duration, log *slog.Logger, also func(context.Context)) error {
 	go func() { errc <- srv.Serve(ln) }()
 	select {

@@ -38,16 +38,13 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		"SLUICE_REDIS_URL it starts redis-server from PATH on a free port and stops it\n"+
 		"afterwards.", stdout)
 	var d demoFlags
-	fs.IntVar(&d.replicas, "replicas", 3, envUsage("replicas behind the balancer (1 to 16)", "SLUICE_DEMO_REPLICAS"))
-	fs.IntVar(&d.limit, "limit", 10, envUsage("requests the policy admits per minute (1 to 1000)", "SLUICE_DEMO_LIMIT"))
-	fs.IntVar(&d.requests, "requests", 0, envUsage("requests the client sends (0: 2 x limit x replicas)", "SLUICE_DEMO_REQUESTS"))
-	fs.IntVar(&d.concurrency, "concurrency", 8, envUsage("requests in flight at once (1 to 64)", "SLUICE_DEMO_CONCURRENCY"))
-	fs.StringVar(&d.algorithm, "algorithm", string(sluice.TokenBucket), envUsage("algorithm: "+algorithmNames(), "SLUICE_DEMO_ALGORITHM"))
-	fs.StringVar(&d.redisURL, "redis", "", envUsage("Redis URL (empty: start redis-server from PATH for the demo)", "SLUICE_REDIS_URL"))
-	if err := parse(fs, args, map[string]string{
-		"replicas": "SLUICE_DEMO_REPLICAS", "limit": "SLUICE_DEMO_LIMIT", "requests": "SLUICE_DEMO_REQUESTS",
-		"concurrency": "SLUICE_DEMO_CONCURRENCY", "algorithm": "SLUICE_DEMO_ALGORITHM", "redis": "SLUICE_REDIS_URL",
-	}); err != nil {
+	fs.intVar(&d.replicas, "replicas", "SLUICE_DEMO_REPLICAS", 3, "replicas behind the balancer (1 to 16)")
+	fs.intVar(&d.limit, "limit", "SLUICE_DEMO_LIMIT", 10, "requests the policy admits per minute (1 to 1000)")
+	fs.intVar(&d.requests, "requests", "SLUICE_DEMO_REQUESTS", 0, "requests the client sends (0: 2 x limit x replicas)")
+	fs.intVar(&d.concurrency, "concurrency", "SLUICE_DEMO_CONCURRENCY", 8, "requests in flight at once (1 to 64)")
+	fs.stringVar(&d.algorithm, "algorithm", "SLUICE_DEMO_ALGORITHM", string(sluice.TokenBucket), "algorithm: "+algorithmNames())
+	fs.stringVar(&d.redisURL, "redis", "SLUICE_REDIS_URL", "", "Redis URL (empty: start redis-server from PATH for the demo)")
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	if err := d.check(); err != nil {
@@ -263,7 +260,9 @@ func (d *demoFlags) run(ctx context.Context, upstream *url.URL, rules []config.R
 		defer srv.close()
 		backends = append(backends, srv.url)
 	}
-	balancer, err := listenLocal(roundRobin(backends))
+	transport := &http.Transport{MaxIdleConnsPerHost: 64}
+	defer transport.CloseIdleConnections() // after the balancer closes
+	balancer, err := listenLocal(roundRobin(backends, transport))
 	if err != nil {
 		return nil, err
 	}
@@ -334,9 +333,9 @@ func get(ctx context.Context, client *http.Client, url string) (int, error) {
 }
 
 // roundRobin proxies each request to the next backend in turn, like a load
-// balancer's round-robin upstream.
-func roundRobin(backends []*url.URL) http.Handler {
-	transport := &http.Transport{MaxIdleConnsPerHost: 64}
+// balancer's round-robin upstream, over transport (whose idle connections
+// the caller closes).
+func roundRobin(backends []*url.URL, transport http.RoundTripper) http.Handler {
 	proxies := make([]*httputil.ReverseProxy, len(backends))
 	for i, b := range backends {
 		proxies[i] = httputil.NewSingleHostReverseProxy(b)
@@ -387,7 +386,7 @@ func (d *demoFlags) redis(ctx context.Context) (url string, stop func(), note st
 		return "", nil, "", err
 	}
 	note = fmt.Sprintf("           (redis-server %s from PATH, started for the demo on %s as pid %d, now stopped)\n", srv.version, srv.Addr, srv.Pid())
-	return "redis://" + srv.Addr, srv.stop, note, nil
+	return "redis://" + srv.Addr, srv.Stop, note, nil
 }
 
 // algorithmNames lists the algorithms for a flag's help.

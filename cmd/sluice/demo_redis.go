@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"regexp"
 
-	"github.com/sluice-go/sluice/internal/proc"
 	"github.com/sluice-go/sluice/internal/redisproc"
 )
 
@@ -29,23 +28,12 @@ func startRedis(ctx context.Context, tmp string) (*demoRedis, error) {
 	if err != nil {
 		return nil, err
 	}
-	var lastErr error
-	for range 3 { // the free port may be taken before redis-server binds it
-		port, err := proc.FreePort()
-		if err != nil {
-			lastErr = err
-			break
-		}
-		p, err := redisproc.Start(ctx, path, dir, port, "")
-		if err == nil {
-			return &demoRedis{Process: p, version: serverVersion(path), dir: dir}, nil
-		}
-		if lastErr = err; ctx.Err() != nil {
-			break
-		}
+	p, err := redisproc.StartFree(ctx, path, dir, "")
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
 	}
-	os.RemoveAll(dir)
-	return nil, lastErr
+	return &demoRedis{Process: p, version: serverVersion(path), dir: dir}, nil
 }
 
 // serverVersion returns the version redis-server at path reports, or "".
@@ -60,9 +48,10 @@ func serverVersion(path string) string {
 	return ""
 }
 
-// stop kills the server by pid, waits for it to exit and removes its
-// directory.
-func (r *demoRedis) stop() {
-	r.Stop()
+// Stop kills the server by pid, waits for it to exit and removes its
+// directory. It replaces the embedded redisproc.Process.Stop, which would
+// leave the directory behind.
+func (r *demoRedis) Stop() {
+	r.Process.Stop()
 	os.RemoveAll(r.dir)
 }

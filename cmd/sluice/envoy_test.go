@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -89,12 +90,12 @@ descriptors:
 		if err := os.WriteFile(cfg, []byte("domain: mongo_cps\ndescriptors:\n  - key: database\n    value: users\n    rate_limit: {unit: hour, requests_per_unit: 10}\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		for deadline := time.Now().Add(10 * time.Second); ask("users").Statuses[0].CurrentLimit.GetRequestsPerUnit() != 10; {
-			if time.Now().After(deadline) {
-				t.Fatal("the Envoy file was not reloaded")
+		waitUntil(t, 10*time.Second, func() error {
+			if n := ask("users").Statuses[0].CurrentLimit.GetRequestsPerUnit(); n != 10 {
+				return fmt.Errorf("the Envoy file was not reloaded: users limit %d, want 10", n)
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
 	}()
 	for _, db := range []string{"orders", "carts"} {
 		if a, b := ask(db).OverallCode, ask(db).OverallCode; a != rlsv3.RateLimitResponse_OK || b != rlsv3.RateLimitResponse_OVER_LIMIT {

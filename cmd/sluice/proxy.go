@@ -16,14 +16,13 @@ import (
 
 	"github.com/sluice-go/sluice/config"
 	"github.com/sluice-go/sluice/httplimit"
-	"github.com/sluice-go/sluice/metrics"
 )
 
 func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flagSet("proxy", "Run a rate-limiting reverse proxy: requests within the policy file's limits\nare forwarded to the upstream, the others get 429.", stdout)
 	df := addDaemonFlags(fs)
-	upstreamFlag := fs.String("upstream", "", envUsage("upstream URL, such as http://127.0.0.1:3000 (required)", "SLUICE_UPSTREAM"))
-	if err := parse(fs, args, envs(map[string]string{"upstream": "SLUICE_UPSTREAM"})); err != nil {
+	upstreamFlag := fs.string("upstream", "SLUICE_UPSTREAM", "", "upstream URL, such as http://127.0.0.1:3000 (required)")
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	upstream, err := parseUpstream(*upstreamFlag)
@@ -39,33 +38,35 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	df.applyOnError(f)
-	if _, err := httplimit.FromConfig(f.HTTP); err != nil {
-		return err
-	}
-	b, err := openBackend(f, *df.redisURL, metrics.New(), log)
+	// The proxy serves no /metrics (every path is the upstream's): its
+	// store is not timed for nobody to read.
+	b, err := openBackend(df.storeSettings(f.Redis), nil, log)
 	if err != nil {
 		return err
 	}
 	defer b.close()
+	// The limited handler, forwarder included, is rebuilt from each valid
+	// reload and swapped in whole: requests in flight finish under the
+	// rules and trusted proxies they started with. A file build rejects
+	// leaves the handler as it was.
+	var handler atomic.Pointer[http.Handler]
+	build := func(f *config.File) error {
+		opts, err := httplimit.FromConfig(f.HTTP)
+		if err != nil {
+			return err
+		}
+		proxy := newReverseProxy(upstream, f.HTTP.TrustedProxies, log)
+		h := httplimit.New(b.lim, f.Rules, append(opts, httplimit.WithLogger(log))...)(proxy)
+		handler.Store(&h)
+		return nil
+	}
+	if err := build(f); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", *df.listen)
 	if err != nil {
 		return err
 	}
-	proxy := newReverseProxy(upstream, f.HTTP.TrustedProxies, log)
-	// The limited handler is rebuilt from each valid reload and swapped in
-	// whole: requests in flight finish under the rules they started with.
-	var handler atomic.Pointer[http.Handler]
-	build := func(f *config.File) {
-		opts, err := httplimit.FromConfig(f.HTTP)
-		if err != nil {
-			log.Error("config rejected; the old rules keep serving", "config", f.Path, "error", err.Error())
-			return
-		}
-		h := httplimit.New(b.lim, f.Rules, append(opts, httplimit.WithLogger(log))...)(proxy)
-		handler.Store(&h)
-	}
-	build(f)
 	ctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	watchConfig(ctx, f, *df.reloadEvery, hup, build, func(bool) {}, log)
@@ -111,7 +112,7 @@ func newReverseProxy(upstream *url.URL, trusted []netip.Prefix, log *slog.Logger
 			r.SetURL(upstream)
 			// Rewrite has already removed the X-Forwarded-* fields from
 			// r.Out; SetXForwarded appends the peer to any chain left there.
-			if peerTrusted(r.In.RemoteAddr, trusted) {
+			if httplimit.TrustedPeer(r.In, trusted) {
 				if prior := r.In.Header["X-Forwarded-For"]; len(prior) > 0 {
 					r.Out.Header["X-Forwarded-For"] = append([]string(nil), prior...)
 				}
@@ -136,23 +137,4 @@ func newReverseProxy(upstream *url.URL, trusted []netip.Prefix, log *slog.Logger
 			httplimit.WriteError(w, http.StatusBadGateway, "UPSTREAM_UNAVAILABLE", "the upstream service is unavailable; try again later")
 		},
 	}
-}
-
-// peerTrusted reports whether remoteAddr (host:port) is within trusted.
-func peerTrusted(remoteAddr string, trusted []netip.Prefix) bool {
-	if len(trusted) == 0 {
-		return false
-	}
-	ap, err := netip.ParseAddrPort(remoteAddr)
-	if err != nil {
-		return false
-	}
-	a := ap.Addr().Unmap().WithZone("")
-	for _, p := range trusted {
-		if p.Contains(a) || (p.Addr().Is4In6() && p.Bits() >= 96 && a.Is4() &&
-			netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96).Contains(a)) {
-			return true
-		}
-	}
-	return false
 }

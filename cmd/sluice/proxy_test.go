@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -194,26 +195,32 @@ rules:
 	}
 }
 
+// TestProxyTrustedPeer: a peer in trusted_proxies, written in IPv4 or
+// IPv4-mapped IPv6 form, has its forwarding chain and X-Real-IP passed on.
 func TestProxyTrustedPeer(t *testing.T) {
 	up := startUpstream(t)
-	cfg := writeFile(t, `
+	for _, trusted := range []string{"127.0.0.1", "::ffff:127.0.0.0/104"} {
+		t.Run(trusted, func(t *testing.T) {
+			cfg := writeFile(t, `
 http:
-  trusted_proxies: [127.0.0.1]
+  trusted_proxies: ["`+trusted+`"]
 rules:
   - {name: r, key: ip, limit: 100, period: 1m}
 `)
-	d := startProxy(t, nil, "--config", cfg, "--upstream", up.URL)
-	h := http.Header{"X-Forwarded-For": {"203.0.113.9, 198.51.100.2"}, "X-Real-Ip": {"203.0.113.9"}}
-	resp, body := do(t, "GET", d.base+"/x", "", h)
-	if resp.StatusCode != 200 {
-		t.Fatalf("%d %s", resp.StatusCode, body)
-	}
-	got := decodeEcho(t, body)
-	if want := "203.0.113.9, 198.51.100.2, 127.0.0.1"; got.XFF != want {
-		t.Errorf("X-Forwarded-For from a trusted peer: %q, want %q", got.XFF, want)
-	}
-	if got.XReal != "203.0.113.9" {
-		t.Errorf("X-Real-IP from a trusted peer: %q, want it passed on", got.XReal)
+			d := startProxy(t, nil, "--config", cfg, "--upstream", up.URL)
+			h := http.Header{"X-Forwarded-For": {"203.0.113.9, 198.51.100.2"}, "X-Real-Ip": {"203.0.113.9"}}
+			resp, body := do(t, "GET", d.base+"/x", "", h)
+			if resp.StatusCode != 200 {
+				t.Fatalf("%d %s", resp.StatusCode, body)
+			}
+			got := decodeEcho(t, body)
+			if want := "203.0.113.9, 198.51.100.2, 127.0.0.1"; got.XFF != want {
+				t.Errorf("X-Forwarded-For from a trusted peer: %q, want %q", got.XFF, want)
+			}
+			if got.XReal != "203.0.113.9" {
+				t.Errorf("X-Real-IP from a trusted peer: %q, want it passed on", got.XReal)
+			}
+		})
 	}
 }
 
@@ -243,17 +250,7 @@ rules:
 		t.Errorf("the 502 body names the upstream %s: %s", u.Host, body)
 	}
 	// It is logged, for the operator.
-	deadline := time.After(10 * time.Second)
-	for {
-		select {
-		case line := <-d.logs:
-			if strings.Contains(line, "upstream unavailable") {
-				return
-			}
-		case <-deadline:
-			t.Fatal("no log line for the failed upstream")
-		}
-	}
+	d.waitLog(t, "upstream unavailable")
 }
 
 func TestProxyUsage(t *testing.T) {
@@ -304,10 +301,39 @@ rules:
 	if err := os.WriteFile(cfg, []byte("rules:\n  - {name: after, key: ip, limit: 100, period: 1m}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(policy(), `"after-1m"`); {
-		if time.Now().After(deadline) {
-			t.Fatalf("the proxy still applies the old rules: %q", policy())
+	waitUntil(t, 10*time.Second, func() error {
+		if got := policy(); !strings.Contains(got, `"after-1m"`) {
+			return fmt.Errorf("the proxy still applies the old rules: %q", got)
 		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	})
+}
+
+// TestProxyReloadTrustedProxies: a reload that drops trusted_proxies stops
+// the forwarder passing on a client-made X-Forwarded-For chain, as the
+// limiter already does.
+func TestProxyReloadTrustedProxies(t *testing.T) {
+	up := startUpstream(t)
+	cfg := writeFile(t, `
+http:
+  trusted_proxies: [127.0.0.1]
+rules:
+  - {name: r, key: ip, limit: 100, period: 1m}
+`)
+	d := startProxy(t, nil, "--config", cfg, "--upstream", up.URL, "--reload-interval", "100ms")
+	h := http.Header{"X-Forwarded-For": {"203.0.113.9"}, "X-Real-Ip": {"203.0.113.9"}}
+	_, body := do(t, "GET", d.base+"/x", "", h)
+	if got, want := decodeEcho(t, body).XFF, "203.0.113.9, 127.0.0.1"; got != want {
+		t.Fatalf("X-Forwarded-For from a trusted peer: %q, want %q", got, want)
+	}
+	if err := os.WriteFile(cfg, []byte("rules:\n  - {name: r, key: ip, limit: 100, period: 1m}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d.waitLog(t, "config reloaded")
+	_, body = do(t, "GET", d.base+"/x", "", h)
+	got := decodeEcho(t, body)
+	if got.XFF != "127.0.0.1" || got.XReal != "" {
+		t.Errorf("after trusted_proxies was removed, the upstream saw X-Forwarded-For %q and X-Real-IP %q, want %q and none",
+			got.XFF, got.XReal, "127.0.0.1")
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -14,51 +13,45 @@ import (
 	"github.com/sluice-go/sluice/envoy"
 )
 
-// fingerprint identifies one version of the policy file: its size,
-// modification time and content hash. A missing or unreadable file has
-// the zero fingerprint with err set.
+// fingerprint identifies one version of the policy file by its content's
+// SHA-256: a file touched or rewritten unchanged is the same version. A
+// missing or unreadable file has the zero sum with err set.
 type fingerprint struct {
-	size  int64
-	mtime time.Time
-	sum   [sha256.Size]byte
-	err   string
+	sum [sha256.Size]byte
+	err string
 }
 
-// fingerprintOf reads the file at path. It follows symbolic links and
-// opens the path afresh, so a file replaced by rename (as editors and
-// Kubernetes ConfigMaps do) is seen as the new file.
+// fingerprintOf reads the file at path. It opens the path afresh, following
+// symbolic links, so a file replaced by rename (as editors and Kubernetes
+// ConfigMaps do) is seen as the new file.
 func fingerprintOf(path string) fingerprint {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return fingerprint{err: err.Error()}
-	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fingerprint{err: err.Error()}
 	}
-	return fingerprint{size: fi.Size(), mtime: fi.ModTime(), sum: sha256.Sum256(data)}
-}
-
-func (a fingerprint) equal(b fingerprint) bool {
-	return a.size == b.size && a.mtime.Equal(b.mtime) && bytes.Equal(a.sum[:], b.sum[:]) && a.err == b.err
+	return fingerprint{sum: sha256.Sum256(data)}
 }
 
 // watchConfig reloads the policy file cur was loaded from on every signal
-// from hup and, when interval is positive, whenever the file's size,
-// modification time or content hash changes (polled every interval). A
-// valid file is handed to apply (which must swap the rules atomically,
-// as server.Server.Update does) and logged as "config reloaded"; an
-// invalid one is logged, one line per error, and the old rules keep
-// serving. The redis section cannot change at runtime: a file whose
+// from hup and, when interval is positive, whenever the file's content
+// changes (its hash, polled every interval). A
+// valid file is handed to apply, which must swap the rules atomically (as
+// server.Server.Update does) or, returning an error, leave them as they
+// were; the file is logged as "config reloaded" only when apply succeeds.
+// A file that fails to load or to apply is logged as rejected, one line
+// per error, and the old rules keep serving; report hears which it was. The redis section cannot change at runtime: a file whose
 // section differs from cur's still has its rules applied, with a warning
 // that the store settings need a restart.
 //
 // watchConfig takes the file's first fingerprint before it returns, so
 // any later change is seen; the watching goroutine stops with ctx.
-func watchConfig(ctx context.Context, cur *config.File, interval time.Duration, hup <-chan os.Signal, apply func(*config.File), report func(ok bool), log *slog.Logger) {
+func watchConfig(ctx context.Context, cur *config.File, interval time.Duration, hup <-chan os.Signal, apply func(*config.File) error, report func(ok bool), log *slog.Logger) {
 	path, running := cur.Path, cur.Redis
 	watchFile(ctx, path, interval, hup, func(trigger string) {
 		f, err := config.Load(path)
+		if err == nil {
+			err = apply(f)
+		}
 		report(err == nil)
 		if err != nil {
 			var errs config.Errors
@@ -71,7 +64,6 @@ func watchConfig(ctx context.Context, cur *config.File, interval time.Duration, 
 			}
 			return
 		}
-		apply(f)
 		log.Info("config reloaded", "config", path, "trigger", trigger, "rules", len(f.Rules))
 		if f.Redis != running {
 			// Never log the URLs: they may hold a password.
@@ -123,7 +115,7 @@ func watchFile(ctx context.Context, path string, interval time.Duration, hup <-c
 				reload("signal")
 			case <-tick:
 				fp := fingerprintOf(path)
-				if fp.equal(last) {
+				if fp == last {
 					continue
 				}
 				last = fp

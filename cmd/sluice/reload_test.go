@@ -1,57 +1,24 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluice-go/sluice/config"
 )
 
 const (
 	oldRules = "rules:\n  - {name: old, key: ip, limit: 100, period: 1m}\n"
 	newRules = "rules:\n  - {name: new, key: ip, limit: 100, period: 1m}\n"
 )
-
-// waitRule polls /v1/check for rule every 50ms, for up to 10s, until it
-// answers 200.
-func (d *daemon) waitRule(t *testing.T, rule string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		code, _, body := d.post(t, "/v1/check", `{"rule":"`+rule+`","key":"k"}`)
-		if code == 200 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("rule %q not served within 10s: last answer %d %s", rule, code, body)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// waitLog returns the next log line, within 10s, whose msg contains msg.
-func (d *daemon) waitLog(t *testing.T, msg string) map[string]any {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		select {
-		case line := <-d.logs:
-			var entry map[string]any
-			if json.Unmarshal([]byte(line), &entry) == nil {
-				if m, _ := entry["msg"].(string); strings.Contains(m, msg) {
-					return entry
-				}
-			}
-		case <-d.done:
-			t.Fatalf("sluice serve exited while waiting for log %q", msg)
-		case <-deadline:
-			t.Fatalf("no log %q within 10s", msg)
-		}
-	}
-}
 
 // wantSwapped waits for the new rule to answer, then checks that the old
 // one is unknown.
@@ -135,4 +102,104 @@ func TestReloadOnRename(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.wantSwapped(t)
+}
+
+// lineWriter hands each write, one log record, to its channel.
+type lineWriter chan string
+
+func (w lineWriter) Write(p []byte) (int, error) {
+	w <- string(p)
+	return len(p), nil
+}
+
+// TestWatchConfigApplyFails: a file that loads but that apply refuses is
+// reported and logged as rejected, not as reloaded.
+func TestWatchConfigApplyFails(t *testing.T) {
+	cfg := writeFile(t, oldRules)
+	f, err := config.Load(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := make(lineWriter, 10)
+	log := slog.New(slog.NewJSONHandler(lines, nil))
+	hup := make(chan os.Signal, 1)
+	reports := make(chan bool, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	apply := func(*config.File) error { return errors.New("apply refused it") }
+	watchConfig(ctx, f, 0, hup, apply, func(ok bool) { reports <- ok }, log)
+	hup <- syscall.SIGHUP
+	select {
+	case ok := <-reports:
+		if ok {
+			t.Error("a file apply refused was reported as a successful reload")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reload reported within 10s of SIGHUP")
+	}
+	select {
+	case line := <-lines:
+		var entry map[string]any
+		if err := json.Unmarshal([]byte(line), &entry); err != nil {
+			t.Fatal(err)
+		}
+		if entry["msg"] != "config rejected; the old rules keep serving" || entry["error"] != "apply refused it" || entry["trigger"] != "signal" {
+			t.Errorf("log %v, want the rejection with apply's error", entry)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing logged within 10s of the reload")
+	}
+}
+
+// TestReloadOnErrorFlag: --on-error overrides the store's policy, not the
+// file: a reload that changes only the rules says nothing about the redis
+// section, and one that changes the section still warns.
+func TestReloadOnErrorFlag(t *testing.T) {
+	cfg := writeFile(t, oldRules)
+	d := startServe(t, nil, "--config", cfg, "--on-error", "deny", "--reload-interval", "0")
+	reload := func(content string) {
+		t.Helper()
+		if err := os.WriteFile(cfg, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		d.waitLog(t, "config reloaded")
+	}
+	reload(newRules)
+	// A warning about the first reload is logged before the second
+	// reload starts: once that is logged, the first had none.
+	reload(oldRules)
+	if d.logged("redis section changed") {
+		t.Error("a reload that changed only the rules warned that the redis section changed")
+	}
+	reload("redis: {timeout: 2s}\n" + newRules)
+	if entry := d.waitLog(t, "redis section changed"); entry["level"] != "WARN" {
+		t.Errorf("redis change log %v, want level WARN", entry)
+	}
+}
+
+// TestFingerprint: a touch leaves the policy file's fingerprint as it
+// was, so it reloads nothing; a change of content, even of the same size,
+// changes it.
+func TestFingerprint(t *testing.T) {
+	cfg := writeFile(t, oldRules)
+	before := fingerprintOf(cfg)
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(cfg, later, later); err != nil {
+		t.Fatal(err)
+	}
+	if after := fingerprintOf(cfg); after != before {
+		t.Errorf("touch changed the fingerprint: %+v, then %+v", before, after)
+	}
+	if err := os.WriteFile(cfg, []byte(newRules), 0o600); err != nil { // same size
+		t.Fatal(err)
+	}
+	if after := fingerprintOf(cfg); after == before {
+		t.Error("new content of the same size left the fingerprint as it was")
+	}
+	if missing := fingerprintOf(cfg + ".gone"); missing.err == "" || missing == before {
+		t.Errorf("a missing file's fingerprint %+v, want one with an error", missing)
+	}
 }

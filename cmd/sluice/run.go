@@ -9,6 +9,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"time"
 )
 
 // command is one subcommand: a file of its own, a flag set, a run function.
@@ -72,44 +73,80 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "\nRun \"sluice <command> --help\" for its flags.")
 }
 
+// cmdFlags is a subcommand's flag set whose every flag is registered
+// together with its environment variable, by the methods below, so that
+// the help and the lookup cannot name different variables.
+type cmdFlags struct {
+	*flag.FlagSet
+	env map[string]string // flag name -> environment variable
+}
+
 // flagSet returns a flag set for a subcommand that writes its help to
 // stdout and reports errors as usage errors.
-func flagSet(name, synopsis string, stdout io.Writer) *flag.FlagSet {
+func flagSet(name, synopsis string, stdout io.Writer) *cmdFlags {
 	fs := flag.NewFlagSet("sluice "+name, flag.ContinueOnError)
 	fs.SetOutput(stdout)
 	fs.Usage = func() {
 		fmt.Fprintf(stdout, "Usage: sluice %s [flags]\n\n%s\n\nFlags (each also read from its environment variable):\n", name, synopsis)
 		fs.PrintDefaults()
 	}
-	return fs
+	return &cmdFlags{FlagSet: fs, env: map[string]string{}}
 }
 
-// parse parses args into fs, then fills every flag not given on the
-// command line from its environment variable (envs maps flag name to
-// variable); a variable set to the empty string counts as unset.
-func parse(fs *flag.FlagSet, args []string, envs map[string]string) error {
-	if err := fs.Parse(args); err != nil {
+// usage records that flag name is also read from env, and returns help
+// with env appended.
+func (c *cmdFlags) usage(name, env, help string) string {
+	c.env[name] = env
+	return strings.TrimSpace(help) + " (env " + env + ")"
+}
+
+// string defines a string flag read also from env.
+func (c *cmdFlags) string(name, env, value, help string) *string {
+	return c.String(name, value, c.usage(name, env, help))
+}
+
+// stringVar defines a string flag, stored in p, read also from env.
+func (c *cmdFlags) stringVar(p *string, name, env, value, help string) {
+	c.StringVar(p, name, value, c.usage(name, env, help))
+}
+
+// intVar defines an int flag, stored in p, read also from env.
+func (c *cmdFlags) intVar(p *int, name, env string, value int, help string) {
+	c.IntVar(p, name, value, c.usage(name, env, help))
+}
+
+// duration defines a duration flag read also from env.
+func (c *cmdFlags) duration(name, env string, value time.Duration, help string) *time.Duration {
+	return c.Duration(name, value, c.usage(name, env, help))
+}
+
+// parse parses args, then fills every flag not given on the command line
+// from its environment variable; a variable set to the empty string
+// counts as unset. Flags are filled in name order, so that of several bad
+// variables the same one is reported each time.
+func (c *cmdFlags) parse(args []string) error {
+	if err := c.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
 		return usageError{err}
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	if c.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected argument %q", c.Arg(0))}
 	}
 	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	for name, env := range envs {
-		if v := os.Getenv(env); v != "" && !set[name] {
-			if err := fs.Set(name, v); err != nil {
-				return usageError{fmt.Errorf("%s=%q: %w", env, v, err)}
+	c.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var err error
+	c.VisitAll(func(f *flag.Flag) {
+		env, ok := c.env[f.Name]
+		if !ok || set[f.Name] || err != nil {
+			return
+		}
+		if v := os.Getenv(env); v != "" {
+			if serr := c.Set(f.Name, v); serr != nil {
+				err = usageError{fmt.Errorf("%s=%q: %w", env, v, serr)}
 			}
 		}
-	}
-	return nil
-}
-
-// envUsage appends the environment variable to a flag's help.
-func envUsage(help, env string) string {
-	return strings.TrimSpace(help) + " (env " + env + ")"
+	})
+	return err
 }

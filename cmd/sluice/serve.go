@@ -21,8 +21,8 @@ import (
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flagSet("serve", "Serve rate-limit decisions over HTTP: POST /v1/check, POST /v1/check/batch,\nGET /healthz and GET /readyz. SIGHUP, or a change to the policy file, reloads the rules.", stdout)
 	df := addDaemonFlags(fs)
-	grpcListen := fs.String("grpc-listen", "127.0.0.1:8081", envUsage("gRPC address of Envoy's rate-limit service (empty: off)", "SLUICE_GRPC_LISTEN"))
-	if err := parse(fs, args, envs(map[string]string{"grpc-listen": "SLUICE_GRPC_LISTEN"})); err != nil {
+	grpcListen := fs.string("grpc-listen", "SLUICE_GRPC_LISTEN", "127.0.0.1:8081", "gRPC address of Envoy's rate-limit service (empty: off)")
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	log, hup, stopHUP, err := df.start(stderr)
@@ -42,9 +42,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	} else if f, err = config.Load(*path); err != nil {
 		return err
 	}
-	df.applyOnError(f)
 	m := metrics.New()
-	b, err := openBackend(f, *df.redisURL, m, log)
+	b, err := openBackend(df.storeSettings(f.Redis), m, log)
 	if err != nil {
 		return err
 	}
@@ -65,7 +64,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer stopWatch()
 	errc := make(chan error, 2)
 	grpcAddr := "off"
-	update := api.Update
+	update := func(f *config.File) error { api.Update(f); return nil }
 	var g *grpc.Server
 	if *grpcListen != "" {
 		gln, err := net.Listen("tcp", *grpcListen)
@@ -80,7 +79,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		} else {
 			svc := envoy.NewRulesService(b.lim, f, envoy.WithRulesObserver(m.Decision))
 			envoy.Register(g, svc)
-			update = func(f *config.File) { api.Update(f); svc.Update(f) }
+			update = func(f *config.File) error { api.Update(f); svc.Update(f); return nil }
 		}
 		go func() { errc <- g.Serve(gln) }()
 		grpcAddr = gln.Addr().String()

@@ -1,115 +1,23 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sluice-go/sluice/internal/redistest"
 )
 
-// daemon is a running `sluice serve` or `sluice proxy`.
-type daemon struct {
-	cmd   *exec.Cmd
-	base  string        // http://host:port
-	grpc  string        // host:port of the gRPC listener, if any
-	early []string      // log lines up to the ready line
-	logs  chan string   // its later log lines, JSON
-	done  chan struct{} // closed when it exits
-}
-
 // startServe starts `sluice serve` with args on free ports and waits for
 // its "serving" log line.
 func startServe(t *testing.T, env []string, args ...string) *daemon {
 	t.Helper()
 	return startDaemon(t, "serving", env, append([]string{"serve", "--grpc-listen", "127.0.0.1:0"}, args...)...)
-}
-
-// startDaemon runs the binary with args (a subcommand and its flags), on a
-// free port and with JSON logs, and waits for the log line whose msg is
-// ready, which names its addresses. The process is killed when t ends.
-func startDaemon(t *testing.T, ready string, env []string, args ...string) *daemon {
-	t.Helper()
-	flags := append([]string{args[0], "--listen", "127.0.0.1:0", "--log-format", "json"}, args[1:]...)
-	cmd := exec.Command(binary, flags...)
-	cmd.Env = append(os.Environ(), env...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	d := &daemon{cmd: cmd, logs: make(chan string, 100), done: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			select {
-			case d.logs <- sc.Text():
-			default:
-			}
-		}
-		_ = cmd.Wait()
-		close(d.done)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-d.done
-	})
-	deadline := time.After(30 * time.Second)
-	for {
-		select {
-		case line := <-d.logs:
-			d.early = append(d.early, line)
-			var entry struct {
-				Msg  string `json:"msg"`
-				HTTP string `json:"http"`
-				GRPC string `json:"grpc"`
-			}
-			if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == ready {
-				d.base, d.grpc = "http://"+entry.HTTP, entry.GRPC
-				return d
-			}
-		case <-d.done:
-			t.Fatalf("sluice %s exited before %q:\n%s", args[0], ready, strings.Join(d.early, "\n"))
-		case <-deadline:
-			t.Fatalf("sluice %s did not log %q within 30s", args[0], ready)
-		}
-	}
-}
-
-// terminate sends SIGTERM and waits for the daemon to exit, failing t
-// after 20s; it returns the exit code.
-func (d *daemon) terminate(t *testing.T) int {
-	t.Helper()
-	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-d.done:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("sluice %s did not exit within 20s of SIGTERM", d.cmd.Args[1])
-	}
-	return d.cmd.ProcessState.ExitCode()
-}
-
-func (d *daemon) post(t *testing.T, path, body string) (int, http.Header, string) {
-	t.Helper()
-	resp, err := http.Post(d.base+path, "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header, string(b)
 }
 
 func TestServe(t *testing.T) {
@@ -185,15 +93,7 @@ rules:
 	if code, _, _ := d.post(t, "/v1/check", `{"rule":"login","key":"x"}`); code != 503 {
 		t.Errorf("check with Redis down under deny: %d, want 503", code)
 	}
-	timeout := time.After(10 * time.Second)
-	for logged := false; !logged; {
-		select {
-		case line := <-d.logs:
-			logged = strings.Contains(line, "store failing")
-		case <-timeout:
-			t.Fatal("no log line saying the store is failing")
-		}
-	}
+	d.waitLog(t, "store failing")
 	// SIGTERM: a clean exit.
 	if code := d.terminate(t); code != 0 {
 		t.Errorf("exit code after SIGTERM: %d, want 0", code)
@@ -234,28 +134,13 @@ rules:
 	}
 	srv.Restart(t)
 	// Bounded wait for the background reconnect; no speed is asserted.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		code, _, body := d.post(t, "/v1/check", `{"rule":"r","key":"a"}`)
-		if code == 200 {
-			break
+	waitUntil(t, 20*time.Second, func() error {
+		if code, _, body := d.post(t, "/v1/check", `{"rule":"r","key":"a"}`); code != 200 {
+			return fmt.Errorf("Redis is back but checks still answer %d %s", code, body)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Redis is back but checks still answer %d %s", code, body)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	timeout := time.After(20 * time.Second)
-	for {
-		select {
-		case line := <-d.logs:
-			if strings.Contains(line, "redis reachable") {
-				return
-			}
-		case <-timeout:
-			t.Fatal("no log line saying Redis became reachable")
-		}
-	}
+		return nil
+	})
+	d.waitLog(t, "redis reachable")
 }
 
 // TestServeSIGTERMDuringTraffic: SIGTERM while clients are sending drains
@@ -302,12 +187,12 @@ rules:
 			}
 		}()
 	}
-	for deadline := time.Now().Add(10 * time.Second); answered.Load() < 50; { // traffic flowing
-		if time.Now().After(deadline) {
-			t.Fatal("no traffic got through")
+	waitUntil(t, 10*time.Second, func() error { // traffic flowing
+		if n := answered.Load(); n < 50 {
+			return fmt.Errorf("%d answers got through, want 50 before SIGTERM", n)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	d.terminate(t)
 	close(stop)
 	var total outcome

@@ -21,36 +21,40 @@ type backend struct {
 	close func()
 }
 
-// openBackend builds the Limiter the policy file asks for; redisURL, when
-// not empty, overrides the file's redis.url. Without a URL it is the
-// in-memory store, said once in the log, since its limits hold per process.
-func openBackend(f *config.File, redisURL string, m *metrics.Metrics, log *slog.Logger) (*backend, error) {
-	url := f.Redis.URL
-	if redisURL != "" {
-		url = redisURL
+// openBackend builds the Limiter the store settings r ask for (the
+// file's redis section with the command line's overrides). Without a URL
+// it is the in-memory store, said once in the log, since its limits hold
+// per process. The store's calls are timed into m; a nil m (a command
+// that serves no /metrics) leaves the store as it is.
+func openBackend(r config.Redis, m *metrics.Metrics, log *slog.Logger) (*backend, error) {
+	instrument := func(s sluice.Store) sluice.Store {
+		if m == nil {
+			return s
+		}
+		return m.Store(s)
 	}
-	if url == "" {
+	if r.URL == "" {
 		log.Warn("no Redis configured: using the in-memory store, whose limits hold per process (N replicas admit N x the limit)")
 		return &backend{
-			lim:   sluice.New(m.Store(memory.New())),
+			lim:   sluice.New(instrument(memory.New())),
 			ready: func(context.Context) error { return nil },
 			close: func() {},
 		}, nil
 	}
-	policy, err := sluice.ParseErrorPolicy(f.Redis.OnError, memory.New())
+	policy, err := sluice.ParseErrorPolicy(r.OnError, memory.New())
 	if err != nil {
 		return nil, err
 	}
-	if err := redis.CheckURL(url); err != nil {
+	if err := redis.CheckURL(r.URL); err != nil {
 		return nil, err
 	}
-	store := &lazyRedis{url: url, log: log}
+	store := &lazyRedis{url: r.URL, log: log}
 	ctx, cancel := context.WithCancel(context.Background())
 	store.connect(ctx)
-	lim := sluice.New(m.Store(&stateLog{next: store, log: log}), sluice.WithErrorPolicy(policy), sluice.WithStoreTimeout(f.Redis.Timeout))
-	log.Info("store", "kind", "redis", "on_error", policy.String(), "timeout", f.Redis.Timeout)
+	lim := sluice.New(instrument(&stateLog{next: store, log: log}), sluice.WithErrorPolicy(policy), sluice.WithStoreTimeout(r.Timeout))
+	log.Info("store", "kind", "redis", "on_error", policy.String(), "timeout", r.Timeout)
 	ready := func(context.Context) error { return nil }
-	if policy.String() == "deny" {
+	if policy == sluice.DenyOnError {
 		// Under deny every decision fails while Redis does: not ready.
 		ready = store.Ping
 	}
@@ -105,6 +109,8 @@ func (l *lazyRedis) try() error {
 	return nil
 }
 
+// Take decides with the Redis store, or fails with errNotConnected while
+// Redis has not been reached yet.
 func (l *lazyRedis) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
 	s := l.store.Load()
 	if s == nil {
@@ -113,6 +119,8 @@ func (l *lazyRedis) Take(ctx context.Context, req sluice.Request) ([]sluice.Resu
 	return s.Take(ctx, req)
 }
 
+// Reset resets key's limits in the Redis store, or fails with
+// errNotConnected while Redis has not been reached yet.
 func (l *lazyRedis) Reset(ctx context.Context, key string, limits ...sluice.Limit) error {
 	s := l.store.Load()
 	if s == nil {
@@ -145,6 +153,7 @@ type stateLog struct {
 	failing atomic.Bool
 }
 
+// observe logs the store's change of state, if err makes one.
 func (s *stateLog) observe(err error) {
 	switch {
 	case err != nil && !errors.Is(err, context.Canceled) && s.failing.CompareAndSwap(false, true):
@@ -154,12 +163,15 @@ func (s *stateLog) observe(err error) {
 	}
 }
 
+// Take decides with the next store, logging a change of its state.
 func (s *stateLog) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
 	rs, err := s.next.Take(ctx, req)
 	s.observe(err)
 	return rs, err
 }
 
+// Reset resets key's limits in the next store, logging a change of its
+// state.
 func (s *stateLog) Reset(ctx context.Context, key string, limits ...sluice.Limit) error {
 	err := s.next.Reset(ctx, key, limits...)
 	s.observe(err)

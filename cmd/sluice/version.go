@@ -9,7 +9,7 @@ import (
 
 func runVersion(_ context.Context, args []string, stdout, _ io.Writer) error {
 	fs := flagSet("version", "Print sluice's version, the commit it was built from and the Go version.", stdout)
-	if err := parse(fs, args, nil); err != nil {
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, version())

@@ -83,6 +83,31 @@ func Start(ctx context.Context, path, dir string, port int, configFile string, e
 	}
 }
 
+// freePortTries is how many free ports StartFree tries.
+const freePortTries = 5
+
+// StartFree is Start on a free loopback port. The kernel's free port may
+// be taken by another process before redis-server binds it, so when the
+// server fails to start StartFree tries another port, up to 5 in all,
+// and returns the last error. It stops early when ctx ends.
+func StartFree(ctx context.Context, path, dir, configFile string, extra ...string) (*Process, error) {
+	var lastErr error
+	for range freePortTries {
+		port, err := proc.FreePort()
+		if err != nil {
+			return nil, err
+		}
+		p, err := Start(ctx, path, dir, port, configFile, extra...)
+		if err == nil {
+			return p, nil
+		}
+		if lastErr = err; ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, lastErr
+}
+
 // Pid returns the server's process id.
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
 

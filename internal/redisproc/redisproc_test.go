@@ -63,3 +63,19 @@ func TestStartFails(t *testing.T) {
 		t.Errorf("Start with a canceled context: %v, want context.Canceled", err)
 	}
 }
+
+// TestStartFree: StartFree picks a port itself; the server answers there
+// and is gone after Stop.
+func TestStartFree(t *testing.T) {
+	p, err := StartFree(context.Background(), serverPath(t), t.TempDir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Ping(p.Addr); err != nil {
+		t.Errorf("PING %s: %v", p.Addr, err)
+	}
+	p.Stop()
+	if !gone(p.Pid()) {
+		t.Errorf("pid %d still runs after Stop", p.Pid())
+	}
+}

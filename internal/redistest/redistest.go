@@ -24,14 +24,22 @@ type Server struct {
 	proc *redisproc.Process
 }
 
-// Start starts a redis-server for t and stops it when t ends. It fails t if
-// redis-server is not installed or does not come up.
+// Start starts a redis-server for t on a free port (see
+// redisproc.StartFree) and stops it when t ends. It fails t if
+// redis-server is not installed or does not come up. The stop is
+// registered after the server's temporary directory, so it runs first
+// (cleanups run last first): the process never writes in a directory
+// being removed.
 func Start(t testing.TB) *Server {
 	t.Helper()
 	path := serverPath(t)
-	return retryPorts(t, func(port int) (*Server, error) {
-		return launch(path, t.TempDir(), port, "")
-	})
+	p, err := redisproc.StartFree(context.Background(), path, t.TempDir(), "")
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	s := &Server{Addr: p.Addr, proc: p}
+	t.Cleanup(s.Stop)
+	return s
 }
 
 // serverPath returns the path of redis-server, failing t with how to
@@ -47,10 +55,12 @@ func serverPath(t testing.TB) string {
 
 // retryPorts calls start with a free port until it succeeds (a port may
 // be taken between proc.FreePort and the server's bind), failing t after
-// 5 tries, and stops the server it returns when t ends. The stop is registered
-// after start returns, so it runs before the removal of any temporary
-// directory start created (cleanups run last first): the process never
-// writes in a directory being removed.
+// 5 tries, and stops the server it returns when t ends. Start needs no
+// more than redisproc.StartFree; the cluster and Sentinel starts use
+// retryPorts, a cluster node since it needs a second free port per try.
+// The stop is registered after start returns, so it runs before the
+// removal of any temporary directory start created (cleanups run last
+// first): the process never writes in a directory being removed.
 func retryPorts(t testing.TB, start func(port int) (*Server, error)) *Server {
 	t.Helper()
 	var lastErr error
