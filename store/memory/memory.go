@@ -146,15 +146,23 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 	for i, l := range req.Limits {
 		d := &work[i]
 		d.key = entryKey{req.Key, normalize(l)}
-		if e := sh.m[d.key]; e != nil && e.expires > now {
-			d.st = e.st
+		if d.e = sh.m[d.key]; d.e != nil && d.e.expires > now {
+			d.st = d.e.st
 		}
 		rs[i], d.next, d.ttl = algo.Check(l, d.st, now, cost)
 		allowed = allowed && rs[i].Allowed
 	}
 	if allowed {
-		for _, d := range work {
-			sh.store(d.key, d.next, now+d.ttl, d.ttl > 0)
+		for i := range work {
+			d := &work[i]
+			switch {
+			case d.ttl <= 0:
+				delete(sh.m, d.key)
+			case d.e != nil:
+				d.e.st, d.e.expires = d.next, now+d.ttl
+			default:
+				sh.m[d.key] = &entry{st: d.next, expires: now + d.ttl}
+			}
 		}
 	} else {
 		// Nothing is consumed: the limits that would have admitted the
@@ -174,21 +182,9 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 // decision is the work of Take for one limit.
 type decision struct {
 	key      entryKey
+	e        *entry // the stored entry, expired or not; nil if none
 	st, next algo.State
 	ttl      int64
-}
-
-// store saves st for k until expires, or deletes k when keep is false.
-func (sh *shard) store(k entryKey, st algo.State, expires int64, keep bool) {
-	if !keep {
-		delete(sh.m, k)
-		return
-	}
-	if e := sh.m[k]; e != nil {
-		e.st, e.expires = st, expires
-		return
-	}
-	sh.m[k] = &entry{st: st, expires: expires}
 }
 
 // evict deletes the entries expired for over evictGrace among up to n
