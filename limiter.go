@@ -146,11 +146,15 @@ func (l *Limiter) take(ctx context.Context, key string, n int, limits []Limit) (
 	if err == nil {
 		return rs, nil
 	}
-	if errors.Is(ctx.Err(), context.Canceled) {
+	if cerr := ctx.Err(); errors.Is(cerr, context.Canceled) {
 		// The caller gave up; there is no one left to answer. (A caller's
 		// deadline that expired while the store hung is an outage like any
-		// other: the policy decides.)
-		return nil, fmt.Errorf("sluice: %w", err)
+		// other: the policy decides.) The store may have failed for a
+		// reason of its own: the error wraps the context's error as well.
+		if errors.Is(err, cerr) {
+			return nil, fmt.Errorf("sluice: %w", err)
+		}
+		return nil, fmt.Errorf("sluice: %w: %w", cerr, err)
 	}
 	if l.onError != nil {
 		l.onError(ctx, err)
