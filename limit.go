@@ -3,6 +3,7 @@ package sluice
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -43,7 +44,11 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 			return a, nil
 		}
 	}
-	return "", fmt.Errorf("%w: algorithm %q is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra", ErrInvalidLimit, s)
+	names := make([]string, len(Algorithms))
+	for i, a := range Algorithms {
+		names[i] = string(a)
+	}
+	return "", fmt.Errorf("%w: algorithm %q is not one of %s", ErrInvalidLimit, s, strings.Join(names, ", "))
 }
 
 // String returns the algorithm's name; the zero value prints as token_bucket.

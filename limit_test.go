@@ -48,23 +48,33 @@ func TestParseAlgorithm(t *testing.T) {
 			t.Errorf("ParseAlgorithm(%q) = %q, %v", a, got, err)
 		}
 	}
-	if _, err := ParseAlgorithm("leaky_bucket"); !errors.Is(err, ErrInvalidLimit) {
+	_, err := ParseAlgorithm("leaky_bucket")
+	if !errors.Is(err, ErrInvalidLimit) {
 		t.Errorf("ParseAlgorithm(leaky_bucket) error = %v, want ErrInvalidLimit", err)
+	}
+	const want = `invalid limit: algorithm "leaky_bucket" is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra`
+	if err == nil || err.Error() != want {
+		t.Errorf("ParseAlgorithm(leaky_bucket) error = %v, want %s", err, want)
 	}
 }
 
 func TestParseErrorPolicy(t *testing.T) {
-	for _, name := range []string{"return", "allow", "deny"} {
+	for name, want := range map[string]ErrorPolicy{"return": ReturnErrors, "allow": AllowOnError, "deny": DenyOnError} {
 		p, err := ParseErrorPolicy(name, nil)
-		if err != nil || p.String() != name {
+		if err != nil || p != want || p.String() != name {
 			t.Errorf("ParseErrorPolicy(%q) = %v, %v", name, p, err)
 		}
 	}
-	if _, err := ParseErrorPolicy("local", nil); err == nil {
-		t.Error(`ParseErrorPolicy("local", nil) accepted a policy with no fallback store`)
+	fallback := &failingStore{}
+	if p, err := ParseErrorPolicy("local", fallback); err != nil || p != LocalOnError(fallback) || p.String() != "local" {
+		t.Errorf(`ParseErrorPolicy("local", fallback) = %v, %v`, p, err)
 	}
-	if _, err := ParseErrorPolicy("open", nil); err == nil {
-		t.Error(`ParseErrorPolicy("open") accepted an unknown policy`)
+	if _, err := ParseErrorPolicy("local", nil); err == nil || err.Error() != `sluice: error policy "local" needs a fallback store` {
+		t.Errorf(`ParseErrorPolicy("local", nil) error = %v, want a policy with no fallback store refused`, err)
+	}
+	_, err := ParseErrorPolicy("open", nil)
+	if want := `sluice: error policy "open" is not one of return, allow, deny, local`; err == nil || err.Error() != want {
+		t.Errorf(`ParseErrorPolicy("open") error = %v, want %s`, err, want)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -260,26 +261,27 @@ func LocalOnError(fallback Store) ErrorPolicy {
 // ParseErrorPolicy returns the policy named by s: "return", "allow", "deny",
 // or "local" (which decides with fallback).
 func ParseErrorPolicy(s string, fallback Store) (ErrorPolicy, error) {
-	switch s {
-	case "return":
-		return ReturnErrors, nil
-	case "allow":
-		return AllowOnError, nil
-	case "deny":
-		return DenyOnError, nil
-	case "local":
-		if fallback == nil {
-			return ErrorPolicy{}, errors.New(`sluice: error policy "local" needs a fallback store`)
+	for i, name := range policyNames {
+		if name != s {
+			continue
 		}
-		return LocalOnError(fallback), nil
+		m := policyMode(i)
+		if m == modeLocal {
+			if fallback == nil {
+				return ErrorPolicy{}, fmt.Errorf("sluice: error policy %q needs a fallback store", s)
+			}
+			return LocalOnError(fallback), nil
+		}
+		return ErrorPolicy{mode: m}, nil
 	}
-	return ErrorPolicy{}, fmt.Errorf(`sluice: error policy %q is not one of return, allow, deny, local`, s)
+	return ErrorPolicy{}, fmt.Errorf("sluice: error policy %q is not one of %s", s, strings.Join(policyNames[:], ", "))
 }
 
+// policyNames names each policyMode, as ParseErrorPolicy accepts it.
+var policyNames = [...]string{modeReturn: "return", modeAllow: "allow", modeDeny: "deny", modeLocal: "local"}
+
 // String returns the policy's name as ParseErrorPolicy accepts it.
-func (p ErrorPolicy) String() string {
-	return [...]string{"return", "allow", "deny", "local"}[p.mode]
-}
+func (p ErrorPolicy) String() string { return policyNames[p.mode] }
 
 func (p ErrorPolicy) decide(ctx context.Context, req Request, storeErr error) ([]Result, error) {
 	rs := make([]Result, len(req.Limits))

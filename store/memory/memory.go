@@ -133,11 +133,12 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 	cost := int64(req.Cost)
 	rs := make([]sluice.Result, len(req.Limits))
 	var buf [4]decision // most decisions have a limit or two: no allocation
-	work := buf[:0]
-	if len(req.Limits) > len(buf) {
-		work = make([]decision, 0, len(req.Limits))
+	var work []decision
+	if n := len(req.Limits); n <= len(buf) {
+		work = buf[:n]
+	} else {
+		work = make([]decision, n)
 	}
-	work = work[:len(req.Limits)]
 
 	sh := s.shard(req.Key)
 	sh.mu.Lock()
