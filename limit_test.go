@@ -121,3 +121,41 @@ func TestCombine(t *testing.T) {
 		})
 	}
 }
+
+// TestValidateField: Validate's error is a *LimitError naming the field to
+// change, wrapping ErrInvalidLimit.
+func TestValidateField(t *testing.T) {
+	tests := []struct {
+		l     Limit
+		field string
+	}{
+		{Limit{Algorithm: "leaky", Limit: 1, Period: time.Second}, "algorithm"},
+		{PerSecond(0), "limit"},
+		{PerSecond(MaxLimit + 1), "limit"},
+		{PerSecond(MaxLogLimit + 1).Using(SlidingLog), "limit"},
+		{PerSecond(400000), "limit"}, // a token every 2.5µs
+		{Per(1, 0), "period"},
+		{Per(1, MaxPeriod+time.Hour), "period"},
+		{Per(1, time.Second+time.Nanosecond), "period"},
+		{PerSecond(1).WithBurst(-1), "burst"},
+		{PerSecond(1).WithBurst(2).Using(FixedWindow), "burst"},
+		// Capacity × interval over 2^51µs. (Without a burst it is about
+		// Period, which MaxPeriod keeps below that.)
+		{Per(1, MaxPeriod).WithBurst(1000), "burst"},
+		{PerSecond(1).Named("a b"), "name"},
+	}
+	for _, tt := range tests {
+		err := tt.l.Validate()
+		var le *LimitError
+		if !errors.As(err, &le) || !errors.Is(err, ErrInvalidLimit) {
+			t.Errorf("%s: Validate() = %v, want a *LimitError wrapping ErrInvalidLimit", tt.l, err)
+			continue
+		}
+		if le.Field != tt.field || le.Limit != tt.l {
+			t.Errorf("%s: Validate() field %q, limit %s; want %q, %s", tt.l, le.Field, le.Limit, tt.field, tt.l)
+		}
+		if want := "invalid limit (" + tt.l.String() + "): " + le.Reason; err.Error() != want {
+			t.Errorf("%s: Validate() = %q, want %q", tt.l, err, want)
+		}
+	}
+}
