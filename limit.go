@@ -165,6 +165,24 @@ func (l Limit) Capacity() int {
 	return l.Limit
 }
 
+// Normalized returns l with its defaults filled in: Algorithm TokenBucket
+// for the zero Algorithm, and Burst the capacity for TokenBucket and GCRA
+// (Limit when Burst is zero) and zero for the window algorithms, which have
+// no burst. It is the storage identity of a limit: two valid limits share
+// state for a key, in every store, if and only if their Normalized forms
+// are equal. Limits that must not share state need distinct Names.
+func (l Limit) Normalized() Limit {
+	if l.Algorithm == "" {
+		l.Algorithm = TokenBucket
+	}
+	if l.Algorithm.bursty() {
+		l.Burst = l.Capacity()
+	} else {
+		l.Burst = 0
+	}
+	return l
+}
+
 // Interval returns the time in which TokenBucket and GCRA regain one token:
 // Period/Limit rounded up to the microsecond, so that their long-run rate
 // never exceeds Limit per Period. It is exact when Period is a whole

@@ -192,24 +192,12 @@ func validate(limits []Limit, n int) error {
 			return err
 		}
 		for _, prev := range limits[:i] {
-			if prev.normalized() == lim.normalized() {
+			if prev.Normalized() == lim.Normalized() {
 				return fmt.Errorf("%w: %s appears twice in one request; give one of them a Name", ErrInvalidLimit, lim)
 			}
 		}
 	}
 	return nil
-}
-
-// normalized returns l with defaults filled in, so that equal limits compare
-// equal.
-func (l Limit) normalized() Limit {
-	if l.Algorithm == "" {
-		l.Algorithm = TokenBucket
-	}
-	if l.Algorithm.bursty() && l.Burst == 0 {
-		l.Burst = l.Limit
-	}
-	return l
 }
 
 // ErrorPolicy says what a Limiter answers when its store fails (Redis

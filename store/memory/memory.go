@@ -48,20 +48,11 @@ type shard struct {
 }
 
 // entryKey identifies one piece of state: a client key under a limit, the
-// limit normalized so that equal limits share state (algo.ID's identity,
-// without building a string).
+// limit Normalized so that limits with the same storage identity share
+// state (algo.ID's identity, without building a string).
 type entryKey struct {
 	key   string
 	limit sluice.Limit
-}
-
-// normalize fills in a Limit's defaults.
-func normalize(l sluice.Limit) sluice.Limit {
-	if l.Algorithm == "" {
-		l.Algorithm = sluice.TokenBucket
-	}
-	l.Burst = l.Capacity()
-	return l
 }
 
 type entry struct {
@@ -146,7 +137,7 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 	allowed := true
 	for i, l := range req.Limits {
 		d := &work[i]
-		d.key = entryKey{req.Key, normalize(l)}
+		d.key = entryKey{req.Key, l.Normalized()}
 		if d.e = sh.m[d.key]; d.e != nil && d.e.expires > now {
 			d.st = d.e.st
 		}
@@ -212,7 +203,7 @@ func (s *Store) Reset(_ context.Context, key string, limits ...sluice.Limit) err
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	for _, l := range limits {
-		delete(sh.m, entryKey{key, normalize(l)})
+		delete(sh.m, entryKey{key, l.Normalized()})
 	}
 	return nil
 }
@@ -224,7 +215,7 @@ func (s *Store) TTL(_ context.Context, key string, l sluice.Limit) (time.Duratio
 	sh := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := sh.m[entryKey{key, normalize(l)}]; e != nil && e.expires > now {
+	if e := sh.m[entryKey{key, l.Normalized()}]; e != nil && e.expires > now {
 		return time.Duration(e.expires-now) * time.Microsecond, nil
 	}
 	return 0, nil
