@@ -17,7 +17,9 @@
 // steps back into is still there, whichever entries eviction happened to
 // sample. It costs memory: the store holds every key that was active in
 // the last minute plus its state's lifetime (a flood of new keys, one per
-// client address, holds a minute of them).
+// client address, holds a minute of them). A client key longer than 128
+// bytes is kept as a fixed-length hash of itself, as the Redis store keeps
+// it, so that huge keys cannot bloat the store.
 package memory
 
 import (
@@ -28,6 +30,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/algo"
+	"github.com/sluice-go/sluice/internal/keys"
 )
 
 // Store is an in-process sluice.Store. Create it with New; the zero value is
@@ -49,10 +52,29 @@ type shard struct {
 
 // entryKey identifies one piece of state: a client key under a limit, the
 // limit Normalized so that limits with the same storage identity share
-// state (algo.ID's identity, without building a string).
+// state (algo.ID's identity, without building a string). The client key is
+// bounded (keys.Bound); hashed tells a long key's hash from a short key
+// that happens to equal it.
 type entryKey struct {
-	key   string
-	limit sluice.Limit
+	key    string
+	hashed bool
+	limit  sluice.Limit
+}
+
+// clientKey is a client key as the store keeps it: bounded, and whether
+// that made it a hash.
+type clientKey struct {
+	key    string
+	hashed bool
+}
+
+func newClientKey(key string) clientKey {
+	return clientKey{keys.Bound(key), keys.Hashed(key)}
+}
+
+// under returns the entryKey of k's state under l.
+func (k clientKey) under(l sluice.Limit) entryKey {
+	return entryKey{k.key, k.hashed, l.Normalized()}
 }
 
 type entry struct {
@@ -131,13 +153,14 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 		work = make([]decision, n)
 	}
 
-	sh := s.shard(req.Key)
+	ck := newClientKey(req.Key)
+	sh := s.shard(ck.key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	allowed := true
 	for i, l := range req.Limits {
 		d := &work[i]
-		d.key = entryKey{req.Key, l.Normalized()}
+		d.key = ck.under(l)
 		if d.e = sh.m[d.key]; d.e != nil && d.e.expires > now {
 			d.st = d.e.st
 		}
@@ -199,11 +222,12 @@ func (sh *shard) evict(now int64, n int) int {
 
 // Reset implements sluice.Store.
 func (s *Store) Reset(_ context.Context, key string, limits ...sluice.Limit) error {
-	sh := s.shard(key)
+	ck := newClientKey(key)
+	sh := s.shard(ck.key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	for _, l := range limits {
-		delete(sh.m, entryKey{key, l.Normalized()})
+		delete(sh.m, ck.under(l))
 	}
 	return nil
 }
@@ -212,10 +236,11 @@ func (s *Store) Reset(_ context.Context, key string, limits ...sluice.Limit) err
 // happens, or 0 when there is none.
 func (s *Store) TTL(_ context.Context, key string, l sluice.Limit) (time.Duration, error) {
 	now := s.micros(time.Time{})
-	sh := s.shard(key)
+	ck := newClientKey(key)
+	sh := s.shard(ck.key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := sh.m[entryKey{key, l.Normalized()}]; e != nil && e.expires > now {
+	if e := sh.m[ck.under(l)]; e != nil && e.expires > now {
 		return time.Duration(e.expires-now) * time.Microsecond, nil
 	}
 	return 0, nil
