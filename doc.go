@@ -37,8 +37,8 @@
 // microsecond earlier, if nothing else happens. Time is integer
 // microseconds; token_bucket and gcra regain a token every Period/Limit
 // rounded up to the microsecond (Limit.Interval), so their long-run rate
-// never exceeds Limit per Period (a full bucket still admits Burst at once). Limits that cannot be enforced (zero period,
-// negative limit, burst on a window algorithm, a cost larger than the
-// limit's capacity) are errors wrapping ErrInvalidLimit or ErrInvalidCost,
-// never silent denials.
+// never exceeds Limit per Period (a full bucket still admits Burst at
+// once). Limits that cannot be enforced (zero period, negative limit, burst
+// on a window algorithm, a cost larger than the limit's capacity) are
+// errors wrapping ErrInvalidLimit or ErrInvalidCost, never silent denials.
 package sluice

@@ -3,6 +3,8 @@ package sluice
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -43,7 +45,16 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 			return a, nil
 		}
 	}
-	return "", fmt.Errorf("%w: algorithm %q is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra", ErrInvalidLimit, s)
+	return "", fmt.Errorf("%w: algorithm %q is not one of %s", ErrInvalidLimit, s, algorithmNames())
+}
+
+// algorithmNames lists the names of Algorithms for messages.
+func algorithmNames() string {
+	names := make([]string, len(Algorithms))
+	for i, a := range Algorithms {
+		names[i] = string(a)
+	}
+	return strings.Join(names, ", ")
 }
 
 // String returns the algorithm's name; the zero value prints as token_bucket.
@@ -154,6 +165,24 @@ func (l Limit) Capacity() int {
 	return l.Limit
 }
 
+// Normalized returns l with its defaults filled in: Algorithm TokenBucket
+// for the zero Algorithm, and Burst the capacity for TokenBucket and GCRA
+// (Limit when Burst is zero) and zero for the window algorithms, which have
+// no burst. It is the storage identity of a limit: two valid limits share
+// state for a key, in every store, if and only if their Normalized forms
+// are equal. Limits that must not share state need distinct Names.
+func (l Limit) Normalized() Limit {
+	if l.Algorithm == "" {
+		l.Algorithm = TokenBucket
+	}
+	if l.Algorithm.bursty() {
+		l.Burst = l.Capacity()
+	} else {
+		l.Burst = 0
+	}
+	return l
+}
+
 // Interval returns the time in which TokenBucket and GCRA regain one token:
 // Period/Limit rounded up to the microsecond, so that their long-run rate
 // never exceeds Limit per Period. It is exact when Period is a whole
@@ -181,52 +210,78 @@ func (l Limit) String() string {
 	return s
 }
 
-// Validate reports why l cannot be enforced, or nil. The error wraps
-// ErrInvalidLimit.
+// LimitError is the error Limit.Validate returns: which field of a Limit
+// cannot be enforced as written, and why. It wraps ErrInvalidLimit; get it
+// with errors.As to report the field.
+type LimitError struct {
+	// Limit is the limit that failed validation.
+	Limit Limit
+	// Field is the field to change: "algorithm", "limit", "period",
+	// "burst" or "name". A capacity too large for its token interval is
+	// the fault of Burst, or of Limit when Burst is zero (the capacity is
+	// then the limit).
+	Field string
+	// Reason says what is wrong, without the limit, for example "limit
+	// must be at least 1, got 0".
+	Reason string
+}
+
+// Error returns "invalid limit (<limit>): <reason>".
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("%s (%s): %s", ErrInvalidLimit, e.Limit, e.Reason)
+}
+
+// Unwrap returns ErrInvalidLimit.
+func (e *LimitError) Unwrap() error { return ErrInvalidLimit }
+
+// Validate reports why l cannot be enforced, or nil. The error is a
+// *LimitError, which wraps ErrInvalidLimit.
 func (l Limit) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w (%s): %s", ErrInvalidLimit, l, fmt.Sprintf(format, args...))
+	bad := func(field, format string, args ...any) error {
+		return &LimitError{Limit: l, Field: field, Reason: fmt.Sprintf(format, args...)}
 	}
-	if l.Algorithm != "" {
-		if _, err := ParseAlgorithm(string(l.Algorithm)); err != nil {
-			return err
-		}
+	if l.Algorithm != "" && !slices.Contains(Algorithms, l.Algorithm) {
+		return bad("algorithm", "algorithm %q is not one of %s", l.Algorithm, algorithmNames())
 	}
 	switch {
 	case l.Limit <= 0:
-		return bad("limit must be at least 1, got %d", l.Limit)
+		return bad("limit", "limit must be at least 1, got %d", l.Limit)
 	case int64(l.Limit) > MaxLimit:
-		return bad("limit must be at most %d, got %d", int64(MaxLimit), l.Limit)
+		return bad("limit", "limit must be at most %d, got %d", int64(MaxLimit), l.Limit)
 	case l.Algorithm == SlidingLog && l.Limit > MaxLogLimit:
-		return bad("sliding_log keeps one entry per admitted request and allows a limit of at most %d, got %d; use sliding_window or token_bucket", MaxLogLimit, l.Limit)
+		return bad("limit", "sliding_log keeps one entry per admitted request and allows a limit of at most %d, got %d; use sliding_window or token_bucket", MaxLogLimit, l.Limit)
 	case l.Period < MinPeriod:
-		return bad("period must be at least %s, got %s", MinPeriod, l.Period)
+		return bad("period", "period must be at least %s, got %s", MinPeriod, l.Period)
 	case l.Period > MaxPeriod:
-		return bad("period must be at most %s, got %s", MaxPeriod, l.Period)
+		return bad("period", "period must be at most %s, got %s", MaxPeriod, l.Period)
 	case l.Period%time.Microsecond != 0:
-		return bad("period must be a whole number of microseconds, got %s", l.Period)
+		return bad("period", "period must be a whole number of microseconds, got %s", l.Period)
 	case l.Burst < 0:
-		return bad("burst must not be negative, got %d", l.Burst)
+		return bad("burst", "burst must not be negative, got %d", l.Burst)
 	case int64(l.Burst) > MaxLimit:
-		return bad("burst must be at most %d, got %d", int64(MaxLimit), l.Burst)
+		return bad("burst", "burst must be at most %d, got %d", int64(MaxLimit), l.Burst)
 	case l.Burst != 0 && !l.Algorithm.bursty():
-		return bad("burst applies to token_bucket and gcra only; %s admits at most limit per window", l.Algorithm)
+		return bad("burst", "burst applies to token_bucket and gcra only; %s admits at most limit per window", l.Algorithm)
 	}
 	if l.Algorithm.bursty() {
 		interval := int64(l.Interval() / time.Microsecond)
 		if int64(l.Capacity()) > maxState/interval {
-			return bad("burst × period/limit exceeds 2^51 µs (71 years); use a smaller burst or a shorter period")
+			field := "burst"
+			if l.Burst == 0 {
+				field = "limit"
+			}
+			return bad(field, "burst × period/limit exceeds 2^51 µs (71 years); use a smaller burst or a shorter period")
 		}
 		// A token every Period/Limit, rounded up to whole microseconds: at
 		// most 1% slower than asked (3000 per second: 333.33µs → 334µs, 0.2%).
 		if p := l.Period.Microseconds(); interval*int64(l.Limit)*100 > p*101 {
-			return bad("a token every %s/%d is %.2fµs, and whole microseconds (%dµs) would refill more than 1%% slower; use a limit that divides the period's microseconds, or sliding_window",
+			return bad("limit", "a token every %s/%d is %.2fµs, and whole microseconds (%dµs) would refill more than 1%% slower; use a limit that divides the period's microseconds, or sliding_window",
 				l.Period, l.Limit, float64(p)/float64(l.Limit), interval)
 		}
 	}
 	for _, r := range l.Name {
 		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
-			return bad("name %q may hold only letters, digits, '-', '_' and '.'", l.Name)
+			return bad("name", "name %q may hold only letters, digits, '-', '_' and '.'", l.Name)
 		}
 	}
 	return nil

@@ -48,23 +48,33 @@ func TestParseAlgorithm(t *testing.T) {
 			t.Errorf("ParseAlgorithm(%q) = %q, %v", a, got, err)
 		}
 	}
-	if _, err := ParseAlgorithm("leaky_bucket"); !errors.Is(err, ErrInvalidLimit) {
+	_, err := ParseAlgorithm("leaky_bucket")
+	if !errors.Is(err, ErrInvalidLimit) {
 		t.Errorf("ParseAlgorithm(leaky_bucket) error = %v, want ErrInvalidLimit", err)
+	}
+	const want = `invalid limit: algorithm "leaky_bucket" is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra`
+	if err == nil || err.Error() != want {
+		t.Errorf("ParseAlgorithm(leaky_bucket) error = %v, want %s", err, want)
 	}
 }
 
 func TestParseErrorPolicy(t *testing.T) {
-	for _, name := range []string{"return", "allow", "deny"} {
+	for name, want := range map[string]ErrorPolicy{"return": ReturnErrors, "allow": AllowOnError, "deny": DenyOnError} {
 		p, err := ParseErrorPolicy(name, nil)
-		if err != nil || p.String() != name {
+		if err != nil || p != want || p.String() != name {
 			t.Errorf("ParseErrorPolicy(%q) = %v, %v", name, p, err)
 		}
 	}
-	if _, err := ParseErrorPolicy("local", nil); err == nil {
-		t.Error(`ParseErrorPolicy("local", nil) accepted a policy with no fallback store`)
+	fallback := &failingStore{}
+	if p, err := ParseErrorPolicy("local", fallback); err != nil || p != LocalOnError(fallback) || p.String() != "local" {
+		t.Errorf(`ParseErrorPolicy("local", fallback) = %v, %v`, p, err)
 	}
-	if _, err := ParseErrorPolicy("open", nil); err == nil {
-		t.Error(`ParseErrorPolicy("open") accepted an unknown policy`)
+	if _, err := ParseErrorPolicy("local", nil); err == nil || err.Error() != `sluice: error policy "local" needs a fallback store` {
+		t.Errorf(`ParseErrorPolicy("local", nil) error = %v, want a policy with no fallback store refused`, err)
+	}
+	_, err := ParseErrorPolicy("open", nil)
+	if want := `sluice: error policy "open" is not one of return, allow, deny, local`; err == nil || err.Error() != want {
+		t.Errorf(`ParseErrorPolicy("open") error = %v, want %s`, err, want)
 	}
 }
 
@@ -109,5 +119,43 @@ func TestCombine(t *testing.T) {
 				t.Errorf("combined Result %+v is not the binding one %+v", m.Result, b)
 			}
 		})
+	}
+}
+
+// TestValidateField: Validate's error is a *LimitError naming the field to
+// change, wrapping ErrInvalidLimit.
+func TestValidateField(t *testing.T) {
+	tests := []struct {
+		l     Limit
+		field string
+	}{
+		{Limit{Algorithm: "leaky", Limit: 1, Period: time.Second}, "algorithm"},
+		{PerSecond(0), "limit"},
+		{PerSecond(MaxLimit + 1), "limit"},
+		{PerSecond(MaxLogLimit + 1).Using(SlidingLog), "limit"},
+		{PerSecond(400000), "limit"}, // a token every 2.5µs
+		{Per(1, 0), "period"},
+		{Per(1, MaxPeriod+time.Hour), "period"},
+		{Per(1, time.Second+time.Nanosecond), "period"},
+		{PerSecond(1).WithBurst(-1), "burst"},
+		{PerSecond(1).WithBurst(2).Using(FixedWindow), "burst"},
+		// Capacity × interval over 2^51µs. (Without a burst it is about
+		// Period, which MaxPeriod keeps below that.)
+		{Per(1, MaxPeriod).WithBurst(1000), "burst"},
+		{PerSecond(1).Named("a b"), "name"},
+	}
+	for _, tt := range tests {
+		err := tt.l.Validate()
+		var le *LimitError
+		if !errors.As(err, &le) || !errors.Is(err, ErrInvalidLimit) {
+			t.Errorf("%s: Validate() = %v, want a *LimitError wrapping ErrInvalidLimit", tt.l, err)
+			continue
+		}
+		if le.Field != tt.field || le.Limit != tt.l {
+			t.Errorf("%s: Validate() field %q, limit %s; want %q, %s", tt.l, le.Field, le.Limit, tt.field, tt.l)
+		}
+		if want := "invalid limit (" + tt.l.String() + "): " + le.Reason; err.Error() != want {
+			t.Errorf("%s: Validate() = %q, want %q", tt.l, err, want)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -146,11 +147,15 @@ func (l *Limiter) take(ctx context.Context, key string, n int, limits []Limit) (
 	if err == nil {
 		return rs, nil
 	}
-	if errors.Is(ctx.Err(), context.Canceled) {
+	if cerr := ctx.Err(); errors.Is(cerr, context.Canceled) {
 		// The caller gave up; there is no one left to answer. (A caller's
 		// deadline that expired while the store hung is an outage like any
-		// other: the policy decides.)
-		return nil, fmt.Errorf("sluice: %w", err)
+		// other: the policy decides.) The store may have failed for a
+		// reason of its own: the error wraps the context's error as well.
+		if errors.Is(err, cerr) {
+			return nil, fmt.Errorf("sluice: %w", err)
+		}
+		return nil, fmt.Errorf("sluice: %w: %w", cerr, err)
 	}
 	if l.onError != nil {
 		l.onError(ctx, err)
@@ -187,24 +192,12 @@ func validate(limits []Limit, n int) error {
 			return err
 		}
 		for _, prev := range limits[:i] {
-			if prev.normalized() == lim.normalized() {
+			if prev.Normalized() == lim.Normalized() {
 				return fmt.Errorf("%w: %s appears twice in one request; give one of them a Name", ErrInvalidLimit, lim)
 			}
 		}
 	}
 	return nil
-}
-
-// normalized returns l with defaults filled in, so that equal limits compare
-// equal.
-func (l Limit) normalized() Limit {
-	if l.Algorithm == "" {
-		l.Algorithm = TokenBucket
-	}
-	if l.Algorithm.bursty() && l.Burst == 0 {
-		l.Burst = l.Limit
-	}
-	return l
 }
 
 // ErrorPolicy says what a Limiter answers when its store fails (Redis
@@ -256,26 +249,27 @@ func LocalOnError(fallback Store) ErrorPolicy {
 // ParseErrorPolicy returns the policy named by s: "return", "allow", "deny",
 // or "local" (which decides with fallback).
 func ParseErrorPolicy(s string, fallback Store) (ErrorPolicy, error) {
-	switch s {
-	case "return":
-		return ReturnErrors, nil
-	case "allow":
-		return AllowOnError, nil
-	case "deny":
-		return DenyOnError, nil
-	case "local":
-		if fallback == nil {
-			return ErrorPolicy{}, errors.New(`sluice: error policy "local" needs a fallback store`)
+	for i, name := range policyNames {
+		if name != s {
+			continue
 		}
-		return LocalOnError(fallback), nil
+		m := policyMode(i)
+		if m == modeLocal {
+			if fallback == nil {
+				return ErrorPolicy{}, fmt.Errorf("sluice: error policy %q needs a fallback store", s)
+			}
+			return LocalOnError(fallback), nil
+		}
+		return ErrorPolicy{mode: m}, nil
 	}
-	return ErrorPolicy{}, fmt.Errorf(`sluice: error policy %q is not one of return, allow, deny, local`, s)
+	return ErrorPolicy{}, fmt.Errorf("sluice: error policy %q is not one of %s", s, strings.Join(policyNames[:], ", "))
 }
 
+// policyNames names each policyMode, as ParseErrorPolicy accepts it.
+var policyNames = [...]string{modeReturn: "return", modeAllow: "allow", modeDeny: "deny", modeLocal: "local"}
+
 // String returns the policy's name as ParseErrorPolicy accepts it.
-func (p ErrorPolicy) String() string {
-	return [...]string{"return", "allow", "deny", "local"}[p.mode]
-}
+func (p ErrorPolicy) String() string { return policyNames[p.mode] }
 
 func (p ErrorPolicy) decide(ctx context.Context, req Request, storeErr error) ([]Result, error) {
 	rs := make([]Result, len(req.Limits))

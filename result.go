@@ -62,7 +62,6 @@ func Combine(rs []Result) MultiResult {
 			b = i
 		}
 	}
-	m := MultiResult{Result: rs[b], Binding: b, Results: rs}
-	m.Allowed = allowed
-	return m
+	// rs[b].Allowed == allowed: when any limit denies, b is a denying one.
+	return MultiResult{Result: rs[b], Binding: b, Results: rs}
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -548,31 +549,24 @@ func (p *parser) limitFrom(m map[string]field, owner field, needs string) (sluic
 	return l, ok
 }
 
-// attribute returns the field a sluice.Limit.Validate error is about, and
-// its message without the limit's description, which the file shows.
-func attribute(err error, l sluice.Limit) (field, msg string) {
-	msg = err.Error()
-	if _, rest, ok := strings.Cut(msg, "): "); ok {
-		msg = rest
+// attribute returns the field of a rule a sluice.Limit.Validate error is
+// about ("limit", "period", "burst", or "" for the rule itself), and its
+// message without the limit's description, which the file shows. A reason
+// that starts with its field's name drops it, since the path names the
+// field: "rules[0].limit: must be at least 1".
+func attribute(err error, _ sluice.Limit) (field, msg string) {
+	var le *sluice.LimitError
+	if !errors.As(err, &le) {
+		return "", err.Error()
 	}
-	for _, f := range []string{"limit", "period", "burst"} {
-		if rest, ok := strings.CutPrefix(msg, f+" must "); ok {
-			return f, "must " + rest
+	switch le.Field {
+	case "limit", "period", "burst":
+		if rest, ok := strings.CutPrefix(le.Reason, le.Field+" must "); ok {
+			return le.Field, "must " + rest
 		}
+		return le.Field, le.Reason
 	}
-	switch {
-	case strings.HasPrefix(msg, "burst"):
-		// The capacity is the limit when burst is left out.
-		if l.Burst != 0 {
-			return "burst", msg
-		}
-		return "limit", msg
-	case strings.HasPrefix(msg, "sliding_log"), strings.HasPrefix(msg, "a token every"):
-		return "limit", msg
-	case strings.HasPrefix(msg, "period"):
-		return "period", msg
-	}
-	return "", msg
+	return "", le.Reason
 }
 
 // algorithms lists the algorithm names for messages.

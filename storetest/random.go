@@ -28,7 +28,7 @@ func safe(at time.Duration, limits ...sluice.Limit) time.Duration {
 	return at
 }
 
-// testLimits returns, for algorithm a, a limit whose token interval is not a
+// testLimit returns, for algorithm a, a limit whose token interval is not a
 // whole number of microseconds (7 per minute: 8571428.57µs per token).
 func testLimit(a sluice.Algorithm) sluice.Limit {
 	l := sluice.PerMinute(7).Using(a)
@@ -169,7 +169,10 @@ func testMatchesReference(t *testing.T, newStore Factory) {
 			if err != nil {
 				t.Fatalf("step %d: %v", i, err)
 			}
-			want, _ := ref.AllowAll(context.Background(), o.key, o.cost, limits...)
+			want, err := ref.AllowAll(context.Background(), o.key, o.cost, limits...)
+			if err != nil {
+				t.Fatalf("step %d: reference: %v", i, err)
+			}
 			for j := range limits {
 				if got.Results[j] != want.Results[j] {
 					t.Fatalf("step %d (t=%v key %s cost %d): %s = %+v, reference %+v", i, o.at, o.key, o.cost, limits[j], got.Results[j], want.Results[j])

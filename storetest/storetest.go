@@ -134,24 +134,6 @@ func (e *env) run(key string, l sluice.Limit, steps []step) {
 	}
 }
 
-// times repeats a step n times.
-func times(n int, s step) []step {
-	out := make([]step, n)
-	for i := range out {
-		out[i] = s
-	}
-	return out
-}
-
-// cat concatenates step lists.
-func cat(lists ...[]step) []step {
-	var out []step
-	for _, l := range lists {
-		out = append(out, l...)
-	}
-	return out
-}
-
 // each runs f once per algorithm as a subtest.
 func each(t *testing.T, f func(t *testing.T, a sluice.Algorithm)) {
 	for _, a := range sluice.Algorithms {

@@ -48,23 +48,26 @@ func Check(l sluice.Limit, st State, now, cost int64) (r sluice.Result, next Sta
 	}
 }
 
-// ID returns the storage identity of l: two limits share state for a key if
-// and only if their IDs are equal. It holds the name and every parameter, so
-// a changed limit starts from fresh state instead of misreading old state.
+// ID returns the storage identity of l, l.Normalized(), in string form:
+// [name:]code:limit:period_µs[:burst], the burst for token_bucket and gcra
+// only. Two valid limits have equal IDs if and only if their Normalized
+// forms are equal. It holds the name and every parameter, so a changed
+// limit starts from fresh state instead of misreading old state.
 func ID(l sluice.Limit) string {
+	n := l.Normalized()
 	b := make([]byte, 0, 48)
-	if l.Name != "" {
-		b = append(b, l.Name...)
+	if n.Name != "" {
+		b = append(b, n.Name...)
 		b = append(b, ':')
 	}
-	b = append(b, Code(l.Algorithm)...)
+	b = append(b, Code(n.Algorithm)...)
 	b = append(b, ':')
-	b = strconv.AppendInt(b, int64(l.Limit), 10)
+	b = strconv.AppendInt(b, int64(n.Limit), 10)
 	b = append(b, ':')
-	b = strconv.AppendInt(b, micros(l.Period), 10)
-	if l.Algorithm != sluice.FixedWindow && l.Algorithm != sluice.SlidingWindow && l.Algorithm != sluice.SlidingLog {
+	b = strconv.AppendInt(b, micros(n.Period), 10)
+	if n.Burst != 0 {
 		b = append(b, ':')
-		b = strconv.AppendInt(b, int64(l.Capacity()), 10)
+		b = strconv.AppendInt(b, int64(n.Burst), 10)
 	}
 	return string(b)
 }
@@ -90,12 +93,10 @@ func Code(a sluice.Algorithm) string {
 // limit and period (µs) for the window algorithms, interval (µs) and
 // capacity for token_bucket and gcra.
 func Params(l sluice.Limit) (int64, int64) {
-	switch l.Algorithm {
-	case sluice.FixedWindow, sluice.SlidingWindow, sluice.SlidingLog:
-		return int64(l.Limit), micros(l.Period)
-	default:
-		return micros(l.Interval()), int64(l.Capacity())
+	if n := l.Normalized(); n.Burst != 0 {
+		return micros(l.Interval()), int64(n.Burst)
 	}
+	return int64(l.Limit), micros(l.Period)
 }
 
 func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }

@@ -22,16 +22,29 @@ func slidingLog(st State, now, limit, period, cost int64) (sluice.Result, State,
 		return result(true, limit, limit, 0, 0), State{}, 0
 	}
 	next := st.Log[live:]
-	at := len(next)
-	if at > 0 && next[at-1] > now {
-		// A clock went backwards: copy rather than shift entries that an
-		// uncommitted decision must not disturb.
+	if at := len(next); at > 0 && next[at-1] > now {
+		// A clock went backwards: build the log anew rather than shift
+		// entries that an uncommitted decision must not disturb, with the
+		// cost's entries after those at or before now.
 		at, _ = slices.BinarySearch(next, now+1)
-		next = slices.Clone(next)
-	}
-	for range cost {
-		next = slices.Insert(next, at, now)
+		grown := make([]int64, len(next)+int(cost))
+		copy(grown, next[:at])
+		fill(grown[at:at+int(cost)], now)
+		copy(grown[at+int(cost):], next[at:])
+		next = grown
+	} else {
+		next = slices.Grow(next, int(cost))
+		for range cost {
+			next = append(next, now)
+		}
 	}
 	reset := next[len(next)-1] + period - now
 	return result(true, limit, limit-n-cost, reset, 0), State{Set: true, Log: next}, reset
+}
+
+// fill sets every element of s to v.
+func fill(s []int64, v int64) {
+	for i := range s {
+		s[i] = v
+	}
 }

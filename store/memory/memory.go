@@ -17,7 +17,9 @@
 // steps back into is still there, whichever entries eviction happened to
 // sample. It costs memory: the store holds every key that was active in
 // the last minute plus its state's lifetime (a flood of new keys, one per
-// client address, holds a minute of them).
+// client address, holds a minute of them). A client key longer than 128
+// bytes is kept as a fixed-length hash of itself, as the Redis store keeps
+// it, so that huge keys cannot bloat the store.
 package memory
 
 import (
@@ -28,6 +30,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/algo"
+	"github.com/sluice-go/sluice/internal/keys"
 )
 
 // Store is an in-process sluice.Store. Create it with New; the zero value is
@@ -48,20 +51,30 @@ type shard struct {
 }
 
 // entryKey identifies one piece of state: a client key under a limit, the
-// limit normalized so that equal limits share state (algo.ID's identity,
-// without building a string).
+// limit Normalized so that limits with the same storage identity share
+// state (algo.ID's identity, without building a string). The client key is
+// bounded (keys.Bound); hashed tells a long key's hash from a short key
+// that happens to equal it.
 type entryKey struct {
-	key   string
-	limit sluice.Limit
+	key    string
+	hashed bool
+	limit  sluice.Limit
 }
 
-// normalize fills in a Limit's defaults.
-func normalize(l sluice.Limit) sluice.Limit {
-	if l.Algorithm == "" {
-		l.Algorithm = sluice.TokenBucket
-	}
-	l.Burst = l.Capacity()
-	return l
+// clientKey is a client key as the store keeps it: bounded, and whether
+// that made it a hash.
+type clientKey struct {
+	key    string
+	hashed bool
+}
+
+func newClientKey(key string) clientKey {
+	return clientKey{keys.Bound(key), keys.Hashed(key)}
+}
+
+// under returns the entryKey of k's state under l.
+func (k clientKey) under(l sluice.Limit) entryKey {
+	return entryKey{k.key, k.hashed, l.Normalized()}
 }
 
 type entry struct {
@@ -133,28 +146,38 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 	cost := int64(req.Cost)
 	rs := make([]sluice.Result, len(req.Limits))
 	var buf [4]decision // most decisions have a limit or two: no allocation
-	work := buf[:0]
-	if len(req.Limits) > len(buf) {
-		work = make([]decision, 0, len(req.Limits))
+	var work []decision
+	if n := len(req.Limits); n <= len(buf) {
+		work = buf[:n]
+	} else {
+		work = make([]decision, n)
 	}
-	work = work[:len(req.Limits)]
 
-	sh := s.shard(req.Key)
+	ck := newClientKey(req.Key)
+	sh := s.shard(ck.key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	allowed := true
 	for i, l := range req.Limits {
 		d := &work[i]
-		d.key = entryKey{req.Key, normalize(l)}
-		if e := sh.m[d.key]; e != nil && e.expires > now {
-			d.st = e.st
+		d.key = ck.under(l)
+		if d.e = sh.m[d.key]; d.e != nil && d.e.expires > now {
+			d.st = d.e.st
 		}
 		rs[i], d.next, d.ttl = algo.Check(l, d.st, now, cost)
 		allowed = allowed && rs[i].Allowed
 	}
 	if allowed {
-		for _, d := range work {
-			sh.store(d.key, d.next, now+d.ttl, d.ttl > 0)
+		for i := range work {
+			d := &work[i]
+			switch {
+			case d.ttl <= 0:
+				delete(sh.m, d.key)
+			case d.e != nil:
+				d.e.st, d.e.expires = d.next, now+d.ttl
+			default:
+				sh.m[d.key] = &entry{st: d.next, expires: now + d.ttl}
+			}
 		}
 	} else {
 		// Nothing is consumed: the limits that would have admitted the
@@ -174,21 +197,9 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 // decision is the work of Take for one limit.
 type decision struct {
 	key      entryKey
+	e        *entry // the stored entry, expired or not; nil if none
 	st, next algo.State
 	ttl      int64
-}
-
-// store saves st for k until expires, or deletes k when keep is false.
-func (sh *shard) store(k entryKey, st algo.State, expires int64, keep bool) {
-	if !keep {
-		delete(sh.m, k)
-		return
-	}
-	if e := sh.m[k]; e != nil {
-		e.st, e.expires = st, expires
-		return
-	}
-	sh.m[k] = &entry{st: st, expires: expires}
 }
 
 // evict deletes the entries expired for over evictGrace among up to n
@@ -211,11 +222,12 @@ func (sh *shard) evict(now int64, n int) int {
 
 // Reset implements sluice.Store.
 func (s *Store) Reset(_ context.Context, key string, limits ...sluice.Limit) error {
-	sh := s.shard(key)
+	ck := newClientKey(key)
+	sh := s.shard(ck.key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	for _, l := range limits {
-		delete(sh.m, entryKey{key, normalize(l)})
+		delete(sh.m, ck.under(l))
 	}
 	return nil
 }
@@ -224,10 +236,11 @@ func (s *Store) Reset(_ context.Context, key string, limits ...sluice.Limit) err
 // happens, or 0 when there is none.
 func (s *Store) TTL(_ context.Context, key string, l sluice.Limit) (time.Duration, error) {
 	now := s.micros(time.Time{})
-	sh := s.shard(key)
+	ck := newClientKey(key)
+	sh := s.shard(ck.key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := sh.m[entryKey{key, normalize(l)}]; e != nil && e.expires > now {
+	if e := sh.m[ck.under(l)]; e != nil && e.expires > now {
 		return time.Duration(e.expires-now) * time.Microsecond, nil
 	}
 	return 0, nil

@@ -1,0 +1,61 @@
+package memory
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/keys"
+)
+
+// TestLongKeys: the store keeps a key longer than keys.MaxLen as its
+// fixed-length hash, so 1 MiB keys do not cost 1 MiB each; such keys still
+// keep their own state, apart from each other and from a short key equal to
+// their hash.
+func TestLongKeys(t *testing.T) {
+	now := time.Unix(1_767_225_600, 0)
+	clock := func() time.Time { return now }
+	s := New(WithClock(clock))
+	lim := sluice.New(s, sluice.WithClock(clock))
+	ctx := context.Background()
+	l := sluice.PerMinute(1)
+	const n = 16
+	long := strings.Repeat("k", 1<<20)
+	for i := range n {
+		if r, err := lim.Allow(ctx, long+strconv.Itoa(i), l); err != nil || !r.Allowed {
+			t.Fatalf("first request of long key %d: %+v, %v", i, r, err)
+		}
+	}
+	if got := s.Len(); got != n {
+		t.Errorf("Len() = %d after %d long keys, want %d", got, n, n)
+	}
+	held := 0
+	for i := range s.shards {
+		for k := range s.shards[i].m {
+			held += len(k.key)
+		}
+	}
+	if held > n*keys.MaxLen {
+		t.Errorf("the store holds %d bytes of keys for %d long keys, want at most %d", held, n, n*keys.MaxLen)
+	}
+
+	key := long + "0"
+	if r, err := lim.Allow(ctx, key, l); err != nil || r.Allowed {
+		t.Errorf("second request of a long key: %+v, %v; want denied", r, err)
+	}
+	if r, err := lim.Allow(ctx, keys.Hash(key), l); err != nil || !r.Allowed {
+		t.Errorf("a short key equal to a long key's hash: %+v, %v; want its own state, admitted", r, err)
+	}
+	if ttl, err := s.TTL(ctx, key, l); err != nil || ttl != time.Minute {
+		t.Errorf("TTL of a long key = %v, %v; want 1m0s", ttl, err)
+	}
+	if err := lim.Reset(ctx, key, l); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := lim.Allow(ctx, key, l); err != nil || !r.Allowed {
+		t.Errorf("a long key after Reset: %+v, %v; want admitted", r, err)
+	}
+}
