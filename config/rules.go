@@ -524,7 +524,7 @@ func (p *parser) limitFrom(m map[string]field, owner field, needs string) (sluic
 			break
 		}
 		ok = false
-		name, msg := attribute(err, l)
+		name, msg := attribute(err)
 		if !bad[name] {
 			line, path := owner.val.Line, owner.path
 			if e, has := m[name]; has {
@@ -554,7 +554,7 @@ func (p *parser) limitFrom(m map[string]field, owner field, needs string) (sluic
 // message without the limit's description, which the file shows. A reason
 // that starts with its field's name drops it, since the path names the
 // field: "rules[0].limit: must be at least 1".
-func attribute(err error, _ sluice.Limit) (field, msg string) {
+func attribute(err error) (field, msg string) {
 	var le *sluice.LimitError
 	if !errors.As(err, &le) {
 		return "", err.Error()
