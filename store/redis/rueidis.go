@@ -24,7 +24,7 @@ import (
 // asks them for the primary every 5 seconds, so a missed event costs at most
 // that. Open fails when no server answers.
 func Open(url string, opts ...Option) (*Store, error) {
-	opt, err := rueidis.ParseURL(url)
+	opt, err := parseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("redis store: %w", err)
 	}
@@ -51,14 +51,23 @@ const sentinelRefresh = 5 * time.Second
 // CheckURL reports whether url is a Redis URL Open accepts, without
 // connecting. Its error never quotes the URL, which may hold a password.
 func CheckURL(url string) error {
-	if _, err := rueidis.ParseURL(url); err != nil {
+	_, err := parseURL(url)
+	return err
+}
+
+// parseURL returns the rueidis options url describes. Its error never
+// quotes the URL, which may hold a password: net/url's errors do, so only
+// the cause inside them is kept.
+func parseURL(url string) (rueidis.ClientOption, error) {
+	opt, err := rueidis.ParseURL(url)
+	if err != nil {
 		var uerr *neturl.Error
 		if errors.As(err, &uerr) {
 			err = uerr.Err
 		}
-		return fmt.Errorf("invalid Redis URL: %w", err)
+		return opt, fmt.Errorf("invalid Redis URL: %w", err)
 	}
-	return nil
+	return opt, nil
 }
 
 // FromRueidis returns a Store over a rueidis client the caller owns (and
