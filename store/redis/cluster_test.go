@@ -65,7 +65,7 @@ func clusterStores(t testing.TB, c *redistest.Cluster, n int, opts ...sluiceredi
 func TestCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	t.Run("Conformance", func(t *testing.T) { clusterConformance(t, c) })
-	t.Run("Exact", func(t *testing.T) { clusterExact(t, c) })
+	t.Run("Exact", func(t *testing.T) { exactSuite(t, clusterStores(t, c, replicas)) })
 	t.Run("Spread", func(t *testing.T) { clusterSpread(t, c) })
 	t.Run("SlotMigration", func(t *testing.T) { clusterSlotMigration(t, c) })
 	t.Run("TryAgain", func(t *testing.T) { clusterTryAgain(t, c) })
@@ -90,34 +90,6 @@ func clusterConformance(t *testing.T, c *redistest.Cluster) {
 		storetest.Run(t, func(t *testing.T, _ func() time.Time) sluice.Store {
 			return goredis.New(gc, prefix())
 		})
-	})
-}
-
-// clusterExact: several replicas, each with its own cluster client
-// (rueidis and go-redis), hammering one key admit exactly the limit for
-// every algorithm, with a frozen clock and with the servers' clock, and a
-// two-limit decision admits exactly the tighter one.
-func clusterExact(t *testing.T, c *redistest.Cluster) {
-	stores := clusterStores(t, c, replicas)
-	frozen := storetest.NewClock()
-	frozenLims := limitersOver(stores, same(sluice.WithClock(frozen.Now)))
-	serverLims := limitersOver(stores, same())
-	for _, a := range sluice.Algorithms {
-		t.Run(string(a)+"/frozen clock", func(t *testing.T) {
-			l := sluice.PerMinute(500).Using(a)
-			if got := storetest.Hammer(t, frozenLims, "hot-frozen-"+string(a), goroutines, attempts, l); got != 500 {
-				t.Errorf("%s admitted %d, want exactly 500", l, got)
-			}
-		})
-		t.Run(string(a)+"/server clock", func(t *testing.T) {
-			l := sluice.PerDay(500).Using(a)
-			if got := storetest.Hammer(t, serverLims, "hot-server-"+string(a), goroutines, attempts, l); got != 500 {
-				t.Errorf("%s admitted %d, want exactly 500", l, got)
-			}
-		})
-	}
-	t.Run("multi", func(t *testing.T) {
-		storetest.HammerMulti(t, frozenLims, goroutines, attempts)
 	})
 }
 
