@@ -162,8 +162,8 @@ func clusterErrorStats(t *testing.T, c *redistest.Cluster, addr string) map[stri
 	t.Helper()
 	info, _ := c.Do(t, addr, "INFO", "errorstats").(string)
 	out := map[string]int{}
-	for _, m := range regexp.MustCompile(`(?m)^errorstat_(\w+):count=(\d+)`).FindAllStringSubmatch(info, -1) {
-		out[m[1]], _ = strconv.Atoi(m[2])
+	for code, fields := range infoStats(info, "errorstat_") {
+		out[code], _ = strconv.Atoi(fields["count"])
 	}
 	return out
 }

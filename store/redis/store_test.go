@@ -19,19 +19,44 @@ import (
 	"github.com/sluice-go/sluice/store/redis/goredis"
 )
 
-// commandCalls returns how many times the server ran cmd (INFO
-// commandstats).
-func commandCalls(t *testing.T, c rueidis.Client, cmd string) int {
+// infoStats parses the lines "<prefix><name>:<field>=<value>,..." of an
+// INFO reply into their fields by name: INFO commandstats has the prefix
+// "cmdstat_" (cmdstat_evalsha:calls=10,usec=...), INFO errorstats
+// "errorstat_" (errorstat_MOVED:count=3).
+func infoStats(info, prefix string) map[string]map[string]string {
+	out := map[string]map[string]string{}
+	for _, line := range strings.Split(info, "\n") {
+		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		m := map[string]string{}
+		for _, f := range strings.Split(fields, ",") {
+			if k, v, ok := strings.Cut(f, "="); ok {
+				m[k] = v
+			}
+		}
+		out[strings.TrimPrefix(name, prefix)] = m
+	}
+	return out
+}
+
+// commandStats returns the server's INFO commandstats, by command (lower
+// case).
+func commandStats(t testing.TB, c rueidis.Client) map[string]map[string]string {
 	t.Helper()
 	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`(?m)^cmdstat_` + cmd + `:calls=(\d+)`).FindStringSubmatch(info)
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(m[1])
+	return infoStats(info, "cmdstat_")
+}
+
+// commandCalls returns how many times the server ran cmd (INFO
+// commandstats).
+func commandCalls(t *testing.T, c rueidis.Client, cmd string) int {
+	t.Helper()
+	n, _ := strconv.Atoi(commandStats(t, c)[cmd]["calls"])
 	return n
 }
 
