@@ -90,8 +90,12 @@ func (r rueidisClient) Eval(ctx context.Context, script string, keys, args []str
 }
 
 // ints returns the reply, wrapping the errors the store acts on. rueidis
-// follows ASK and MOVED itself (unless MaxMovedRedirections stops it) but
-// returns TRYAGAIN for scripts, which it retries only when read-only.
+// returns TRYAGAIN for scripts, which it retries only when read-only. It
+// follows ASK and MOVED itself, unless ClusterOption.MaxMovedRedirections
+// stops it: then a cluster client returns the last ASK or MOVED, and the
+// store sends the script again, as it does for go-redis. MOVED from any
+// other client means it is not a cluster client, which retrying would not
+// mend.
 func (r rueidisClient) ints(ctx context.Context, cmd rueidis.Completed) ([]int64, error) {
 	v, err := r.c.Do(ctx, cmd).AsIntSlice()
 	re, ok := rueidis.IsRedisErr(err)
@@ -99,10 +103,11 @@ func (r rueidisClient) ints(ctx context.Context, cmd rueidis.Completed) ([]int64
 		return v, err
 	}
 	_, ask := re.IsAsk()
+	_, moved := re.IsMoved()
 	switch {
 	case re.IsNoScript():
 		return nil, fmt.Errorf("%w: %w", ErrNoScript, err)
-	case re.IsTryAgain(), ask:
+	case re.IsTryAgain(), ask, moved && r.c.Mode() == rueidis.ClientModeCluster:
 		return nil, fmt.Errorf("%w: %w", ErrTryAgain, err)
 	}
 	return v, err
