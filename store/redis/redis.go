@@ -20,9 +20,9 @@
 //
 // with one Redis key per limit. The client key is the Redis Cluster hash
 // tag, so every key of one decision lands in one slot; '{', '}' and '%' in
-// it are percent-encoded, the empty key becomes %0, and client keys longer
-// than 128 bytes are replaced by a hash so that a hostile key cannot bloat
-// memory. Every key expires as soon as its state is equivalent to none (the
+// it and in the prefix are percent-encoded, the empty key becomes %0, and
+// client keys longer than 128 bytes are replaced by a hash so that a
+// hostile key cannot bloat memory. Every key expires as soon as its state is equivalent to none (the
 // window ended, the bucket is full).
 //
 // While a Cluster migrates a slot, decisions on its keys keep working: the
@@ -161,16 +161,18 @@ type Store struct {
 // Option configures a Store.
 type Option func(*Store)
 
-// WithPrefix sets the first part of every key (default "sluice"). It is
-// encoded like client keys: '%', '{' and '}' percent-encoded, a prefix
-// longer than 128 bytes hashed.
+// WithPrefix sets the first part of every key (default "sluice"), so that
+// stores sharing a server keep apart. '%', '{' and '}' in p are
+// percent-encoded, so that the client key stays the hash tag of every key;
+// p is otherwise used whole, however long. WithPrefix panics if p is
+// empty: keys would start with ':' where the default was meant or a
+// prefix was forgotten.
 func WithPrefix(p string) Option {
-	return func(s *Store) {
-		if p != "" {
-			p = escape(p)
-		}
-		s.prefix = p
+	if p == "" {
+		panic("redis store: WithPrefix: empty prefix")
 	}
+	p = percentEncode(p)
+	return func(s *Store) { s.prefix = p }
 }
 
 // New returns a Store that runs its scripts through c.
@@ -336,11 +338,11 @@ func (s *Store) retry(ctx context.Context, sc script, keys, args []string, err e
 // maxKeyLen is the longest client key used as is; longer keys are hashed.
 const maxKeyLen = 128
 
-// escape makes a client key safe as a hash tag: '%', '{' and '}' are
-// percent-encoded (so distinct keys stay distinct), long keys become "%H"
-// and a hash, and the empty key becomes "%0" (an empty tag "{}" would hash
-// the whole key, sending the keys of one decision to different slots); no
-// encoded key can equal either.
+// escape makes a client key safe as a hash tag: it is percent-encoded
+// (percentEncode), long keys become "%H" and a hash, and the empty key
+// becomes "%0" (an empty tag "{}" would hash the whole key, sending the
+// keys of one decision to different slots); no encoded key can equal
+// either.
 func escape(key string) string {
 	if key == "" {
 		return "%0"
@@ -349,12 +351,18 @@ func escape(key string) string {
 		sum := sha256.Sum256([]byte(key))
 		return "%H" + hex.EncodeToString(sum[:16])
 	}
-	if !strings.ContainsAny(key, "%{}") {
-		return key
+	return percentEncode(key)
+}
+
+// percentEncode percent-encodes '%', '{' and '}' in s, so that s holds no
+// hash tag delimiter and distinct strings stay distinct.
+func percentEncode(s string) string {
+	if !strings.ContainsAny(s, "%{}") {
+		return s
 	}
 	var b strings.Builder
-	for i := 0; i < len(key); i++ {
-		switch c := key[i]; c {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
 		case '%':
 			b.WriteString("%25")
 		case '{':

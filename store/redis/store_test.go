@@ -279,3 +279,45 @@ func TestForeignState(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefix: the prefix starts every key whole, with '%', '{' and '}'
+// percent-encoded so that the client key stays the hash tag (and distinct
+// prefixes give distinct keys); an empty prefix is refused.
+func TestPrefix(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newRueidis(t, srv.Addr)
+	l := sluice.PerMinute(3)
+	long := strings.Repeat("p", 200)
+	tests := []struct{ prefix, encoded string }{
+		{"app", "app"},
+		{"a{b}", "a%7Bb%7D"},
+		{"a%7Bb%7D", "a%257Bb%257D"},
+		{"}{", "%7D%7B"},
+		{long, long}, // a prefix is not a hostile key: never hashed
+	}
+	ctx := context.Background()
+	for _, tt := range tests {
+		store := sluiceredis.FromRueidis(c, sluiceredis.WithPrefix(tt.prefix))
+		for _, key := range []string{"k", "", "br{ace}"} {
+			got := store.Key(key, l)
+			want := sluiceredis.FromRueidis(c).Key(key, l)
+			want = tt.encoded + strings.TrimPrefix(want, "sluice")
+			if got != want {
+				t.Errorf("WithPrefix(%q): key of %q = %q, want %q", tt.prefix, key, got, want)
+			}
+			if _, err := sluice.New(store).Allow(ctx, key, l); err != nil {
+				t.Fatal(err)
+			}
+			n, err := c.Do(ctx, c.B().Exists().Key(want).Build()).AsInt64()
+			if err != nil || n != 1 {
+				t.Errorf("WithPrefix(%q): a decision on %q left no key %q: EXISTS = %d, %v", tt.prefix, key, want, n, err)
+			}
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error(`WithPrefix("") did not panic; keys would start with ':'`)
+		}
+	}()
+	sluiceredis.WithPrefix("")
+}
