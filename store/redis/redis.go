@@ -195,14 +195,13 @@ func (s *Store) Close() {
 // Take implements sluice.Store: one script run, one round trip.
 func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
 	n := len(req.Limits)
-	keys := make([]string, n)
+	keys := s.keys(req.Key, req.Limits)
 	args := make([]string, 2+3*n)
 	if !req.Now.IsZero() {
 		args[0] = strconv.FormatInt(req.Now.UnixMicro(), 10)
 	}
 	args[1] = strconv.Itoa(req.Cost)
 	for i, l := range req.Limits {
-		keys[i] = s.key(req.Key, l)
 		p1, p2 := algo.Params(l)
 		args[2+3*i] = algo.Code(l.Algorithm)
 		args[3+3*i] = strconv.FormatInt(p1, 10)
@@ -234,11 +233,7 @@ func (s *Store) Reset(ctx context.Context, key string, limits ...sluice.Limit) e
 	if len(limits) == 0 {
 		return nil
 	}
-	keys := make([]string, len(limits))
-	for i, l := range limits {
-		keys[i] = s.key(key, l)
-	}
-	if _, err := s.run(ctx, resetScript, keys, nil); err != nil {
+	if _, err := s.run(ctx, resetScript, s.keys(key, limits), nil); err != nil {
 		return fmt.Errorf("redis store: reset: %w", err)
 	}
 	return nil
@@ -256,7 +251,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // TTL returns how long the state of key under l will live in Redis if
 // nothing else happens, or 0 when there is none.
 func (s *Store) TTL(ctx context.Context, key string, l sluice.Limit) (time.Duration, error) {
-	reply, err := s.run(ctx, ttlScript, []string{s.key(key, l)}, nil)
+	reply, err := s.run(ctx, ttlScript, []string{s.Key(key, l)}, nil)
 	if err != nil {
 		return 0, fmt.Errorf("redis store: ttl: %w", err)
 	}
@@ -267,10 +262,19 @@ func (s *Store) TTL(ctx context.Context, key string, l sluice.Limit) (time.Durat
 }
 
 // Key returns the Redis key that holds the state of key under l.
-func (s *Store) Key(key string, l sluice.Limit) string { return s.key(key, l) }
+func (s *Store) Key(key string, l sluice.Limit) string {
+	return s.keys(key, []sluice.Limit{l})[0]
+}
 
-func (s *Store) key(key string, l sluice.Limit) string {
-	return s.prefix + ":{" + escape(key) + "}:" + algo.ID(l)
+// keys returns the Redis keys that hold the state of key under each of
+// limits, encoding key (escape) once for all of them.
+func (s *Store) keys(key string, limits []sluice.Limit) []string {
+	base := s.prefix + ":{" + escape(key) + "}:"
+	keys := make([]string, len(limits))
+	for i, l := range limits {
+		keys[i] = base + algo.ID(l)
+	}
+	return keys
 }
 
 // maxTryAgain bounds how long retry sends again a script that a Cluster
