@@ -100,10 +100,12 @@ func newScript(src string) script {
 // the cheapest; a decision mixing algorithms runs the script of all five,
 // so that it is still one atomic call.
 var (
-	algScripts = func() map[sluice.Algorithm]script {
-		m := make(map[sluice.Algorithm]script)
+	// algScripts holds each algorithm's script by its algo.Code, under
+	// which the default ("") is token_bucket's.
+	algScripts = func() map[string]script {
+		m := make(map[string]script)
 		for _, a := range sluice.Algorithms {
-			m[a] = compose(a)
+			m[algo.Code(a)] = compose(a)
 		}
 		return m
 	}()
@@ -131,18 +133,18 @@ func compose(algorithms ...sluice.Algorithm) script {
 	return newScript(b.String())
 }
 
-// scriptFor returns the script for a decision under limits.
+// scriptFor returns the script for a decision under limits. Algorithms
+// are compared as the script sees them (algo.Code), so that a limit that
+// leaves the algorithm to the default and one that names token_bucket
+// share token_bucket's script.
 func scriptFor(limits []sluice.Limit) script {
-	a := limits[0].Algorithm
+	code := algo.Code(limits[0].Algorithm)
 	for _, l := range limits[1:] {
-		if l.Algorithm != a {
+		if algo.Code(l.Algorithm) != code {
 			return allScript
 		}
 	}
-	if a == "" {
-		a = sluice.TokenBucket
-	}
-	return algScripts[a]
+	return algScripts[code]
 }
 
 var (

@@ -321,3 +321,55 @@ func TestPrefix(t *testing.T) {
 	}()
 	sluiceredis.WithPrefix("")
 }
+
+// TestScriptChoice: a decision whose limits share one algorithm runs that
+// algorithm's script, whether the algorithm is named or left to the
+// default (token_bucket); only a decision mixing algorithms runs the
+// script of all five. The server is asked which script it was sent.
+func TestScriptChoice(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newRueidis(t, srv.Addr)
+	lim := sluice.New(sluiceredis.FromRueidis(c))
+	shas, all := sluiceredis.ScriptSHAs()
+	byDefault := sluice.Limit{Limit: 5, Period: time.Minute} // Algorithm "": token_bucket
+	tests := []struct {
+		name   string
+		limits []sluice.Limit
+		want   string // the name of the script that must run
+	}{
+		{"default", []sluice.Limit{byDefault}, string(sluice.TokenBucket)},
+		{"default and token_bucket", []sluice.Limit{byDefault, sluice.PerHour(100)}, string(sluice.TokenBucket)},
+		{"token_bucket and default", []sluice.Limit{sluice.PerHour(100), byDefault}, string(sluice.TokenBucket)},
+		{"two gcra", []sluice.Limit{sluice.PerHour(100).Using(sluice.GCRA), sluice.PerMinute(5).Using(sluice.GCRA)}, string(sluice.GCRA)},
+		{"default and gcra", []sluice.Limit{byDefault, sluice.PerHour(100).Using(sluice.GCRA)}, "all"},
+		{"fixed_window and sliding_log", []sluice.Limit{sluice.PerMinute(5).Using(sluice.FixedWindow), sluice.PerHour(100).Using(sluice.SlidingLog)}, "all"},
+	}
+	names := []string{"all"}
+	args := []string{all}
+	for _, a := range sluice.Algorithms {
+		names = append(names, string(a))
+		args = append(args, shas[a])
+	}
+	ctx := context.Background()
+	for _, tt := range tests {
+		if err := c.Do(ctx, c.B().ScriptFlush().Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := lim.AllowAll(ctx, "choice", 1, tt.limits...); err != nil || !r.Allowed {
+			t.Fatalf("%s: %+v, %v", tt.name, r, err)
+		}
+		exists, err := c.Do(ctx, c.B().ScriptExists().Sha1(args...).Build()).AsIntSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ran []string
+		for i, e := range exists {
+			if e == 1 {
+				ran = append(ran, names[i])
+			}
+		}
+		if len(ran) != 1 || ran[0] != tt.want {
+			t.Errorf("%s: the server was sent the scripts %q, want only %q", tt.name, ran, tt.want)
+		}
+	}
+}
