@@ -26,11 +26,7 @@ import (
 // ends. rueidis detects the cluster from the seed nodes.
 func clusterRueidis(t testing.TB, c *redistest.Cluster) rueidis.Client {
 	t.Helper()
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: c.Addrs, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rc.Close)
+	rc := newRueidis(t, c.Addrs...)
 	if n := len(rc.Nodes()); n != len(c.Addrs) {
 		t.Fatalf("rueidis sees %d nodes, want the cluster's %d: not in cluster mode", n, len(c.Addrs))
 	}
@@ -442,15 +438,10 @@ func clusterTryAgain(t *testing.T, c *redistest.Cluster) {
 // either client, sends the script again until the slot is stable again.
 func clusterMoved(t *testing.T, c *redistest.Cluster) {
 	p := fmt.Sprintf("moved%d", prefixes.Add(1))
-	rc, err := rueidis.NewClient(rueidis.ClientOption{
+	rc := rueidisWith(t, rueidis.ClientOption{
 		InitAddress:   c.Addrs,
-		DisableCache:  true,
 		ClusterOption: rueidis.ClusterOption{MaxMovedRedirections: 1},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rc.Close)
 	stores := []struct {
 		name  string
 		store *sluiceredis.Store

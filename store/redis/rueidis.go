@@ -28,20 +28,28 @@ func Open(url string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis store: %w", err)
 	}
-	opt.DisableCache = true // the store never reads through the client-side cache
-	if opt.Sentinel.MasterSet != "" && opt.Sentinel.TopologyRefreshInterval == 0 {
-		// Without it rueidis follows a failover only through the
-		// +switch-master event; one missed event would keep every decision
-		// on a demoted primary (failing with READONLY) until a restart.
-		opt.Sentinel.TopologyRefreshInterval = sentinelRefresh
-	}
-	c, err := rueidis.NewClient(opt)
+	c, err := newClient(opt)
 	if err != nil {
 		return nil, fmt.Errorf("redis store: connect: %w", err)
 	}
 	s := FromRueidis(c, opts...)
 	s.close = c.Close
 	return s, nil
+}
+
+// newClient connects a rueidis client with opt as the store needs it:
+// without the client-side cache, which the store never reads through, and,
+// through Sentinel, asking the sentinels for the primary every
+// sentinelRefresh unless opt says otherwise.
+func newClient(opt rueidis.ClientOption) (rueidis.Client, error) {
+	opt.DisableCache = true
+	if opt.Sentinel.MasterSet != "" && opt.Sentinel.TopologyRefreshInterval == 0 {
+		// Without it rueidis follows a failover only through the
+		// +switch-master event; one missed event would keep every decision
+		// on a demoted primary (failing with READONLY) until a restart.
+		opt.Sentinel.TopologyRefreshInterval = sentinelRefresh
+	}
+	return rueidis.NewClient(opt)
 }
 
 // sentinelRefresh is how often a store opened through Sentinel asks the

@@ -67,12 +67,7 @@ func TestSentinelStore(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		opt.DisableCache = true
-		c, err := rueidis.NewClient(opt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
+		c := rueidisWith(t, opt)
 		if c.Mode() != rueidis.ClientModeSentinel {
 			t.Fatalf("client mode %v, want sentinel", c.Mode())
 		}
