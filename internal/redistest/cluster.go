@@ -114,29 +114,51 @@ func (c *Cluster) agreed() error {
 	return nil
 }
 
-// slots returns node addr's CLUSTER SLOTS as sorted "start-end host:port"
-// lines, checking that every owner is one of the cluster's nodes.
-func (c *Cluster) slots(addr string) ([]string, error) {
+// slotRange is one entry of CLUSTER SLOTS: slots lo to hi (inclusive)
+// are served by the master at owner.
+type slotRange struct {
+	lo, hi int64
+	owner  string
+}
+
+// slotRanges returns the reply of node addr to CLUSTER SLOTS; an entry
+// that is not of the documented form is an error.
+func slotRanges(addr string) ([]slotRange, error) {
 	reply, err := command(addr, "CLUSTER", "SLOTS")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("CLUSTER SLOTS: %w", err)
 	}
 	ranges, _ := reply.([]any)
-	var out []string
+	out := make([]slotRange, 0, len(ranges))
 	for _, r := range ranges {
 		f, _ := r.([]any)
 		if len(f) < 3 {
-			return nil, fmt.Errorf("%s: CLUSTER SLOTS entry %v", addr, r)
+			return nil, fmt.Errorf("CLUSTER SLOTS entry %v", r)
 		}
+		lo, ok1 := f[0].(int64)
+		hi, ok2 := f[1].(int64)
 		master, _ := f[2].([]any)
-		if len(master) < 2 {
-			return nil, fmt.Errorf("%s: CLUSTER SLOTS entry %v", addr, r)
+		if !ok1 || !ok2 || len(master) < 2 {
+			return nil, fmt.Errorf("CLUSTER SLOTS entry %v", r)
 		}
-		owner := net.JoinHostPort(fmt.Sprint(master[0]), fmt.Sprint(master[1]))
-		if !slices.Contains(c.Addrs, owner) {
-			return nil, fmt.Errorf("%s: CLUSTER SLOTS names owner %q, not a node (yet)", addr, owner)
+		out = append(out, slotRange{lo, hi, net.JoinHostPort(fmt.Sprint(master[0]), fmt.Sprint(master[1]))})
+	}
+	return out, nil
+}
+
+// slots returns node addr's CLUSTER SLOTS as sorted "start-end host:port"
+// lines, checking that every owner is one of the cluster's nodes.
+func (c *Cluster) slots(addr string) ([]string, error) {
+	ranges, err := slotRanges(addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", addr, err)
+	}
+	var out []string
+	for _, r := range ranges {
+		if !slices.Contains(c.Addrs, r.owner) {
+			return nil, fmt.Errorf("%s: CLUSTER SLOTS names owner %q, not a node (yet)", addr, r.owner)
 		}
-		out = append(out, fmt.Sprintf("%v-%v %s", f[0], f[1], owner))
+		out = append(out, fmt.Sprintf("%d-%d %s", r.lo, r.hi, r.owner))
 	}
 	slices.Sort(out)
 	return out, nil
@@ -171,19 +193,14 @@ func (c *Cluster) Owner(t testing.TB, slot int) string {
 	t.Helper()
 	owner := ""
 	for _, addr := range c.Addrs {
-		reply := c.Do(t, addr, "CLUSTER", "SLOTS")
-		ranges, _ := reply.([]any)
+		ranges, err := slotRanges(addr)
+		if err != nil {
+			t.Fatalf("redistest: node %s: %v", addr, err)
+		}
 		found := ""
 		for _, r := range ranges {
-			f, _ := r.([]any)
-			if len(f) < 3 {
-				continue
-			}
-			lo, _ := f[0].(int64)
-			hi, _ := f[1].(int64)
-			master, _ := f[2].([]any)
-			if int64(slot) >= lo && int64(slot) <= hi && len(master) >= 2 {
-				found = net.JoinHostPort(fmt.Sprint(master[0]), fmt.Sprint(master[1]))
+			if int64(slot) >= r.lo && int64(slot) <= r.hi {
+				found = r.owner
 			}
 		}
 		if found == "" {

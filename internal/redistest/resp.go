@@ -20,7 +20,8 @@ func (e replyError) Error() string { return string(e) }
 // RESP2 reply: a string (simple or bulk), an int64, nil, or a []any of
 // those. An error reply is returned as a replyError; inside an array it
 // is the element. The helpers talk to Redis this way, without a client
-// library, so that they depend on nothing but redis-server itself.
+// library, so that they need only the Redis binaries: redis-server, and
+// redis-cli for StartCluster (redis-cli --cluster create).
 func command(addr string, args ...string) (any, error) {
 	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
 	if err != nil {

@@ -2,7 +2,6 @@ package redis_test
 
 import (
 	"context"
-	"regexp"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -98,15 +97,11 @@ func BenchmarkScriptCPU(b *testing.B) {
 				}
 			}
 		})
-		info, err := c.Do(ctx, c.B().Info().Section("commandstats").Build()).ToString()
+		stats := commandStats(b, c)
+		us, err := strconv.ParseFloat(stats["evalsha"]["usec_per_call"], 64)
 		if err != nil {
-			b.Fatal(err)
+			b.Fatalf("no evalsha usec_per_call in commandstats: %v (%v)", stats, err)
 		}
-		m := regexp.MustCompile(`cmdstat_evalsha:calls=\d+,usec=\d+,usec_per_call=([0-9.]+)`).FindStringSubmatch(info)
-		if m == nil {
-			b.Fatalf("no evalsha in commandstats: %s", info)
-		}
-		us, _ := strconv.ParseFloat(m[1], 64)
 		b.ReportMetric(us, "redis-µs/decision")
 	}
 	incr := rueidis.NewLuaScript("return redis.call('INCR', KEYS[1])")

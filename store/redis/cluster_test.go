@@ -26,11 +26,7 @@ import (
 // ends. rueidis detects the cluster from the seed nodes.
 func clusterRueidis(t testing.TB, c *redistest.Cluster) rueidis.Client {
 	t.Helper()
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: c.Addrs, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rc.Close)
+	rc := newRueidis(t, c.Addrs...)
 	if n := len(rc.Nodes()); n != len(c.Addrs) {
 		t.Fatalf("rueidis sees %d nodes, want the cluster's %d: not in cluster mode", n, len(c.Addrs))
 	}
@@ -65,10 +61,11 @@ func clusterStores(t testing.TB, c *redistest.Cluster, n int, opts ...sluiceredi
 func TestCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	t.Run("Conformance", func(t *testing.T) { clusterConformance(t, c) })
-	t.Run("Exact", func(t *testing.T) { clusterExact(t, c) })
+	t.Run("Exact", func(t *testing.T) { exactSuite(t, clusterStores(t, c, replicas)) })
 	t.Run("Spread", func(t *testing.T) { clusterSpread(t, c) })
 	t.Run("SlotMigration", func(t *testing.T) { clusterSlotMigration(t, c) })
 	t.Run("TryAgain", func(t *testing.T) { clusterTryAgain(t, c) })
+	t.Run("Moved", func(t *testing.T) { clusterMoved(t, c) })
 }
 
 // clusterConformance runs the conformance suite through Open (a rueidis
@@ -90,34 +87,6 @@ func clusterConformance(t *testing.T, c *redistest.Cluster) {
 		storetest.Run(t, func(t *testing.T, _ func() time.Time) sluice.Store {
 			return goredis.New(gc, prefix())
 		})
-	})
-}
-
-// clusterExact: several replicas, each with its own cluster client
-// (rueidis and go-redis), hammering one key admit exactly the limit for
-// every algorithm, with a frozen clock and with the servers' clock, and a
-// two-limit decision admits exactly the tighter one.
-func clusterExact(t *testing.T, c *redistest.Cluster) {
-	stores := clusterStores(t, c, replicas)
-	frozen := storetest.NewClock()
-	frozenLims := limitersOver(stores, same(sluice.WithClock(frozen.Now)))
-	serverLims := limitersOver(stores, same())
-	for _, a := range sluice.Algorithms {
-		t.Run(string(a)+"/frozen clock", func(t *testing.T) {
-			l := sluice.PerMinute(500).Using(a)
-			if got := storetest.Hammer(t, frozenLims, "hot-frozen-"+string(a), goroutines, attempts, l); got != 500 {
-				t.Errorf("%s admitted %d, want exactly 500", l, got)
-			}
-		})
-		t.Run(string(a)+"/server clock", func(t *testing.T) {
-			l := sluice.PerDay(500).Using(a)
-			if got := storetest.Hammer(t, serverLims, "hot-server-"+string(a), goroutines, attempts, l); got != 500 {
-				t.Errorf("%s admitted %d, want exactly 500", l, got)
-			}
-		})
-	}
-	t.Run("multi", func(t *testing.T) {
-		storetest.HammerMulti(t, frozenLims, goroutines, attempts)
 	})
 }
 
@@ -190,8 +159,8 @@ func clusterErrorStats(t *testing.T, c *redistest.Cluster, addr string) map[stri
 	t.Helper()
 	info, _ := c.Do(t, addr, "INFO", "errorstats").(string)
 	out := map[string]int{}
-	for _, m := range regexp.MustCompile(`(?m)^errorstat_(\w+):count=(\d+)`).FindAllStringSubmatch(info, -1) {
-		out[m[1]], _ = strconv.Atoi(m[2])
+	for code, fields := range infoStats(info, "errorstat_") {
+		out[code], _ = strconv.Atoi(fields["count"])
 	}
 	return out
 }
@@ -458,5 +427,74 @@ func clusterTryAgain(t *testing.T, c *redistest.Cluster) {
 		if err != nil || len(rs) != 2 || !rs[0].Allowed || rs[0].Remaining != 9-i || rs[1].Remaining != 4-i {
 			t.Errorf("store %d: Take after the migration = %+v, %v; want admitted with %d and %d remaining", i, rs, err, 9-i, 4-i)
 		}
+	}
+}
+
+// clusterMoved: a cluster client that stops following redirections
+// (rueidis with MaxMovedRedirections, go-redis after MaxRedirects) returns
+// MOVED while a slot is half migrated: its owner marked MIGRATING sends a
+// new key to the target with ASK, and the target, not marked IMPORTING,
+// sends it back with MOVED. Redis ran nothing, so the store, through
+// either client, sends the script again until the slot is stable again.
+func clusterMoved(t *testing.T, c *redistest.Cluster) {
+	p := fmt.Sprintf("moved%d", prefixes.Add(1))
+	rc := rueidisWith(t, rueidis.ClientOption{
+		InitAddress:   c.Addrs,
+		ClusterOption: rueidis.ClusterOption{MaxMovedRedirections: 1},
+	})
+	stores := []struct {
+		name  string
+		store *sluiceredis.Store
+	}{
+		{"rueidis", sluiceredis.FromRueidis(rc, sluiceredis.WithPrefix(p))},
+		{"go-redis", goredis.New(clusterGoRedis(t, c), sluiceredis.WithPrefix(p))},
+	}
+	for _, s := range stores {
+		t.Run(s.name, func(t *testing.T) {
+			l := sluice.PerMinute(5)
+			req := sluice.Request{Key: "half-" + s.name, Limits: []sluice.Limit{l}, Cost: 1}
+			slot := redistest.Slot(s.store.Key(req.Key, l))
+			from := c.Owner(t, slot)
+			to := c.Addrs[0]
+			if to == from {
+				to = c.Addrs[1]
+			}
+			toID, _ := c.Do(t, to, "CLUSTER", "MYID").(string)
+			before := clusterErrorStats(t, c, to)["MOVED"]
+			c.Do(t, from, "CLUSTER", "SETSLOT", strconv.Itoa(slot), "MIGRATING", toID)
+			stable := sync.OnceFunc(func() { c.Do(t, from, "CLUSTER", "SETSLOT", strconv.Itoa(slot), "STABLE") })
+			defer stable()
+
+			type result struct {
+				rs  []sluice.Result
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				rs, err := s.store.Take(context.Background(), req)
+				done <- result{rs, err}
+			}()
+			// Once the target has answered MOVED, the migration ends.
+			deadline := time.Now().Add(10 * time.Second)
+			var r result
+			answered := false
+			for !answered && clusterErrorStats(t, c, to)["MOVED"] == before {
+				if time.Now().After(deadline) {
+					t.Fatalf("the target %s never answered MOVED", to)
+				}
+				select {
+				case r = <-done: // too early: Take gave up on the first MOVED
+					answered = true
+				case <-time.After(time.Millisecond):
+				}
+			}
+			stable()
+			if !answered {
+				r = <-done
+			}
+			if r.err != nil || len(r.rs) != 1 || !r.rs[0].Allowed || r.rs[0].Remaining != 4 {
+				t.Errorf("Take while the target answered MOVED = %+v, %v; want it sent again until the slot was stable, then admitted with 4 remaining", r.rs, r.err)
+			}
+		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/redistest"
+	sluiceredis "github.com/sluice-go/sluice/store/redis"
 	"github.com/sluice-go/sluice/storetest"
 )
 
@@ -20,50 +21,50 @@ const (
 	attempts   = 8  // per goroutine: 2048 requests for a limit of 500
 )
 
-// replicaLimiters returns one Limiter per replica, each over its own
-// client: half rueidis, half go-redis.
-func replicaLimiters(t *testing.T, addr string, opts ...sluice.Option) []*sluice.Limiter {
-	stores := replicaStores(replicas,
+// serverStores returns n stores over the server at addr, each over a
+// client of its own, closed when t ends: rueidis for even i, go-redis for
+// odd i.
+func serverStores(t testing.TB, addr string, n int) []*sluiceredis.Store {
+	return replicaStores(n,
 		func() rueidis.Client { return newRueidis(t, addr) },
 		func() *goredislib.Client { return newGoRedis(t, addr) })
-	return limitersOver(stores, same(opts...))
 }
 
-// TestExactUnderConcurrency: 8 replicas × 32 goroutines hammering one key
-// with 500 per minute admit exactly 500 for every algorithm, with a frozen
-// clock and with the Redis server's clock (a day's period, so that no
-// refill or window boundary falls inside the test).
+// TestExactUnderConcurrency runs exactSuite on 8 replicas of one server.
 func TestExactUnderConcurrency(t *testing.T) {
 	srv := redistest.Start(t)
+	exactSuite(t, serverStores(t, srv.Addr, replicas))
+}
+
+// exactSuite: replicas (one per store, 32 goroutines each) hammering one
+// key with 500 per minute admit exactly 500 for every algorithm, with a
+// frozen clock and with the Redis server's clock (a day's period, so that
+// no refill or window boundary falls inside the test); and two limits
+// checked together admit exactly the tighter one, denied requests
+// consuming nothing from the looser one.
+func exactSuite(t *testing.T, stores []*sluiceredis.Store) {
 	frozen := storetest.NewClock()
+	frozenLims := limitersOver(stores, same(sluice.WithClock(frozen.Now)))
+	serverLims := limitersOver(stores, same())
 	for _, a := range sluice.Algorithms {
 		t.Run(string(a)+"/frozen clock", func(t *testing.T) {
-			lims := replicaLimiters(t, srv.Addr, sluice.WithClock(frozen.Now))
 			l := sluice.PerMinute(500).Using(a)
-			got := storetest.Hammer(t, lims, "hot-frozen", goroutines, attempts, l)
-			t.Logf("%s: %d replicas × %d goroutines × %d requests admitted %d", l, replicas, goroutines, attempts, got)
+			got := storetest.Hammer(t, frozenLims, "hot-frozen-"+string(a), goroutines, attempts, l)
+			t.Logf("%s: %d replicas × %d goroutines × %d requests admitted %d", l, len(stores), goroutines, attempts, got)
 			if got != 500 {
 				t.Errorf("%s admitted %d, want exactly 500", l, got)
 			}
 		})
 		t.Run(string(a)+"/server clock", func(t *testing.T) {
-			lims := replicaLimiters(t, srv.Addr)
 			l := sluice.PerDay(500).Using(a)
-			got := storetest.Hammer(t, lims, "hot-server", goroutines, attempts, l)
-			if got != 500 {
+			if got := storetest.Hammer(t, serverLims, "hot-server-"+string(a), goroutines, attempts, l); got != 500 {
 				t.Errorf("%s admitted %d, want exactly 500", l, got)
 			}
 		})
 	}
-}
-
-// TestExactMultiUnderConcurrency: across 8 replicas, two limits checked
-// together admit exactly the tighter one, and denied requests consume
-// nothing from the looser one.
-func TestExactMultiUnderConcurrency(t *testing.T) {
-	srv := redistest.Start(t)
-	frozen := storetest.NewClock()
-	storetest.HammerMulti(t, replicaLimiters(t, srv.Addr, sluice.WithClock(frozen.Now)), goroutines, attempts)
+	t.Run("multi", func(t *testing.T) {
+		storetest.HammerMulti(t, frozenLims, goroutines, attempts)
+	})
 }
 
 // racyStore is the broken limiter the seed article describes: GET the

@@ -20,9 +20,9 @@
 //
 // with one Redis key per limit. The client key is the Redis Cluster hash
 // tag, so every key of one decision lands in one slot; '{', '}' and '%' in
-// it are percent-encoded, the empty key becomes %0, and client keys longer
-// than 128 bytes are replaced by a hash so that a hostile key cannot bloat
-// memory. Every key expires as soon as its state is equivalent to none (the
+// it and in the prefix are percent-encoded, the empty key becomes %0, and
+// client keys longer than 128 bytes are replaced by a hash so that a
+// hostile key cannot bloat memory. Every key expires as soon as its state is equivalent to none (the
 // window ended, the bucket is full).
 //
 // While a Cluster migrates a slot, decisions on its keys keep working: the
@@ -100,10 +100,12 @@ func newScript(src string) script {
 // the cheapest; a decision mixing algorithms runs the script of all five,
 // so that it is still one atomic call.
 var (
-	algScripts = func() map[sluice.Algorithm]script {
-		m := make(map[sluice.Algorithm]script)
+	// algScripts holds each algorithm's script by its algo.Code, under
+	// which the default ("") is token_bucket's.
+	algScripts = func() map[string]script {
+		m := make(map[string]script)
 		for _, a := range sluice.Algorithms {
-			m[a] = compose(a)
+			m[algo.Code(a)] = compose(a)
 		}
 		return m
 	}()
@@ -131,18 +133,18 @@ func compose(algorithms ...sluice.Algorithm) script {
 	return newScript(b.String())
 }
 
-// scriptFor returns the script for a decision under limits.
+// scriptFor returns the script for a decision under limits. Algorithms
+// are compared as the script sees them (algo.Code), so that a limit that
+// leaves the algorithm to the default and one that names token_bucket
+// share token_bucket's script.
 func scriptFor(limits []sluice.Limit) script {
-	a := limits[0].Algorithm
+	code := algo.Code(limits[0].Algorithm)
 	for _, l := range limits[1:] {
-		if l.Algorithm != a {
+		if algo.Code(l.Algorithm) != code {
 			return allScript
 		}
 	}
-	if a == "" {
-		a = sluice.TokenBucket
-	}
-	return algScripts[a]
+	return algScripts[code]
 }
 
 var (
@@ -161,16 +163,18 @@ type Store struct {
 // Option configures a Store.
 type Option func(*Store)
 
-// WithPrefix sets the first part of every key (default "sluice"). It is
-// encoded like client keys: '%', '{' and '}' percent-encoded, a prefix
-// longer than 128 bytes hashed.
+// WithPrefix sets the first part of every key (default "sluice"), so that
+// stores sharing a server keep apart. '%', '{' and '}' in p are
+// percent-encoded, so that the client key stays the hash tag of every key;
+// p is otherwise used whole, however long. WithPrefix panics if p is
+// empty: keys would start with ':' where the default was meant or a
+// prefix was forgotten.
 func WithPrefix(p string) Option {
-	return func(s *Store) {
-		if p != "" {
-			p = escape(p)
-		}
-		s.prefix = p
+	if p == "" {
+		panic("redis store: WithPrefix: empty prefix")
 	}
+	p = percentEncode(p)
+	return func(s *Store) { s.prefix = p }
 }
 
 // New returns a Store that runs its scripts through c.
@@ -193,14 +197,13 @@ func (s *Store) Close() {
 // Take implements sluice.Store: one script run, one round trip.
 func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
 	n := len(req.Limits)
-	keys := make([]string, n)
+	keys := s.keys(req.Key, req.Limits)
 	args := make([]string, 2+3*n)
 	if !req.Now.IsZero() {
 		args[0] = strconv.FormatInt(req.Now.UnixMicro(), 10)
 	}
 	args[1] = strconv.Itoa(req.Cost)
 	for i, l := range req.Limits {
-		keys[i] = s.key(req.Key, l)
 		p1, p2 := algo.Params(l)
 		args[2+3*i] = algo.Code(l.Algorithm)
 		args[3+3*i] = strconv.FormatInt(p1, 10)
@@ -232,11 +235,7 @@ func (s *Store) Reset(ctx context.Context, key string, limits ...sluice.Limit) e
 	if len(limits) == 0 {
 		return nil
 	}
-	keys := make([]string, len(limits))
-	for i, l := range limits {
-		keys[i] = s.key(key, l)
-	}
-	if _, err := s.run(ctx, resetScript, keys, nil); err != nil {
+	if _, err := s.run(ctx, resetScript, s.keys(key, limits), nil); err != nil {
 		return fmt.Errorf("redis store: reset: %w", err)
 	}
 	return nil
@@ -254,7 +253,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // TTL returns how long the state of key under l will live in Redis if
 // nothing else happens, or 0 when there is none.
 func (s *Store) TTL(ctx context.Context, key string, l sluice.Limit) (time.Duration, error) {
-	reply, err := s.run(ctx, ttlScript, []string{s.key(key, l)}, nil)
+	reply, err := s.run(ctx, ttlScript, []string{s.Key(key, l)}, nil)
 	if err != nil {
 		return 0, fmt.Errorf("redis store: ttl: %w", err)
 	}
@@ -265,10 +264,19 @@ func (s *Store) TTL(ctx context.Context, key string, l sluice.Limit) (time.Durat
 }
 
 // Key returns the Redis key that holds the state of key under l.
-func (s *Store) Key(key string, l sluice.Limit) string { return s.key(key, l) }
+func (s *Store) Key(key string, l sluice.Limit) string {
+	return s.keys(key, []sluice.Limit{l})[0]
+}
 
-func (s *Store) key(key string, l sluice.Limit) string {
-	return s.prefix + ":{" + escape(key) + "}:" + algo.ID(l)
+// keys returns the Redis keys that hold the state of key under each of
+// limits, encoding key (escape) once for all of them.
+func (s *Store) keys(key string, limits []sluice.Limit) []string {
+	base := s.prefix + ":{" + escape(key) + "}:"
+	keys := make([]string, len(limits))
+	for i, l := range limits {
+		keys[i] = base + algo.ID(l)
+	}
+	return keys
 }
 
 // maxTryAgain bounds how long retry sends again a script that a Cluster
@@ -336,11 +344,11 @@ func (s *Store) retry(ctx context.Context, sc script, keys, args []string, err e
 // maxKeyLen is the longest client key used as is; longer keys are hashed.
 const maxKeyLen = 128
 
-// escape makes a client key safe as a hash tag: '%', '{' and '}' are
-// percent-encoded (so distinct keys stay distinct), long keys become "%H"
-// and a hash, and the empty key becomes "%0" (an empty tag "{}" would hash
-// the whole key, sending the keys of one decision to different slots); no
-// encoded key can equal either.
+// escape makes a client key safe as a hash tag: it is percent-encoded
+// (percentEncode), long keys become "%H" and a hash, and the empty key
+// becomes "%0" (an empty tag "{}" would hash the whole key, sending the
+// keys of one decision to different slots); no encoded key can equal
+// either.
 func escape(key string) string {
 	if key == "" {
 		return "%0"
@@ -349,12 +357,18 @@ func escape(key string) string {
 		sum := sha256.Sum256([]byte(key))
 		return "%H" + hex.EncodeToString(sum[:16])
 	}
-	if !strings.ContainsAny(key, "%{}") {
-		return key
+	return percentEncode(key)
+}
+
+// percentEncode percent-encodes '%', '{' and '}' in s, so that s holds no
+// hash tag delimiter and distinct strings stay distinct.
+func percentEncode(s string) string {
+	if !strings.ContainsAny(s, "%{}") {
+		return s
 	}
 	var b strings.Builder
-	for i := 0; i < len(key); i++ {
-		switch c := key[i]; c {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
 		case '%':
 			b.WriteString("%25")
 		case '{':

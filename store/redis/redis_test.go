@@ -17,10 +17,19 @@ import (
 	"github.com/sluice-go/sluice/storetest"
 )
 
-// newRueidis connects a rueidis client to addr, closed when t ends.
-func newRueidis(t testing.TB, addr string) rueidis.Client {
+// newRueidis connects a rueidis client to the server at addrs (or the
+// Cluster they are seed nodes of) as Open does, closed when t ends.
+func newRueidis(t testing.TB, addrs ...string) rueidis.Client {
 	t.Helper()
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+	return rueidisWith(t, rueidis.ClientOption{InitAddress: addrs})
+}
+
+// rueidisWith connects a rueidis client with opt as Open does
+// (sluiceredis.NewClient: no client-side cache, Sentinel refresh), closed
+// when t ends.
+func rueidisWith(t testing.TB, opt rueidis.ClientOption) rueidis.Client {
+	t.Helper()
+	c, err := sluiceredis.NewClient(opt)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,24 +24,32 @@ import (
 // asks them for the primary every 5 seconds, so a missed event costs at most
 // that. Open fails when no server answers.
 func Open(url string, opts ...Option) (*Store, error) {
-	opt, err := rueidis.ParseURL(url)
+	opt, err := parseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("redis store: %w", err)
 	}
-	opt.DisableCache = true // the store never reads through the client-side cache
-	if opt.Sentinel.MasterSet != "" && opt.Sentinel.TopologyRefreshInterval == 0 {
-		// Without it rueidis follows a failover only through the
-		// +switch-master event; one missed event would keep every decision
-		// on a demoted primary (failing with READONLY) until a restart.
-		opt.Sentinel.TopologyRefreshInterval = sentinelRefresh
-	}
-	c, err := rueidis.NewClient(opt)
+	c, err := newClient(opt)
 	if err != nil {
 		return nil, fmt.Errorf("redis store: connect: %w", err)
 	}
 	s := FromRueidis(c, opts...)
 	s.close = c.Close
 	return s, nil
+}
+
+// newClient connects a rueidis client with opt as the store needs it:
+// without the client-side cache, which the store never reads through, and,
+// through Sentinel, asking the sentinels for the primary every
+// sentinelRefresh unless opt says otherwise.
+func newClient(opt rueidis.ClientOption) (rueidis.Client, error) {
+	opt.DisableCache = true
+	if opt.Sentinel.MasterSet != "" && opt.Sentinel.TopologyRefreshInterval == 0 {
+		// Without it rueidis follows a failover only through the
+		// +switch-master event; one missed event would keep every decision
+		// on a demoted primary (failing with READONLY) until a restart.
+		opt.Sentinel.TopologyRefreshInterval = sentinelRefresh
+	}
+	return rueidis.NewClient(opt)
 }
 
 // sentinelRefresh is how often a store opened through Sentinel asks the
@@ -51,14 +59,23 @@ const sentinelRefresh = 5 * time.Second
 // CheckURL reports whether url is a Redis URL Open accepts, without
 // connecting. Its error never quotes the URL, which may hold a password.
 func CheckURL(url string) error {
-	if _, err := rueidis.ParseURL(url); err != nil {
+	_, err := parseURL(url)
+	return err
+}
+
+// parseURL returns the rueidis options url describes. Its error never
+// quotes the URL, which may hold a password: net/url's errors do, so only
+// the cause inside them is kept.
+func parseURL(url string) (rueidis.ClientOption, error) {
+	opt, err := rueidis.ParseURL(url)
+	if err != nil {
 		var uerr *neturl.Error
 		if errors.As(err, &uerr) {
 			err = uerr.Err
 		}
-		return fmt.Errorf("invalid Redis URL: %w", err)
+		return opt, fmt.Errorf("invalid Redis URL: %w", err)
 	}
-	return nil
+	return opt, nil
 }
 
 // FromRueidis returns a Store over a rueidis client the caller owns (and
@@ -81,8 +98,12 @@ func (r rueidisClient) Eval(ctx context.Context, script string, keys, args []str
 }
 
 // ints returns the reply, wrapping the errors the store acts on. rueidis
-// follows ASK and MOVED itself (unless MaxMovedRedirections stops it) but
-// returns TRYAGAIN for scripts, which it retries only when read-only.
+// returns TRYAGAIN for scripts, which it retries only when read-only. It
+// follows ASK and MOVED itself, unless ClusterOption.MaxMovedRedirections
+// stops it: then a cluster client returns the last ASK or MOVED, and the
+// store sends the script again, as it does for go-redis. MOVED from any
+// other client means it is not a cluster client, which retrying would not
+// mend.
 func (r rueidisClient) ints(ctx context.Context, cmd rueidis.Completed) ([]int64, error) {
 	v, err := r.c.Do(ctx, cmd).AsIntSlice()
 	re, ok := rueidis.IsRedisErr(err)
@@ -90,10 +111,11 @@ func (r rueidisClient) ints(ctx context.Context, cmd rueidis.Completed) ([]int64
 		return v, err
 	}
 	_, ask := re.IsAsk()
+	_, moved := re.IsMoved()
 	switch {
 	case re.IsNoScript():
 		return nil, fmt.Errorf("%w: %w", ErrNoScript, err)
-	case re.IsTryAgain(), ask:
+	case re.IsTryAgain(), ask, moved && r.c.Mode() == rueidis.ClientModeCluster:
 		return nil, fmt.Errorf("%w: %w", ErrTryAgain, err)
 	}
 	return v, err

@@ -67,12 +67,7 @@ func TestSentinelStore(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		opt.DisableCache = true
-		c, err := rueidis.NewClient(opt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
+		c := rueidisWith(t, opt)
 		if c.Mode() != rueidis.ClientModeSentinel {
 			t.Fatalf("client mode %v, want sentinel", c.Mode())
 		}
@@ -81,6 +76,13 @@ func TestSentinelStore(t *testing.T) {
 		})
 	})
 }
+
+// sentinelCapacity is the capacity of sentinelLimit, a limit that never
+// runs out within the failover test and does not refill measurably (one
+// token per 5 minutes): Remaining counts the admits.
+const sentinelCapacity = 1_000_000
+
+var sentinelLimit = sluice.Per(sentinelCapacity, sluice.MaxPeriod)
 
 // sentinelStoreTimeout bounds every decision of the failover test: while
 // the primary is gone, each decision waits this long before its policy
@@ -175,10 +177,7 @@ func sentinelWait(workers []*sentinelWorker, deadline time.Time, cond func([]sen
 func TestSentinelFailover(t *testing.T) {
 	s := redistest.StartSentinel(t)
 	store := sentinelOpen(t, s)
-	// A limit that never runs out within the test and does not refill
-	// measurably (one token per 5 minutes): Remaining counts the admits.
-	const capacity = 1_000_000
-	limit := sluice.Per(capacity, sluice.MaxPeriod)
+	limit := sentinelLimit
 	fallback := memory.New()
 	policies := []sluice.ErrorPolicy{sluice.ReturnErrors, sluice.AllowOnError, sluice.DenyOnError, sluice.LocalOnError(fallback)}
 	var workers []*sentinelWorker
@@ -297,7 +296,7 @@ func TestSentinelFailover(t *testing.T) {
 		if err != nil || r.Degraded {
 			t.Fatalf("%s: count after the failover: %+v, %v", key, r, err)
 		}
-		count := capacity - r.Remaining
+		count := sentinelCapacity - r.Remaining
 		if count < post || count > pre+post+failed {
 			t.Errorf("%s: the store counts %d admits; want at least the %d admitted since the kill and at most %d (+%d before it, +%d failed)",
 				key, count, post, pre+post+failed, pre, failed)
@@ -315,8 +314,8 @@ func TestSentinelFailover(t *testing.T) {
 			// The fallback counted exactly the decisions it made.
 			degraded := sentinelCount(log, func(d sentinelDecision) bool { return d.r.Degraded })
 			r, err := local.AllowN(ctx, key, limit, 0)
-			if err != nil || capacity-r.Remaining != degraded {
-				t.Errorf("%s: the fallback counts %d (%v), want the %d decisions it made", key, capacity-r.Remaining, err, degraded)
+			if err != nil || sentinelCapacity-r.Remaining != degraded {
+				t.Errorf("%s: the fallback counts %d (%v), want the %d decisions it made", key, sentinelCapacity-r.Remaining, err, degraded)
 			}
 		}
 	}
@@ -329,12 +328,12 @@ func TestSentinelFailover(t *testing.T) {
 func sentinelCheckPolicy(t *testing.T, w *sentinelWorker, log []sentinelDecision) {
 	t.Helper()
 	var failed, errs, degraded int
-	next := sentinelCapacity(log) // the fallback's next Remaining (local)
+	next := sentinelCapacity // the fallback's next Remaining (local)
 	var sample error
 	for i, d := range log {
 		if d.ok() {
-			if !d.r.Allowed {
-				t.Errorf("%s: decision %d by the store denied: %+v", w.key, i, d.r)
+			if !d.r.Allowed || d.r.Limit != sentinelCapacity {
+				t.Errorf("%s: decision %d by the store = %+v, want admitted with Limit %d", w.key, i, d.r, sentinelCapacity)
 			}
 			continue
 		}
@@ -379,17 +378,6 @@ func sentinelCheckPolicy(t *testing.T, w *sentinelWorker, log []sentinelDecision
 	}
 	t.Logf("%s: %d decisions, %d during the outage: %d errors, %d degraded results%s",
 		w.key, len(log), failed, errs, degraded, sentinelSample(sample))
-}
-
-// sentinelCapacity returns the Limit (capacity) the store's decisions in log
-// reported.
-func sentinelCapacity(log []sentinelDecision) int {
-	for _, d := range log {
-		if d.ok() {
-			return d.r.Limit
-		}
-	}
-	return 0
 }
 
 func sentinelSample(err error) string {

@@ -72,29 +72,30 @@ var skewRelease = map[sluice.Algorithm]struct {
 
 // skewReplicas makes three replicas of one Redis, each with clients of
 // its own (rueidis, go-redis, rueidis); admin reads the server's TIME.
+// The replicas' clients belong to the test that asks for them (the
+// subtest), and are closed when it ends.
 type skewReplicas struct {
-	t     *testing.T
 	addr  string
 	admin rueidis.Client
 }
 
 func newSkewReplicas(t *testing.T, addr string) skewReplicas {
-	return skewReplicas{t, addr, newRueidis(t, addr)}
+	return skewReplicas{addr, newRueidis(t, addr)}
 }
 
 // limiters returns one Limiter per replica, sharing a key space of their
-// own; opts(i) configures replica i.
-func (c skewReplicas) limiters(opts func(i int) []sluice.Option) []*sluice.Limiter {
+// own, over clients closed when t ends; opts(i) configures replica i.
+func (c skewReplicas) limiters(t *testing.T, opts func(i int) []sluice.Option) []*sluice.Limiter {
 	stores := replicaStores(len(skewOffsets),
-		func() rueidis.Client { return newRueidis(c.t, c.addr) },
-		func() *goredislib.Client { return newGoRedis(c.t, c.addr) }, prefix())
+		func() rueidis.Client { return newRueidis(t, c.addr) },
+		func() *goredislib.Client { return newGoRedis(t, c.addr) }, prefix())
 	return limitersOver(stores, opts)
 }
 
-// replicaClocks returns limiters that decide at clock's time plus each
-// replica's offset.
-func (c skewReplicas) replicaClocks(clock *storetest.Clock, offsets []time.Duration) []*sluice.Limiter {
-	return c.limiters(func(i int) []sluice.Option {
+// replicaClocks returns limiters for t that decide at clock's time plus
+// each replica's offset.
+func (c skewReplicas) replicaClocks(t *testing.T, clock *storetest.Clock, offsets []time.Duration) []*sluice.Limiter {
+	return c.limiters(t, func(i int) []sluice.Option {
 		return []sluice.Option{sluice.WithClock(func() time.Time { return clock.Now().Add(offsets[i]) })}
 	})
 }
@@ -103,7 +104,7 @@ func (c skewReplicas) replicaClocks(clock *storetest.Clock, offsets []time.Durat
 // with a fallback store on its own skewed clock. Any store failure fails
 // t: the fallback, not Redis, would have decided.
 func (c skewReplicas) serverClock(t *testing.T) []*sluice.Limiter {
-	return c.limiters(func(i int) []sluice.Option {
+	return c.limiters(t, func(i int) []sluice.Option {
 		local := func() time.Time { return time.Now().Add(skewOffsets[i]) }
 		return []sluice.Option{
 			sluice.WithErrorPolicy(sluice.LocalOnError(memory.New(memory.WithClock(local)))),
@@ -224,7 +225,7 @@ func TestSkew(t *testing.T) {
 			}
 
 			clock := storetest.NewClock()
-			skewed := skewTraffic(t, c.replicaClocks(clock, skewOffsets), l, ask(clock))
+			skewed := skewTraffic(t, c.replicaClocks(t, clock, skewOffsets), l, ask(clock))
 			switch {
 			case skewed <= skewLimit:
 				t.Errorf("%s, replica clocks ±7s: admitted %d; want more than %d (the replica 7s ahead reads a time past the release)", l, skewed, skewLimit)
@@ -233,7 +234,7 @@ func TestSkew(t *testing.T) {
 			}
 
 			clock = storetest.NewClock()
-			agreeing := skewTraffic(t, c.replicaClocks(clock, []time.Duration{0, 0, 0}), l, ask(clock))
+			agreeing := skewTraffic(t, c.replicaClocks(t, clock, []time.Duration{0, 0, 0}), l, ask(clock))
 			if agreeing != skewLimit {
 				t.Errorf("%s, agreeing replica clocks: admitted %d; want exactly %d (the traffic asks before the release)", l, agreeing, skewLimit)
 			}
@@ -275,7 +276,7 @@ func TestSkewServerClockRefill(t *testing.T) {
 			// between the phases would let it expire, which on a frozen
 			// clock refills.)
 			clock := storetest.NewClock()
-			skewed := skewTraffic(t, c.replicaClocks(clock, skewOffsets), l, func() {})
+			skewed := skewTraffic(t, c.replicaClocks(t, clock, skewOffsets), l, func() {})
 			switch {
 			case skewed <= capacity:
 				t.Errorf("%s, replica clocks ±7s on a frozen clock: admitted %d; want more than %d (the replica 7s ahead refills the bucket)", l, skewed, capacity)

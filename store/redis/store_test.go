@@ -19,19 +19,44 @@ import (
 	"github.com/sluice-go/sluice/store/redis/goredis"
 )
 
-// commandCalls returns how many times the server ran cmd (INFO
-// commandstats).
-func commandCalls(t *testing.T, c rueidis.Client, cmd string) int {
+// infoStats parses the lines "<prefix><name>:<field>=<value>,..." of an
+// INFO reply into their fields by name: INFO commandstats has the prefix
+// "cmdstat_" (cmdstat_evalsha:calls=10,usec=...), INFO errorstats
+// "errorstat_" (errorstat_MOVED:count=3).
+func infoStats(info, prefix string) map[string]map[string]string {
+	out := map[string]map[string]string{}
+	for _, line := range strings.Split(info, "\n") {
+		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		m := map[string]string{}
+		for _, f := range strings.Split(fields, ",") {
+			if k, v, ok := strings.Cut(f, "="); ok {
+				m[k] = v
+			}
+		}
+		out[strings.TrimPrefix(name, prefix)] = m
+	}
+	return out
+}
+
+// commandStats returns the server's INFO commandstats, by command (lower
+// case).
+func commandStats(t testing.TB, c rueidis.Client) map[string]map[string]string {
 	t.Helper()
 	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`(?m)^cmdstat_` + cmd + `:calls=(\d+)`).FindStringSubmatch(info)
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(m[1])
+	return infoStats(info, "cmdstat_")
+}
+
+// commandCalls returns how many times the server ran cmd (INFO
+// commandstats).
+func commandCalls(t *testing.T, c rueidis.Client, cmd string) int {
+	t.Helper()
+	n, _ := strconv.Atoi(commandStats(t, c)[cmd]["calls"])
 	return n
 }
 
@@ -251,6 +276,100 @@ func TestForeignState(t *testing.T) {
 		}
 		if _, err := lim.Allow(ctx, "wrongtype", l); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 			t.Errorf("%s over a hash: err = %v, want the WRONGTYPE error", l, err)
+		}
+	}
+}
+
+// TestPrefix: the prefix starts every key whole, with '%', '{' and '}'
+// percent-encoded so that the client key stays the hash tag (and distinct
+// prefixes give distinct keys); an empty prefix is refused.
+func TestPrefix(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newRueidis(t, srv.Addr)
+	l := sluice.PerMinute(3)
+	long := strings.Repeat("p", 200)
+	tests := []struct{ prefix, encoded string }{
+		{"app", "app"},
+		{"a{b}", "a%7Bb%7D"},
+		{"a%7Bb%7D", "a%257Bb%257D"},
+		{"}{", "%7D%7B"},
+		{long, long}, // a prefix is not a hostile key: never hashed
+	}
+	ctx := context.Background()
+	for _, tt := range tests {
+		store := sluiceredis.FromRueidis(c, sluiceredis.WithPrefix(tt.prefix))
+		for _, key := range []string{"k", "", "br{ace}"} {
+			got := store.Key(key, l)
+			want := sluiceredis.FromRueidis(c).Key(key, l)
+			want = tt.encoded + strings.TrimPrefix(want, "sluice")
+			if got != want {
+				t.Errorf("WithPrefix(%q): key of %q = %q, want %q", tt.prefix, key, got, want)
+			}
+			if _, err := sluice.New(store).Allow(ctx, key, l); err != nil {
+				t.Fatal(err)
+			}
+			n, err := c.Do(ctx, c.B().Exists().Key(want).Build()).AsInt64()
+			if err != nil || n != 1 {
+				t.Errorf("WithPrefix(%q): a decision on %q left no key %q: EXISTS = %d, %v", tt.prefix, key, want, n, err)
+			}
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error(`WithPrefix("") did not panic; keys would start with ':'`)
+		}
+	}()
+	sluiceredis.WithPrefix("")
+}
+
+// TestScriptChoice: a decision whose limits share one algorithm runs that
+// algorithm's script, whether the algorithm is named or left to the
+// default (token_bucket); only a decision mixing algorithms runs the
+// script of all five. The server is asked which script it was sent.
+func TestScriptChoice(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newRueidis(t, srv.Addr)
+	lim := sluice.New(sluiceredis.FromRueidis(c))
+	shas, all := sluiceredis.ScriptSHAs()
+	byDefault := sluice.Limit{Limit: 5, Period: time.Minute} // Algorithm "": token_bucket
+	tests := []struct {
+		name   string
+		limits []sluice.Limit
+		want   string // the name of the script that must run
+	}{
+		{"default", []sluice.Limit{byDefault}, string(sluice.TokenBucket)},
+		{"default and token_bucket", []sluice.Limit{byDefault, sluice.PerHour(100)}, string(sluice.TokenBucket)},
+		{"token_bucket and default", []sluice.Limit{sluice.PerHour(100), byDefault}, string(sluice.TokenBucket)},
+		{"two gcra", []sluice.Limit{sluice.PerHour(100).Using(sluice.GCRA), sluice.PerMinute(5).Using(sluice.GCRA)}, string(sluice.GCRA)},
+		{"default and gcra", []sluice.Limit{byDefault, sluice.PerHour(100).Using(sluice.GCRA)}, "all"},
+		{"fixed_window and sliding_log", []sluice.Limit{sluice.PerMinute(5).Using(sluice.FixedWindow), sluice.PerHour(100).Using(sluice.SlidingLog)}, "all"},
+	}
+	names := []string{"all"}
+	args := []string{all}
+	for _, a := range sluice.Algorithms {
+		names = append(names, string(a))
+		args = append(args, shas[a])
+	}
+	ctx := context.Background()
+	for _, tt := range tests {
+		if err := c.Do(ctx, c.B().ScriptFlush().Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := lim.AllowAll(ctx, "choice", 1, tt.limits...); err != nil || !r.Allowed {
+			t.Fatalf("%s: %+v, %v", tt.name, r, err)
+		}
+		exists, err := c.Do(ctx, c.B().ScriptExists().Sha1(args...).Build()).AsIntSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ran []string
+		for i, e := range exists {
+			if e == 1 {
+				ran = append(ran, names[i])
+			}
+		}
+		if len(ran) != 1 || ran[0] != tt.want {
+			t.Errorf("%s: the server was sent the scripts %q, want only %q", tt.name, ran, tt.want)
 		}
 	}
 }

@@ -21,23 +21,21 @@ import (
 // New returns a Redis store that runs its scripts through c. The caller
 // keeps owning c and closes it.
 func New(c goredis.Scripter, opts ...sluiceredis.Option) *sluiceredis.Store {
-	return sluiceredis.New(Client{c}, opts...)
+	return sluiceredis.New(client{c}, opts...)
 }
 
-// Client adapts a go-redis client to sluiceredis.Client.
-type Client struct {
-	// Scripter is the go-redis client (any of its client types).
-	Scripter goredis.Scripter
-}
+// client adapts a go-redis client (any of its client types) to
+// sluiceredis.Client.
+type client struct{ s goredis.Scripter }
 
 // EvalSha implements sluiceredis.Client.
-func (c Client) EvalSha(ctx context.Context, sha string, keys, args []string) ([]int64, error) {
-	return c.ints(c.Scripter.EvalSha(ctx, sha, keys, anys(args)...))
+func (c client) EvalSha(ctx context.Context, sha string, keys, args []string) ([]int64, error) {
+	return c.ints(c.s.EvalSha(ctx, sha, keys, anys(args)...))
 }
 
 // Eval implements sluiceredis.Client.
-func (c Client) Eval(ctx context.Context, script string, keys, args []string) ([]int64, error) {
-	return c.ints(c.Scripter.Eval(ctx, script, keys, anys(args)...))
+func (c client) Eval(ctx context.Context, script string, keys, args []string) ([]int64, error) {
+	return c.ints(c.s.Eval(ctx, script, keys, anys(args)...))
 }
 
 // ints returns the reply, wrapping the errors the store acts on. A
@@ -45,12 +43,12 @@ func (c Client) Eval(ctx context.Context, script string, keys, args []string) ([
 // outlasts its MaxRedirects attempts; the store sends such a script
 // again. MOVED from any other client means it is not a cluster client,
 // which retrying would not mend.
-func (c Client) ints(cmd *goredis.Cmd) ([]int64, error) {
+func (c client) ints(cmd *goredis.Cmd) ([]int64, error) {
 	v, err := cmd.Int64Slice()
 	if err == nil {
 		return v, nil
 	}
-	_, cluster := c.Scripter.(*goredis.ClusterClient)
+	_, cluster := c.s.(*goredis.ClusterClient)
 	_, ask := goredis.IsAskError(err)
 	_, moved := goredis.IsMovedError(err)
 	switch {
