@@ -42,7 +42,6 @@ package redis
 import (
 	"context"
 	"crypto/sha1"
-	"crypto/sha256"
 	"embed"
 	"encoding/hex"
 	"errors"
@@ -54,6 +53,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/algo"
+	"github.com/sluice-go/sluice/internal/keys"
 )
 
 // Client is what the Store needs of a Redis client: running Lua scripts.
@@ -341,11 +341,8 @@ func (s *Store) retry(ctx context.Context, sc script, keys, args []string, err e
 	}
 }
 
-// maxKeyLen is the longest client key used as is; longer keys are hashed.
-const maxKeyLen = 128
-
 // escape makes a client key safe as a hash tag: it is percent-encoded
-// (percentEncode), long keys become "%H" and a hash, and the empty key
+// (percentEncode), keys longer than keys.MaxLen become their keys.Hash, and the empty key
 // becomes "%0" (an empty tag "{}" would hash the whole key, sending the
 // keys of one decision to different slots); no encoded key can equal
 // either.
@@ -353,9 +350,8 @@ func escape(key string) string {
 	if key == "" {
 		return "%0"
 	}
-	if len(key) > maxKeyLen {
-		sum := sha256.Sum256([]byte(key))
-		return "%H" + hex.EncodeToString(sum[:16])
+	if keys.Hashed(key) {
+		return keys.Hash(key)
 	}
 	return percentEncode(key)
 }
