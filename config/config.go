@@ -71,7 +71,7 @@ type Rule struct {
 	// Limits are checked all or nothing in one atomic call. Each has a
 	// Name usable as an IETF policy name: "<rule>-<period>", such as
 	// "login-1m", with "-2", "-3"... when two would be equal (see
-	// NameLimits).
+	// WithLimitNames).
 	Limits []sluice.Limit
 	// Cost is what one request spends; default 1.
 	Cost int

@@ -176,10 +176,10 @@ rules:
 	}
 }
 
-// TestNameLimits: a rule built in code gets the names a policy file would
-// give it; names it already has are kept, and the generated ones avoid
-// them.
-func TestNameLimits(t *testing.T) {
+// TestWithLimitNames: a rule built in code gets the names a policy file
+// would give it; names it already has are kept, the generated ones avoid
+// them, and the original rule's arrays are left unnamed.
+func TestWithLimitNames(t *testing.T) {
 	r := Rule{
 		Name: "r",
 		Limits: []sluice.Limit{
@@ -190,7 +190,11 @@ func TestNameLimits(t *testing.T) {
 			{Keys: []string{"j"}, Limits: []sluice.Limit{sluice.PerSecond(5)}}, // no name: left alone
 		},
 	}
-	r.NameLimits()
+	orig := r
+	r = r.WithLimitNames()
+	if orig.Limits[0].Name != "" || orig.Plans[0].Limits[0].Name != "" {
+		t.Errorf("WithLimitNames named the original's limits: %q, %q", orig.Limits[0].Name, orig.Plans[0].Limits[0].Name)
+	}
 	var got []string
 	for _, ls := range [][]sluice.Limit{r.Limits, r.Plans[0].Limits, r.Plans[1].Limits} {
 		for _, l := range ls {
@@ -204,7 +208,7 @@ func TestNameLimits(t *testing.T) {
 
 	// A rule without a name has nothing to name its limits after.
 	anon := Rule{Limits: []sluice.Limit{sluice.PerSecond(1)}}
-	anon.NameLimits()
+	anon = anon.WithLimitNames()
 	if anon.Limits[0].Name != "" {
 		t.Errorf("rule without a name: limit named %q", anon.Limits[0].Name)
 	}

@@ -166,13 +166,18 @@ func (p *parser) rules(f field) []Rule {
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 
+// ValidName reports whether s can name a rule or a plan: one or more
+// letters, digits, '-', '_' and '.', the characters of an IETF RateLimit
+// policy name, which limit names are made of.
+func ValidName(s string) bool { return validName.MatchString(s) }
+
 // name returns the rule or plan name f.
 func (p *parser) name(f field) (string, bool) {
 	s, ok := p.str(f, "a name of "+nameHelp)
 	if !ok {
 		return "", false
 	}
-	if !validName.MatchString(s) {
+	if !ValidName(s) {
 		if s == "" {
 			p.errorf(f.val.Line, f.path, "is empty; a name holds %s", nameHelp)
 		} else {
@@ -256,7 +261,7 @@ func (p *parser) rule(f field) (Rule, ruleInfo) {
 
 	// Names come last: they use the rule's name, and only valid limits
 	// have a compact period.
-	r.NameLimits()
+	r = r.WithLimitNames()
 	if hasCost && costOK {
 		// Against the limits that are valid, and named.
 		var valid [][]sluice.Limit
@@ -578,20 +583,25 @@ func algorithms() string {
 	return strings.Join(names, ", ")
 }
 
-// NameLimits gives every limit of r and of its plans that has no Name
-// the name a policy file gives it: "<rule>-<period>" for the rule's own
-// limits, such as "login-1m", and "<rule>-<plan>-<period>" for a plan's,
-// such as "search-pro-1s", with "-2", "-3"... appended to a name already
-// taken in the same list. The store tells limits with equal parameters
-// apart by name, so rules whose limits share a name would share counts.
-//
-// It names the limits in place, in the arrays r.Limits and the plans'
-// Limits share with any copy of r: clone them first to leave the original
-// unnamed. A rule without a Name is left as it is, and so are the limits
-// of a plan without one. Parse names every rule's limits this way.
-func (r *Rule) NameLimits() {
+// WithLimitNames returns a copy of r whose Limits, Plans and plans'
+// Limits are its own, with every limit that has no Name given the name a
+// policy file gives it: "<rule>-<period>" for the rule's own limits, such
+// as "login-1m", and "<rule>-<plan>-<period>" for a plan's, such as
+// "search-pro-1s", with "-2", "-3"... appended to a name already taken in
+// the same list. The store tells limits with equal parameters apart by
+// name, so rules whose limits share a name would share counts: a rule
+// built in code should be passed through WithLimitNames, as httplimit.New,
+// server.Update and envoy's RulesService do; Parse names every rule's
+// limits this way. A rule without a Name keeps its limits unnamed, and so
+// does a plan without one.
+func (r Rule) WithLimitNames() Rule {
+	r.Limits = slices.Clone(r.Limits)
+	r.Plans = slices.Clone(r.Plans)
+	for i := range r.Plans {
+		r.Plans[i].Limits = slices.Clone(r.Plans[i].Limits)
+	}
 	if r.Name == "" {
-		return
+		return r
 	}
 	nameLimits(r.Name, r.Limits)
 	for i := range r.Plans {
@@ -599,6 +609,7 @@ func (r *Rule) NameLimits() {
 			nameLimits(r.Name+"-"+r.Plans[i].Name, r.Plans[i].Limits)
 		}
 	}
+	return r
 }
 
 // nameLimits names each unnamed limit of ls prefix-<period>, appending -2,

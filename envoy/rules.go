@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"slices"
 	"sync/atomic"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -71,11 +70,14 @@ func NewRulesService(lim *sluice.Limiter, f *config.File, opts ...RulesOption) *
 // Update swaps the rules atomically (hot reload): a request being decided
 // completes under the rules it started with. A nil f removes every rule.
 // f should be a validated config.File (from config.Load or config.Parse);
-// the service keeps its own copy of the rule list.
+// the service keeps its own copy of the rules, with their limits named as
+// httplimit.New names them (config.Rule.WithLimitNames).
 func (s *RulesService) Update(f *config.File) {
 	var rules []config.Rule
 	if f != nil {
-		rules = slices.Clone(f.Rules)
+		for _, r := range f.Rules {
+			rules = append(rules, r.WithLimitNames())
+		}
 	}
 	rs := &ruleSet{byName: make(map[string]*config.Rule, len(rules)), described: map[sluice.Limit]described{}}
 	for i := range rules {

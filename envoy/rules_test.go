@@ -156,6 +156,27 @@ func TestRulesServiceNilAndCopy(t *testing.T) {
 	}
 }
 
+// TestRulesServiceNamesLimits: rules built in code get their limits named
+// as a policy file names them, as Envoy's current_limit shows, and the
+// caller's File is left unnamed.
+func TestRulesServiceNamesLimits(t *testing.T) {
+	f := &config.File{Rules: []config.Rule{
+		{Name: "a", Key: config.Key{Source: "ip"}, Cost: 1, Limits: []sluice.Limit{sluice.PerHour(1)}},
+	}}
+	svc := NewRulesService(sluice.New(memory.New()), f)
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("rule", "a", "remote_address", "192.0.2.1")}}
+	resp, err := svc.ShouldRateLimit(context.Background(), req)
+	if err != nil || resp.OverallCode != OK {
+		t.Fatalf("first request: %v, %v; want OK", resp, err)
+	}
+	if name := resp.Statuses[0].GetCurrentLimit().GetName(); !strings.HasPrefix(name, "a-1h (") {
+		t.Errorf("current_limit name %q; want the limit named a-1h", name)
+	}
+	if name := f.Rules[0].Limits[0].Name; name != "" {
+		t.Errorf("Update named the caller's limit %q", name)
+	}
+}
+
 // TestRulesServicePlans: plans match the client when one entry identifies
 // it; a client of several entries gets the rule's own limits, whatever a
 // plan's prefixes.

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/netip"
 	"path"
-	"slices"
 	"strings"
 	"time"
 
@@ -123,10 +122,10 @@ func (ruleIndex) ServeHTTP(http.ResponseWriter, *http.Request) {}
 //
 // Rules from config.Load are valid. Rules built by hand get the same
 // defaults and checks: a cost of 0 means 1, and limits without a Name are
-// named as a policy file names them (config.Rule.NameLimits), on New's
-// own copies, so that limits of different rules do not share counts. New
-// panics, as http.ServeMux does, on a rule or plan without a name, two
-// rules with one name, a rule without limits, an invalid limit or cost, a
+// named as a policy file names them (config.Rule.WithLimitNames), on
+// New's own copies, so that limits of different rules do not share counts.
+// New panics, as http.ServeMux does, on a rule or plan without a valid
+// name (config.ValidName), two rules with one name, a rule without limits, an invalid limit or cost, a
 // malformed or conflicting pattern, or a WithKey naming no rule.
 func New(lim *sluice.Limiter, rules []config.Rule, opts ...Option) func(http.Handler) http.Handler {
 	m := &middleware{lim: lim, rules: append([]config.Rule(nil), rules...), mux: http.NewServeMux(), def: -1}
@@ -163,23 +162,20 @@ func New(lim *sluice.Limiter, rules []config.Rule, opts ...Option) func(http.Han
 
 // mustBeValid checks a rule built by hand as config.Load would have, and
 // fills in its default cost and limit names. r is New's copy of the
-// caller's rule, whose slices it clones before naming their limits.
+// caller's rule, whose limits it names in copies (config.Rule.WithLimitNames).
 func mustBeValid(r *config.Rule) {
-	if r.Name == "" {
-		panic(fmt.Sprintf("httplimit: a rule (match %q) has no name", r.Match))
+	if !config.ValidName(r.Name) {
+		panic(fmt.Sprintf("httplimit: a rule (match %q) has no valid name: %q; a name holds letters, digits, '-', '_' and '.'", r.Match, r.Name))
 	}
 	if r.Cost == 0 {
 		r.Cost = 1
 	}
-	r.Limits = slices.Clone(r.Limits)
-	r.Plans = slices.Clone(r.Plans)
-	for i := range r.Plans {
-		if r.Plans[i].Name == "" {
-			panic(fmt.Sprintf("httplimit: rule %q: plans[%d] has no name", r.Name, i))
+	for i, p := range r.Plans {
+		if !config.ValidName(p.Name) {
+			panic(fmt.Sprintf("httplimit: rule %q: plans[%d] has no valid name: %q; a name holds letters, digits, '-', '_' and '.'", r.Name, i, p.Name))
 		}
-		r.Plans[i].Limits = slices.Clone(r.Plans[i].Limits)
 	}
-	r.NameLimits()
+	*r = r.WithLimitNames()
 	all := append([]sluice.Limit(nil), r.Limits...)
 	for _, p := range r.Plans {
 		if len(p.Limits) == 0 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -501,25 +502,29 @@ func TestHandBuiltRules(t *testing.T) {
 		name  string
 		rules []config.Rule
 		opts  []httplimit.Option
+		want  string // in the panic's message
 	}{
-		{"no limits", []config.Rule{{Name: "r"}}, nil},
-		{"invalid limit", []config.Rule{{Name: "r", Limits: []sluice.Limit{sluice.PerSecond(0)}}}, nil},
-		{"cost above capacity", []config.Rule{{Name: "r", Cost: 5, Limits: []sluice.Limit{sluice.PerSecond(2)}}}, nil},
-		{"WithKey for no rule", []config.Rule{{Name: "r", Limits: []sluice.Limit{sluice.PerSecond(2)}}}, []httplimit.Option{httplimit.WithKey("typo", nil)}},
-		{"rule without a name", []config.Rule{{Limits: []sluice.Limit{sluice.PerSecond(2)}}}, nil},
+		{"no limits", []config.Rule{{Name: "r"}}, nil, `rule "r" has no limits`},
+		{"invalid limit", []config.Rule{{Name: "r", Limits: []sluice.Limit{sluice.PerSecond(0)}}}, nil, "limit must be at least 1"},
+		{"cost above capacity", []config.Rule{{Name: "r", Cost: 5, Limits: []sluice.Limit{sluice.PerSecond(2)}}}, nil, "cost 5 does not fit"},
+		{"WithKey for no rule", []config.Rule{{Name: "r", Limits: []sluice.Limit{sluice.PerSecond(2)}}}, []httplimit.Option{httplimit.WithKey("typo", nil)}, `WithKey names rule "typo"`},
+		{"rule without a name", []config.Rule{{Limits: []sluice.Limit{sluice.PerSecond(2)}}}, nil, `has no valid name: ""`},
 		{"two rules with one name", []config.Rule{
 			{Name: "r", Match: "/a", Limits: []sluice.Limit{sluice.PerSecond(2)}},
 			{Name: "r", Match: "/b", Limits: []sluice.Limit{sluice.PerSecond(2)}},
-		}, nil},
+		}, nil, `two rules are named "r"`},
 		{"plan without a name", []config.Rule{{Name: "r", Limits: []sluice.Limit{sluice.PerSecond(2)},
-			Plans: []config.Plan{{Keys: []string{"k"}, Limits: []sluice.Limit{sluice.PerSecond(4)}}}}}, nil},
-		{"name unfit for a limit", []config.Rule{{Name: "r r", Limits: []sluice.Limit{sluice.PerSecond(2)}}}, nil},
+			Plans: []config.Plan{{Keys: []string{"k"}, Limits: []sluice.Limit{sluice.PerSecond(4)}}}}}, nil, `plans[0] has no valid name: ""`},
+		{"name unfit for a limit", []config.Rule{{Name: "r r", Limits: []sluice.Limit{sluice.PerSecond(2)}}}, nil, `has no valid name: "r r"`},
 	}
 	for _, tt := range panics {
 		t.Run(tt.name, func(t *testing.T) {
 			defer func() {
-				if recover() == nil {
+				v := recover()
+				if v == nil {
 					t.Errorf("New accepted %+v", tt.rules)
+				} else if msg := fmt.Sprint(v); !strings.Contains(msg, tt.want) {
+					t.Errorf("New panicked with %q; want it to say %q", msg, tt.want)
 				}
 			}()
 			httplimit.New(lim, tt.rules, tt.opts...)

@@ -95,12 +95,15 @@ func New(lim *sluice.Limiter, f *config.File, opts ...Option) *Server {
 // decided completes under the rules it started with, and every request
 // that starts after Update returns sees f's. A nil f removes every rule.
 // f should be a validated config.File (from config.Load or config.Parse);
-// the Server keeps its own copy of the rule list.
+// the Server keeps its own copy of the rules, with their limits named as
+// httplimit.New names them (config.Rule.WithLimitNames), so that a rule
+// built in code shares its counts with the same rule in a middleware.
 func (s *Server) Update(f *config.File) {
 	rs := &ruleSet{byName: map[string]*config.Rule{}}
 	if f != nil {
 		for _, r := range f.Rules {
-			rs.byName[r.Name] = &r // r is this iteration's own copy
+			r := r.WithLimitNames()
+			rs.byName[r.Name] = &r
 			rs.names = append(rs.names, r.Name)
 		}
 	}

@@ -569,3 +569,24 @@ func TestUpdateKeepsOwnCopy(t *testing.T) {
 		t.Errorf("shadowed after the File changed: %d %v %s; want cost 1 of 1", w.Code, w.Header(), w.Body)
 	}
 }
+
+// TestUpdateNamesLimits: the limits of rules built in code are named as a
+// policy file names them, so two rules with equal unnamed limits keep
+// their own counts for one key, and the caller's File is left unnamed.
+func TestUpdateNamesLimits(t *testing.T) {
+	f := setup(t, rulesYAML)
+	file := &config.File{Rules: []config.Rule{
+		{Name: "a", Key: config.Key{Source: "ip"}, Cost: 1, Limits: []sluice.Limit{sluice.PerMinute(1)}},
+		{Name: "b", Key: config.Key{Source: "ip"}, Cost: 1, Limits: []sluice.Limit{sluice.PerMinute(1)}},
+	}}
+	f.srv.Update(file)
+	for _, rule := range []string{"a", "b"} {
+		w := f.check(rule, "k", 1)
+		if w.Code != 200 || !strings.Contains(w.Header().Get("RateLimit-Policy"), `"`+rule+`-1m"`) {
+			t.Errorf("rule %s, first request for k: %d %v %s; want 200 under policy %q", rule, w.Code, w.Header(), w.Body, rule+"-1m")
+		}
+	}
+	if name := file.Rules[0].Limits[0].Name; name != "" {
+		t.Errorf("Update named the caller's limit %q", name)
+	}
+}
