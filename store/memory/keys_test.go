@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/keys"
+	"github.com/sluice-go/sluice/internal/longkey"
 )
 
-// TestLongKeys: the store keeps a key longer than keys.MaxLen as its
+// TestLongKeys: the store keeps a key longer than longkey.MaxLen as its
 // fixed-length hash, so 1 MiB keys do not cost 1 MiB each; such keys still
 // keep their own state, apart from each other and from a short key equal to
 // their hash.
@@ -38,15 +38,15 @@ func TestLongKeys(t *testing.T) {
 			held += len(k.key)
 		}
 	}
-	if held > n*keys.MaxLen {
-		t.Errorf("the store holds %d bytes of keys for %d long keys, want at most %d", held, n, n*keys.MaxLen)
+	if held > n*longkey.MaxLen {
+		t.Errorf("the store holds %d bytes of keys for %d long keys, want at most %d", held, n, n*longkey.MaxLen)
 	}
 
 	key := long + "0"
 	if r, err := lim.Allow(ctx, key, l); err != nil || r.Allowed {
 		t.Errorf("second request of a long key: %+v, %v; want denied", r, err)
 	}
-	if r, err := lim.Allow(ctx, keys.Hash(key), l); err != nil || !r.Allowed {
+	if r, err := lim.Allow(ctx, longkey.Hash(key), l); err != nil || !r.Allowed {
 		t.Errorf("a short key equal to a long key's hash: %+v, %v; want its own state, admitted", r, err)
 	}
 	if ttl, err := s.TTL(ctx, key, l); err != nil || ttl != time.Minute {

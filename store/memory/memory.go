@@ -30,7 +30,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/algo"
-	"github.com/sluice-go/sluice/internal/keys"
+	"github.com/sluice-go/sluice/internal/longkey"
 )
 
 // Store is an in-process sluice.Store. Create it with New; the zero value is
@@ -53,7 +53,7 @@ type shard struct {
 // entryKey identifies one piece of state: a client key under a limit, the
 // limit Normalized so that limits with the same storage identity share
 // state (algo.ID's identity, without building a string). The client key is
-// bounded (keys.Bound); hashed tells a long key's hash from a short key
+// bounded (longkey.Bound); hashed tells a long key's hash from a short key
 // that happens to equal it.
 type entryKey struct {
 	key    string
@@ -69,7 +69,7 @@ type clientKey struct {
 }
 
 func newClientKey(key string) clientKey {
-	return clientKey{keys.Bound(key), keys.Hashed(key)}
+	return clientKey{longkey.Bound(key), longkey.Hashed(key)}
 }
 
 // under returns the entryKey of k's state under l.

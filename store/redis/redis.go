@@ -22,8 +22,8 @@
 // tag, so every key of one decision lands in one slot; '{', '}' and '%' in
 // it and in the prefix are percent-encoded, the empty key becomes %0, and
 // client keys longer than 128 bytes are replaced by a hash so that a
-// hostile key cannot bloat memory. Every key expires as soon as its state is equivalent to none (the
-// window ended, the bucket is full).
+// hostile key cannot bloat memory. Every key expires as soon as its state
+// is equivalent to none (the window ended, the bucket is full).
 //
 // While a Cluster migrates a slot, decisions on its keys keep working: the
 // clients follow ASK and MOVED, the store reloads its scripts on the new
@@ -53,7 +53,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/algo"
-	"github.com/sluice-go/sluice/internal/keys"
+	"github.com/sluice-go/sluice/internal/longkey"
 )
 
 // Client is what the Store needs of a Redis client: running Lua scripts.
@@ -342,16 +342,16 @@ func (s *Store) retry(ctx context.Context, sc script, keys, args []string, err e
 }
 
 // escape makes a client key safe as a hash tag: it is percent-encoded
-// (percentEncode), keys longer than keys.MaxLen become their keys.Hash, and the empty key
-// becomes "%0" (an empty tag "{}" would hash the whole key, sending the
-// keys of one decision to different slots); no encoded key can equal
-// either.
+// (percentEncode), a key longer than longkey.MaxLen becomes its
+// longkey.Hash, and the empty key becomes "%0" (an empty tag "{}" would
+// hash the whole key, sending the keys of one decision to different
+// slots); no encoded key can equal either.
 func escape(key string) string {
 	if key == "" {
 		return "%0"
 	}
-	if keys.Hashed(key) {
-		return keys.Hash(key)
+	if longkey.Hashed(key) {
+		return longkey.Hash(key)
 	}
 	return percentEncode(key)
 }

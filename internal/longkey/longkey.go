@@ -1,8 +1,8 @@
-// Package keys bounds the length of client keys that the stores keep, so
+// Package longkey bounds the length of client keys that the stores keep, so
 // that a hostile client cannot bloat a store's memory with huge keys: a key
 // longer than MaxLen is kept as a fixed-length hash of itself. Every store
 // uses the same form, so the memory and Redis stores agree on it.
-package keys
+package longkey
 
 import (
 	"crypto/sha256"
