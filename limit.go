@@ -266,6 +266,9 @@ func (l Limit) Validate() error {
 	if l.Algorithm.bursty() {
 		interval := int64(l.Interval() / time.Microsecond)
 		if int64(l.Capacity()) > maxState/interval {
+			// Without a burst this is about Period + Limit µs, which
+			// MaxPeriod and MaxLimit keep below 2^51: the "limit" case only
+			// keeps the field right should those bounds grow.
 			field := "burst"
 			if l.Burst == 0 {
 				field = "limit"

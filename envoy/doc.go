@@ -101,5 +101,6 @@
 // descriptor without entries or with an empty key, a limit override with an
 // unsupported unit — fail with codes.InvalidArgument. A store failure the
 // Limiter's ErrorPolicy returns as an error fails with codes.Unavailable,
-// leaving the choice to Envoy's failure_mode_deny.
+// leaving the choice to Envoy's failure_mode_deny; a call that its caller
+// canceled meanwhile fails with codes.Canceled instead.
 package envoy

@@ -113,7 +113,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 	}
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
-	var policies []sluice.Limit
+	var limits []sluice.Limit
 	var results []sluice.Result
 	for i, d := range req.GetDescriptors() {
 		st, lim, res, err := s.decide(ctx, req, d, ms[i], replaced)
@@ -125,13 +125,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 		if lim != nil {
-			policies = append(policies, *lim)
+			limits = append(limits, *lim)
 			results = append(results, res)
 		}
 	}
-	if s.headers && len(policies) > 0 {
+	if s.headers && len(limits) > 0 {
 		h := http.Header{}
-		httplimit.SetHeaders(h, httplimit.HeadersIETF, policies, results, -1, s.now(), nil)
+		httplimit.SetHeaders(h, httplimit.HeadersIETF, limits, results, -1, s.now(), nil)
 		for _, k := range []string{"RateLimit-Policy", "RateLimit"} {
 			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: k, Value: h.Get(k)})
 		}

@@ -7,7 +7,8 @@
 //
 //   - ClientIP finds the client's address behind trusted reverse proxies
 //     (X-Forwarded-For or Forwarded), so that a client cannot pick its own
-//     bucket by sending those headers.
+//     bucket by sending those headers; TrustedPeer tells whether the
+//     request's peer is one of those proxies.
 //   - SetHeaders writes the RateLimit-Policy and RateLimit fields of
 //     draft-ietf-httpapi-ratelimit-headers-10 (RFC 9651 structured-field
 //     lists, one item per limit) and the legacy X-RateLimit-Limit,
@@ -15,7 +16,9 @@
 //   - WriteTooManyRequests writes the 429: Retry-After in whole seconds,
 //     rounded up and never 0, and a JSON body, or an RFC 9457
 //     application/problem+json body of the draft's quota-exceeded type.
-//     WriteError writes the other JSON errors.
+//     WriteUnavailable writes the 503 of a decision the store could not
+//     make, WriteError the other JSON errors, and WriteJSON any JSON body
+//     with the same header fields.
 //
 // For one limit "login-1m" (5 per minute) a denied request gets:
 //
@@ -27,6 +30,8 @@
 //	X-Ratelimit-Reset: 1767225642
 //	Retry-After: 12
 //	Content-Type: application/json
+//	X-Content-Type-Options: nosniff
+//	Cache-Control: no-store
 //
 //	{"error":{"code":"RATE_LIMITED","message":"rate limit exceeded; retry after 12 seconds","retry_after":12}}
 //

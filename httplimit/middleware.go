@@ -125,8 +125,9 @@ func (ruleIndex) ServeHTTP(http.ResponseWriter, *http.Request) {}
 // named as a policy file names them (config.Rule.WithLimitNames), on
 // New's own copies, so that limits of different rules do not share counts.
 // New panics, as http.ServeMux does, on a rule or plan without a valid
-// name (config.ValidName), two rules with one name, a rule without limits, an invalid limit or cost, a
-// malformed or conflicting pattern, or a WithKey naming no rule.
+// name (config.ValidName), two rules with one name, a rule without
+// limits, an invalid limit or cost, a malformed or conflicting pattern, or
+// a WithKey naming no rule.
 func New(lim *sluice.Limiter, rules []config.Rule, opts ...Option) func(http.Handler) http.Handler {
 	m := &middleware{lim: lim, rules: append([]config.Rule(nil), rules...), mux: http.NewServeMux(), def: -1}
 	m.opts = options{keys: map[string]KeyFunc{}, now: time.Now, log: slog.Default(),

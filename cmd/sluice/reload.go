@@ -34,14 +34,15 @@ func fingerprintOf(path string) fingerprint {
 
 // watchConfig reloads the policy file cur was loaded from on every signal
 // from hup and, when interval is positive, whenever the file's content
-// changes (its hash, polled every interval). A
-// valid file is handed to apply, which must swap the rules atomically (as
-// server.Server.Update does) or, returning an error, leave them as they
-// were; the file is logged as "config reloaded" only when apply succeeds.
-// A file that fails to load or to apply is logged as rejected, one line
-// per error, and the old rules keep serving; report hears which it was. The redis section cannot change at runtime: a file whose
-// section differs from cur's still has its rules applied, with a warning
-// that the store settings need a restart.
+// changes (its hash, polled every interval). A valid file is handed to
+// apply, which must swap the rules atomically (as server.Server.Update
+// does) or, returning an error, leave them as they were; the file is
+// logged as "config reloaded" only when apply succeeds. A file that fails
+// to load or to apply is logged as rejected, one line per error, and the
+// old rules keep serving; report hears which it was. The redis section
+// cannot change at runtime: a file whose section differs from cur's still
+// has its rules applied, with a warning that the store settings need a
+// restart.
 //
 // watchConfig takes the file's first fingerprint before it returns, so
 // any later change is seen; the watching goroutine stops with ctx.
