@@ -168,9 +168,8 @@ func (l Limit) Capacity() int {
 // Normalized returns l with its defaults filled in: Algorithm TokenBucket
 // for the zero Algorithm, and Burst the capacity for TokenBucket and GCRA
 // (Limit when Burst is zero) and zero for the window algorithms, which have
-// no burst. It is the storage identity of a limit: two valid limits share
-// state for a key, in every store, if and only if their Normalized forms
-// are equal. Limits that must not share state need distinct Names.
+// no burst. Two valid limits enforce the same thing if and only if their
+// Normalized forms are equal; they share state if their Identity is.
 func (l Limit) Normalized() Limit {
 	if l.Algorithm == "" {
 		l.Algorithm = TokenBucket
@@ -181,6 +180,17 @@ func (l Limit) Normalized() Limit {
 		l.Burst = 0
 	}
 	return l
+}
+
+// Identity returns the storage identity of l: its Name, its Algorithm
+// (TokenBucket for the zero value) and its Period, and nothing else. Two
+// valid limits share state for a key, in every store, if and only if
+// their identities are equal. Limit and Burst are not part of it, so that
+// a limit raised or lowered (a reloaded policy file) keeps what every
+// client has spent under it; a new algorithm, period or name starts from
+// fresh state. Limits that must not share state need distinct Names.
+func (l Limit) Identity() Limit {
+	return Limit{Algorithm: l.Normalized().Algorithm, Period: l.Period, Name: l.Name}
 }
 
 // Interval returns the time in which TokenBucket and GCRA regain one token:

@@ -72,11 +72,6 @@ func WithErrorHandler(f func(ctx context.Context, err error)) Option {
 	return func(l *Limiter) { l.onError = f }
 }
 
-// Policy returns the Limiter's ErrorPolicy, so that a caller can tell a
-// degraded denial that DenyOnError made (the store is down) from one a
-// LocalOnError fallback made (the client is over its local limit).
-func (l *Limiter) Policy() ErrorPolicy { return l.policy }
-
 // Allow is shorthand for AllowN(ctx, key, limit, 1).
 func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, error) {
 	return l.AllowN(ctx, key, limit, 1)
@@ -89,7 +84,7 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 // a store error only under the ReturnErrors policy (or LocalOnError without
 // a working fallback).
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (Result, error) {
-	rs, err := l.take(ctx, key, n, []Limit{limit})
+	rs, err := l.take(ctx, []Part{{Key: key, Limits: []Limit{limit}, Cost: n}})
 	if err != nil {
 		return Result{}, err
 	}
@@ -99,12 +94,28 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (R
 // AllowAll decides a request of cost n by key against several limits at once
 // (say 10 per second AND 1000 per hour): it is admitted, and n consumed from
 // every limit, only if every limit admits it; otherwise nothing is consumed.
-// The decision is one atomic store call.
+// The decision is one atomic store call. It is AllowParts with one part.
 func (l *Limiter) AllowAll(ctx context.Context, key string, n int, limits ...Limit) (MultiResult, error) {
-	if len(limits) == 0 {
-		return MultiResult{}, fmt.Errorf("%w: AllowAll needs at least one limit", ErrInvalidLimit)
+	return l.AllowParts(ctx, Part{Key: key, Limits: limits, Cost: n})
+}
+
+// AllowParts decides one request limited under several client keys at
+// once, such as a per-address rule and a per-API-key rule: the request is
+// admitted, and each part's Cost consumed from each of its limits, only if
+// every limit of every part admits it; otherwise nothing is consumed. It
+// is one store call (see Store.Take for what a store guarantees when the
+// keys live on different Redis Cluster slots). The MultiResult holds one
+// Result per limit, the first part's limits first.
+func (l *Limiter) AllowParts(ctx context.Context, parts ...Part) (MultiResult, error) {
+	if len(parts) == 0 {
+		return MultiResult{}, fmt.Errorf("%w: a decision needs at least one part", ErrInvalidLimit)
 	}
-	rs, err := l.take(ctx, key, n, limits)
+	for _, p := range parts {
+		if len(p.Limits) == 0 {
+			return MultiResult{}, fmt.Errorf("%w: the part of key %q has no limit; a decision needs at least one", ErrInvalidLimit, p.Key)
+		}
+	}
+	rs, err := l.take(ctx, parts)
 	if err != nil {
 		return MultiResult{}, err
 	}
@@ -135,11 +146,11 @@ func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error 
 	return nil
 }
 
-func (l *Limiter) take(ctx context.Context, key string, n int, limits []Limit) ([]Result, error) {
-	if err := validate(limits, n); err != nil {
+func (l *Limiter) take(ctx context.Context, parts []Part) ([]Result, error) {
+	if err := validate(parts); err != nil {
 		return nil, err
 	}
-	req := Request{Key: key, Limits: limits, Cost: n}
+	req := Request{Parts: parts}
 	if l.now != nil {
 		req.Now = l.now()
 	}
@@ -181,19 +192,32 @@ func (l *Limiter) bound(ctx context.Context) (context.Context, context.CancelFun
 	return context.WithTimeout(ctx, d)
 }
 
-// validate checks every limit, the cost against each, and that no two limits
-// share storage.
-func validate(limits []Limit, n int) error {
-	for i, lim := range limits {
-		if err := lim.Validate(); err != nil {
-			return err
-		}
-		if err := lim.validateCost(n); err != nil {
-			return err
-		}
-		for _, prev := range limits[:i] {
-			if prev.Normalized() == lim.Normalized() {
-				return fmt.Errorf("%w: %s appears twice in one request; give one of them a Name", ErrInvalidLimit, lim)
+// validate checks every limit, each part's cost against each of its
+// limits, and that no two limits of one key share storage.
+func validate(parts []Part) error {
+	for i, p := range parts {
+		for j, lim := range p.Limits {
+			if err := lim.Validate(); err != nil {
+				return err
+			}
+			if err := lim.validateCost(p.Cost); err != nil {
+				return err
+			}
+			id := lim.Identity()
+			for _, prev := range p.Limits[:j] {
+				if prev.Identity() == id {
+					return fmt.Errorf("%w: %s and %s share state on one key; give one of them a distinct Name", ErrInvalidLimit, prev, lim)
+				}
+			}
+			for _, q := range parts[:i] {
+				if q.Key != p.Key {
+					continue
+				}
+				for _, prev := range q.Limits {
+					if prev.Identity() == id {
+						return fmt.Errorf("%w: %s and %s share state on key %q in two parts; give one of them a distinct Name", ErrInvalidLimit, prev, lim, p.Key)
+					}
+				}
 			}
 		}
 	}
@@ -201,8 +225,8 @@ func validate(limits []Limit, n int) error {
 }
 
 // ErrorPolicy says what a Limiter answers when its store fails (Redis
-// unreachable, timed out, out of memory). Results made by the policy carry
-// Degraded = true. Whatever the policy, a Limiter never panics on a store
+// unreachable, timed out, out of memory). Results made by the policy say
+// so in Degraded, which names the policy. Whatever the policy, a Limiter never panics on a store
 // error, and a request canceled by its caller gets its context's error.
 //
 // The policy answers every store error, including errors that are not
@@ -271,15 +295,47 @@ var policyNames = [...]string{modeReturn: "return", modeAllow: "allow", modeDeny
 // String returns the policy's name as ParseErrorPolicy accepts it.
 func (p ErrorPolicy) String() string { return policyNames[p.mode] }
 
+// Degradation says whether the store made a decision and, when it did not
+// (it failed), which ErrorPolicy did. The zero value, NotDegraded, is a
+// decision of the store.
+type Degradation uint8
+
+// The degradations, one per ErrorPolicy that answers in the store's place.
+const (
+	// NotDegraded: the store decided.
+	NotDegraded = Degradation(modeReturn)
+	// DegradedAllow: AllowOnError admitted the request; the numbers are
+	// made up.
+	DegradedAllow = Degradation(modeAllow)
+	// DegradedDeny: DenyOnError refused the request; the client exceeded
+	// nothing, and the numbers are made up.
+	DegradedDeny = Degradation(modeDeny)
+	// DegradedLocal: LocalOnError's fallback store decided; its numbers
+	// are the local state's.
+	DegradedLocal = Degradation(modeLocal)
+)
+
+// String returns "" for NotDegraded and the name of the ErrorPolicy that
+// decided otherwise ("allow", "deny", "local").
+func (d Degradation) String() string {
+	if d == NotDegraded || int(d) >= len(policyNames) {
+		return ""
+	}
+	return policyNames[d]
+}
+
 func (p ErrorPolicy) decide(ctx context.Context, req Request, storeErr error) ([]Result, error) {
-	rs := make([]Result, len(req.Limits))
 	switch p.mode {
 	case modeAllow, modeDeny:
-		for i, lim := range req.Limits {
-			rs[i] = Result{Allowed: p.mode == modeAllow, Limit: lim.Capacity(), Degraded: true}
-			if p.mode == modeDeny {
-				rs[i].RetryAfter = DegradedRetryAfter
-				rs[i].ResetAfter = DegradedRetryAfter
+		rs := make([]Result, 0, req.Len())
+		for _, part := range req.Parts {
+			for _, lim := range part.Limits {
+				r := Result{Allowed: p.mode == modeAllow, Limit: lim.Capacity(), Degraded: Degradation(p.mode)}
+				if p.mode == modeDeny {
+					r.RetryAfter = DegradedRetryAfter
+					r.ResetAfter = DegradedRetryAfter
+				}
+				rs = append(rs, r)
 			}
 		}
 		return rs, nil
@@ -292,7 +348,7 @@ func (p ErrorPolicy) decide(ctx context.Context, req Request, storeErr error) ([
 			return nil, fmt.Errorf("sluice: store: %w; fallback: %w", storeErr, err)
 		}
 		for i := range local {
-			local[i].Degraded = true
+			local[i].Degraded = DegradedLocal
 		}
 		return local, nil
 	}

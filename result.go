@@ -21,14 +21,16 @@ type Result struct {
 	// which this same request would be admitted, if nothing else happened:
 	// admitted at now+RetryAfter, denied a microsecond earlier.
 	RetryAfter time.Duration
-	// Degraded is true when the store failed and the Limiter's ErrorPolicy
-	// made this decision; Remaining, ResetAfter and RetryAfter are then
-	// estimates, not the store's state (see ErrorPolicy).
-	Degraded bool
+	// Degraded is NotDegraded when the store made this decision; otherwise
+	// the store failed and it says which ErrorPolicy decided instead.
+	// Remaining, ResetAfter and RetryAfter are then not the store's state:
+	// made up under DegradedAllow and DegradedDeny, the local fallback's
+	// under DegradedLocal.
+	Degraded Degradation
 }
 
-// MultiResult is the outcome of Limiter.AllowAll: several limits decided in
-// one atomic store call, all or nothing.
+// MultiResult is the outcome of Limiter.AllowAll and AllowParts: several
+// limits decided in one store call, all or nothing.
 type MultiResult struct {
 	// Result is the binding limit's Result: when denied, the denying limit
 	// with the longest RetryAfter (the wait until every limit admits the

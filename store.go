@@ -12,27 +12,51 @@ import (
 // A Limiter validates every Request before it reaches the store, so a Store
 // may assume valid limits and costs.
 type Store interface {
-	// Take decides whether req.Cost fits in every one of req.Limits for
-	// req.Key and, if and only if it fits in all of them, consumes it from
-	// all of them, in one atomic step. It returns one Result per limit in the
-	// same order. A zero req.Now means the store's own clock.
+	// Take decides whether every part of req fits: each part's Cost in
+	// every one of its Limits for its Key. If and only if all of them fit,
+	// it consumes each part's Cost from each of its limits; otherwise it
+	// consumes nothing. It returns one Result per limit, the limits of
+	// req.Parts[0] first, in order. A zero req.Now means the store's own
+	// clock. A store decides in one atomic step where it can (the memory
+	// store always; the Redis store when every key lives on one server or
+	// Cluster slot) and states what it guarantees otherwise.
 	Take(ctx context.Context, req Request) ([]Result, error)
 	// Reset forgets the state of key under each of limits.
 	Reset(ctx context.Context, key string, limits ...Limit) error
 }
 
-// Request is one decision asked of a Store.
+// Request is one decision asked of a Store: one or more parts, all or
+// nothing.
 type Request struct {
-	// Key identifies the client (an API key, a user ID, an address).
-	Key string
-	// Limits are checked all or nothing; they must have distinct identities
-	// (Name, Algorithm, Limit, Period, Burst).
-	Limits []Limit
-	// Cost is how much the request consumes; 0 asks for the state without
-	// consuming anything.
-	Cost int
+	// Parts are decided together; there is at least one.
+	Parts []Part
 	// Now is the instant of the decision. The zero value means the store's
 	// clock: the Redis server's TIME for the Redis store, so that replicas
 	// with skewed clocks agree.
 	Now time.Time
+}
+
+// A Part is what one client key spends in a decision: Cost from each of
+// Limits. A request limited by several rules (per address, per API key)
+// has one part per rule; a request limited by one key has one part.
+type Part struct {
+	// Key identifies the client (an API key, a user ID, an address).
+	Key string
+	// Limits are checked all or nothing; the limits of one key, across
+	// all parts of a request, must have distinct identities (Name,
+	// Algorithm, Period: see Limit.Identity).
+	Limits []Limit
+	// Cost is how much the request consumes; 0 asks for the state without
+	// consuming anything.
+	Cost int
+}
+
+// Len returns the number of limits of req, the number of Results Take
+// returns.
+func (req Request) Len() int {
+	n := 0
+	for _, p := range req.Parts {
+		n += len(p.Limits)
+	}
+	return n
 }

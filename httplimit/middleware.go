@@ -328,7 +328,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
-	if !res.Degraded {
+	if res.Degraded == sluice.NotDegraded {
 		var pk []byte
 		if m.opts.policyKey {
 			sum := sha256.Sum256([]byte(key))
@@ -340,7 +340,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
-	if res.Degraded && m.lim.Policy() == sluice.DenyOnError {
+	if res.Degraded == sluice.DegradedDeny {
 		// The store is down and the policy refuses: not the client's
 		// doing, and no quota to name.
 		WriteUnavailable(w, res.RetryAfter)

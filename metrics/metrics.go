@@ -71,16 +71,16 @@ func (m *Metrics) Handler() http.Handler {
 func (m *Metrics) Decision(rule string, res sluice.MultiResult, shadow bool) {
 	outcome := "allowed"
 	switch {
-	case res.Degraded && res.Allowed:
+	case res.Degraded != sluice.NotDegraded && res.Allowed:
 		outcome = "degraded_allowed"
-	case res.Degraded:
+	case res.Degraded != sluice.NotDegraded:
 		outcome = "degraded_denied"
 	case !res.Allowed && shadow:
 		outcome = "shadow_denied"
 	case !res.Allowed:
 		outcome = "denied"
 	}
-	if res.Degraded {
+	if res.Degraded != sluice.NotDegraded {
 		m.fallbacks.Inc()
 	}
 	m.decisions.WithLabelValues(rule, outcome).Inc()

@@ -37,7 +37,7 @@ func TestMetrics(t *testing.T) {
 	}
 	res, _ := lim.AllowAll(ctx, "k", 1, l)
 	m.Decision("probe", res, true)
-	m.Decision("login", sluice.MultiResult{Result: sluice.Result{Allowed: true, Degraded: true}}, false)
+	m.Decision("login", sluice.MultiResult{Result: sluice.Result{Allowed: true, Degraded: sluice.DegradedAllow}}, false)
 	m.Reload(true)
 	m.Reload(false)
 	m.Reload(false)

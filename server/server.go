@@ -241,13 +241,13 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body := result(c, res.Results, res.Binding, res.Allowed, res.RetryAfter)
-	if !res.Degraded {
+	if res.Degraded == sluice.NotDegraded {
 		httplimit.SetHeaders(w.Header(), httplimit.HeadersBoth, c.limits, res.Results, res.Binding, s.now(), nil)
 	}
 	switch {
 	case body.Allowed:
 		httplimit.WriteJSON(w, http.StatusOK, body)
-	case res.Degraded && s.lim.Policy() == sluice.DenyOnError:
+	case res.Degraded == sluice.DegradedDeny:
 		httplimit.WriteUnavailable(w, res.RetryAfter)
 	default:
 		w.Header().Set("Retry-After", strconv.Itoa(httplimit.RetryAfterSeconds(res.RetryAfter)))
@@ -329,7 +329,7 @@ func result(c resolved, rs []sluice.Result, binding int, allowed bool, retry tim
 		Remaining:    max(br.Remaining, 0),
 		ResetAfterMS: ceilMillis(br.ResetAfter),
 		RetryAfterMS: ceilMillis(max(br.RetryAfter, retry)),
-		Degraded:     br.Degraded,
+		Degraded:     br.Degraded != sluice.NotDegraded,
 		Policies:     make([]policyResult, len(rs)),
 	}
 	if allowed {

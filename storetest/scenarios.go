@@ -317,8 +317,8 @@ func testInvalid(t *testing.T, newStore Factory) {
 		{"cost above limit", []sluice.Limit{sluice.PerSecond(5).Using(sluice.SlidingLog)}, 6, sluice.ErrInvalidCost, "could never be admitted"},
 		{"cost above burst", []sluice.Limit{sluice.PerSecond(5).WithBurst(8)}, 9, sluice.ErrInvalidCost, "exceeds the capacity 8"},
 		{"negative cost", []sluice.Limit{sluice.PerSecond(5)}, -1, sluice.ErrInvalidCost, "must not be negative"},
-		{"duplicate limit", []sluice.Limit{sluice.PerSecond(5), sluice.PerSecond(5).WithBurst(5)}, 1, sluice.ErrInvalidLimit, "appears twice"},
-		{"no limits", nil, 1, sluice.ErrInvalidLimit, "at least one limit"},
+		{"duplicate limit", []sluice.Limit{sluice.PerSecond(5), sluice.PerSecond(5).WithBurst(5)}, 1, sluice.ErrInvalidLimit, "share state"},
+		{"no limits", nil, 1, sluice.ErrInvalidLimit, "has no limit"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -25,6 +25,7 @@ package memory
 import (
 	"context"
 	"hash/maphash"
+	"slices"
 	"sync"
 	"time"
 
@@ -130,7 +131,11 @@ func New(opts ...Option) *Store {
 }
 
 func (s *Store) shard(key string) *shard {
-	return &s.shards[maphash.String(s.seed, key)&uint64(len(s.shards)-1)]
+	return &s.shards[s.shardIndex(key)]
+}
+
+func (s *Store) shardIndex(key string) int {
+	return int(maphash.String(s.seed, key) & uint64(len(s.shards)-1))
 }
 
 func (s *Store) micros(t time.Time) int64 {
@@ -140,62 +145,107 @@ func (s *Store) micros(t time.Time) int64 {
 	return t.UnixMicro()
 }
 
-// Take implements sluice.Store.
+// Take implements sluice.Store. A request of several parts locks the
+// shards of all their keys, in shard order, so it is atomic too.
 func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, error) {
 	now := s.micros(req.Now)
-	cost := int64(req.Cost)
-	rs := make([]sluice.Result, len(req.Limits))
+	n := req.Len()
+	rs := make([]sluice.Result, n)
 	var buf [4]decision // most decisions have a limit or two: no allocation
 	var work []decision
-	if n := len(req.Limits); n <= len(buf) {
+	if n <= len(buf) {
 		work = buf[:n]
 	} else {
 		work = make([]decision, n)
 	}
+	unlock := s.lock(req.Parts, work)
+	defer unlock()
 
-	ck := newClientKey(req.Key)
-	sh := s.shard(ck.key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	allowed := true
-	for i, l := range req.Limits {
-		d := &work[i]
-		d.key = ck.under(l)
-		if d.e = sh.m[d.key]; d.e != nil && d.e.expires > now {
-			d.st = d.e.st
+	i := 0
+	for _, p := range req.Parts {
+		for _, l := range p.Limits {
+			d := &work[i]
+			if d.e = d.sh.m[d.key]; d.e != nil && d.e.expires > now {
+				d.st = d.e.st
+			}
+			rs[i], d.next, d.ttl = algo.Check(l, d.st, now, int64(p.Cost))
+			allowed = allowed && rs[i].Allowed
+			i++
 		}
-		rs[i], d.next, d.ttl = algo.Check(l, d.st, now, cost)
-		allowed = allowed && rs[i].Allowed
 	}
 	if allowed {
 		for i := range work {
 			d := &work[i]
 			switch {
 			case d.ttl <= 0:
-				delete(sh.m, d.key)
+				delete(d.sh.m, d.key)
 			case d.e != nil:
 				d.e.st, d.e.expires = d.next, now+d.ttl
 			default:
-				sh.m[d.key] = &entry{st: d.next, expires: now + d.ttl}
+				d.sh.m[d.key] = &entry{st: d.next, expires: now + d.ttl}
 			}
 		}
 	} else {
 		// Nothing is consumed: the limits that would have admitted the
 		// request report their state as it is.
-		for i, l := range req.Limits {
-			if rs[i].Allowed {
-				rs[i], _, _ = algo.Check(l, work[i].st, now, 0)
+		i := 0
+		for _, p := range req.Parts {
+			for _, l := range p.Limits {
+				if rs[i].Allowed {
+					rs[i], _, _ = algo.Check(l, work[i].st, now, 0)
+				}
+				i++
 			}
 		}
 	}
-	if sh.ops++; sh.ops%evictEvery == 0 {
-		sh.evict(now, evictSample)
+	for i := range work {
+		if sh := work[i].sh; i == 0 || sh != work[i-1].sh {
+			if sh.ops++; sh.ops%evictEvery == 0 {
+				sh.evict(now, evictSample)
+			}
+		}
 	}
 	return rs, nil
 }
 
+// lock fills in the shard and entry key of every limit of parts in work,
+// locks the shards they live in, each once and in shard order (so that
+// two requests never wait for each other in a cycle), and returns the
+// function that unlocks them.
+func (s *Store) lock(parts []sluice.Part, work []decision) (unlock func()) {
+	var idx []int // the shards of a request of several parts
+	i := 0
+	for _, p := range parts {
+		ck := newClientKey(p.Key)
+		x := s.shardIndex(ck.key)
+		if len(parts) > 1 && !slices.Contains(idx, x) {
+			idx = append(idx, x)
+		}
+		for _, l := range p.Limits {
+			work[i].key, work[i].sh = ck.under(l), &s.shards[x]
+			i++
+		}
+	}
+	if len(parts) == 1 {
+		sh := work[0].sh
+		sh.mu.Lock()
+		return sh.mu.Unlock
+	}
+	slices.Sort(idx)
+	for _, x := range idx {
+		s.shards[x].mu.Lock()
+	}
+	return func() {
+		for _, x := range idx {
+			s.shards[x].mu.Unlock()
+		}
+	}
+}
+
 // decision is the work of Take for one limit.
 type decision struct {
+	sh       *shard
 	key      entryKey
 	e        *entry // the stored entry, expired or not; nil if none
 	st, next algo.State

@@ -380,8 +380,8 @@ func clusterTryAgain(t *testing.T, c *redistest.Cluster) {
 	p := fmt.Sprintf("tryagain%d", prefixes.Add(1))
 	stores := clusterStores(t, c, 2, sluiceredis.WithPrefix(p))
 	limits := []sluice.Limit{sluice.PerDay(10), sluice.PerHour(5).Using(sluice.SlidingLog)}
-	req := sluice.Request{Key: "stuck", Limits: limits, Cost: 1}
-	slot := redistest.Slot(stores[0].Key(req.Key, limits[0]))
+	req := sluice.Request{Parts: []sluice.Part{{Key: "stuck", Limits: limits, Cost: 1}}}
+	slot := redistest.Slot(stores[0].Key(req.Parts[0].Key, limits[0]))
 	var to string
 	for _, addr := range c.Addrs {
 		if addr != c.Owner(t, slot) {
@@ -412,7 +412,7 @@ func clusterTryAgain(t *testing.T, c *redistest.Cluster) {
 	for i, s := range stores {
 		ctx, cancel := context.WithCancel(context.Background())
 		stop := time.AfterFunc(100*time.Millisecond, cancel)
-		_, err := sluice.New(s, sluice.WithErrorPolicy(sluice.AllowOnError)).AllowAll(ctx, req.Key, 1, limits...)
+		_, err := sluice.New(s, sluice.WithErrorPolicy(sluice.AllowOnError)).AllowAll(ctx, req.Parts[0].Key, 1, limits...)
 		stop.Stop()
 		cancel()
 		if !errors.Is(err, context.Canceled) {
@@ -455,8 +455,8 @@ func clusterMoved(t *testing.T, c *redistest.Cluster) {
 	for _, s := range stores {
 		t.Run(s.name, func(t *testing.T) {
 			l := sluice.PerMinute(5)
-			req := sluice.Request{Key: "half-" + s.name, Limits: []sluice.Limit{l}, Cost: 1}
-			slot := redistest.Slot(s.store.Key(req.Key, l))
+			req := sluice.Request{Parts: []sluice.Part{{Key: "half-" + s.name, Limits: []sluice.Limit{l}, Cost: 1}}}
+			slot := redistest.Slot(s.store.Key(req.Parts[0].Key, l))
 			from := c.Owner(t, slot)
 			to := c.Addrs[0]
 			if to == from {

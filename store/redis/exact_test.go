@@ -78,16 +78,16 @@ func exactSuite(t *testing.T, stores []*sluiceredis.Store) {
 type racyStore struct{ c rueidis.Client }
 
 func (r racyStore) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
-	key := "racy:" + req.Key
+	key := "racy:" + req.Parts[0].Key
 	n, err := r.c.Do(ctx, r.c.B().Get().Key(key).Build()).AsInt64()
 	if err != nil && !rueidis.IsRedisNil(err) {
 		return nil, err
 	}
-	limit := req.Limits[0].Limit
-	if int(n)+req.Cost > limit {
+	limit := req.Parts[0].Limits[0].Limit
+	if int(n)+req.Parts[0].Cost > limit {
 		return []sluice.Result{{Limit: limit}}, nil
 	}
-	n += int64(req.Cost)
+	n += int64(req.Parts[0].Cost)
 	if err := r.c.Do(ctx, r.c.B().Set().Key(key).Value(strconv.FormatInt(n, 10)).Ex(time.Minute).Build()).Error(); err != nil {
 		return nil, err
 	}

@@ -194,22 +194,26 @@ func (s *Store) Close() {
 	}
 }
 
-// Take implements sluice.Store: one script run, one round trip.
+// Take implements sluice.Store: one script run, one round trip, over the
+// keys of every part.
 func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
-	n := len(req.Limits)
-	keys := s.keys(req.Key, req.Limits)
-	args := make([]string, 2+3*n)
+	n := req.Len()
+	keys := make([]string, 0, n)
+	limits := make([]sluice.Limit, 0, n)
+	args := make([]string, 1, 1+4*n)
 	if !req.Now.IsZero() {
 		args[0] = strconv.FormatInt(req.Now.UnixMicro(), 10)
 	}
-	args[1] = strconv.Itoa(req.Cost)
-	for i, l := range req.Limits {
-		p1, p2 := algo.Params(l)
-		args[2+3*i] = algo.Code(l.Algorithm)
-		args[3+3*i] = strconv.FormatInt(p1, 10)
-		args[4+3*i] = strconv.FormatInt(p2, 10)
+	for _, p := range req.Parts {
+		keys = append(keys, s.keys(p.Key, p.Limits)...)
+		limits = append(limits, p.Limits...)
+		cost := strconv.Itoa(p.Cost)
+		for _, l := range p.Limits {
+			p1, p2 := algo.Params(l)
+			args = append(args, algo.Code(l.Algorithm), strconv.FormatInt(p1, 10), strconv.FormatInt(p2, 10), cost)
+		}
 	}
-	reply, err := s.run(ctx, scriptFor(req.Limits), keys, args)
+	reply, err := s.run(ctx, scriptFor(limits), keys, args)
 	if err != nil {
 		return nil, fmt.Errorf("redis store: %w", err)
 	}
@@ -217,7 +221,7 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, 
 		return nil, fmt.Errorf("redis store: script replied %d integers, want %d", len(reply), 4*n)
 	}
 	rs := make([]sluice.Result, n)
-	for i, l := range req.Limits {
+	for i, l := range limits {
 		v := reply[4*i : 4*i+4]
 		rs[i] = sluice.Result{
 			Allowed:    v[0] == 1,

@@ -48,12 +48,12 @@ func TestSentinelStore(t *testing.T) {
 		l := sluice.PerDay(5).Using(a)
 		for i := range 5 {
 			r, err := lim.Allow(ctx, "exact", l)
-			if err != nil || !r.Allowed || r.Degraded || r.Remaining != 4-i {
+			if err != nil || !r.Allowed || r.Degraded != sluice.NotDegraded || r.Remaining != 4-i {
 				t.Fatalf("%s: request %d = %+v, %v; want admitted with %d remaining", l, i, r, err, 4-i)
 			}
 		}
 		r, err := lim.Allow(ctx, "exact", l)
-		if err != nil || r.Allowed || r.Degraded || r.RetryAfter <= 0 {
+		if err != nil || r.Allowed || r.Degraded != sluice.NotDegraded || r.RetryAfter <= 0 {
 			t.Errorf("%s: request 5 = %+v, %v; want denied with a RetryAfter", l, r, err)
 		}
 		n, err := direct.Do(ctx, direct.B().Exists().Key(store.Key("exact", l)).Build()).AsInt64()
@@ -97,7 +97,7 @@ type sentinelDecision struct {
 }
 
 // ok reports whether the store decided (no error, not degraded).
-func (d sentinelDecision) ok() bool { return d.err == nil && !d.r.Degraded }
+func (d sentinelDecision) ok() bool { return d.err == nil && d.r.Degraded == sluice.NotDegraded }
 
 // sentinelWorker decides one client key under one policy in a loop,
 // every 15ms; a hot worker decides again as soon as the store answers.
@@ -293,7 +293,7 @@ func TestSentinelFailover(t *testing.T) {
 		post := recovered(log)
 		failed := sentinelCount(log, func(d sentinelDecision) bool { return !d.ok() })
 		r, err := counter.AllowN(ctx, key, limit, 0)
-		if err != nil || r.Degraded {
+		if err != nil || r.Degraded != sluice.NotDegraded {
 			t.Fatalf("%s: count after the failover: %+v, %v", key, r, err)
 		}
 		count := sentinelCapacity - r.Remaining
@@ -312,7 +312,7 @@ func TestSentinelFailover(t *testing.T) {
 
 		if strings.HasPrefix(key, "local") {
 			// The fallback counted exactly the decisions it made.
-			degraded := sentinelCount(log, func(d sentinelDecision) bool { return d.r.Degraded })
+			degraded := sentinelCount(log, func(d sentinelDecision) bool { return d.r.Degraded != sluice.NotDegraded })
 			r, err := local.AllowN(ctx, key, limit, 0)
 			if err != nil || sentinelCapacity-r.Remaining != degraded {
 				t.Errorf("%s: the fallback counts %d (%v), want the %d decisions it made", key, sentinelCapacity-r.Remaining, err, degraded)

@@ -3,9 +3,10 @@
 -- reset after (µs), retry after (µs).
 --
 -- ARGV[1]   now in µs, or '' to use the server's clock (TIME)
--- ARGV[2]   cost
--- ARGV[3i], ARGV[3i+1], ARGV[3i+2]   for KEYS[i]: algorithm code and its
---           two parameters (limit, period) or (interval, capacity)
+-- ARGV[4i-2], ARGV[4i-1], ARGV[4i], ARGV[4i+1]   for KEYS[i]: algorithm
+--           code, its two parameters (limit, period) or (interval,
+--           capacity), and the cost (the keys of a request limited under
+--           several client keys may have different costs)
 --
 -- algorithms, generated before this file, maps each algorithm code to its
 -- decision function and its writer.
@@ -20,16 +21,15 @@ if ARGV[1] == '' then
 else
   now = tonumber(ARGV[1])
 end
-local cost = tonumber(ARGV[2])
 
 local out, states, allowed = {}, {}, true
 for i = 1, #KEYS do
-  local j = 3 * i
+  local j = 4 * i - 2
   local alg = algorithms[ARGV[j]]
   if not alg then
     return redis.error_reply('sluice: unknown algorithm ' .. tostring(ARGV[j]))
   end
-  local ok, rem, reset, retry, state = alg[1](KEYS[i], now, tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), cost)
+  local ok, rem, reset, retry, state = alg[1](KEYS[i], now, tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]))
   out[4 * i - 3], out[4 * i - 2], out[4 * i - 1], out[4 * i] = ok, rem, reset, retry
   states[i] = state
   allowed = allowed and ok == 1
@@ -37,15 +37,15 @@ end
 
 if allowed then
   for i = 1, #KEYS do
-    local j = 3 * i
-    algorithms[ARGV[j]][2](KEYS[i], states[i], out[4 * i - 1], now, cost, tonumber(ARGV[j + 2]))
+    local j = 4 * i - 2
+    algorithms[ARGV[j]][2](KEYS[i], states[i], out[4 * i - 1], now, tonumber(ARGV[j + 3]), tonumber(ARGV[j + 2]))
   end
 else
   -- Nothing is consumed: limits that would have admitted the request
   -- report their state as it is.
   for i = 1, #KEYS do
     if out[4 * i - 3] == 1 then
-      local j = 3 * i
+      local j = 4 * i - 2
       local _, rem, reset = algorithms[ARGV[j]][1](KEYS[i], now, tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), 0)
       out[4 * i - 2], out[4 * i - 1] = rem, reset
     end
