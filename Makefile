@@ -45,7 +45,7 @@ lint:
 # as a failure on a loaded machine.
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 20000x ./config/
-	$(GO) test -run '^$$' -fuzz '^FuzzClientIP$$' -fuzztime 100000x ./httplimit/
+	$(GO) test -run '^$$' -fuzz '^FuzzClientIP$$' -fuzztime 100000x ./policy/
 	$(GO) test -run '^$$' -fuzz '^FuzzBucketEqualsGCRA$$' -fuzztime 300000x ./internal/algo/
 
 # Benchmarks of this module; peer comparisons live in bench/.

@@ -45,11 +45,12 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 			return a, nil
 		}
 	}
-	return "", fmt.Errorf("%w: algorithm %q is not one of %s", ErrInvalidLimit, s, algorithmNames())
+	return "", fmt.Errorf("%w: algorithm %q is not one of %s", ErrInvalidLimit, s, AlgorithmNames())
 }
 
-// algorithmNames lists the names of Algorithms for messages.
-func algorithmNames() string {
+// AlgorithmNames lists the names of Algorithms, comma-separated, in
+// documentation order, for messages and help texts.
+func AlgorithmNames() string {
 	names := make([]string, len(Algorithms))
 	for i, a := range Algorithms {
 		names[i] = string(a)
@@ -251,7 +252,7 @@ func (l Limit) Validate() error {
 		return &LimitError{Limit: l, Field: field, Reason: fmt.Sprintf(format, args...)}
 	}
 	if l.Algorithm != "" && !slices.Contains(Algorithms, l.Algorithm) {
-		return bad("algorithm", "algorithm %q is not one of %s", l.Algorithm, algorithmNames())
+		return bad("algorithm", "algorithm %q is not one of %s", l.Algorithm, AlgorithmNames())
 	}
 	switch {
 	case l.Limit <= 0:
@@ -300,8 +301,10 @@ func (l Limit) Validate() error {
 	return nil
 }
 
-// validateCost reports whether a request of cost n can ever be admitted by l.
-func (l Limit) validateCost(n int) error {
+// ValidateCost reports why a request of cost n could never be admitted by
+// l (a negative cost, or one above l's Capacity), or nil. The error wraps
+// ErrInvalidCost.
+func (l Limit) ValidateCost(n int) error {
 	if n < 0 {
 		return fmt.Errorf("%w: cost must not be negative, got %d", ErrInvalidCost, n)
 	}

@@ -200,7 +200,7 @@ func validate(parts []Part) error {
 			if err := lim.Validate(); err != nil {
 				return err
 			}
-			if err := lim.validateCost(p.Cost); err != nil {
+			if err := lim.ValidateCost(p.Cost); err != nil {
 				return err
 			}
 			id := lim.Identity()

@@ -3,10 +3,9 @@ package config
 import (
 	"net/netip"
 	"os"
-	"strings"
 	"time"
 
-	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/policy"
 )
 
 // File is a validated policy file: every default is filled in, and every
@@ -18,8 +17,19 @@ type File struct {
 	Redis Redis
 	// HTTP configures the middleware's responses.
 	HTTP HTTP
-	// Rules are the rules in file order; there is at least one.
-	Rules []Rule
+	// Rules are the rules in file order; there is at least one. Their
+	// limits are named (policy.Rule.WithLimitNames) and their costs set.
+	Rules []policy.Rule
+	// Lines holds the line where each rule starts, for messages.
+	Lines []int
+}
+
+// Compile returns the file's rules compiled, with the key settings of its
+// http section (trusted proxies, IPv6 prefix) and opts: what a
+// policy.Engine decides under. A file from Load or Parse always compiles.
+func (f *File) Compile(opts ...policy.Option) (*policy.RuleSet, error) {
+	base := []policy.Option{policy.WithTrustedProxies(f.HTTP.TrustedProxies...), policy.WithIPv6Prefix(f.HTTP.IPv6Prefix)}
+	return policy.Compile(f.Rules, append(base, opts...)...)
 }
 
 // Redis is the redis section: which store holds the counts, and what
@@ -51,98 +61,9 @@ type HTTP struct {
 	// TrustedProxies are the proxies whose X-Forwarded-For and Forwarded
 	// hops are trusted; a bare address in the file is a /32 or /128.
 	TrustedProxies []netip.Prefix
-}
-
-// A Rule limits the requests its pattern matches.
-type Rule struct {
-	// Name identifies the rule; it holds letters, digits, '-', '_' and
-	// '.', and is unique in the file.
-	Name string
-	// Match is a Go 1.22 http.ServeMux pattern ("GET /api/search",
-	// "/api/{id}") with its whitespace normalized; "" makes the default
-	// rule, which applies to requests no other rule matches.
-	Match string
-	// Key says where the client key of a request comes from.
-	Key Key
-	// MissingKey says what happens when a request lacks the key (a header
-	// or query key that is absent): "reject" (401, the default), "deny"
-	// (429) or "ip" (fall back to the client IP).
-	MissingKey string
-	// Limits are checked all or nothing in one atomic call. Each has a
-	// Name usable as an IETF policy name: "<rule>-<period>", such as
-	// "login-1m", with "-2", "-3"... when two would be equal (see
-	// WithLimitNames).
-	Limits []sluice.Limit
-	// Cost is what one request spends; default 1.
-	Cost int
-	// Shadow makes the rule evaluate and report but never block.
-	Shadow bool
-	// Plans override Limits for listed client keys; the first matching
-	// plan wins.
-	Plans []Plan
-	// Line is the line where the rule starts in the file, for messages.
-	Line int
-}
-
-// A Key is the source of a rule's client key.
-type Key struct {
-	// Source is "ip", "header", "query" or "global".
-	Source string
-	// Name is the header (in canonical form, such as "X-Api-Key") or the
-	// query parameter; "" for ip and global.
-	Name string
-}
-
-// String returns the key as the file writes it: "ip", "global",
-// "header:X-Api-Key" or "query:api_key".
-func (k Key) String() string {
-	if k.Name == "" {
-		return k.Source
-	}
-	return k.Source + ":" + k.Name
-}
-
-// A Plan gives its own limits to some client keys of a rule, the way an
-// API sells tiers: a paid key gets 10x.
-type Plan struct {
-	// Name identifies the plan within its rule; it holds letters, digits,
-	// '-', '_' and '.'.
-	Name string
-	// Keys are client keys the plan applies to, compared exactly.
-	Keys []string
-	// Prefixes are prefixes of client keys the plan applies to.
-	Prefixes []string
-	// Limits replace the rule's limits for those keys. Their names are
-	// "<rule>-<plan>-<period>", such as "search-pro-1s".
-	Limits []sluice.Limit
-}
-
-// matches reports whether the plan applies to key.
-func (p *Plan) matches(key string) bool {
-	for _, k := range p.Keys {
-		if k == key {
-			return true
-		}
-	}
-	for _, pre := range p.Prefixes {
-		if strings.HasPrefix(key, pre) {
-			return true
-		}
-	}
-	return false
-}
-
-// LimitsFor returns the limits that apply to client key: those of the
-// first plan whose keys or prefixes match it, else r.Limits. It compares
-// key with every listed key and prefix in turn, which is cheap for the
-// handful of tiers a file lists.
-func (r Rule) LimitsFor(key string) []sluice.Limit {
-	for i := range r.Plans {
-		if r.Plans[i].matches(key) {
-			return r.Plans[i].Limits
-		}
-	}
-	return r.Limits
+	// IPv6Prefix is the prefix length by which ip keys group IPv6
+	// clients; default policy.DefaultIPv6Prefix (64).
+	IPv6Prefix int
 }
 
 // Load reads the policy file at path and parses it with Parse. An error

@@ -19,8 +19,8 @@ import (
 var (
 	fileFields  = []string{"redis", "http", "rules"}
 	redisFields = []string{"url", "on_error", "timeout"}
-	httpFields  = []string{"headers", "problem_json", "policy_key", "trusted_proxies"}
-	ruleFields  = []string{"name", "match", "key", "missing_key", "algorithm", "limit", "period", "burst", "limits", "cost", "shadow", "plans"}
+	httpFields  = []string{"headers", "problem_json", "policy_key", "trusted_proxies", "ipv6_prefix"}
+	ruleFields  = []string{"name", "group", "match", "key", "missing_key", "algorithm", "limit", "period", "burst", "limits", "cost", "shadow", "plans"}
 	limitFields = []string{"algorithm", "limit", "period", "burst"}
 	planFields  = []string{"name", "keys", "prefixes", "algorithm", "limit", "period", "burst", "limits"}
 )
@@ -102,11 +102,18 @@ func (p *parser) parse(data []byte) *File {
 		HTTP:  p.http(m["http"]),
 	}
 	if e, ok := m["rules"]; ok {
-		f.Rules = p.rules(e)
+		f.Rules, f.Lines = p.rules(e)
 	} else {
 		p.errorf(root.Line, "rules", "is missing: a policy file needs at least one rule")
 	}
 	if len(p.errs) > 0 {
+		return nil
+	}
+	// The engine checks rules made in code; a file that passed the checks
+	// above must pass its too. Should they ever disagree, say so rather
+	// than hand out a file the engine refuses.
+	if _, err := f.Compile(); err != nil {
+		p.errorf(m["rules"].val.Line, "rules", "%v", err)
 		return nil
 	}
 	return f

@@ -15,12 +15,13 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/policy"
 )
 
-const nameHelp = "letters, digits, '-', '_' and '.'"
-
-// keyHelp lists the key sources a rule's key may name.
-const keyHelp = "ip, global, header:<Name> or query:<name>"
+const (
+	nameHelp = policy.NameChars
+	keyHelp  = policy.KeySpecs
+)
 
 // redis returns the redis section, with defaults.
 func (p *parser) redis(f field) Redis {
@@ -75,7 +76,7 @@ func validRedisURL(s string) bool {
 
 // http returns the http section, with defaults.
 func (p *parser) http(f field) HTTP {
-	h := HTTP{Headers: "both"}
+	h := HTTP{Headers: "both", IPv6Prefix: policy.DefaultIPv6Prefix}
 	if f.val == nil {
 		return h
 	}
@@ -93,6 +94,15 @@ func (p *parser) http(f field) HTTP {
 	}
 	if e, ok := m["policy_key"]; ok {
 		h.PolicyKey, _ = p.boolean(e)
+	}
+	if e, ok := m["ipv6_prefix"]; ok {
+		if n, ok := p.integer(e, "the prefix length by which ip keys group IPv6 clients, 1 to 128"); ok {
+			if n < 1 || n > 128 {
+				p.errorf(e.val.Line, e.path, "must be 1 to 128, got %d; /64 (the default) is what one subscriber gets, /56 or /48 group whole sites", n)
+			} else {
+				h.IPv6Prefix = n
+			}
+		}
 	}
 	if e, ok := m["trusted_proxies"]; ok {
 		items, _ := p.list(e, "IP addresses and CIDR prefixes")
@@ -138,38 +148,44 @@ type ruleInfo struct {
 	line      int
 	name      field // name.val == nil: missing or invalid
 	match     field // match.val == nil: the default rule, or invalid
+	group     string
 	isDefault bool
 }
 
 // rules returns the rules list.
-func (p *parser) rules(f field) []Rule {
+func (p *parser) rules(f field) ([]policy.Rule, []int) {
 	items, ok := p.list(f, "rules")
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	if len(items) == 0 {
 		p.errorf(f.val.Line, f.path, "is empty: a policy file needs at least one rule")
-		return nil
+		return nil, nil
 	}
-	rules := make([]Rule, 0, len(items))
+	rules := make([]policy.Rule, 0, len(items))
 	infos := make([]ruleInfo, 0, len(items))
+	lines := make([]int, 0, len(items))
 	for _, item := range items {
 		r, info := p.rule(item)
 		rules = append(rules, r)
 		infos = append(infos, info)
+		lines = append(lines, info.line)
 	}
 	p.checkNames(infos)
-	p.checkMatches(infos)
+	groups := map[string][]ruleInfo{}
+	var order []string
+	for _, info := range infos {
+		if _, ok := groups[info.group]; !ok {
+			order = append(order, info.group)
+		}
+		groups[info.group] = append(groups[info.group], info)
+	}
+	for _, g := range order {
+		p.checkMatches(groups[g])
+	}
 	p.checkLimitNames(rules, infos)
-	return rules
+	return rules, lines
 }
-
-var validName = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
-
-// ValidName reports whether s can name a rule or a plan: one or more
-// letters, digits, '-', '_' and '.', the characters of an IETF RateLimit
-// policy name, which limit names are made of.
-func ValidName(s string) bool { return validName.MatchString(s) }
 
 // name returns the rule or plan name f.
 func (p *parser) name(f field) (string, bool) {
@@ -177,7 +193,7 @@ func (p *parser) name(f field) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	if !ValidName(s) {
+	if !policy.ValidName(s) {
 		if s == "" {
 			p.errorf(f.val.Line, f.path, "is empty; a name holds %s", nameHelp)
 		} else {
@@ -189,8 +205,8 @@ func (p *parser) name(f field) (string, bool) {
 }
 
 // rule returns one rule, with defaults.
-func (p *parser) rule(f field) (Rule, ruleInfo) {
-	r := Rule{Line: f.val.Line, Key: Key{Source: "ip"}, MissingKey: "reject", Cost: 1}
+func (p *parser) rule(f field) (policy.Rule, ruleInfo) {
+	r := policy.Rule{Cost: 1}
 	info := ruleInfo{path: f.path, line: f.val.Line}
 	m, ok := p.mapping(f, "a rule", ruleFields, false)
 	if !ok {
@@ -202,7 +218,12 @@ func (p *parser) rule(f field) (Rule, ruleInfo) {
 			info.name = e
 		}
 	} else {
-		p.errorf(r.Line, join(f.path, "name"), "is missing; every rule needs a name of %s", nameHelp)
+		p.errorf(info.line, join(f.path, "name"), "is missing; every rule needs a name of %s", nameHelp)
+	}
+	if e, ok := m["group"]; ok {
+		if s, ok := p.name(e); ok {
+			r.Group, info.group = s, s
+		}
 	}
 	if e, ok := m["match"]; ok {
 		if s, ok := p.pattern(e); ok {
@@ -224,9 +245,9 @@ func (p *parser) rule(f field) (Rule, ruleInfo) {
 		}
 	}
 	if e, ok := m["missing_key"]; ok {
-		if s, ok := p.oneOf(e, "reject", "deny", "ip"); ok {
-			r.MissingKey = s
-			if keyOK && (r.Key.Source == "ip" || r.Key.Source == "global") {
+		if s, ok := p.oneOf(e, policy.MissingKeyNames[:]...); ok {
+			r.MissingKey = policy.MissingKey(slices.Index(policy.MissingKeyNames[:], s))
+			if keyOK && (r.Key.Source == policy.KeyIP || r.Key.Source == policy.KeyGlobal) {
 				p.errorf(e.val.Line, e.path, "applies only to header and query keys, and this rule's key is %s", r.Key)
 			}
 		}
@@ -283,7 +304,7 @@ func (p *parser) checkCost(f field, cost int, lists [][]sluice.Limit) {
 	var tight *sluice.Limit
 	for _, ls := range lists {
 		for i := range ls {
-			if cost > ls[i].Capacity() && (tight == nil || ls[i].Capacity() < tight.Capacity()) {
+			if ls[i].ValidateCost(cost) != nil && (tight == nil || ls[i].Capacity() < tight.Capacity()) {
 				tight = &ls[i]
 			}
 		}
@@ -373,34 +394,36 @@ func register(mux *http.ServeMux, pattern string) (err error) {
 }
 
 // parseKey returns the key spec s, or a message saying what is wrong.
-func parseKey(s string) (Key, string) {
+func parseKey(s string) (policy.Key, string) {
 	switch s {
-	case "ip", "global":
-		return Key{Source: s}, ""
+	case "ip":
+		return policy.Key{Source: policy.KeyIP}, ""
+	case "global":
+		return policy.Key{Source: policy.KeyGlobal}, ""
 	}
 	src, name, found := strings.Cut(s, ":")
 	switch {
 	case !found || src != "header" && src != "query":
-		return Key{}, fmt.Sprintf("%q is not one of %s", s, keyHelp)
+		return policy.Key{}, fmt.Sprintf("%q is not one of %s", s, keyHelp)
 	case name == "":
 		if src == "header" {
-			return Key{}, fmt.Sprintf("%q has no header name; write header:<Name>, such as header:X-API-Key", s)
+			return policy.Key{}, fmt.Sprintf("%q has no header name; write header:<Name>, such as header:X-API-Key", s)
 		}
-		return Key{}, fmt.Sprintf("%q has no parameter name; write query:<name>, such as query:api_key", s)
+		return policy.Key{}, fmt.Sprintf("%q has no parameter name; write query:<name>, such as query:api_key", s)
 	case src == "header":
 		for i := 0; i < len(name); i++ {
 			if !isTokenChar(name[i]) {
-				return Key{}, fmt.Sprintf("%q is not a valid header name (letters, digits and !#$%%&'*+-.^_`|~ only)", name)
+				return policy.Key{}, fmt.Sprintf("%q is not a valid header name (letters, digits and !#$%%&'*+-.^_`|~ only)", name)
 			}
 		}
-		return Key{Source: src, Name: http.CanonicalHeaderKey(name)}, ""
+		return policy.Key{Source: policy.KeyHeader, Name: http.CanonicalHeaderKey(name)}, ""
 	}
 	for _, r := range name {
 		if r <= ' ' || r == 0x7f {
-			return Key{}, fmt.Sprintf("query parameter name %q holds a space or a control character", name)
+			return policy.Key{}, fmt.Sprintf("query parameter name %q holds a space or a control character", name)
 		}
 	}
-	return Key{Source: src, Name: name}, ""
+	return policy.Key{Source: policy.KeyQuery, Name: name}, ""
 }
 
 // isTokenChar reports whether c may appear in an HTTP field name (RFC 9110
@@ -466,9 +489,9 @@ func (p *parser) limitFrom(m map[string]field, owner field, needs string) (sluic
 	algoOK := true
 	if e, ok := m["algorithm"]; ok {
 		algoOK = false
-		if s, ok := p.str(e, "one of "+algorithms()); ok {
+		if s, ok := p.str(e, "one of "+sluice.AlgorithmNames()); ok {
 			if a, err := sluice.ParseAlgorithm(s); err != nil {
-				p.errorf(e.val.Line, e.path, "%q is not one of %s", s, algorithms())
+				p.errorf(e.val.Line, e.path, "%q is not one of %s", s, sluice.AlgorithmNames())
 			} else {
 				l.Algorithm, algoOK = a, true
 			}
@@ -574,99 +597,10 @@ func attribute(err error) (field, msg string) {
 	return "", le.Reason
 }
 
-// algorithms lists the algorithm names for messages.
-func algorithms() string {
-	names := make([]string, len(sluice.Algorithms))
-	for i, a := range sluice.Algorithms {
-		names[i] = string(a)
-	}
-	return strings.Join(names, ", ")
-}
-
-// WithLimitNames returns a copy of r whose Limits, Plans and plans'
-// Limits are its own, with every limit that has no Name given the name a
-// policy file gives it: "<rule>-<period>" for the rule's own limits, such
-// as "login-1m", and "<rule>-<plan>-<period>" for a plan's, such as
-// "search-pro-1s", with "-2", "-3"... appended to a name already taken in
-// the same list. The store tells limits with equal parameters apart by
-// name, so rules whose limits share a name would share counts: a rule
-// built in code should be passed through WithLimitNames, as httplimit.New,
-// server.Update and envoy's RulesService do; Parse names every rule's
-// limits this way. A rule without a Name keeps its limits unnamed, and so
-// does a plan without one.
-func (r Rule) WithLimitNames() Rule {
-	r.Limits = slices.Clone(r.Limits)
-	r.Plans = slices.Clone(r.Plans)
-	for i := range r.Plans {
-		r.Plans[i].Limits = slices.Clone(r.Plans[i].Limits)
-	}
-	if r.Name == "" {
-		return r
-	}
-	nameLimits(r.Name, r.Limits)
-	for i := range r.Plans {
-		if r.Plans[i].Name != "" {
-			nameLimits(r.Name+"-"+r.Plans[i].Name, r.Plans[i].Limits)
-		}
-	}
-	return r
-}
-
-// nameLimits names each unnamed limit of ls prefix-<period>, appending -2,
-// -3... to a name that another limit of ls has.
-func nameLimits(prefix string, ls []sluice.Limit) {
-	taken := map[string]bool{}
-	for _, l := range ls {
-		if l.Name != "" {
-			taken[l.Name] = true
-		}
-	}
-	for i := range ls {
-		if ls[i].Name != "" {
-			continue
-		}
-		base := prefix + "-" + compactDuration(ls[i].Period)
-		name := base
-		for n := 2; taken[name]; n++ {
-			name = fmt.Sprintf("%s-%d", base, n)
-		}
-		ls[i].Name = name
-		taken[name] = true
-	}
-}
-
-// compactDuration formats d as time.Duration.String does without its zero
-// units: 1m, 1h, 1h30m, 1h0m30s as 1h30s, 500ms.
-func compactDuration(d time.Duration) string {
-	s := d.String()
-	var b strings.Builder
-	for s != "" {
-		// A number, then its unit.
-		i := strings.IndexFunc(s, func(r rune) bool { return !(r >= '0' && r <= '9' || r == '.' || r == '-') })
-		if i < 0 {
-			b.WriteString(s)
-			break
-		}
-		j := strings.IndexFunc(s[i:], func(r rune) bool { return r >= '0' && r <= '9' || r == '.' })
-		if j < 0 {
-			j = len(s)
-		} else {
-			j += i
-		}
-		if s[:i] != "0" {
-			b.WriteString(s[:j])
-		}
-		s = s[j:]
-	}
-	if b.Len() == 0 {
-		return "0s"
-	}
-	return b.String()
-}
 
 // planInfo is a plan and where its parts are.
 type planInfo struct {
-	Plan
+	policy.Plan
 	name     field
 	keys     []field
 	prefixes []field
@@ -870,7 +804,7 @@ func (p *parser) checkMatches(infos []ruleInfo) {
 // checkLimitNames reports two rules whose limits get the same name: the
 // name is part of the limit's state in the store, so the two would share
 // counts.
-func (p *parser) checkLimitNames(rules []Rule, infos []ruleInfo) {
+func (p *parser) checkLimitNames(rules []policy.Rule, infos []ruleInfo) {
 	seen := map[string]int{} // limit name → rule
 	for i, r := range rules {
 		if infos[i].name.val == nil {

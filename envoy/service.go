@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/httplimit"
+	"github.com/sluice-go/sluice/policy"
 )
 
 // Service implements Envoy's rate limit service (envoy.service.ratelimit.v3)
@@ -31,7 +32,7 @@ type Service struct {
 	cfg     atomic.Pointer[Config]
 	headers bool
 	now     func() time.Time
-	obs     func(rule string, res sluice.MultiResult, shadow bool)
+	obs     policy.Observer
 }
 
 // WithObserver registers f to be told of every counted decision: a label
@@ -40,8 +41,8 @@ type Service struct {
 // ("<domain>.<key>[_<value>]...", per node of the configuration, never per
 // request value) and "override.<domain>" for every limit override a
 // request carries, so that the labels are as few as the configuration's
-// nodes. (RulesService's observer gets the rule's name instead.)
-func WithObserver(f func(rule string, res sluice.MultiResult, shadow bool)) ServiceOption {
+// nodes. (A RulesService's engine observes by rule name instead.)
+func WithObserver(f policy.Observer) ServiceOption {
 	return func(s *Service) { s.obs = f }
 }
 
@@ -55,7 +56,7 @@ func WithResponseHeaders() ServiceOption { return func(s *Service) { s.headers =
 
 // NewService returns a Service deciding with lim under cfg.
 func NewService(lim *sluice.Limiter, cfg *Config, opts ...ServiceOption) *Service {
-	s := &Service{lim: lim, now: time.Now, obs: func(string, sluice.MultiResult, bool) {}}
+	s := &Service{lim: lim, now: time.Now, obs: func(string, policy.Outcome) {}}
 	s.cfg.Store(cfg)
 	for _, o := range opts {
 		o(s)
@@ -213,7 +214,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, d *co
 		if n != cost {
 			res.Allowed = false
 		}
-		s.obs(label, sluice.MultiResult{Result: res, Results: []sluice.Result{res}}, shadow)
+		s.obs(label, policy.OutcomeOf(sluice.MultiResult{Result: res, Results: []sluice.Result{res}}, shadow))
 	}
 	st.LimitRemaining = uint32(min(max(int64(res.Remaining), 0), math.MaxUint32))
 	st.DurationUntilReset = durationpb.New(res.ResetAfter)

@@ -1,7 +1,7 @@
 // Package metrics exports what sluice decides and how its store behaves as
 // Prometheus metrics:
 //
-//	sluice_decisions_total{rule, outcome}   allowed | denied | shadow_denied | degraded_allowed | degraded_denied
+//	sluice_decisions_total{rule, outcome}   allowed | denied | denied_by_other | shadow_denied | degraded_allowed | degraded_denied
 //	sluice_store_duration_seconds{op}       latency of store calls (take, reset)
 //	sluice_store_errors_total{op}           failed store calls
 //	sluice_fallbacks_total                  decisions the error policy made while the store failed
@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/policy"
 )
 
 // Metrics holds sluice's collectors in a registry of their own.
@@ -67,23 +68,13 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
 
-// Decision counts one decision under rule.
-func (m *Metrics) Decision(rule string, res sluice.MultiResult, shadow bool) {
-	outcome := "allowed"
-	switch {
-	case res.Degraded != sluice.NotDegraded && res.Allowed:
-		outcome = "degraded_allowed"
-	case res.Degraded != sluice.NotDegraded:
-		outcome = "degraded_denied"
-	case !res.Allowed && shadow:
-		outcome = "shadow_denied"
-	case !res.Allowed:
-		outcome = "denied"
-	}
-	if res.Degraded != sluice.NotDegraded {
+// Decision counts one rule's outcome in a decision: a policy.Observer.
+// Fallbacks are counted once per rule that the error policy decided.
+func (m *Metrics) Decision(rule string, o policy.Outcome) {
+	if o == policy.DegradedAllowed || o == policy.DegradedDenied {
 		m.fallbacks.Inc()
 	}
-	m.decisions.WithLabelValues(rule, outcome).Inc()
+	m.decisions.WithLabelValues(rule, o.String()).Inc()
 }
 
 // Reload counts a policy file reload.

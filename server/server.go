@@ -7,18 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"mime"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/config"
 	"github.com/sluice-go/sluice/httplimit"
+	"github.com/sluice-go/sluice/policy"
 )
 
 // MaxBodyBytes is the largest request body the Server reads; a larger one
@@ -28,25 +26,14 @@ const MaxBodyBytes = 64 << 10
 // MaxBatchChecks is the most checks one POST /v1/check/batch may hold.
 const MaxBatchChecks = 100
 
-// maxListedRules is the most rule names an unknown-rule message lists.
-const maxListedRules = 20
-
-// Server is the decision service's HTTP API. It is safe for concurrent use;
-// Update swaps the rules atomically (hot reload) without dropping in-flight
-// requests. Create it with New.
+// Server is the decision service's HTTP API: a door that translates JSON
+// checks to a policy.Engine's Check and its Decision back. It is safe for
+// concurrent use; the engine's Update swaps the rules (hot reload) without
+// dropping in-flight requests. Create it with New.
 type Server struct {
-	lim   *sluice.Limiter
-	rules atomic.Pointer[ruleSet]
-	ready func(ctx context.Context) error
-	log   *slog.Logger
-	now   func() time.Time
-	obs   func(rule string, res sluice.MultiResult, shadow bool)
-}
-
-// ruleSet is one generation of rules, looked up by name.
-type ruleSet struct {
-	byName map[string]*config.Rule
-	names  []string // sorted
+	engine *policy.Engine
+	ready  func(ctx context.Context) error
+	now    func() time.Time
 }
 
 // Option configures a Server.
@@ -59,56 +46,22 @@ func WithReady(f func(ctx context.Context) error) Option {
 	return func(s *Server) { s.ready = f }
 }
 
-// WithLogger sets the logger of store errors and shadow denials; default
-// slog.Default().
-func WithLogger(l *slog.Logger) Option {
-	return func(s *Server) { s.log = l }
-}
-
 // WithClock sets the clock that X-RateLimit-Reset (in Unix seconds) is
 // computed from; default time.Now. Tests use it with the Limiter's clock.
 func WithClock(now func() time.Time) Option {
 	return func(s *Server) { s.now = now }
 }
 
-// New returns a Server deciding with lim under the rules of f. A nil f
-// means no rules: every check answers 400 until Update supplies some.
-func New(lim *sluice.Limiter, f *config.File, opts ...Option) *Server {
-	s := &Server{lim: lim, log: slog.Default(), now: time.Now}
+// New returns a Server deciding with e.
+func New(e *policy.Engine, opts ...Option) *Server {
+	s := &Server{engine: e, now: time.Now}
 	for _, o := range opts {
 		o(s)
-	}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
 	}
 	if s.now == nil {
 		s.now = time.Now
 	}
-	if s.obs == nil {
-		s.obs = func(string, sluice.MultiResult, bool) {}
-	}
-	s.Update(f)
 	return s
-}
-
-// Update replaces the rules with those of f, atomically: a request being
-// decided completes under the rules it started with, and every request
-// that starts after Update returns sees f's. A nil f removes every rule.
-// f should be a validated config.File (from config.Load or config.Parse);
-// the Server keeps its own copy of the rules, with their limits named as
-// httplimit.New names them (config.Rule.WithLimitNames), so that a rule
-// built in code shares its counts with the same rule in a middleware.
-func (s *Server) Update(f *config.File) {
-	rs := &ruleSet{byName: map[string]*config.Rule{}}
-	if f != nil {
-		for _, r := range f.Rules {
-			r := r.WithLimitNames()
-			rs.byName[r.Name] = &r
-			rs.names = append(rs.names, r.Name)
-		}
-	}
-	slices.Sort(rs.names)
-	s.rules.Store(rs)
 }
 
 // ServeHTTP answers the API's requests (see the package documentation).
@@ -218,126 +171,119 @@ type batchResponse struct {
 	Allowed bool          `json:"allowed"`
 }
 
-// resolved is a validated check.
-type resolved struct {
-	rule   *config.Rule
-	key    string
-	cost   int
-	limits []sluice.Limit
-}
-
 func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 	var req checkRequest
 	if !decode(w, r, &req, `accepted fields: "rule", "key", "cost"`) {
 		return
 	}
-	c, msg := s.rules.Load().resolve(req)
-	if msg != "" {
-		httplimit.WriteError(w, http.StatusBadRequest, "BAD_REQUEST", msg)
-		return
-	}
-	res, ok := s.decide(w, r, c)
+	d, ok := s.decide(w, r, []checkRequest{req})
 	if !ok {
 		return
 	}
-	body := result(c, res.Results, res.Binding, res.Allowed, res.RetryAfter)
-	if res.Degraded == sluice.NotDegraded {
-		httplimit.SetHeaders(w.Header(), httplimit.HeadersBoth, c.limits, res.Results, res.Binding, s.now(), nil)
+	if d.Limited() && d.Degraded == sluice.NotDegraded {
+		limits, results, binding := d.Limits()
+		httplimit.SetHeaders(w.Header(), httplimit.HeadersBoth, limits, results, binding, s.now(), nil)
+	}
+	body := checkResult{Allowed: d.Allowed, Policies: []policyResult{}}
+	if len(d.Applied) > 0 {
+		body = result(d, &d.Applied[0])
 	}
 	switch {
-	case body.Allowed:
+	case d.Allowed:
 		httplimit.WriteJSON(w, http.StatusOK, body)
-	case res.Degraded == sluice.DegradedDeny:
-		httplimit.WriteUnavailable(w, res.RetryAfter)
+	case d.Degraded == sluice.DegradedDeny:
+		httplimit.WriteUnavailable(w, d.Result().RetryAfter)
 	default:
-		w.Header().Set("Retry-After", strconv.Itoa(httplimit.RetryAfterSeconds(res.RetryAfter)))
+		w.Header().Set("Retry-After", strconv.Itoa(httplimit.RetryAfterSeconds(d.Result().RetryAfter)))
 		httplimit.WriteJSON(w, http.StatusTooManyRequests, body)
 	}
 }
 
-// decide runs one AllowAll for c. On failure it answers (or, when the
-// client is gone, does not) and returns ok = false.
-func (s *Server) decide(w http.ResponseWriter, r *http.Request, c resolved) (sluice.MultiResult, bool) {
-	res, err := s.lim.AllowAll(r.Context(), httplimit.ClientKey(c.key), c.cost, c.limits...)
-	if err == nil {
-		s.obs(c.rule.Name, res, c.rule.Shadow)
-		if c.rule.Shadow && !res.Allowed {
-			s.log.Info("sluice: shadow rule would deny", "rule", c.rule.Name, "retry_after", res.RetryAfter)
-		}
-		return res, true
+// batch decides every check of the body as one request limited by all
+// their rules: admitted only if every check's rule admits it, and a
+// denied batch spends nothing.
+func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
+	var req batchRequest
+	if !decode(w, r, &req, `accepted fields: "checks", and in each check "rule", "key", "cost"`) {
+		return
 	}
-	s.fail(w, r, err, c.rule.Name)
-	return res, false
+	if n := len(req.Checks); n < 1 || n > MaxBatchChecks {
+		httplimit.WriteError(w, http.StatusBadRequest, "BAD_REQUEST",
+			fmt.Sprintf(`"checks" must hold 1 to %d checks, got %d`, MaxBatchChecks, n))
+		return
+	}
+	d, ok := s.decide(w, r, req.Checks)
+	if !ok {
+		return
+	}
+	out := batchResponse{Results: make([]checkResult, len(req.Checks)), Allowed: d.Allowed}
+	// d.Applied lists rules in shadow mode last, and leaves them out of a
+	// denied decision: find each check's own.
+	for i := range out.Results {
+		out.Results[i] = checkResult{Allowed: d.Allowed, Policies: []policyResult{}}
+	}
+	for j := range d.Applied {
+		a := &d.Applied[j]
+		out.Results[a.Check] = result(d, a)
+	}
+	httplimit.WriteJSON(w, http.StatusOK, out)
 }
 
-// fail answers a decision's error.
-func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error, rule string) {
+// decide checks reqs with the engine. On failure it answers (or, when the
+// client is gone, does not) and returns ok = false.
+func (s *Server) decide(w http.ResponseWriter, r *http.Request, reqs []checkRequest) (*policy.Decision, bool) {
+	checks := make([]policy.Check, len(reqs))
+	for i, c := range reqs {
+		msg := ""
+		switch {
+		case c.Rule == "":
+			msg = `"rule" is required`
+		case c.Cost != nil && *c.Cost < 0:
+			msg = fmt.Sprintf(`"cost" must not be negative, got %d`, *c.Cost)
+		}
+		if msg != "" {
+			if len(reqs) > 1 {
+				msg = fmt.Sprintf("checks[%d]: %s", i, msg)
+			}
+			httplimit.WriteError(w, http.StatusBadRequest, "BAD_REQUEST", msg)
+			return nil, false
+		}
+		checks[i] = policy.Check{Rule: c.Rule, Key: c.Key, Cost: c.Cost}
+	}
+	d, err := s.engine.Check(r.Context(), checks...)
 	switch {
+	case err == nil:
+		return d, true
 	case r.Context().Err() != nil:
 		// The client is gone; there is nobody to answer.
-	case errors.Is(err, sluice.ErrInvalidCost) || errors.Is(err, sluice.ErrInvalidLimit):
-		// resolve checks costs first; this is a rule the config let through.
-		httplimit.WriteError(w, http.StatusBadRequest, "BAD_REQUEST", fmt.Sprintf("rule %q: %v", rule, err))
+	case errors.Is(err, sluice.ErrInvalidCost), errors.Is(err, sluice.ErrInvalidLimit), errors.Is(err, policy.ErrInvalidKey):
+		httplimit.WriteError(w, http.StatusBadRequest, "BAD_REQUEST", err.Error())
 	default:
-		s.log.Error("sluice: rate limiter store failed", "rule", rule, "err", err)
-		httplimit.WriteUnavailable(w, 0)
+		if _, ok := errors.AsType[*policy.UnknownRuleError](err); ok {
+			httplimit.WriteError(w, http.StatusBadRequest, "BAD_REQUEST", err.Error())
+			break
+		}
+		httplimit.WriteUnavailable(w, 0) // the engine logged it
 	}
+	return nil, false
 }
 
-// resolve validates req under the rules, or returns what is wrong.
-func (rs *ruleSet) resolve(req checkRequest) (resolved, string) {
-	switch {
-	case req.Rule == "":
-		return resolved{}, `"rule" is required`
-	case req.Key == "":
-		return resolved{}, `"key" is required`
+// result returns the body describing a's part of d.
+func result(d *policy.Decision, a *policy.Applied) checkResult {
+	out := checkResult{Allowed: d.Allowed, Degraded: d.Degraded != sluice.NotDegraded, Policies: make([]policyResult, len(a.Results))}
+	if len(a.Results) == 0 {
+		return out // a rule in shadow mode the denied request never reached
 	}
-	rule := rs.byName[req.Rule]
-	if rule == nil {
-		switch {
-		case len(rs.names) == 0:
-			return resolved{}, fmt.Sprintf("unknown rule %q; no rules are configured", req.Rule)
-		case len(rs.names) < maxListedRules:
-			return resolved{}, fmt.Sprintf("unknown rule %q; known rules: %s", req.Rule, strings.Join(rs.names, ", "))
-		}
-		return resolved{}, fmt.Sprintf("unknown rule %q (%d rules are configured)", req.Rule, len(rs.names))
+	br := a.Result()
+	out.Limit = br.Limit
+	out.Remaining = max(br.Remaining, 0)
+	out.ResetAfterMS = ceilMillis(br.ResetAfter)
+	if !d.Allowed {
+		out.RetryAfterMS = ceilMillis(max(br.RetryAfter, d.Result().RetryAfter))
 	}
-	c := resolved{rule: rule, key: req.Key, cost: rule.Cost, limits: rule.LimitsFor(req.Key)}
-	if req.Cost != nil {
-		c.cost = *req.Cost
-	}
-	if c.cost < 0 {
-		return resolved{}, fmt.Sprintf(`"cost" must not be negative, got %d`, c.cost)
-	}
-	for _, l := range c.limits {
-		if cp := l.Capacity(); c.cost > cp {
-			return resolved{}, fmt.Sprintf(`"cost" %d exceeds the capacity %d of limit %q (%s) of rule %q; it could never be admitted`,
-				c.cost, cp, l.Name, l.String(), rule.Name)
-		}
-	}
-	return c, ""
-}
-
-// result returns the body describing the results of c's limits, rs, of
-// which rs[binding] is the binding one, in a decision whose outcome is
-// allowed and whose wait is retry.
-func result(c resolved, rs []sluice.Result, binding int, allowed bool, retry time.Duration) checkResult {
-	br := rs[binding]
-	out := checkResult{
-		Allowed:      allowed,
-		Limit:        br.Limit,
-		Remaining:    max(br.Remaining, 0),
-		ResetAfterMS: ceilMillis(br.ResetAfter),
-		RetryAfterMS: ceilMillis(max(br.RetryAfter, retry)),
-		Degraded:     br.Degraded != sluice.NotDegraded,
-		Policies:     make([]policyResult, len(rs)),
-	}
-	if allowed {
-		out.RetryAfterMS = 0
-	}
-	for i, r := range rs {
+	for i, r := range a.Results {
 		out.Policies[i] = policyResult{
-			Name:         c.limits[i].Name,
+			Name:         a.Limits[i].Name,
 			Allowed:      r.Allowed,
 			Limit:        r.Limit,
 			Remaining:    max(r.Remaining, 0),
@@ -345,8 +291,7 @@ func result(c resolved, rs []sluice.Result, binding int, allowed bool, retry tim
 			RetryAfterMS: ceilMillis(r.RetryAfter),
 		}
 	}
-	if c.rule.Shadow && !allowed {
-		out.Allowed = true
+	if a.Outcome == policy.ShadowDenied {
 		out.ShadowDenied = true
 	}
 	return out
@@ -362,101 +307,6 @@ func ceilMillis(d time.Duration) int64 {
 		ms++
 	}
 	return ms
-}
-
-func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
-	var req batchRequest
-	if !decode(w, r, &req, `accepted fields: "checks", and in each check "rule", "key", "cost"`) {
-		return
-	}
-	if n := len(req.Checks); n < 1 || n > MaxBatchChecks {
-		httplimit.WriteError(w, http.StatusBadRequest, "BAD_REQUEST",
-			fmt.Sprintf(`"checks" must hold 1 to %d checks, got %d`, MaxBatchChecks, n))
-		return
-	}
-	rules := s.rules.Load() // one generation for the whole batch
-	checks := make([]resolved, len(req.Checks))
-	type ruleKey struct{ rule, key string }
-	seen := map[ruleKey]int{}
-	var keys []string // in order of first appearance
-	byKey := map[string][]int{}
-	for i, cr := range req.Checks {
-		c, msg := rules.resolve(cr)
-		if msg != "" {
-			httplimit.WriteError(w, http.StatusBadRequest, "BAD_REQUEST", fmt.Sprintf("checks[%d]: %s", i, msg))
-			return
-		}
-		rk := ruleKey{c.rule.Name, c.key}
-		if j, dup := seen[rk]; dup {
-			httplimit.WriteError(w, http.StatusBadRequest, "BAD_REQUEST",
-				fmt.Sprintf("checks[%d]: repeats checks[%d] (rule %q, key %q); list each rule once per key", i, j, c.rule.Name, c.key))
-			return
-		}
-		seen[rk] = i
-		checks[i] = c
-		if _, ok := byKey[c.key]; !ok {
-			keys = append(keys, c.key)
-		}
-		byKey[c.key] = append(byKey[c.key], i)
-	}
-
-	results := make([]checkResult, len(checks))
-	single := func(i int) bool {
-		res, ok := s.decide(w, r, checks[i])
-		if ok {
-			results[i] = result(checks[i], res.Results, res.Binding, res.Allowed, res.RetryAfter)
-		}
-		return ok
-	}
-	for _, key := range keys {
-		var group []int // non-shadow checks of key
-		for _, i := range byKey[key] {
-			if checks[i].rule.Shadow {
-				if !single(i) {
-					return
-				}
-				continue
-			}
-			group = append(group, i)
-		}
-		sameCost := true
-		for _, i := range group {
-			sameCost = sameCost && checks[i].cost == checks[group[0]].cost
-		}
-		if len(group) <= 1 || !sameCost {
-			for _, i := range group {
-				if !single(i) {
-					return
-				}
-			}
-			continue
-		}
-		// One atomic decision over the union of the group's limits.
-		var union []sluice.Limit
-		for _, i := range group {
-			union = append(union, checks[i].limits...)
-		}
-		first := checks[group[0]]
-		res, err := s.lim.AllowAll(r.Context(), httplimit.ClientKey(key), first.cost, union...)
-		if err != nil {
-			s.fail(w, r, err, first.rule.Name)
-			return
-		}
-		off := 0
-		for _, i := range group {
-			c := checks[i]
-			s.obs(c.rule.Name, res, false)
-			own := res.Results[off : off+len(c.limits)]
-			off += len(c.limits)
-			// The binding limit among c's own, not the union's.
-			results[i] = result(c, own, sluice.Combine(own).Binding, res.Allowed, res.RetryAfter)
-		}
-	}
-	out := batchResponse{Results: results, Allowed: true}
-	for _, res := range results {
-		out.Allowed = out.Allowed && res.Allowed
-	}
-	httplimit.WriteJSON(w, http.StatusOK, out)
 }
 
 // decode reads r's body, at most MaxBodyBytes, into v: one JSON object
@@ -526,9 +376,3 @@ func jsonType(kind string) string {
 	return "a " + kind
 }
 
-// WithObserver registers f to be told of every decision the service makes
-// (the rule, its result, and whether the rule is in shadow mode), for
-// metrics.
-func WithObserver(f func(rule string, res sluice.MultiResult, shadow bool)) Option {
-	return func(s *Server) { s.obs = f }
-}

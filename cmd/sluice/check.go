@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/config"
+	"github.com/sluice-go/sluice/policy"
 )
 
 func runCheck(_ context.Context, args []string, stdout, _ io.Writer) error {
@@ -52,8 +53,11 @@ func printFile(w io.Writer, f *config.File) {
 			match = "(default)"
 		}
 		key := r.Key.String()
-		if r.Key.Source == "header" || r.Key.Source == "query" {
-			key += ", missing: " + r.MissingKey
+		if r.Key.Source == policy.KeyHeader || r.Key.Source == policy.KeyQuery {
+			key += ", missing: " + r.MissingKey.String()
+		}
+		if r.Group != "" {
+			key += ", group " + r.Group
 		}
 		name := r.Name
 		if r.Shadow {

@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/config"
 	"github.com/sluice-go/sluice/httplimit"
+	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/store/memory"
 	"github.com/sluice-go/sluice/store/redis"
 )
@@ -76,7 +77,7 @@ const demoTimeout = time.Minute
 const windowMargin = 10 * time.Second
 
 // show runs the demo and prints its table.
-func (d *demoFlags) show(ctx context.Context, stdout io.Writer, rules []config.Rule) error {
+func (d *demoFlags) show(ctx context.Context, stdout io.Writer, rules []policy.Rule) error {
 	upstream, err := listenLocal(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, "ok\n")
 	}))
@@ -217,7 +218,7 @@ func (d *demoFlags) check() error {
 }
 
 // rules is the demo's policy: one rule, keyed by API key.
-func (d *demoFlags) rules() ([]config.Rule, error) {
+func (d *demoFlags) rules() ([]policy.Rule, error) {
 	f, err := config.Parse("demo.yaml", fmt.Appendf(nil, `rules:
   - name: demo
     match: /
@@ -235,7 +236,7 @@ func (d *demoFlags) rules() ([]config.Rule, error) {
 // run starts the replicas, each deciding with its own store from
 // newStore, behind a round-robin balancer, sends the client's requests
 // through it, and returns how many each replica admitted.
-func (d *demoFlags) run(ctx context.Context, upstream *url.URL, rules []config.Rule, newStore func() (sluice.Store, func(), error)) ([]int64, error) {
+func (d *demoFlags) run(ctx context.Context, upstream *url.URL, rules []policy.Rule, newStore func() (sluice.Store, func(), error)) ([]int64, error) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	admitted := make([]atomic.Int64, d.replicas)
 	var backends []*url.URL
@@ -252,7 +253,11 @@ func (d *demoFlags) run(ctx context.Context, upstream *url.URL, rules []config.R
 		})
 		// The demo's own Limiter per replica: ReturnErrors, so that a
 		// failing Redis shows as errors rather than as a policy's guess.
-		h := httplimit.New(sluice.New(store), rules, httplimit.WithLogger(quiet))(counted)
+		set, err := policy.Compile(rules)
+		if err != nil {
+			return nil, err
+		}
+		h := httplimit.New(policy.New(sluice.New(store), set, policy.WithLogger(quiet)))(counted)
 		srv, err := listenLocal(h)
 		if err != nil {
 			return nil, err

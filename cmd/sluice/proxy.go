@@ -14,8 +14,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluice-go/sluice/config"
 	"github.com/sluice-go/sluice/httplimit"
+	"github.com/sluice-go/sluice/policy"
+	"github.com/sluice-go/sluice/policyfile"
 )
 
 func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -34,48 +35,38 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer stopHUP()
-	f, err := config.Load(*df.path)
+	p, err := policyfile.Open(*df.path, policyfile.WithLogger(log), policyfile.WithRedis(df.storeSettings))
 	if err != nil {
 		return err
 	}
-	// The proxy serves no /metrics (every path is the upstream's): its
-	// store is not timed for nobody to read.
-	b, err := openBackend(df.storeSettings(f.Redis), nil, log)
-	if err != nil {
-		return err
-	}
-	defer b.close()
-	// The limited handler, forwarder included, is rebuilt from each valid
-	// reload and swapped in whole: requests in flight finish under the
-	// rules and trusted proxies they started with. A file build rejects
-	// leaves the handler as it was.
-	var handler atomic.Pointer[http.Handler]
-	build := func(f *config.File) error {
-		opts, err := httplimit.FromConfig(f.HTTP)
-		if err != nil {
-			return err
-		}
-		proxy := newReverseProxy(upstream, f.HTTP.TrustedProxies, log)
-		h := httplimit.New(b.lim, f.Rules, append(opts, httplimit.WithLogger(log))...)(proxy)
-		handler.Store(&h)
-		return nil
-	}
-	if err := build(f); err != nil {
-		return err
-	}
+	defer p.Close()
+	// The forwarder is rebuilt from each reload, with the file's trusted
+	// proxies, and swapped in whole: requests in flight finish with the
+	// one they started with.
+	var forward atomic.Pointer[httputil.ReverseProxy]
+	forwarding := func() { forward.Store(newReverseProxy(upstream, p.File().HTTP.TrustedProxies, log)) }
+	forwarding()
+	h := p.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { forward.Load().ServeHTTP(w, r) }))
 	ln, err := net.Listen("tcp", *df.listen)
 	if err != nil {
 		return err
 	}
 	ctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	watchConfig(ctx, f, *df.reloadEvery, hup, build, func(bool) {}, log)
+	policyfile.WatchFile(ctx, *df.path, *df.reloadEvery, hup, func(trigger string) {
+		if err := p.Reload(); err != nil {
+			policyfile.Rejected(log, *df.path, trigger, err)
+			return
+		}
+		forwarding()
+		log.Info("config reloaded", "config", *df.path, "trigger", trigger, "rules", len(p.File().Rules))
+	})
 	srv := &http.Server{
-		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*handler.Load()).ServeHTTP(w, r) }),
+		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	log.Info("proxying", "http", ln.Addr().String(), "upstream", upstream.Redacted(), "config", *df.path, "rules", len(f.Rules))
+	log.Info("proxying", "http", ln.Addr().String(), "upstream", upstream.Redacted(), "config", *df.path, "rules", len(p.File().Rules))
 	return serveUntil(ctx, srv, ln, make(chan error, 1), *df.drain, log, nil)
 }
 
@@ -112,7 +103,7 @@ func newReverseProxy(upstream *url.URL, trusted []netip.Prefix, log *slog.Logger
 			r.SetURL(upstream)
 			// Rewrite has already removed the X-Forwarded-* fields from
 			// r.Out; SetXForwarded appends the peer to any chain left there.
-			if httplimit.TrustedPeer(r.In, trusted) {
+			if policy.TrustedPeer(r.In, trusted) {
 				if prior := r.In.Header["X-Forwarded-For"]; len(prior) > 0 {
 					r.Out.Header["X-Forwarded-For"] = append([]string(nil), prior...)
 				}

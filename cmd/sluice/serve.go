@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -15,6 +18,8 @@ import (
 	"github.com/sluice-go/sluice/config"
 	"github.com/sluice-go/sluice/envoy"
 	"github.com/sluice-go/sluice/metrics"
+	"github.com/sluice-go/sluice/policy"
+	"github.com/sluice-go/sluice/policyfile"
 	"github.com/sluice-go/sluice/server"
 )
 
@@ -31,31 +36,44 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer stopHUP()
 	path := df.path
+	m := metrics.New()
+	open := []policyfile.Option{policyfile.WithLogger(log), policyfile.WithRedis(df.storeSettings),
+		policyfile.WithStore(m.Store), policyfile.WithObserver(m.Decision), policyfile.WithReloadReport(m.Reload)}
 	// A file written for envoyproxy/ratelimit configures the Envoy gRPC
-	// service; a sluice policy file, the HTTP API.
-	var ecfg *envoy.Config
-	f := &config.File{Path: *path, Redis: config.Redis{OnError: "local", Timeout: sluice.DefaultStoreTimeout}}
+	// service; a sluice policy file, the HTTP API and Envoy's gRPC, both
+	// deciding through one engine.
+	var (
+		ecfg  *envoy.Config
+		p     *policyfile.Policy
+		back  *policyfile.Backend
+		rules int
+	)
 	if isEnvoyConfig(*path) {
 		if ecfg, err = envoy.LoadConfig(*path); err != nil {
 			return err
 		}
-	} else if f, err = config.Load(*path); err != nil {
-		return err
+		if back, err = policyfile.OpenBackend(df.storeSettings(config.Redis{OnError: "local", Timeout: sluice.DefaultStoreTimeout}), open...); err != nil {
+			return err
+		}
+	} else {
+		if p, err = policyfile.Open(*path, open...); err != nil {
+			return err
+		}
+		back = &policyfile.Backend{Limiter: p.Limiter(), Ready: p.Ready, Close: p.Close}
+		rules = len(p.File().Rules)
 	}
-	m := metrics.New()
-	b, err := openBackend(df.storeSettings(f.Redis), m, log)
-	if err != nil {
-		return err
-	}
-	defer b.close()
+	defer back.Close()
 	ln, err := net.Listen("tcp", *df.listen)
 	if err != nil {
 		return err
 	}
-	api := server.New(b.lim, f, server.WithReady(b.ready), server.WithLogger(log), server.WithObserver(m.Decision))
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", m.Handler())
-	mux.Handle("/", api)
+	if p != nil {
+		mux.Handle("/", server.New(p.Engine(), server.WithReady(p.Ready)))
+	} else {
+		mux.Handle("/", server.New(policy.New(back.Limiter, nil), server.WithReady(back.Ready)))
+	}
 	srv := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,
@@ -64,7 +82,6 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer stopWatch()
 	errc := make(chan error, 2)
 	grpcAddr := "off"
-	update := func(f *config.File) error { api.Update(f); return nil }
 	var g *grpc.Server
 	if *grpcListen != "" {
 		gln, err := net.Listen("tcp", *grpcListen)
@@ -73,25 +90,42 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		g = grpc.NewServer()
 		if ecfg != nil {
-			svc := envoy.NewService(b.lim, ecfg, envoy.WithResponseHeaders(), envoy.WithObserver(m.Decision))
+			svc := envoy.NewService(back.Limiter, ecfg, envoy.WithResponseHeaders(), envoy.WithObserver(m.Decision))
 			envoy.Register(g, svc)
 			watchEnvoyConfig(ctx, *path, *df.reloadEvery, hup, svc.Update, m.Reload, log)
 		} else {
-			svc := envoy.NewRulesService(b.lim, f, envoy.WithRulesObserver(m.Decision))
-			envoy.Register(g, svc)
-			update = func(f *config.File) error { api.Update(f); svc.Update(f); return nil }
+			envoy.Register(g, envoy.NewRulesService(p.Engine()))
 		}
 		go func() { errc <- g.Serve(gln) }()
 		grpcAddr = gln.Addr().String()
 	}
-	if ecfg == nil {
-		watchConfig(ctx, f, *df.reloadEvery, hup, update, m.Reload, log)
+	if p != nil {
+		p.Watch(ctx, *df.reloadEvery, hup)
 	}
-	log.Info("serving", "http", ln.Addr().String(), "grpc", grpcAddr, "config", *path, "rules", len(f.Rules))
+	log.Info("serving", "http", ln.Addr().String(), "grpc", grpcAddr, "config", *path, "rules", rules)
 	return serveUntil(ctx, srv, ln, errc, *df.drain, log, func(ctx context.Context) {
 		if g != nil {
 			stopGRPC(ctx, g)
 		}
+	})
+}
+
+// watchEnvoyConfig reloads a file written for envoyproxy/ratelimit as
+// policyfile.Policy.Watch reloads a policy file: a valid file goes to
+// apply (envoy.Service.Update), an invalid one is logged and leaves the
+// old configuration serving.
+func watchEnvoyConfig(ctx context.Context, path string, interval time.Duration, hup <-chan os.Signal, apply func(*envoy.Config), report func(ok bool), log *slog.Logger) {
+	policyfile.WatchFile(ctx, path, interval, hup, func(trigger string) {
+		cfg, err := envoy.LoadConfig(path)
+		report(err == nil)
+		if err != nil {
+			for _, line := range strings.Split(err.Error(), "\n") {
+				policyfile.Rejected(log, path, trigger, errors.New(line))
+			}
+			return
+		}
+		apply(cfg)
+		log.Info("config reloaded", "config", path, "trigger", trigger)
 	})
 }
 

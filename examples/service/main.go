@@ -24,11 +24,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/config"
-	"github.com/sluice-go/sluice/httplimit"
-	"github.com/sluice-go/sluice/store/memory"
-	"github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/policyfile"
 )
 
 func main() {
@@ -44,35 +41,18 @@ func run() error {
 	listen := flag.String("listen", "127.0.0.1:8090", "address to listen on")
 	flag.Parse()
 
-	f, err := config.Load(*configPath)
-	if err != nil {
-		return err
-	}
-	url := f.Redis.URL
-	if *redisURL != "" {
-		url = *redisURL
-	}
-	var store sluice.Store
-	if url == "" {
-		slog.Warn("no Redis configured: the in-memory store limits this process only; N replicas admit N x the limit")
-		store = memory.New()
-	} else {
-		s, err := redis.Open(url)
-		if err != nil {
-			return err
+	// One call: the file's store (Redis when redis.url is set, with its
+	// on_error policy and timeout), its rules and its http section.
+	p, err := policyfile.Open(*configPath, policyfile.WithRedis(func(r config.Redis) config.Redis {
+		if *redisURL != "" {
+			r.URL = *redisURL
 		}
-		defer s.Close()
-		store = s
-	}
-	policy, err := sluice.ParseErrorPolicy(f.Redis.OnError, memory.New())
+		return r
+	}))
 	if err != nil {
 		return err
 	}
-	lim := sluice.New(store, sluice.WithErrorPolicy(policy), sluice.WithStoreTimeout(f.Redis.Timeout))
-	opts, err := httplimit.FromConfig(f.HTTP)
-	if err != nil {
-		return err
-	}
+	defer p.Close()
 
 	mux := http.NewServeMux()
 	reply := func(v any) http.HandlerFunc {
@@ -91,11 +71,12 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: httplimit.New(lim, f.Rules, opts...)(mux), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: p.Middleware(mux), ReadHeaderTimeout: 5 * time.Second}
 	fmt.Printf("listening on http://%s\n", ln.Addr())
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	p.Watch(ctx, 2*time.Second, nil) // edits to the file apply as they are saved
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

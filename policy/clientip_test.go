@@ -1,4 +1,4 @@
-package httplimit_test
+package policy_test
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-go/sluice/httplimit"
+	"github.com/sluice-go/sluice/policy"
 )
 
 // proxies are the trusted prefixes of the ClientIP tests: a private IPv4
@@ -127,7 +127,7 @@ func TestClientIP(t *testing.T) {
 	}
 	for _, tt := range tests {
 		r := ipRequest(tt.remote, tt.xff, tt.fwd)
-		got, ok := httplimit.ClientIP(r, tt.trusted)
+		got, ok := policy.ClientIP(r, tt.trusted)
 		if tt.want == "" {
 			if ok {
 				t.Errorf("%s: ClientIP = %v, true; want false", tt.name, got)
@@ -153,10 +153,10 @@ func TestClientIPLongChain(t *testing.T) {
 		{"forwarded", nil, []string{strings.ReplaceAll(spoof, "10.", "for=10.") + "for=203.0.113.7"}},
 	} {
 		r := ipRequest("10.0.0.1:1", tt.xff, tt.fwd)
-		if got, ok := httplimit.ClientIP(r, proxies); !ok || got != netip.MustParseAddr("203.0.113.7") {
+		if got, ok := policy.ClientIP(r, proxies); !ok || got != netip.MustParseAddr("203.0.113.7") {
 			t.Errorf("%s: ClientIP = %v, %v; want 203.0.113.7", tt.name, got, ok)
 		}
-		allocs := testing.AllocsPerRun(10, func() { httplimit.ClientIP(r, proxies) })
+		allocs := testing.AllocsPerRun(10, func() { policy.ClientIP(r, proxies) })
 		if allocs > 0 {
 			t.Errorf("%s: ClientIP allocates %v times", tt.name, allocs)
 		}
@@ -181,8 +181,8 @@ func FuzzClientIP(f *testing.F) {
 			fl = strings.Split(fwd, "\n")
 		}
 		r := ipRequest(remote, xl, fl)
-		peer, peerOK := httplimit.ClientIP(r, nil)
-		addr, ok := httplimit.ClientIP(r, proxies)
+		peer, peerOK := policy.ClientIP(r, nil)
+		addr, ok := policy.ClientIP(r, proxies)
 		if ok != peerOK {
 			t.Fatalf("ok = %v with trusted proxies, %v without", ok, peerOK)
 		}
@@ -229,6 +229,6 @@ func ExampleClientIP() {
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.RemoteAddr = "10.0.0.1:43210"                         // the proxy
 	r.Header.Set("X-Forwarded-For", "1.2.3.4, 203.0.113.7") // "1.2.3.4" is the client's own
-	fmt.Println(httplimit.ClientIP(r, trusted))
+	fmt.Println(policy.ClientIP(r, trusted))
 	// Output: 203.0.113.7 true
 }

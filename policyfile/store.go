@@ -1,4 +1,4 @@
-package main
+package policyfile
 
 import (
 	"context"
@@ -9,36 +9,44 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/config"
-	"github.com/sluice-go/sluice/metrics"
 	"github.com/sluice-go/sluice/store/memory"
 	"github.com/sluice-go/sluice/store/redis"
 )
 
-// backend is the store a command decides with.
-type backend struct {
-	lim   *sluice.Limiter
-	ready func(ctx context.Context) error // nil error: able to decide
-	close func()
+// Backend is a store at work: the Limiter over it, whether it can decide,
+// and how to release it.
+type Backend struct {
+	// Limiter decides with the store, under the section's error policy
+	// and timeout.
+	Limiter *sluice.Limiter
+	// Ready reports whether decisions can be made (see Policy.Ready).
+	Ready func(ctx context.Context) error
+	// Close releases the store's connections.
+	Close func()
 }
 
-// openBackend builds the Limiter the store settings r ask for (the
-// file's redis section with the command line's overrides). Without a URL
-// it is the in-memory store, said once in the log, since its limits hold
-// per process. The store's calls are timed into m; a nil m (a command
-// that serves no /metrics) leaves the store as it is.
-func openBackend(r config.Redis, m *metrics.Metrics, log *slog.Logger) (*backend, error) {
-	instrument := func(s sluice.Store) sluice.Store {
-		if m == nil {
-			return s
-		}
-		return m.Store(s)
+// OpenBackend builds the Limiter that the redis section r asks for, as
+// Open does, with the logger and store wrapper of opts (other options do
+// not apply). Without a URL it is the in-memory store, said once in the
+// log, since its limits hold per process.
+func OpenBackend(r config.Redis, opts ...Option) (*Backend, error) {
+	st := defaults()
+	for _, o := range opts {
+		o(&st)
+	}
+	return openBackend(r, st.wrap, st.log)
+}
+
+func openBackend(r config.Redis, wrap func(sluice.Store) sluice.Store, log *slog.Logger) (*Backend, error) {
+	if wrap == nil {
+		wrap = func(s sluice.Store) sluice.Store { return s }
 	}
 	if r.URL == "" {
 		log.Warn("no Redis configured: using the in-memory store, whose limits hold per process (N replicas admit N x the limit)")
-		return &backend{
-			lim:   sluice.New(instrument(memory.New())),
-			ready: func(context.Context) error { return nil },
-			close: func() {},
+		return &Backend{
+			Limiter: sluice.New(wrap(memory.New())),
+			Ready:   func(context.Context) error { return nil },
+			Close:   func() {},
 		}, nil
 	}
 	policy, err := sluice.ParseErrorPolicy(r.OnError, memory.New())
@@ -51,14 +59,14 @@ func openBackend(r config.Redis, m *metrics.Metrics, log *slog.Logger) (*backend
 	store := &lazyRedis{url: r.URL, log: log}
 	ctx, cancel := context.WithCancel(context.Background())
 	store.connect(ctx)
-	lim := sluice.New(instrument(&stateLog{next: store, log: log}), sluice.WithErrorPolicy(policy), sluice.WithStoreTimeout(r.Timeout))
+	lim := sluice.New(wrap(&stateLog{next: store, log: log}), sluice.WithErrorPolicy(policy), sluice.WithStoreTimeout(r.Timeout))
 	log.Info("store", "kind", "redis", "on_error", policy.String(), "timeout", r.Timeout)
 	ready := func(context.Context) error { return nil }
 	if policy == sluice.DenyOnError {
 		// Under deny every decision fails while Redis does: not ready.
 		ready = store.Ping
 	}
-	return &backend{lim: lim, ready: ready, close: func() { cancel(); store.Close() }}, nil
+	return &Backend{Limiter: lim, Ready: ready, Close: func() { cancel(); store.Close() }}, nil
 }
 
 // errNotConnected is the store error while Redis has not been reached yet.

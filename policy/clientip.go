@@ -1,4 +1,4 @@
-package httplimit
+package policy
 
 import (
 	"net/http"

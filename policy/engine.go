@@ -1,0 +1,429 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/sluice-go/sluice"
+)
+
+// Engine decides requests under a RuleSet with a Limiter: every door
+// (the net/http middleware, the reverse proxy, the decision service's
+// HTTP API, Envoy's gRPC) translates its protocol into a call of Decide or
+// Check and the Decision back, so that a rule means the same through each,
+// and the same rule and client spend one count whichever door they come
+// through. It is safe for concurrent use; Update swaps the rules
+// atomically (a reload) while decisions in flight finish under the rules
+// they started with. Create it with New.
+type Engine struct {
+	lim *sluice.Limiter
+	set atomic.Pointer[RuleSet]
+	obs Observer
+	log *slog.Logger
+}
+
+// EngineOption configures an Engine.
+type EngineOption func(*Engine)
+
+// Observer is told of the outcome of each rule in each decision, for
+// metrics. It must be safe for concurrent use and quick.
+type Observer func(rule string, o Outcome)
+
+// WithObserver registers f to be told of every rule's outcome.
+func WithObserver(f Observer) EngineOption { return func(e *Engine) { e.obs = f } }
+
+// WithLogger sets where the engine logs store failures and shadow denials
+// (default slog.Default()).
+func WithLogger(l *slog.Logger) EngineOption { return func(e *Engine) { e.log = l } }
+
+// New returns an Engine deciding with lim under set. A nil set has no
+// rules: every request passes unlimited and every Check names an unknown
+// rule, until Update supplies some.
+func New(lim *sluice.Limiter, set *RuleSet, opts ...EngineOption) *Engine {
+	e := &Engine{lim: lim, obs: func(string, Outcome) {}, log: slog.Default()}
+	for _, o := range opts {
+		o(e)
+	}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	e.Update(set)
+	return e
+}
+
+// Update replaces the rules atomically. A nil set removes every rule.
+func (e *Engine) Update(set *RuleSet) {
+	if set == nil {
+		set = &RuleSet{byName: map[string]*Rule{}}
+	}
+	e.set.Store(set)
+}
+
+// Rules returns the rules the engine decides under now.
+func (e *Engine) Rules() *RuleSet { return e.set.Load() }
+
+// Outcome is what one rule made of one request.
+type Outcome uint8
+
+// The outcomes, named for metrics by String.
+const (
+	// Allowed: the request was admitted, this rule's limits included.
+	Allowed Outcome = iota
+	// Denied: this rule's limits denied the request.
+	Denied
+	// DeniedByOther: this rule's limits would have admitted the request,
+	// and another rule applying to it denied it; nothing was consumed.
+	DeniedByOther
+	// ShadowDenied: this rule, in shadow mode, would have denied the
+	// request, and let it through.
+	ShadowDenied
+	// DegradedAllowed: the store failed and the error policy admitted.
+	DegradedAllowed
+	// DegradedDenied: the store failed and the error policy, or its local
+	// fallback, denied.
+	DegradedDenied
+)
+
+// Outcomes lists every Outcome, for metrics that show every series from
+// the start.
+var Outcomes = []Outcome{Allowed, Denied, DeniedByOther, ShadowDenied, DegradedAllowed, DegradedDenied}
+
+var outcomeNames = [...]string{"allowed", "denied", "denied_by_other", "shadow_denied", "degraded_allowed", "degraded_denied"}
+
+// String returns the outcome's name, such as "shadow_denied".
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("Outcome(%d)", o)
+}
+
+// Applied is one rule's part of a decision.
+type Applied struct {
+	// Rule is the compiled rule.
+	Rule *Rule
+	// Key is the client key, as the rule's key source yields it: the
+	// address (an IPv6 client's prefix), the header or query value.
+	Key string
+	// Limits are the limits that applied: the rule's, or its plan's for
+	// Key.
+	Limits []sluice.Limit
+	// Cost is what the request spent, or would have.
+	Cost int
+	// Results holds one Result per limit; a rule in shadow mode that was
+	// not decided (the request was denied first) has none.
+	Results []sluice.Result
+	// Binding is the index of the binding limit in Results.
+	Binding int
+	// Outcome is what the rule made of the request.
+	Outcome Outcome
+	// Check is the index of the Check it answers, for Engine.Check.
+	Check int
+
+	stored string // the key in the store
+}
+
+// Result returns the binding limit's Result.
+func (a *Applied) Result() sluice.Result { return a.Results[a.Binding] }
+
+// Decision is the outcome of one request under every rule that applies
+// to it.
+type Decision struct {
+	// Allowed reports whether the request may proceed: every rule that
+	// applies admitted it (rules in shadow mode never deny), or no rule
+	// applies.
+	Allowed bool
+	// Applied holds the rules that applied, in the order of their groups,
+	// those in shadow mode last. It is empty when no rule matched.
+	Applied []Applied
+	// Missing is the rule whose key the request lacks, or nil. Such a
+	// request is refused without any count being spent: with 401 under
+	// RejectMissing, 429 under DenyMissing.
+	Missing *Rule
+	// Degraded is not sluice.NotDegraded when the store failed and the
+	// Limiter's ErrorPolicy decided; the numbers are then not the store's.
+	Degraded sluice.Degradation
+
+	enforced int // Applied[:enforced] are the rules not in shadow mode
+	binding  int // index of the binding limit among those rules', flattened; -1 if none
+}
+
+// Limited reports whether rules not in shadow mode decided the request:
+// whether rate-limit headers have anything to say.
+func (d *Decision) Limited() bool { return d.binding >= 0 }
+
+// Limits returns the limits of every rule not in shadow mode that
+// decided the request, and their Results, in order, flattened, with the
+// index of the binding one: the limit that denied with the longest wait,
+// or, when admitted, the one with the fewest remaining. binding is -1 when
+// there are none.
+func (d *Decision) Limits() (limits []sluice.Limit, results []sluice.Result, binding int) {
+	for _, a := range d.Applied[:d.enforced] {
+		limits = append(limits, a.Limits...)
+		results = append(results, a.Results...)
+	}
+	return limits, results, d.binding
+}
+
+// Result returns the binding limit's Result (the zero Result when no rule
+// decided the request). When denied, its RetryAfter is the wait until
+// every rule admits the request.
+func (d *Decision) Result() sluice.Result {
+	if d.binding < 0 {
+		return sluice.Result{Allowed: d.Allowed}
+	}
+	i := d.binding
+	for _, a := range d.Applied[:d.enforced] {
+		if i < len(a.Results) {
+			return a.Results[i]
+		}
+		i -= len(a.Results)
+	}
+	return sluice.Result{Allowed: d.Allowed}
+}
+
+// Violated returns the names of the limits that denied the request.
+func (d *Decision) Violated() []string {
+	var names []string
+	for _, a := range d.Applied[:d.enforced] {
+		for i, r := range a.Results {
+			if !r.Allowed {
+				names = append(names, a.Limits[i].Name)
+			}
+		}
+	}
+	return names
+}
+
+// Decide decides r under the rule of every group that matches it (see
+// Rule.Group): the request is admitted only if all of them admit it, in
+// one call of the Limiter, and a denied request spends nothing. Rules in
+// shadow mode are decided after, each alone, only when the request is
+// admitted. A request lacking the key of a rule not in shadow mode is
+// refused without deciding anything (Decision.Missing).
+//
+// The error is the Limiter's: a store failure under sluice.ReturnErrors
+// (logged), or the context's error when the client went away.
+func (e *Engine) Decide(r *http.Request) (*Decision, error) {
+	set := e.set.Load()
+	var buf [4]*Rule
+	rules := set.match(r, buf[:0])
+	d := &Decision{Allowed: true, binding: -1}
+	if len(rules) == 0 {
+		return d, nil
+	}
+	d.Applied = make([]Applied, 0, len(rules))
+	for _, rule := range rules {
+		key, stored, ok := set.httpKey(r, rule)
+		if !ok {
+			if rule.Shadow {
+				continue // a shadow rule never refuses
+			}
+			d.Allowed, d.Missing, d.Applied = false, rule, nil
+			return d, nil
+		}
+		d.Applied = append(d.Applied, Applied{Rule: rule, Key: key, stored: stored, Limits: rule.LimitsFor(key), Cost: rule.Cost})
+	}
+	return d, e.decide(r.Context(), d)
+}
+
+// A Check asks for a decision under a rule named by a caller that knows
+// the client already: the decision service's /v1/check, Envoy's
+// descriptors.
+type Check struct {
+	// Rule is the rule's name.
+	Rule string
+	// Key is the client key as the rule's key source would yield it: an
+	// IP address for a KeyIP rule (an IPv6 address is grouped by its
+	// prefix, as requests are), the header or query value for the others;
+	// ignored for KeyGlobal. It selects the plan.
+	Key string
+	// Cost overrides the rule's cost when not nil; 0 reports the state
+	// without spending anything.
+	Cost *int
+}
+
+// UnknownRuleError is the error of a Check naming no rule.
+type UnknownRuleError struct {
+	// Rule is the name asked for.
+	Rule string
+	// Known are the names of the rules, sorted.
+	Known []string
+}
+
+// maxListedRules is the most rule names an unknown-rule message lists.
+const maxListedRules = 20
+
+// Error says which rules there are.
+func (e *UnknownRuleError) Error() string {
+	switch {
+	case len(e.Known) == 0:
+		return fmt.Sprintf("unknown rule %q; no rules are configured", e.Rule)
+	case len(e.Known) <= maxListedRules:
+		return fmt.Sprintf("unknown rule %q; known rules: %s", e.Rule, strings.Join(e.Known, ", "))
+	}
+	return fmt.Sprintf("unknown rule %q (%d rules are configured)", e.Rule, len(e.Known))
+}
+
+// Check decides one request limited under every rule that checks name:
+// admitted only if all of them admit it, in one call of the Limiter, and
+// a denied request spends nothing, as in Decide. The error is an
+// *UnknownRuleError, one wrapping ErrInvalidKey or sluice.ErrInvalidCost
+// (a cost a limit could never admit) for a check that can never be
+// decided, or the Limiter's error. Errors of the first kinds name the
+// check by its index when there are several.
+func (e *Engine) Check(ctx context.Context, checks ...Check) (*Decision, error) {
+	set := e.set.Load()
+	d := &Decision{Allowed: true, binding: -1, Applied: make([]Applied, 0, len(checks))}
+	type seen struct{ rule, key string }
+	dup := map[seen]int{}
+	for i, c := range checks {
+		a, err := set.check(c)
+		if err == nil {
+			if j, ok := dup[seen{a.Rule.Name, a.stored}]; ok {
+				err = fmt.Errorf("%w: repeats checks[%d] (rule %q, key %q); list each rule once per key", ErrInvalidKey, j, a.Rule.Name, c.Key)
+			}
+			dup[seen{a.Rule.Name, a.stored}] = i
+		}
+		if err != nil {
+			if len(checks) > 1 {
+				return nil, fmt.Errorf("checks[%d]: %w", i, err)
+			}
+			return nil, err
+		}
+		a.Check = i
+		d.Applied = append(d.Applied, a)
+	}
+	return d, e.decide(ctx, d)
+}
+
+// check resolves c.
+func (s *RuleSet) check(c Check) (Applied, error) {
+	rule := s.byName[c.Rule]
+	if rule == nil {
+		known := make([]string, 0, len(s.rules))
+		for _, r := range s.rules {
+			known = append(known, r.Name)
+		}
+		slices.Sort(known)
+		return Applied{}, &UnknownRuleError{Rule: c.Rule, Known: known}
+	}
+	key, stored, err := s.checkKey(rule, c.Key)
+	if err != nil {
+		return Applied{}, err
+	}
+	a := Applied{Rule: rule, Key: key, stored: stored, Limits: rule.LimitsFor(key), Cost: rule.Cost}
+	if c.Cost != nil {
+		a.Cost = *c.Cost
+	}
+	for _, l := range a.Limits {
+		if err := l.ValidateCost(a.Cost); err != nil {
+			return Applied{}, fmt.Errorf("rule %q: %w", rule.Name, err)
+		}
+	}
+	return a, nil
+}
+
+// decide decides d.Applied: the rules not in shadow mode together, then,
+// if they admit the request, each rule in shadow mode alone.
+func (e *Engine) decide(ctx context.Context, d *Decision) error {
+	slices.SortStableFunc(d.Applied, func(a, b Applied) int {
+		switch {
+		case a.Rule.Shadow == b.Rule.Shadow:
+			return 0
+		case b.Rule.Shadow:
+			return -1
+		}
+		return 1
+	})
+	for d.enforced < len(d.Applied) && !d.Applied[d.enforced].Rule.Shadow {
+		d.enforced++
+	}
+	if d.enforced > 0 {
+		parts := make([]sluice.Part, d.enforced)
+		for i, a := range d.Applied[:d.enforced] {
+			parts[i] = sluice.Part{Key: a.stored, Limits: a.Limits, Cost: a.Cost}
+		}
+		res, err := e.lim.AllowParts(ctx, parts...)
+		if err != nil {
+			e.failed(ctx, d.Applied[:d.enforced], err)
+			return err
+		}
+		d.Allowed, d.Degraded, d.binding = res.Allowed, res.Degraded, res.Binding
+		off := 0
+		for i := range d.Applied[:d.enforced] {
+			a := &d.Applied[i]
+			a.Results = res.Results[off : off+len(a.Limits)]
+			off += len(a.Limits)
+			own := sluice.Combine(a.Results)
+			a.Binding = own.Binding
+			a.Outcome = outcome(res.Allowed, own.Allowed, res.Degraded)
+			e.obs(a.Rule.Name, a.Outcome)
+		}
+	}
+	if !d.Allowed {
+		d.Applied = d.Applied[:d.enforced] // the request goes no further
+		return nil
+	}
+	for i := d.enforced; i < len(d.Applied); i++ {
+		a := &d.Applied[i]
+		res, err := e.lim.AllowAll(ctx, a.stored, a.Cost, a.Limits...)
+		if err != nil {
+			// A shadow rule never blocks, nor fails a request.
+			e.failed(ctx, d.Applied[i:i+1], err)
+			continue
+		}
+		a.Results, a.Binding = res.Results, res.Binding
+		a.Outcome = OutcomeOf(res, true)
+		if a.Outcome == ShadowDenied {
+			e.log.Info("sluice: shadow rule would deny", "rule", a.Rule.Name, "retry_after", res.RetryAfter)
+		}
+		e.obs(a.Rule.Name, a.Outcome)
+	}
+	return nil
+}
+
+// OutcomeOf returns the outcome of a rule decided alone, res, in shadow
+// mode or not.
+func OutcomeOf(res sluice.MultiResult, shadow bool) Outcome {
+	o := outcome(res.Allowed, res.Allowed, res.Degraded)
+	if o == Denied && shadow {
+		return ShadowDenied
+	}
+	return o
+}
+
+// outcome is a rule's outcome when the request was admitted or not, the
+// rule's own limits admitted it or not, and the store failed or not.
+func outcome(allowed, own bool, degraded sluice.Degradation) Outcome {
+	switch {
+	case degraded != sluice.NotDegraded && allowed:
+		return DegradedAllowed
+	case degraded != sluice.NotDegraded:
+		return DegradedDenied
+	case allowed:
+		return Allowed
+	case own:
+		return DeniedByOther
+	}
+	return Denied
+}
+
+// failed logs a decision the Limiter could not make, unless the caller
+// went away.
+func (e *Engine) failed(ctx context.Context, as []Applied, err error) {
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return
+	}
+	names := make([]string, len(as))
+	for i, a := range as {
+		names[i] = a.Rule.Name
+	}
+	e.log.Error("sluice: rate limit not decided", "rules", strings.Join(names, ","), "err", err)
+}

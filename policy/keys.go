@@ -1,0 +1,115 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+)
+
+// ErrInvalidKey reports a client key that its rule's key source could not
+// have produced, such as a key that is not an IP address for a KeyIP rule.
+var ErrInvalidKey = errors.New("invalid client key")
+
+// Every client key is stored in the namespace of where it came from, so
+// that no client can pick a value that collides with another source's:
+// "ip:" for an address (a KeyIP rule, or the fallback of IPIfMissing),
+// "k:" for a header or query value (and for the key of a check naming
+// such a rule), "fn:" for a WithKey function's key, and "global" alone.
+// The same rule and client thus share one count through every door: the
+// middleware, the proxy, POST /v1/check and Envoy's gRPC.
+const (
+	nsIP     = "ip:"
+	nsValue  = "k:"
+	nsFunc   = "fn:"
+	globalNS = "global"
+)
+
+// storageKey returns the stored form of client key v of source src.
+func storageKey(src Source, v string) string {
+	switch src {
+	case KeyIP:
+		return nsIP + v
+	case KeyGlobal:
+		return globalNS
+	}
+	return nsValue + v
+}
+
+// clientAddr returns the client's address as KeyIP rules key it: IPv4
+// whole, IPv6 as its prefix of the set's length ("2001:db8:1:2::/64"), or
+// "unknown" when the connection has none (a Unix socket): such clients
+// then share one bucket.
+func (s *RuleSet) clientAddr(r *http.Request) string {
+	a, ok := ClientIP(r, s.trusted)
+	if !ok {
+		return "unknown"
+	}
+	return s.addrKey(a)
+}
+
+// addrKey returns the client key of address a.
+func (s *RuleSet) addrKey(a netip.Addr) string {
+	if a.Is4() || s.ipv6Bits >= 128 {
+		return a.String()
+	}
+	p, _ := a.Prefix(s.ipv6Bits)
+	return p.String()
+}
+
+// httpKey returns the client key of r under rule (before namespacing),
+// its storage key, or ok = false when r lacks the key the rule needs.
+func (s *RuleSet) httpKey(r *http.Request, rule *Rule) (key, stored string, ok bool) {
+	if f := s.funcs[rule.Name]; f != nil {
+		if k, ok := f(r); ok {
+			return k, nsFunc + k, true
+		}
+		// Without a function key, the rule's own key source applies.
+	}
+	switch rule.Key.Source {
+	case KeyGlobal:
+		return globalNS, globalNS, true
+	case KeyHeader, KeyQuery:
+		var v string
+		if rule.Key.Source == KeyHeader {
+			v = r.Header.Get(rule.Key.Name)
+		} else {
+			v = r.URL.Query().Get(rule.Key.Name)
+		}
+		if v != "" {
+			return v, nsValue + v, true
+		}
+		if rule.MissingKey == IPIfMissing {
+			ip := s.clientAddr(r)
+			return ip, nsIP + ip, true
+		}
+		return "", "", false
+	}
+	ip := s.clientAddr(r)
+	return ip, nsIP + ip, true
+}
+
+// checkKey returns the storage key of client key v given for rule by a
+// caller of Check: an address for a KeyIP rule (grouped by its IPv6
+// prefix, as requests are), any non-empty value for header and query
+// rules, anything (ignored) for a global rule.
+func (s *RuleSet) checkKey(rule *Rule, v string) (key, stored string, err error) {
+	switch rule.Key.Source {
+	case KeyGlobal:
+		return globalNS, globalNS, nil
+	case KeyIP:
+		a, perr := netip.ParseAddr(v)
+		if perr != nil {
+			if p, err := netip.ParsePrefix(v); err == nil && (p.Addr().Is6() && p.Bits() == s.ipv6Bits) {
+				return p.Masked().String(), nsIP + p.Masked().String(), nil
+			}
+			return "", "", fmt.Errorf("%w: rule %q is keyed by ip, and %q is not an IP address", ErrInvalidKey, rule.Name, v)
+		}
+		k := s.addrKey(a.Unmap().WithZone(""))
+		return k, nsIP + k, nil
+	}
+	if v == "" {
+		return "", "", fmt.Errorf("%w: rule %q is keyed by %s and needs a key", ErrInvalidKey, rule.Name, rule.Key)
+	}
+	return v, storageKey(rule.Key.Source, v), nil
+}

@@ -1,0 +1,243 @@
+package policy
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// A Rule limits the requests its pattern matches. Build rules in code or
+// read them from a policy file (package config); Compile checks either
+// the same way.
+type Rule struct {
+	// Name identifies the rule; it holds letters, digits, '-', '_' and
+	// '.' (ValidName), and is unique in a rule set.
+	Name string
+	// Group is the stack the rule belongs to. Within a group, the most
+	// specific matching rule applies (http.ServeMux precedence), and the
+	// group's rule without Match applies to requests no other rule of the
+	// group matches. Every group applies on its own: a request matched by
+	// rules of three groups is limited by all three at once, admitted
+	// only if each of them admits it. "" is the default group.
+	Group string
+	// Match is a Go 1.22 http.ServeMux pattern ("GET /api/search",
+	// "/api/{id}"); "" makes the group's default rule.
+	Match string
+	// Key says where the client key of a request comes from; the zero
+	// value is KeyIP.
+	Key Key
+	// MissingKey says what happens when a request lacks the key (a header
+	// or query key that is absent); the zero value is RejectMissing.
+	MissingKey MissingKey
+	// Limits are checked all or nothing. Compile names each limit without
+	// a Name as a policy file does (see Compile).
+	Limits []sluice.Limit
+	// Cost is what one request spends; 0 means 1.
+	Cost int
+	// Shadow makes the rule evaluate and report but never block.
+	Shadow bool
+	// Plans override Limits for listed client keys; the first matching
+	// plan wins.
+	Plans []Plan
+}
+
+// A Key is the source of a rule's client key.
+type Key struct {
+	// Source is where the key comes from.
+	Source Source
+	// Name is the header (in canonical form, such as "X-Api-Key") or the
+	// query parameter; "" for KeyIP and KeyGlobal.
+	Name string
+}
+
+// Source is where a rule's client key comes from.
+type Source uint8
+
+// The key sources. A client key lives in the namespace of its source, so
+// that no client can choose a header value that collides with another
+// client's address.
+const (
+	// KeyIP keys by the client's address (ClientIP), IPv6 addresses
+	// grouped by their prefix (WithIPv6Prefix).
+	KeyIP Source = iota
+	// KeyHeader keys by the value of the header Key.Name.
+	KeyHeader
+	// KeyQuery keys by the value of the query parameter Key.Name.
+	KeyQuery
+	// KeyGlobal puts every request in one bucket.
+	KeyGlobal
+)
+
+var sourceNames = [...]string{KeyIP: "ip", KeyHeader: "header", KeyQuery: "query", KeyGlobal: "global"}
+
+// String returns the source's name: "ip", "header", "query" or "global".
+func (s Source) String() string {
+	if int(s) < len(sourceNames) {
+		return sourceNames[s]
+	}
+	return fmt.Sprintf("Source(%d)", s)
+}
+
+// KeySpecs says how a policy file writes a rule's key, for messages.
+const KeySpecs = "ip, global, header:<Name> or query:<name>"
+
+// String returns the key as a policy file writes it: "ip", "global",
+// "header:X-Api-Key" or "query:api_key".
+func (k Key) String() string {
+	if k.Source == KeyHeader || k.Source == KeyQuery {
+		return k.Source.String() + ":" + k.Name
+	}
+	return k.Source.String()
+}
+
+// MissingKey says what happens to a request that lacks its rule's header
+// or query key.
+type MissingKey uint8
+
+// The answers to a missing key.
+const (
+	// RejectMissing answers 401: the request must carry the key.
+	RejectMissing MissingKey = iota
+	// DenyMissing answers 429, without Retry-After: waiting would not
+	// help.
+	DenyMissing
+	// IPIfMissing keys the request by its client address instead.
+	IPIfMissing
+)
+
+// MissingKeyNames are the names of the MissingKey values, in order.
+var MissingKeyNames = [...]string{RejectMissing: "reject", DenyMissing: "deny", IPIfMissing: "ip"}
+
+// String returns the name: "reject", "deny" or "ip".
+func (m MissingKey) String() string {
+	if int(m) < len(MissingKeyNames) {
+		return MissingKeyNames[m]
+	}
+	return fmt.Sprintf("MissingKey(%d)", m)
+}
+
+// A Plan gives its own limits to some client keys of a rule, the way an
+// API sells tiers: a paid key gets 10x.
+type Plan struct {
+	// Name identifies the plan within its rule (ValidName).
+	Name string
+	// Keys are client keys the plan applies to, compared exactly.
+	Keys []string
+	// Prefixes are prefixes of client keys the plan applies to.
+	Prefixes []string
+	// Limits replace the rule's limits for those keys. Compile names them
+	// "<rule>-<plan>-<period>", such as "search-pro-1s".
+	Limits []sluice.Limit
+}
+
+// matches reports whether the plan applies to key.
+func (p *Plan) matches(key string) bool {
+	if slices.Contains(p.Keys, key) {
+		return true
+	}
+	for _, pre := range p.Prefixes {
+		if strings.HasPrefix(key, pre) {
+			return true
+		}
+	}
+	return false
+}
+
+// LimitsFor returns the limits that apply to client key: those of the
+// first plan whose keys or prefixes match it, else r.Limits.
+func (r *Rule) LimitsFor(key string) []sluice.Limit {
+	for i := range r.Plans {
+		if r.Plans[i].matches(key) {
+			return r.Plans[i].Limits
+		}
+	}
+	return r.Limits
+}
+
+// NameChars says which characters a rule, plan or limit name holds.
+const NameChars = "letters, digits, '-', '_' and '.'"
+
+var validName = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+
+// ValidName reports whether s can name a rule, a group or a plan: one or
+// more of NameChars, the characters of an IETF RateLimit policy name,
+// which limit names are made of.
+func ValidName(s string) bool { return validName.MatchString(s) }
+
+// WithLimitNames returns a copy of r whose Limits, Plans and plans' Limits
+// are its own, with every limit that has no Name given the name a policy
+// file gives it: "<rule>-<period>" for the rule's own limits, such as
+// "login-1m", and "<rule>-<plan>-<period>" for a plan's, such as
+// "search-pro-1s", with "-2", "-3"... appended to a name already taken in
+// the same list. The name is the limit's storage identity with its
+// algorithm and period (sluice.Limit.Identity), so limits of different
+// rules never share counts, and the same rule shares them through every
+// door.
+func (r Rule) WithLimitNames() Rule {
+	r.Limits = slices.Clone(r.Limits)
+	r.Plans = slices.Clone(r.Plans)
+	for i := range r.Plans {
+		r.Plans[i].Limits = slices.Clone(r.Plans[i].Limits)
+	}
+	nameLimits(r.Name, r.Limits)
+	for i := range r.Plans {
+		nameLimits(r.Name+"-"+r.Plans[i].Name, r.Plans[i].Limits)
+	}
+	return r
+}
+
+// nameLimits names each unnamed limit of ls prefix-<period>, appending -2,
+// -3... to a name that another limit of ls has.
+func nameLimits(prefix string, ls []sluice.Limit) {
+	taken := map[string]bool{}
+	for _, l := range ls {
+		if l.Name != "" {
+			taken[l.Name] = true
+		}
+	}
+	for i := range ls {
+		if ls[i].Name != "" {
+			continue
+		}
+		base := prefix + "-" + CompactDuration(ls[i].Period)
+		name := base
+		for n := 2; taken[name]; n++ {
+			name = fmt.Sprintf("%s-%d", base, n)
+		}
+		ls[i].Name = name
+		taken[name] = true
+	}
+}
+
+// CompactDuration formats d as time.Duration.String does without its zero
+// units: 1m, 1h, 1h30m, 1h0m30s as 1h30s, 500ms.
+func CompactDuration(d time.Duration) string {
+	s := d.String()
+	var b strings.Builder
+	for s != "" {
+		// A number, then its unit.
+		i := strings.IndexFunc(s, func(r rune) bool { return !(r >= '0' && r <= '9' || r == '.' || r == '-') })
+		if i < 0 {
+			b.WriteString(s)
+			break
+		}
+		j := strings.IndexFunc(s[i:], func(r rune) bool { return r >= '0' && r <= '9' || r == '.' })
+		if j < 0 {
+			j = len(s)
+		} else {
+			j += i
+		}
+		if s[:i] != "0" {
+			b.WriteString(s[:j])
+		}
+		s = s[j:]
+	}
+	if b.Len() == 0 {
+		return "0s"
+	}
+	return b.String()
+}
