@@ -597,7 +597,6 @@ func attribute(err error) (field, msg string) {
 	return "", le.Reason
 }
 
-
 // planInfo is a plan and where its parts are.
 type planInfo struct {
 	policy.Plan

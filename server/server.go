@@ -375,4 +375,3 @@ func jsonType(kind string) string {
 	}
 	return "a " + kind
 }
-
