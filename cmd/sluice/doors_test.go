@@ -1,0 +1,187 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"testing"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluice-go/sluice/envoy"
+	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/policyfile"
+	"github.com/sluice-go/sluice/server"
+)
+
+// door sends one request for the test's client through one entry point
+// and reports whether it was admitted.
+type door struct {
+	name string
+	send func(t *testing.T) bool
+}
+
+// doorsRules is a policy whose two rules name their client by address
+// and by API key; the client of the test is 127.0.0.1 with API key
+// team-a, whichever door it comes through.
+const doorsRules = `
+rules:
+  - {name: per-ip, key: ip, limit: 7, period: 1h}
+  - {name: per-key, group: keys, match: /api/, key: header:X-API-Key, limit: 5, period: 1h, algorithm: gcra}
+`
+
+// TestDoorsShareOneCount: one rule and client spend one count whether the
+// request comes through the net/http middleware, the proxy, POST
+// /v1/check or Envoy's gRPC (a sluice policy file), on the memory store
+// (one process, one Policy behind every door) and on Redis (the service
+// and the proxy as processes of their own, the middleware in this one).
+// Requests rotate through the doors; the per-key rule (5 per hour) binds,
+// so exactly 5 are admitted in all, however they are spread.
+func TestDoorsShareOneCount(t *testing.T) {
+	t.Run("memory", func(t *testing.T) {
+		cfg := writeFile(t, doorsRules)
+		p, err := policyfile.Open(cfg, policyfile.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		up := startUpstream(t)
+		target, _ := url.Parse(up.URL)
+		proxy := httptest.NewServer(p.Middleware(newReverseProxy(target, nil, slog.New(slog.DiscardHandler))))
+		defer proxy.Close()
+		api := httptest.NewServer(server.New(p.Engine()))
+		defer api.Close()
+		g := grpc.NewServer()
+		envoy.Register(g, envoy.NewRulesService(p.Engine()))
+		gln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go g.Serve(gln)
+		defer g.Stop()
+		countDoors(t, []door{
+			middlewareDoor(t, p),
+			httpDoor("proxy", proxy.URL+"/api/orders"),
+			checkDoor(api.URL),
+			grpcDoor(t, gln.Addr().String()),
+		})
+	})
+	t.Run("redis", func(t *testing.T) {
+		srv := redistest.Start(t)
+		cfg := writeFile(t, "redis: {url: redis://"+srv.Addr+"}\n"+doorsRules)
+		p, err := policyfile.Open(cfg, policyfile.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		up := startUpstream(t)
+		proxy := startProxy(t, nil, "--config", cfg, "--upstream", up.URL)
+		serve := startServe(t, nil, "--config", cfg)
+		countDoors(t, []door{
+			middlewareDoor(t, p),
+			httpDoor("proxy", proxy.base+"/api/orders"),
+			checkDoor(serve.base),
+			grpcDoor(t, serve.grpc),
+		})
+	})
+}
+
+// countDoors sends 4 rounds of requests through every door and demands
+// that exactly 5 are admitted, the first 5.
+func countDoors(t *testing.T, doors []door) {
+	t.Helper()
+	admitted := 0
+	for i := range 4 * len(doors) {
+		d := doors[i%len(doors)]
+		ok := d.send(t)
+		if ok {
+			admitted++
+		}
+		if want := i < 5; ok != want {
+			t.Errorf("request %d through %s: admitted %v, want %v", i+1, d.name, ok, want)
+		}
+	}
+	if admitted != 5 {
+		t.Errorf("admitted %d requests in all, want 5: the doors do not share one count", admitted)
+	}
+}
+
+// middlewareDoor serves p's middleware in this process.
+func middlewareDoor(t *testing.T, p *policyfile.Policy) door {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })
+	s := httptest.NewServer(p.Middleware(ok))
+	t.Cleanup(s.Close)
+	return httpDoor("middleware", s.URL+"/api/orders")
+}
+
+// httpDoor sends GET u with the test's API key: admitted on 200.
+func httpDoor(name, u string) door {
+	return door{name: name, send: func(t *testing.T) bool {
+		req, _ := http.NewRequest(http.MethodGet, u, nil)
+		req.Header.Set("X-API-Key", "team-a")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("%s: status %d", name, resp.StatusCode)
+		}
+		return resp.StatusCode == http.StatusOK
+	}}
+}
+
+// checkDoor asks POST /v1/check/batch for both rules of the client, as a
+// service that decides for its callers would: one decision.
+func checkDoor(base string) door {
+	return door{name: "/v1/check/batch", send: func(t *testing.T) bool {
+		body := `{"checks":[{"rule":"per-ip","key":"127.0.0.1"},{"rule":"per-key","key":"team-a"}]}`
+		resp, err := http.Post(base+"/v1/check/batch", "application/json", bytes.NewBufferString(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("/v1/check/batch: %d %s", resp.StatusCode, b)
+		}
+		return bytes.Contains(b, []byte(`"results":`)) && bytes.HasSuffix(bytes.TrimSpace(b), []byte(`"allowed":true}`))
+	}}
+}
+
+// grpcDoor asks ShouldRateLimit with one descriptor per rule, as Envoy's
+// remote_address and request_headers actions write them.
+func grpcDoor(t *testing.T, addr string) door {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	client := rlsv3.NewRateLimitServiceClient(conn)
+	entry := func(k, v string) *rlcommon.RateLimitDescriptor_Entry {
+		return &rlcommon.RateLimitDescriptor_Entry{Key: k, Value: v}
+	}
+	return door{name: "gRPC", send: func(t *testing.T) bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{
+			{Entries: []*rlcommon.RateLimitDescriptor_Entry{entry("rule", "per-ip"), entry("remote_address", "127.0.0.1")}},
+			{Entries: []*rlcommon.RateLimitDescriptor_Entry{entry("rule", "per-key"), entry("x-api-key", "team-a")}},
+		}})
+		if err != nil {
+			t.Fatal(fmt.Errorf("gRPC: %w", err))
+		}
+		return resp.GetOverallCode() == rlsv3.RateLimitResponse_OK
+	}}
+}
