@@ -7,11 +7,19 @@ GO          ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: test deps fmt vet lint fuzz bench run
+.PHONY: test short deps fmt vet lint fuzz bench run
 
 test: deps fmt vet lint
 	$(GO) test -race -count=1 ./...
 	$(MAKE) fuzz
+
+# make short: the development loop. It installs nothing, and skips every
+# test that needs redis-server, redis-cli or nginx (the helpers in
+# internal/redistest and internal/nginxtest skip under -short), so it
+# passes in seconds on a machine without them. Outside -short a missing
+# program fails its tests: make test skips nothing.
+short:
+	$(GO) test -short -count=1 ./...
 
 # redis-server and redis-cli (Cluster and Sentinel tests), nginx (the load
 # balancer of the scale-out test), gcc for the race detector (cgo). nginx

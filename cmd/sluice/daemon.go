@@ -23,12 +23,22 @@ type daemonFlags struct {
 	drain, reloadEvery                         *time.Duration
 }
 
-// addDaemonFlags defines the shared flags on fs.
-func addDaemonFlags(fs *cmdFlags) *daemonFlags {
+// The default --listen addresses. serve's is the decision service's
+// documented address; proxy's differs from it and from serve's gRPC
+// default (--grpc-listen, 127.0.0.1:8081), so that both run side by side
+// on one host with their defaults.
+const (
+	serveListen = "127.0.0.1:8080"
+	proxyListen = "127.0.0.1:8082"
+)
+
+// addDaemonFlags defines the shared flags on fs; listen is the default of
+// --listen.
+func addDaemonFlags(fs *cmdFlags, listen string) *daemonFlags {
 	return &daemonFlags{
 		path:        fs.string("config", "SLUICE_CONFIG", "sluice.yaml", "policy file"),
 		redisURL:    fs.string("redis", "SLUICE_REDIS_URL", "", "Redis URL; overrides the file's redis.url (empty: the file's, or the in-memory store)"),
-		listen:      fs.string("listen", "SLUICE_LISTEN", "127.0.0.1:8080", "HTTP address"),
+		listen:      fs.string("listen", "SLUICE_LISTEN", listen, "HTTP address"),
 		logFormat:   fs.string("log-format", "SLUICE_LOG_FORMAT", "text", "log format: text or json"),
 		onError:     fs.string("on-error", "SLUICE_ON_ERROR", "", "what to do while Redis fails: allow, deny or local; overrides the file's redis.on_error (an envoyproxy/ratelimit file has none: default local)"),
 		drain:       fs.duration("shutdown-timeout", "SLUICE_SHUTDOWN_TIMEOUT", 10*time.Second, "how long SIGTERM waits for in-flight requests"),

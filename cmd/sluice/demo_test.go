@@ -90,6 +90,7 @@ func demoEnv(t *testing.T, extra ...string) []string {
 // PATH, shows 3 x the limit in memory and exactly the limit with Redis,
 // and leaves no redis-server behind.
 func TestDemo(t *testing.T) {
+	redistest.Need(t)
 	out, errOut, code := runBinary(t, demoEnv(t), "demo")
 	if code != 0 {
 		t.Fatalf("sluice demo exited %d: %s\n%s", code, errOut, out)
@@ -109,6 +110,7 @@ func TestDemo(t *testing.T) {
 // TestDemoKilled: a demo killed by SIGKILL, which it cannot handle, still
 // leaves no redis-server behind: the kernel kills it with its parent.
 func TestDemoKilled(t *testing.T) {
+	redistest.Need(t)
 	cmd := exec.Command(binary, "demo", "--requests", "6000", "--concurrency", "8")
 	cmd.Env = append(os.Environ(), demoEnv(t)...)
 	if err := cmd.Start(); err != nil {

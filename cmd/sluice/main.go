@@ -4,8 +4,8 @@
 // belongs in Redis.
 //
 //	sluice check --config sluice.yaml   # validate a policy file, print the effective rules
-//	sluice serve --config sluice.yaml   # POST /v1/check; reloads the file on change or SIGHUP
-//	sluice proxy --upstream http://127.0.0.1:3000 --config sluice.yaml
+//	sluice serve --config sluice.yaml   # POST /v1/check on 127.0.0.1:8080; reloads the file on change or SIGHUP
+//	sluice proxy --upstream http://127.0.0.1:3000 --config sluice.yaml   # on 127.0.0.1:8082
 //	sluice demo                         # 3 replicas: 3 x the limit in memory, exactly the limit with Redis
 //	sluice version
 //

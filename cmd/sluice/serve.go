@@ -25,7 +25,7 @@ import (
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flagSet("serve", "Serve rate-limit decisions over HTTP: POST /v1/check, POST /v1/check/batch,\nGET /healthz and GET /readyz. SIGHUP, or a change to the policy file, reloads the rules.", stdout)
-	df := addDaemonFlags(fs)
+	df := addDaemonFlags(fs, serveListen)
 	grpcListen := fs.string("grpc-listen", "SLUICE_GRPC_LISTEN", "127.0.0.1:8081", "gRPC address of Envoy's rate-limit service (empty: off)")
 	if err := fs.parse(args); err != nil {
 		return err

@@ -1,25 +1,17 @@
-package redisproc
+package redisproc_test
 
 import (
 	"context"
 	"errors"
 	"net"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/sluice-go/sluice/internal/proc"
+	"github.com/sluice-go/sluice/internal/redisproc"
+	"github.com/sluice-go/sluice/internal/redistest"
 )
-
-func serverPath(t *testing.T) string {
-	t.Helper()
-	path, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatal("redis-server is not installed: run `make test`, which installs it")
-	}
-	return path
-}
 
 // gone reports whether pid no longer runs.
 func gone(pid int) bool { return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) }
@@ -29,11 +21,11 @@ func TestStartStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := Start(context.Background(), serverPath(t), t.TempDir(), port, "")
+	p, err := redisproc.Start(context.Background(), redistest.Need(t), t.TempDir(), port, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Ping(p.Addr); err != nil {
+	if err := redisproc.Ping(p.Addr); err != nil {
 		t.Fatalf("PING after Start: %v", err)
 	}
 	p.Stop()
@@ -52,14 +44,14 @@ func TestStartFails(t *testing.T) {
 	}
 	defer l.Close()
 	port := l.Addr().(*net.TCPAddr).Port
-	if _, err := Start(context.Background(), serverPath(t), t.TempDir(), port, ""); err == nil || !strings.Contains(err.Error(), "exited") {
+	if _, err := redisproc.Start(context.Background(), redistest.Need(t), t.TempDir(), port, ""); err == nil || !strings.Contains(err.Error(), "exited") {
 		t.Errorf("Start on a taken port: %v, want an error saying the server exited", err)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	// A server told to listen on no TCP port never answers PING.
-	if _, err := Start(ctx, serverPath(t), t.TempDir(), 0, ""); !errors.Is(err, context.Canceled) {
+	if _, err := redisproc.Start(ctx, redistest.Need(t), t.TempDir(), 0, ""); !errors.Is(err, context.Canceled) {
 		t.Errorf("Start with a canceled context: %v, want context.Canceled", err)
 	}
 }
@@ -67,11 +59,11 @@ func TestStartFails(t *testing.T) {
 // TestStartFree: StartFree picks a port itself; the server answers there
 // and is gone after Stop.
 func TestStartFree(t *testing.T) {
-	p, err := StartFree(context.Background(), serverPath(t), t.TempDir(), "")
+	p, err := redisproc.StartFree(context.Background(), redistest.Need(t), t.TempDir(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Ping(p.Addr); err != nil {
+	if err := redisproc.Ping(p.Addr); err != nil {
 		t.Errorf("PING %s: %v", p.Addr, err)
 	}
 	p.Stop()

@@ -32,11 +32,13 @@ type Cluster struct {
 // StartCluster starts three cluster-enabled redis-servers for t, joins them
 // with redis-cli --cluster create and waits until every node reports
 // cluster_state:ok and all agree on which node owns every slot. The servers
-// are stopped (by pid) when t ends. It fails t if redis-server or redis-cli
-// is not installed or the cluster does not form.
+// are stopped (by pid) when t ends. It skips t under -short (see Need),
+// and fails t if redis-server or redis-cli is not installed or the cluster
+// does not form.
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
-	server := serverPath(t)
+	skipShort(t, "redis-server and redis-cli (a Redis Cluster)")
+	server := Need(t)
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
 		t.Fatalf("redis-cli is not installed (it is not in PATH), and the Cluster tests need it: run `make test`, which installs it, or `sudo apt-get install -y redis-tools`")

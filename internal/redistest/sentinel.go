@@ -46,9 +46,10 @@ type Sentinel struct {
 // returns once the replica is in sync and every sentinel knows the replica
 // and the two other sentinels, so that a failover can happen. It stops
 // every process when t ends, and on failure logs what the sentinels said.
+// It skips t under -short (see Need).
 func StartSentinel(t testing.TB) *Sentinel {
 	t.Helper()
-	path := serverPath(t)
+	path := Need(t)
 	s := &Sentinel{MasterName: "sluice", nodes: make(map[string]*Server)}
 	// Each process is stopped by its own cleanup, registered once it
 	// started, after its directory was created: it stops before the

@@ -71,8 +71,8 @@ func exactSuite(t *testing.T, stores []*sluiceredis.Store) {
 	})
 }
 
-// racyStore is the broken limiter the seed article describes: GET the
-// count, add in the client, SET it back. Two replicas that read the same
+// racyStore is the classic broken distributed limiter: GET the count,
+// add in the client, SET it back. Two replicas that read the same
 // count both write count+1 and an increment is lost. It exists only to
 // prove that the harness above catches the race.
 type racyStore struct{ c rueidis.Client }
