@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluice-go/sluice"
@@ -63,9 +64,15 @@ func (m HeaderMode) String() string {
 //	RateLimit-Policy: "name";q=<quota>;w=<window in seconds>[;pk=:<base64>:]
 //	RateLimit: "name";r=<Remaining>;t=<seconds, rounded up>[;pk=:<base64>:]
 //
-// The name is the limit's Name (config names every limit of a rule), the
-// draft's policy identifier: an sf-string, in which characters outside
-// printable ASCII are written as '?'.
+// The name is the draft's policy identifier, an sf-string in which
+// characters outside printable ASCII are written as '?'. It is the limit's
+// Name (config names every limit of a named rule, "login-1m"); a limit
+// without one is named by its Period as config would without the rule's
+// prefix ("1s", "1h30m", "500ms"). Every item gets a distinct name: a name
+// an earlier item already has (compared as written, after the '?'
+// replacement) gets the first of "-2", "-3"... that no other item has, so
+// that a name given to a later limit is never taken from it. A limit's
+// RateLimit item has the name of its RateLimit-Policy item.
 //
 // q and w state a pace, not a capacity: a client that sends evenly, q
 // requests per w seconds, starting at any instant on a key with nothing
@@ -131,6 +138,7 @@ func SetHeaders(h http.Header, mode HeaderMode, limits []sluice.Limit, results [
 		return
 	}
 	if mode == HeadersBoth || mode == HeadersIETF {
+		names := policyNames(limits[:n])
 		var pol, cur []byte
 		for i := range n {
 			if i > 0 {
@@ -139,7 +147,7 @@ func SetHeaders(h http.Header, mode HeaderMode, limits []sluice.Limit, results [
 			}
 			r := results[i]
 			q, w := policyQuota(limits[i])
-			pol = appendSFString(pol, limits[i].Name)
+			pol = appendSFString(pol, names[i])
 			pol = append(pol, ";q="...)
 			pol = appendSFInt(pol, q)
 			if w > 0 { // w must be positive; it is optional
@@ -147,7 +155,7 @@ func SetHeaders(h http.Header, mode HeaderMode, limits []sluice.Limit, results [
 				pol = appendSFInt(pol, w)
 			}
 			pol = appendPartitionKey(pol, pk)
-			cur = appendSFString(cur, limits[i].Name)
+			cur = appendSFString(cur, names[i])
 			cur = append(cur, ";r="...)
 			cur = appendSFInt(cur, int64(r.Remaining))
 			cur = append(cur, ";t="...)
@@ -207,6 +215,53 @@ func evenQuota(w, num, den int64) int64 {
 	}
 	q, _ := bits.Div64(hi, lo, uint64(num))
 	return int64(min(q, sfMaxInt))
+}
+
+// policyNames returns the policy name of each limit, distinct as
+// SetHeaders documents.
+func policyNames(limits []sluice.Limit) []string {
+	names := make([]string, len(limits))
+	given := make(map[string]bool, len(limits))
+	for i, l := range limits {
+		names[i] = sfPrintable(l.Name)
+		if names[i] != "" {
+			given[names[i]] = true
+		}
+	}
+	used := make(map[string]bool, len(limits))
+	for i, l := range limits {
+		base := names[i]
+		if base == "" {
+			base = periodName(l.Period)
+		}
+		name := base
+		for k := 2; used[name] || name != names[i] && given[name]; k++ {
+			name = base + "-" + strconv.Itoa(k)
+		}
+		names[i] = name
+		used[name] = true
+	}
+	return names
+}
+
+// periodName names a period as config names a limit's (without the rule):
+// "1s", "1m", "1h30m", "500ms", "1.5s".
+func periodName(d time.Duration) string {
+	if d < time.Second || d%time.Second != 0 {
+		return strings.ReplaceAll(d.String(), "µ", "u")
+	}
+	var b []byte
+	for _, u := range [...]struct {
+		d    time.Duration
+		name string
+	}{{time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
+		if k := d / u.d; k > 0 {
+			b = strconv.AppendInt(b, int64(k), 10)
+			b = append(b, u.name...)
+			d -= k * u.d
+		}
+	}
+	return string(b)
 }
 
 // RetryAfterSeconds returns the Retry-After of a wait d: whole seconds,
@@ -274,4 +329,15 @@ func appendPartitionKey(b []byte, pk []byte) []byte {
 	b = append(b, ";pk=:"...)
 	b = base64.StdEncoding.AppendEncode(b, pk)
 	return append(b, ':')
+}
+
+// sfPrintable returns s with every character outside printable ASCII
+// replaced by '?', as appendSFString writes it.
+func sfPrintable(s string) string {
+	return strings.Map(func(c rune) rune {
+		if c < 0x20 || c > 0x7e {
+			return '?'
+		}
+		return c
+	}, s)
 }

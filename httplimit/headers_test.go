@@ -206,8 +206,8 @@ func TestSetHeaders(t *testing.T) {
 			},
 			now: t0,
 			want: map[string]string{
-				"RateLimit-Policy":      `"a\"b\\c";q=1;w=1, "caf??";q=2;w=1, "";q=2;w=1`,
-				"RateLimit":             `"a\"b\\c";r=0;t=0, "caf??";r=1;t=0, "";r=2;t=0`,
+				"RateLimit-Policy":      `"a\"b\\c";q=1;w=1, "caf??";q=2;w=1, "1s";q=2;w=1`,
+				"RateLimit":             `"a\"b\\c";r=0;t=0, "caf??";r=1;t=0, "1s";r=2;t=0`,
 				"X-RateLimit-Limit":     "1",
 				"X-RateLimit-Remaining": "0",
 				"X-RateLimit-Reset":     "1767225600",
@@ -486,6 +486,47 @@ func firstDenied(t *testing.T, l sluice.Limit, q, w int64, phase time.Duration, 
 	return -1
 }
 
+// TestSetHeadersNames: every item has a distinct name, and a limit's
+// RateLimit item has its RateLimit-Policy item's name.
+func TestSetHeadersNames(t *testing.T) {
+	tests := []struct {
+		name   string
+		limits []sluice.Limit
+		want   []string
+	}{
+		{"distinct names kept", []sluice.Limit{sluice.PerSecond(1).Named("a"), sluice.PerHour(9).Named("b")}, []string{"a", "b"}},
+		{"repeats numbered", []sluice.Limit{sluice.PerSecond(1).Named("api"), sluice.PerMinute(2).Named("api"), sluice.PerHour(3).Named("api")}, []string{"api", "api-2", "api-3"}},
+		{"a later given name kept", []sluice.Limit{sluice.PerSecond(1).Named("a"), sluice.PerSecond(2).Named("a"), sluice.PerSecond(3).Named("a-2")}, []string{"a", "a-3", "a-2"}},
+		{"given names repeated with their numbers", []sluice.Limit{sluice.PerSecond(1).Named("a"), sluice.PerSecond(2).Named("a"), sluice.PerSecond(3).Named("a-2"), sluice.PerSecond(4).Named("a-2")}, []string{"a", "a-3", "a-2", "a-2-2"}},
+		{"unnamed by period", []sluice.Limit{sluice.PerSecond(1), sluice.PerMinute(2), sluice.PerSecond(3), sluice.PerSecond(4)}, []string{"1s", "1m", "1s-2", "1s-3"}},
+		{"unnamed periods", []sluice.Limit{sluice.Per(1, 90*time.Minute), sluice.Per(1, time.Hour+30*time.Second), sluice.Per(1, 1500*time.Millisecond), sluice.Per(1, 500*time.Millisecond), sluice.PerDay(1), sluice.Per(1, 1500*time.Microsecond)}, []string{"1h30m", "1h30s", "1.5s", "500ms", "24h", "1.5ms"}},
+		{"unnamed never takes a given name", []sluice.Limit{sluice.PerSecond(1), sluice.PerSecond(2).Named("1s")}, []string{"1s-2", "1s"}},
+		{"unnamed and named alike", []sluice.Limit{sluice.PerMinute(1).Named("1m"), sluice.PerMinute(2)}, []string{"1m", "1m-2"}},
+		{"distinct after replacement", []sluice.Limit{sluice.PerSecond(1).Named("café"), sluice.PerSecond(2).Named("cafè")}, []string{"caf?", "caf?-2"}},
+	}
+	for _, tt := range tests {
+		results := make([]sluice.Result, len(tt.limits))
+		h := http.Header{}
+		httplimit.SetHeaders(h, httplimit.HeadersBoth, tt.limits, results, 0, t0, nil)
+		if err := checkRateLimitFields(h); err != nil {
+			t.Errorf("%s: %v", tt.name, err)
+		}
+		for _, f := range []string{"RateLimit-Policy", "RateLimit"} {
+			items, err := parseSFList(h.Get(f))
+			if err != nil {
+				t.Fatalf("%s: %s %q: %v", tt.name, f, h.Get(f), err)
+			}
+			var got []string
+			for _, it := range items {
+				got = append(got, it.value.(string))
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("%s: %s names %q, want %q", tt.name, f, got, tt.want)
+			}
+		}
+	}
+}
+
 func TestRetryAfterSeconds(t *testing.T) {
 	tests := []struct {
 		d    time.Duration
@@ -603,6 +644,11 @@ func checkRateLimitFields(h http.Header) error {
 	}
 	if names[0] != nil && names[1] != nil && !slices.Equal(names[0], names[1]) {
 		return fmt.Errorf("RateLimit-Policy names %q, RateLimit names %q", names[0], names[1])
+	}
+	for _, ns := range names {
+		if len(slices.Compact(slices.Sorted(slices.Values(ns)))) != len(ns) {
+			return fmt.Errorf("names %q are not distinct", ns)
+		}
 	}
 	for _, f := range []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"} {
 		for _, v := range h.Values(f) {
