@@ -4,8 +4,10 @@ import (
 	"encoding/base64"
 	"fmt"
 	"math"
+	"math/bits"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluice-go/sluice"
@@ -59,16 +61,65 @@ func (m HeaderMode) String() string {
 // HeadersBoth and HeadersIETF write, with one list item per limit in the
 // order given (draft-ietf-httpapi-ratelimit-headers-10):
 //
-//	RateLimit-Policy: "name";q=<Capacity>;w=<Period in seconds, rounded up>[;pk=:<base64>:]
+//	RateLimit-Policy: "name";q=<quota>;w=<window in seconds>[;pk=:<base64>:]
 //	RateLimit: "name";r=<Remaining>;t=<seconds, rounded up>[;pk=:<base64>:]
 //
-// The name is the limit's Name (config names every limit of a rule), the
-// draft's policy identifier: an sf-string, in which characters outside
-// printable ASCII are written as '?'. q is the limit's Capacity, and w,
-// left out when the Period is not positive, its Period. t is, for a limit
-// that denied the request, the time until it would admit it (RetryAfter),
-// so that no t points past Retry-After as the draft asks; for the others,
-// the time until the limit is fully recovered (ResetAfter).
+// The name is the draft's policy identifier, an sf-string in which
+// characters outside printable ASCII are written as '?'. It is the limit's
+// Name (config names every limit of a named rule, "login-1m"); a limit
+// without one is named by its Period as config would without the rule's
+// prefix ("1s", "1h30m", "500ms"). Every item gets a distinct name: a name
+// an earlier item already has (compared as written, after the '?'
+// replacement) gets the first of "-2", "-3"... that no other item has, so
+// that a name given to a later limit is never taken from it. A limit's
+// RateLimit item has the name of its RateLimit-Policy item.
+//
+// q and w state a pace, not a capacity: a client that sends evenly, q
+// requests per w seconds, starting at any instant on a key with nothing
+// spent, is never denied by the limit, however long it keeps on. w is the
+// Period in whole seconds, rounded up, and at least 1; q is the most
+// requests that fit in w at the fastest even pace the algorithm sustains,
+// rounded down:
+//
+//   - token_bucket and gcra regain one token per Limit.Interval
+//     (Period/Limit rounded up to the microsecond): q = ⌊w / Interval⌋.
+//     The Burst is not the quota: it is how many an idle client may send
+//     at once, not a rate.
+//   - fixed_window and sliding_log admit Limit per window or per Period, and
+//     no even pace of at most Limit per Period puts more into either:
+//     q = ⌊w × Limit / Period⌋, the Limit itself for a Period of whole
+//     seconds.
+//   - sliding_window's estimate denies a pace of exactly Limit per Period
+//     (a full previous window still weighs on each window's first
+//     request), and sustains Limit-1 per Period with its spacing rounded up
+//     to the microsecond: q = ⌊w / ⌈Period/(Limit-1)⌉⌋. With Limit 1 the
+//     pace is one per 2×Period, so w is 2×Period rounded up and q is 1.
+//
+// For example:
+//
+//	token_bucket   20/1s burst 100  q=20;w=1     (not q=100: five times too fast)
+//	token_bucket   3/1s             q=2;w=1      (a token per 333334µs: q=3 would drain the bucket)
+//	token_bucket   10/100ms         q=100;w=1
+//	gcra           7/5h             q=6;w=18000  (a token per 2571428572µs)
+//	fixed_window   5/1500ms         q=6;w=2
+//	fixed_window   10/500ms         q=20;w=1
+//	sliding_log    20/1h            q=20;w=3600
+//	sliding_window 5/1m             q=4;w=60
+//	sliding_window 4/1s             q=2;w=1      (333334µs apart: 3 per second can be denied)
+//	sliding_window 1/1s             q=1;w=2
+//
+// Rounding q down costs less than one request per window, so q/w is
+// always more than half the pace, and nearly all of it when q is large. q
+// is not what the limit admits at once: with a sub-second Period, a Period
+// that is not whole seconds, or a Burst below Limit, q requests sent
+// together may be denied in part; RateLimit's r says how many the client
+// may send now. A limit that is not valid (no positive Limit or Period, an
+// unknown Algorithm) gets q=Capacity, and w=Period rounded up if positive.
+//
+// r is the result's Remaining. t is, for a limit that denied the request,
+// the time until it would admit it (RetryAfter), so that no t points past
+// Retry-After as the draft asks; for the others, the time until the limit
+// is fully recovered (ResetAfter).
 //
 // HeadersBoth and HeadersLegacy write, from the binding result:
 //
@@ -87,22 +138,24 @@ func SetHeaders(h http.Header, mode HeaderMode, limits []sluice.Limit, results [
 		return
 	}
 	if mode == HeadersBoth || mode == HeadersIETF {
+		names := policyNames(limits[:n])
 		var pol, cur []byte
 		for i := range n {
 			if i > 0 {
 				pol = append(pol, ", "...)
 				cur = append(cur, ", "...)
 			}
-			l, r := limits[i], results[i]
-			pol = appendSFString(pol, l.Name)
+			r := results[i]
+			q, w := policyQuota(limits[i])
+			pol = appendSFString(pol, names[i])
 			pol = append(pol, ";q="...)
-			pol = appendSFInt(pol, int64(l.Capacity()))
-			if l.Period > 0 { // w must be positive; it is optional
+			pol = appendSFInt(pol, q)
+			if w > 0 { // w must be positive; it is optional
 				pol = append(pol, ";w="...)
-				pol = appendSFInt(pol, ceilSeconds(l.Period))
+				pol = appendSFInt(pol, w)
 			}
 			pol = appendPartitionKey(pol, pk)
-			cur = appendSFString(cur, l.Name)
+			cur = appendSFString(cur, names[i])
 			cur = append(cur, ";r="...)
 			cur = appendSFInt(cur, int64(r.Remaining))
 			cur = append(cur, ";t="...)
@@ -122,6 +175,93 @@ func SetHeaders(h http.Header, mode HeaderMode, limits []sluice.Limit, results [
 		h.Set("X-RateLimit-Remaining", strconv.Itoa(max(r.Remaining, 0)))
 		h.Set("X-RateLimit-Reset", strconv.FormatInt(resetEpoch(now, r.ResetAfter), 10))
 	}
+}
+
+// policyQuota returns the q and w of l's RateLimit-Policy item, as
+// SetHeaders documents; w is 0, to be left out, when l has no Period.
+func policyQuota(l sluice.Limit) (q, w int64) {
+	p, n := l.Period.Microseconds(), int64(l.Limit)
+	// The pace: one request per num/den µs.
+	var num, den int64 = 0, 1
+	switch l.Algorithm {
+	case "", sluice.TokenBucket, sluice.GCRA:
+		num = int64(l.Interval() / time.Microsecond)
+	case sluice.FixedWindow, sluice.SlidingLog:
+		num, den = p, n
+	case sluice.SlidingWindow:
+		if n == 1 {
+			num = 2 * p
+		} else if n > 1 {
+			num = (p + n - 2) / (n - 1) // ⌈p/(n-1)⌉
+		}
+	}
+	if p <= 0 || n <= 0 || num <= 0 {
+		return int64(l.Capacity()), ceilSeconds(l.Period)
+	}
+	w = max(ceilSeconds(l.Period), 1)
+	if q = evenQuota(w, num, den); q == 0 { // sliding_window's 1 per 2×Period
+		w = (num + den*1e6 - 1) / (den * 1e6)
+		q = evenQuota(w, num, den)
+	}
+	return q, w
+}
+
+// evenQuota returns how many requests spaced num/den µs apart fit in w
+// seconds, ⌊w×10⁶×den/num⌋, at most sfMaxInt.
+func evenQuota(w, num, den int64) int64 {
+	hi, lo := bits.Mul64(uint64(w)*1e6, uint64(den))
+	if hi >= uint64(num) {
+		return sfMaxInt // the quotient would not fit in 64 bits
+	}
+	q, _ := bits.Div64(hi, lo, uint64(num))
+	return int64(min(q, sfMaxInt))
+}
+
+// policyNames returns the policy name of each limit, distinct as
+// SetHeaders documents.
+func policyNames(limits []sluice.Limit) []string {
+	names := make([]string, len(limits))
+	given := make(map[string]bool, len(limits))
+	for i, l := range limits {
+		names[i] = sfPrintable(l.Name)
+		if names[i] != "" {
+			given[names[i]] = true
+		}
+	}
+	used := make(map[string]bool, len(limits))
+	for i, l := range limits {
+		base := names[i]
+		if base == "" {
+			base = periodName(l.Period)
+		}
+		name := base
+		for k := 2; used[name] || name != names[i] && given[name]; k++ {
+			name = base + "-" + strconv.Itoa(k)
+		}
+		names[i] = name
+		used[name] = true
+	}
+	return names
+}
+
+// periodName names a period as config names a limit's (without the rule):
+// "1s", "1m", "1h30m", "500ms", "1.5s".
+func periodName(d time.Duration) string {
+	if d < time.Second || d%time.Second != 0 {
+		return strings.ReplaceAll(d.String(), "µ", "u")
+	}
+	var b []byte
+	for _, u := range [...]struct {
+		d    time.Duration
+		name string
+	}{{time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
+		if k := d / u.d; k > 0 {
+			b = strconv.AppendInt(b, int64(k), 10)
+			b = append(b, u.name...)
+			d -= k * u.d
+		}
+	}
+	return string(b)
 }
 
 // RetryAfterSeconds returns the Retry-After of a wait d: whole seconds,
@@ -189,4 +329,15 @@ func appendPartitionKey(b []byte, pk []byte) []byte {
 	b = append(b, ";pk=:"...)
 	b = base64.StdEncoding.AppendEncode(b, pk)
 	return append(b, ':')
+}
+
+// sfPrintable returns s with every character outside printable ASCII
+// replaced by '?', as appendSFString writes it.
+func sfPrintable(s string) string {
+	return strings.Map(func(c rune) rune {
+		if c < 0x20 || c > 0x7e {
+			return '?'
+		}
+		return c
+	}, s)
 }

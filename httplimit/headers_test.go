@@ -1,9 +1,11 @@
 package httplimit_test
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math/big"
 	"net/http"
 	"slices"
 	"strconv"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/httplimit"
+	"github.com/sluice-go/sluice/store/memory"
 )
 
 // t0 is the time of the header tests' decisions: Unix 1767225600.
@@ -37,7 +40,7 @@ func TestSetHeaders(t *testing.T) {
 			results: []sluice.Result{{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 60 * time.Second}},
 			now:     t0,
 			want: map[string]string{
-				"RateLimit-Policy":      `"login-1m";q=5;w=60`,
+				"RateLimit-Policy":      `"login-1m";q=4;w=60`,
 				"RateLimit":             `"login-1m";r=4;t=60`,
 				"X-RateLimit-Limit":     "5",
 				"X-RateLimit-Remaining": "4",
@@ -53,7 +56,7 @@ func TestSetHeaders(t *testing.T) {
 			},
 			now: t0.Add(300 * time.Millisecond),
 			want: map[string]string{
-				"RateLimit-Policy":      `"login-1m";q=5;w=60, "login-1h";q=20;w=3600`,
+				"RateLimit-Policy":      `"login-1m";q=4;w=60, "login-1h";q=20;w=3600`,
 				"RateLimit":             `"login-1m";r=0;t=12, "login-1h";r=15;t=1801`,
 				"X-RateLimit-Limit":     "5",
 				"X-RateLimit-Remaining": "0",
@@ -70,7 +73,7 @@ func TestSetHeaders(t *testing.T) {
 			binding: 1,
 			now:     t0,
 			want: map[string]string{
-				"RateLimit-Policy":      `"login-1m";q=5;w=60, "login-1h";q=20;w=3600`,
+				"RateLimit-Policy":      `"login-1m";q=4;w=60, "login-1h";q=20;w=3600`,
 				"RateLimit":             `"login-1m";r=4;t=12, "login-1h";r=1;t=3600`,
 				"X-RateLimit-Limit":     "20",
 				"X-RateLimit-Remaining": "1",
@@ -78,12 +81,12 @@ func TestSetHeaders(t *testing.T) {
 			},
 		},
 		{
-			name:    "token bucket: q is the burst",
+			name:    "token bucket: q is the pace, not the burst",
 			limits:  []sluice.Limit{sluice.PerSecond(5).WithBurst(20).Named("search")},
 			results: []sluice.Result{{Allowed: true, Limit: 20, Remaining: 19, ResetAfter: 200 * time.Millisecond}},
 			now:     t0,
 			want: map[string]string{
-				"RateLimit-Policy":      `"search";q=20;w=1`,
+				"RateLimit-Policy":      `"search";q=5;w=1`,
 				"RateLimit":             `"search";r=19;t=1`,
 				"X-RateLimit-Limit":     "20",
 				"X-RateLimit-Remaining": "19",
@@ -100,7 +103,7 @@ func TestSetHeaders(t *testing.T) {
 			now: t0,
 			pk:  []byte{0xde, 0xad, 0xbe, 0xef, 0x01},
 			want: map[string]string{
-				"RateLimit-Policy":      `"login-1m";q=5;w=60;pk=:3q2+7wE=:, "login-1h";q=20;w=3600;pk=:3q2+7wE=:`,
+				"RateLimit-Policy":      `"login-1m";q=4;w=60;pk=:3q2+7wE=:, "login-1h";q=20;w=3600;pk=:3q2+7wE=:`,
 				"RateLimit":             `"login-1m";r=4;t=12;pk=:3q2+7wE=:, "login-1h";r=19;t=180;pk=:3q2+7wE=:`,
 				"X-RateLimit-Limit":     "5",
 				"X-RateLimit-Remaining": "4",
@@ -114,7 +117,7 @@ func TestSetHeaders(t *testing.T) {
 			now:     t0,
 			pk:      []byte{},
 			want: map[string]string{
-				"RateLimit-Policy":      `"login-1m";q=5;w=60`,
+				"RateLimit-Policy":      `"login-1m";q=4;w=60`,
 				"RateLimit":             `"login-1m";r=4;t=1`,
 				"X-RateLimit-Limit":     "5",
 				"X-RateLimit-Remaining": "4",
@@ -135,11 +138,32 @@ func TestSetHeaders(t *testing.T) {
 			},
 			now: t0.Add(time.Nanosecond),
 			want: map[string]string{
-				"RateLimit-Policy":      `"a";q=3;w=2, "b";q=1;w=1, "c";q=1;w=1`,
+				"RateLimit-Policy":      `"a";q=4;w=2, "b";q=1000;w=1, "c";q=1;w=1`,
 				"RateLimit":             `"a";r=2;t=2, "b";r=1;t=0, "c";r=1;t=1`,
 				"X-RateLimit-Limit":     "3",
 				"X-RateLimit-Remaining": "2",
 				"X-RateLimit-Reset":     "1767225602", // t0 + 1ns + 1.2s, rounded up
+			},
+		},
+		{
+			name: "invalid limits and huge quotas",
+			limits: []sluice.Limit{
+				{Limit: 5, Name: "no-period"},
+				{Algorithm: "leaky", Limit: 5, Period: time.Minute, Name: "unknown"},
+				sluice.Per(sluice.MaxLimit, time.Millisecond).Using(sluice.FixedWindow).Named("huge"),
+			},
+			results: []sluice.Result{
+				{Allowed: true, Limit: 5, Remaining: 4},
+				{Allowed: true, Limit: 5, Remaining: 4},
+				{Allowed: true, Limit: sluice.MaxLimit, Remaining: sluice.MaxLimit - 1},
+			},
+			now: t0,
+			want: map[string]string{
+				"RateLimit-Policy":      `"no-period";q=5, "unknown";q=5;w=60, "huge";q=999999999999999;w=1`,
+				"RateLimit":             `"no-period";r=4;t=0, "unknown";r=4;t=0, "huge";r=1099511627775;t=0`,
+				"X-RateLimit-Limit":     "5",
+				"X-RateLimit-Remaining": "4",
+				"X-RateLimit-Reset":     "1767225600",
 			},
 		},
 		{
@@ -148,7 +172,7 @@ func TestSetHeaders(t *testing.T) {
 			results: []sluice.Result{{Allowed: true, Limit: 5, Remaining: 5}},
 			now:     t0,
 			want: map[string]string{
-				"RateLimit-Policy":      `"login-1m";q=5;w=60`,
+				"RateLimit-Policy":      `"login-1m";q=4;w=60`,
 				"RateLimit":             `"login-1m";r=5;t=0`,
 				"X-RateLimit-Limit":     "5",
 				"X-RateLimit-Remaining": "5",
@@ -161,7 +185,7 @@ func TestSetHeaders(t *testing.T) {
 			results: []sluice.Result{{Limit: 5, Remaining: -3, ResetAfter: -time.Second}},
 			now:     t0.Add(time.Millisecond),
 			want: map[string]string{
-				"RateLimit-Policy":      `"login-1m";q=5;w=60`,
+				"RateLimit-Policy":      `"login-1m";q=4;w=60`,
 				"RateLimit":             `"login-1m";r=0;t=0`,
 				"X-RateLimit-Limit":     "5",
 				"X-RateLimit-Remaining": "0",
@@ -182,8 +206,8 @@ func TestSetHeaders(t *testing.T) {
 			},
 			now: t0,
 			want: map[string]string{
-				"RateLimit-Policy":      `"a\"b\\c";q=1;w=1, "caf??";q=2;w=1, "";q=3;w=1`,
-				"RateLimit":             `"a\"b\\c";r=0;t=0, "caf??";r=1;t=0, "";r=2;t=0`,
+				"RateLimit-Policy":      `"a\"b\\c";q=1;w=1, "caf??";q=2;w=1, "1s";q=2;w=1`,
+				"RateLimit":             `"a\"b\\c";r=0;t=0, "caf??";r=1;t=0, "1s";r=2;t=0`,
 				"X-RateLimit-Limit":     "1",
 				"X-RateLimit-Remaining": "0",
 				"X-RateLimit-Reset":     "1767225600",
@@ -196,7 +220,7 @@ func TestSetHeaders(t *testing.T) {
 			results: []sluice.Result{{Limit: 5, ResetAfter: 42 * time.Second, RetryAfter: 12 * time.Second}},
 			now:     t0,
 			want: map[string]string{
-				"RateLimit-Policy": `"login-1m";q=5;w=60`,
+				"RateLimit-Policy": `"login-1m";q=4;w=60`,
 				"RateLimit":        `"login-1m";r=0;t=12`,
 			},
 		},
@@ -235,7 +259,7 @@ func TestSetHeaders(t *testing.T) {
 			binding: 1,
 			now:     t0,
 			want: map[string]string{
-				"RateLimit-Policy": `"login-1m";q=5;w=60`,
+				"RateLimit-Policy": `"login-1m";q=4;w=60`,
 				"RateLimit":        `"login-1m";r=4;t=1`,
 			},
 		},
@@ -245,7 +269,7 @@ func TestSetHeaders(t *testing.T) {
 			results: []sluice.Result{{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: time.Second}},
 			now:     t0,
 			want: map[string]string{
-				"RateLimit-Policy":      `"login-1m";q=5;w=60`,
+				"RateLimit-Policy":      `"login-1m";q=4;w=60`,
 				"RateLimit":             `"login-1m";r=4;t=1`,
 				"X-RateLimit-Limit":     "5",
 				"X-RateLimit-Remaining": "4",
@@ -294,6 +318,212 @@ func TestSetHeadersReplaces(t *testing.T) {
 	}
 	if got := h.Get("Content-Type"); got != "text/plain" {
 		t.Errorf("Content-Type = %q, want it kept", got)
+	}
+}
+
+// TestSetHeadersPace: for every algorithm and a range of limits (exact
+// and inexact token intervals, bursts, sub-second and multi-hour periods),
+// a client that sends evenly at the advertised q per w, from a fresh key
+// and at several phases against the windows, is never denied by the real
+// algorithm; q/w is at least half the algorithm's even pace; and q is the
+// most that fits in w at that pace, so that one more per window is denied
+// (which also proves that the simulation can fail).
+func TestSetHeadersPace(t *testing.T) {
+	shapes := []struct {
+		limit  int
+		period time.Duration
+		burst  int // token_bucket and gcra only
+	}{
+		{20, time.Second, 100}, // the burst is not the quota
+		{5, time.Second, 20},
+		{3, time.Second, 0}, // a token per 333334µs
+		{7, time.Minute, 0}, // a token per 8571429µs
+		{100, time.Minute, 1000},
+		{1000, time.Second, 0},
+		{1, time.Second, 0},
+		{10, 100 * time.Millisecond, 0},
+		{3, 100 * time.Millisecond, 0}, // a token per 33334µs
+		{10, 500 * time.Millisecond, 40},
+		{5, 1500 * time.Millisecond, 0},
+		{2, 1500 * time.Millisecond, 0},
+		{20, time.Hour, 0},
+		{7, 5 * time.Hour, 50}, // a token per 2571428572µs
+		{1, 24 * time.Hour, 0},
+	}
+	for _, a := range sluice.Algorithms {
+		for _, sh := range shapes {
+			l := sluice.Per(sh.limit, sh.period).Using(a)
+			if a == sluice.TokenBucket || a == sluice.GCRA {
+				l = l.WithBurst(sh.burst)
+			}
+			if err := l.Validate(); err != nil {
+				t.Fatalf("%s: %v", l, err)
+			}
+			t.Run(l.String(), func(t *testing.T) {
+				t.Parallel()
+				q, w := policyQW(t, l)
+				pace := evenPace(l)
+				if got := big.NewRat(q, w); got.Cmp(pace) > 0 {
+					t.Errorf("q=%d;w=%d is %s/s, above the pace of %s/s", q, w, got.FloatString(6), pace.FloatString(6))
+				} else if half := new(big.Rat).Mul(pace, big.NewRat(1, 2)); got.Cmp(half) < 0 {
+					t.Errorf("q=%d;w=%d is %s/s, under half the pace of %s/s", q, w, got.FloatString(6), pace.FloatString(6))
+				}
+				n := min(max(10*int(q), 2000), 10000)
+				for _, phase := range []time.Duration{0, time.Microsecond, l.Period/3 + 7*time.Microsecond, l.Period - time.Microsecond} {
+					if k := firstDenied(t, l, q, w, phase, n); k >= 0 {
+						t.Errorf("q=%d;w=%d from +%s: request %d of %d denied", q, w, phase, k, n)
+					}
+				}
+				if a == sluice.TokenBucket || a == sluice.GCRA {
+					// The pace is the refill: without a burst it still holds,
+					// and one more per window drains a bucket of one at once.
+					one := l.WithBurst(1)
+					if q1, w1 := policyQW(t, one); q1 != q || w1 != w {
+						t.Errorf("burst 1: q=%d;w=%d, want the same q=%d;w=%d", q1, w1, q, w)
+					}
+					if k := firstDenied(t, one, q, w, time.Microsecond, n); k >= 0 {
+						t.Errorf("burst 1: request %d of %d denied", k, n)
+					}
+					if firstDenied(t, one, q+1, w, 0, n) < 0 {
+						t.Errorf("burst 1: q=%d;w=%d never denied: q=%d is not the most", q+1, w, q)
+					}
+				}
+				if a == sluice.FixedWindow || a == sluice.SlidingLog {
+					if firstDenied(t, l, q+1, w, 0, n) < 0 {
+						t.Errorf("q=%d;w=%d never denied: q=%d is not the most", q+1, w, q)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestSetHeadersPaceHarness: paces the old q=Capacity;w=Period headers
+// (and other overstatements) advertised are denied by the same simulation.
+func TestSetHeadersPaceHarness(t *testing.T) {
+	tests := []struct {
+		limit sluice.Limit
+		q, w  int64
+	}{
+		{sluice.PerSecond(20).WithBurst(100), 100, 1}, // the old header
+		{sluice.PerSecond(20).WithBurst(100).Using(sluice.GCRA), 100, 1},
+		{sluice.PerSecond(5).WithBurst(20), 20, 1},
+		{sluice.PerSecond(3).WithBurst(1), 3, 1},                 // 333333µs apart, a token per 333334µs
+		{sluice.Per(7, 5*time.Hour).WithBurst(1), 7, 18000},      // 2µs short every 7
+		{sluice.PerMinute(5).Using(sluice.SlidingWindow), 5, 60}, // the old header
+		{sluice.PerSecond(100).Using(sluice.SlidingWindow), 100, 1},
+		{sluice.PerSecond(1).Using(sluice.SlidingWindow), 1, 1},
+	}
+	for _, tt := range tests {
+		if firstDenied(t, tt.limit, tt.q, tt.w, 0, 2000) < 0 {
+			t.Errorf("%s: q=%d;w=%d never denied", tt.limit, tt.q, tt.w)
+		}
+	}
+}
+
+// policyQW returns the q and w of the one item SetHeaders writes for l.
+func policyQW(t *testing.T, l sluice.Limit) (q, w int64) {
+	t.Helper()
+	h := http.Header{}
+	httplimit.SetHeaders(h, httplimit.HeadersIETF, []sluice.Limit{l}, []sluice.Result{{Allowed: true}}, 0, t0, nil)
+	items, err := parseSFList(h.Get("RateLimit-Policy"))
+	if err != nil || len(items) != 1 {
+		t.Fatalf("%s: RateLimit-Policy %q: %v", l, h.Get("RateLimit-Policy"), err)
+	}
+	for _, p := range items[0].params {
+		switch p.key {
+		case "q":
+			q = p.value.(int64)
+		case "w":
+			w = p.value.(int64)
+		}
+	}
+	if q <= 0 || w <= 0 {
+		t.Fatalf("%s: RateLimit-Policy %q has no positive q and w", l, h.Get("RateLimit-Policy"))
+	}
+	return q, w
+}
+
+// evenPace returns, in requests per second, the fastest even pace l's
+// algorithm admits forever: the token refill (a token per Interval) for
+// token_bucket and gcra, Limit per Period for fixed_window and
+// sliding_log, Limit-1 per Period for sliding_window (one per 2×Period
+// for Limit 1), whose estimate weighs a full previous window on the next.
+func evenPace(l sluice.Limit) *big.Rat {
+	n, p := int64(l.Limit), l.Period.Microseconds()
+	switch l.Algorithm {
+	case sluice.FixedWindow, sluice.SlidingLog:
+		return big.NewRat(n*1e6, p)
+	case sluice.SlidingWindow:
+		if n == 1 {
+			return big.NewRat(1e6, 2*p)
+		}
+		return big.NewRat((n-1)*1e6, p)
+	}
+	return big.NewRat(1e6, l.Interval().Microseconds())
+}
+
+// firstDenied sends n requests under l from a fresh key, evenly at q per w
+// seconds (request k at t0+phase+⌊k×w/q⌋ in whole microseconds), through a
+// Limiter over the memory store on a fake clock, and returns the index of
+// the first one denied, or -1.
+func firstDenied(t *testing.T, l sluice.Limit, q, w int64, phase time.Duration, n int) int {
+	t.Helper()
+	start := t0.Add(phase)
+	now := start
+	clock := func() time.Time { return now }
+	lim := sluice.New(memory.New(memory.WithClock(clock)), sluice.WithClock(clock))
+	for k := range int64(n) {
+		now = start.Add(time.Duration(k*w*1e6/q) * time.Microsecond)
+		res, err := lim.Allow(context.Background(), "client", l)
+		if err != nil {
+			t.Fatalf("%s: request %d: %v", l, k, err)
+		}
+		if !res.Allowed {
+			return int(k)
+		}
+	}
+	return -1
+}
+
+// TestSetHeadersNames: every item has a distinct name, and a limit's
+// RateLimit item has its RateLimit-Policy item's name.
+func TestSetHeadersNames(t *testing.T) {
+	tests := []struct {
+		name   string
+		limits []sluice.Limit
+		want   []string
+	}{
+		{"distinct names kept", []sluice.Limit{sluice.PerSecond(1).Named("a"), sluice.PerHour(9).Named("b")}, []string{"a", "b"}},
+		{"repeats numbered", []sluice.Limit{sluice.PerSecond(1).Named("api"), sluice.PerMinute(2).Named("api"), sluice.PerHour(3).Named("api")}, []string{"api", "api-2", "api-3"}},
+		{"a later given name kept", []sluice.Limit{sluice.PerSecond(1).Named("a"), sluice.PerSecond(2).Named("a"), sluice.PerSecond(3).Named("a-2")}, []string{"a", "a-3", "a-2"}},
+		{"given names repeated with their numbers", []sluice.Limit{sluice.PerSecond(1).Named("a"), sluice.PerSecond(2).Named("a"), sluice.PerSecond(3).Named("a-2"), sluice.PerSecond(4).Named("a-2")}, []string{"a", "a-3", "a-2", "a-2-2"}},
+		{"unnamed by period", []sluice.Limit{sluice.PerSecond(1), sluice.PerMinute(2), sluice.PerSecond(3), sluice.PerSecond(4)}, []string{"1s", "1m", "1s-2", "1s-3"}},
+		{"unnamed periods", []sluice.Limit{sluice.Per(1, 90*time.Minute), sluice.Per(1, time.Hour+30*time.Second), sluice.Per(1, 1500*time.Millisecond), sluice.Per(1, 500*time.Millisecond), sluice.PerDay(1), sluice.Per(1, 1500*time.Microsecond)}, []string{"1h30m", "1h30s", "1.5s", "500ms", "24h", "1.5ms"}},
+		{"unnamed never takes a given name", []sluice.Limit{sluice.PerSecond(1), sluice.PerSecond(2).Named("1s")}, []string{"1s-2", "1s"}},
+		{"unnamed and named alike", []sluice.Limit{sluice.PerMinute(1).Named("1m"), sluice.PerMinute(2)}, []string{"1m", "1m-2"}},
+		{"distinct after replacement", []sluice.Limit{sluice.PerSecond(1).Named("café"), sluice.PerSecond(2).Named("cafè")}, []string{"caf?", "caf?-2"}},
+	}
+	for _, tt := range tests {
+		results := make([]sluice.Result, len(tt.limits))
+		h := http.Header{}
+		httplimit.SetHeaders(h, httplimit.HeadersBoth, tt.limits, results, 0, t0, nil)
+		if err := checkRateLimitFields(h); err != nil {
+			t.Errorf("%s: %v", tt.name, err)
+		}
+		for _, f := range []string{"RateLimit-Policy", "RateLimit"} {
+			items, err := parseSFList(h.Get(f))
+			if err != nil {
+				t.Fatalf("%s: %s %q: %v", tt.name, f, h.Get(f), err)
+			}
+			var got []string
+			for _, it := range items {
+				got = append(got, it.value.(string))
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("%s: %s names %q, want %q", tt.name, f, got, tt.want)
+			}
+		}
 	}
 }
 
@@ -414,6 +644,11 @@ func checkRateLimitFields(h http.Header) error {
 	}
 	if names[0] != nil && names[1] != nil && !slices.Equal(names[0], names[1]) {
 		return fmt.Errorf("RateLimit-Policy names %q, RateLimit names %q", names[0], names[1])
+	}
+	for _, ns := range names {
+		if len(slices.Compact(slices.Sorted(slices.Values(ns)))) != len(ns) {
+			return fmt.Errorf("names %q are not distinct", ns)
+		}
 	}
 	for _, f := range []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"} {
 		for _, v := range h.Values(f) {
@@ -688,11 +923,12 @@ func ExampleSetHeaders() {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	h := http.Header{}
 	httplimit.SetHeaders(h, httplimit.HeadersBoth, limits, results, 0, now, nil)
+	// login-1m's q is 4: sliding_window sustains Limit-1 per Period evenly.
 	for _, f := range []string{"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"} {
 		fmt.Printf("%s: %s\n", f, h.Get(f))
 	}
 	// Output:
-	// RateLimit-Policy: "login-1m";q=5;w=60, "login-1h";q=20;w=3600
+	// RateLimit-Policy: "login-1m";q=4;w=60, "login-1h";q=20;w=3600
 	// RateLimit: "login-1m";r=0;t=12, "login-1h";r=15;t=1800
 	// X-RateLimit-Limit: 5
 	// X-RateLimit-Remaining: 0
