@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/policy"
 )
 
 // HeaderMode chooses which rate-limit header fields SetHeaders writes. The
@@ -232,7 +233,7 @@ func policyNames(limits []sluice.Limit) []string {
 	for i, l := range limits {
 		base := names[i]
 		if base == "" {
-			base = periodName(l.Period)
+			base = strings.ReplaceAll(policy.CompactDuration(l.Period), "µ", "u") // named as a policy file names a limit, less the rule
 		}
 		name := base
 		for k := 2; used[name] || name != names[i] && given[name]; k++ {
@@ -242,26 +243,6 @@ func policyNames(limits []sluice.Limit) []string {
 		used[name] = true
 	}
 	return names
-}
-
-// periodName names a period as config names a limit's (without the rule):
-// "1s", "1m", "1h30m", "500ms", "1.5s".
-func periodName(d time.Duration) string {
-	if d < time.Second || d%time.Second != 0 {
-		return strings.ReplaceAll(d.String(), "µ", "u")
-	}
-	var b []byte
-	for _, u := range [...]struct {
-		d    time.Duration
-		name string
-	}{{time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
-		if k := d / u.d; k > 0 {
-			b = strconv.AppendInt(b, int64(k), 10)
-			b = append(b, u.name...)
-			d -= k * u.d
-		}
-	}
-	return string(b)
 }
 
 // RetryAfterSeconds returns the Retry-After of a wait d: whole seconds,

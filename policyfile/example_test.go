@@ -23,7 +23,7 @@ rules:
     group: auth              # another group: both rules apply
     match: POST /api/auth/login
     key: ip
-    algorithm: sliding_window
+    algorithm: sliding_log
     limit: 2
     period: 1m
 `) // (setup)
