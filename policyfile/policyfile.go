@@ -83,7 +83,8 @@ type Policy struct {
 	engine  *policy.Engine
 	running config.Redis // the redis section the store was opened with
 
-	mu   sync.Mutex // serializes reloads
+	mu   sync.Mutex  // serializes reloads
+	read fingerprint // the version of the file last read, for Watch; under mu
 	file atomic.Pointer[config.File]
 	resp atomic.Pointer[[]httplimit.Option]
 }
@@ -93,17 +94,26 @@ type Policy struct {
 // Redis that cannot be reached is not: the file's on_error policy decides
 // until it can be.
 func Open(path string, opts ...Option) (*Policy, error) {
+	// The version is taken before the file is read: a change after it is
+	// seen by Watch, even one made before Watch starts.
+	fp := fingerprintOf(path)
 	f, err := config.Load(path)
 	if err != nil {
 		return nil, err
 	}
-	return New(f, opts...)
+	return newPolicy(f, fp, opts)
 }
 
 // New builds what the loaded file f configures, as Open does; Reload
-// reads f.Path again.
+// reads f.Path again, and Watch reloads it when its content is not what
+// it is when New is called.
 func New(f *config.File, opts ...Option) (*Policy, error) {
-	p := &Policy{path: f.Path}
+	return newPolicy(f, fingerprintOf(f.Path), opts)
+}
+
+// newPolicy is New of f, read as version fp.
+func newPolicy(f *config.File, fp fingerprint, opts []Option) (*Policy, error) {
+	p := &Policy{path: f.Path, read: fp}
 	p.set = defaults()
 	for _, o := range opts {
 		o(&p.set)
@@ -185,6 +195,7 @@ func (p *Policy) Middleware(next http.Handler) http.Handler {
 func (p *Policy) Reload() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.read = fingerprintOf(p.path)
 	f, err := config.Load(p.path)
 	if err == nil {
 		var set *policy.RuleSet
@@ -204,11 +215,16 @@ func (p *Policy) Reload() error {
 }
 
 // Watch reloads the file on every signal from hup (nil: none) and, when
-// interval is positive, whenever its content changes, until ctx ends. It
-// logs each reload, and each error of a rejected file on a line of its
-// own, saying that the old rules keep serving.
+// interval is positive, whenever its content changes from the version
+// last read (by Open or Reload, so a change made before Watch is called
+// is seen too), until ctx ends. It logs each reload, and each error of a
+// rejected file on a line of its own, saying that the old rules keep
+// serving.
 func (p *Policy) Watch(ctx context.Context, interval time.Duration, hup <-chan os.Signal) {
-	WatchFile(ctx, p.path, interval, hup, func(trigger string) {
+	p.mu.Lock()
+	last := p.read
+	p.mu.Unlock()
+	watchFile(ctx, p.path, last, interval, hup, func(trigger string) {
 		if err := p.Reload(); err != nil {
 			Rejected(p.set.log, p.path, trigger, err)
 			return

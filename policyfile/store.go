@@ -82,7 +82,8 @@ type lazyRedis struct {
 }
 
 // connect tries to open the store now, and in the background every second
-// until it succeeds or ctx ends.
+// until it succeeds or ctx ends. A store opened as ctx ends (by Close) is
+// closed.
 func (l *lazyRedis) connect(ctx context.Context) {
 	err := l.try()
 	if err == nil {
@@ -98,6 +99,10 @@ func (l *lazyRedis) connect(ctx context.Context) {
 				return
 			case <-t.C:
 				if l.try() == nil {
+					if ctx.Err() != nil {
+						l.Close() // Close ran while try connected
+						return
+					}
 					l.log.Info("redis reachable: deciding with the shared store")
 					return
 				}
@@ -146,9 +151,9 @@ func (l *lazyRedis) Ping(ctx context.Context) error {
 	return s.Ping(ctx)
 }
 
-// Close closes the connection, if there is one.
+// Close closes the connection, if there is one, once.
 func (l *lazyRedis) Close() {
-	if s := l.store.Load(); s != nil {
+	if s := l.store.Swap(nil); s != nil {
 		s.Close()
 	}
 }

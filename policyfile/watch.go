@@ -34,7 +34,12 @@ func fingerprintOf(path string) fingerprint {
 // watching goroutine stops with ctx. trigger is "signal" or "file
 // changed".
 func WatchFile(ctx context.Context, path string, interval time.Duration, hup <-chan os.Signal, reload func(trigger string)) {
-	last := fingerprintOf(path)
+	watchFile(ctx, path, fingerprintOf(path), interval, hup, reload)
+}
+
+// watchFile is WatchFile from the version last: a file whose content is
+// not last's is reloaded at the first poll.
+func watchFile(ctx context.Context, path string, last fingerprint, interval time.Duration, hup <-chan os.Signal, reload func(trigger string)) {
 	go func() {
 		var tick <-chan time.Time // nil: polling disabled
 		if interval > 0 {

@@ -196,11 +196,12 @@ func (d *daemon) post(t *testing.T, path, body string) (int, http.Header, string
 	return resp.StatusCode, resp.Header, string(b)
 }
 
-// waitRule polls /v1/check for rule, for up to 10s, until it answers 200.
+// waitRule polls /v1/check for rule, keyed by ip, for up to 10s, until it
+// answers 200.
 func (d *daemon) waitRule(t *testing.T, rule string) {
 	t.Helper()
 	waitUntil(t, 10*time.Second, func() error {
-		if code, _, body := d.post(t, "/v1/check", `{"rule":"`+rule+`","key":"k"}`); code != 200 {
+		if code, _, body := d.post(t, "/v1/check", `{"rule":"`+rule+`","key":"192.0.2.1"}`); code != 200 {
 			return fmt.Errorf("rule %q: last answer %d %s", rule, code, body)
 		}
 		return nil

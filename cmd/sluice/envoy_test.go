@@ -129,9 +129,14 @@ rules:
 			t.Fatalf("request %d: %v, %v; want %v", i+1, resp, err, want)
 		}
 	}
-	// The HTTP API and gRPC share the rule, not the counters: keys differ
-	// by source. The HTTP check of the same client is still allowed.
-	if code, _, _ := d.post(t, "/v1/check", `{"rule":"login","key":"203.0.113.7"}`); code != 200 {
-		t.Errorf("HTTP check: %d, want 200", code)
+	// The HTTP API and gRPC share the rule and its counts: the same rule
+	// and client spend one count whichever door they come through, so the
+	// HTTP check of the client gRPC used up is denied, and another
+	// client's is not.
+	if code, _, _ := d.post(t, "/v1/check", `{"rule":"login","key":"203.0.113.7"}`); code != 429 {
+		t.Errorf("HTTP check of the client gRPC used up: %d, want 429", code)
+	}
+	if code, _, _ := d.post(t, "/v1/check", `{"rule":"login","key":"203.0.113.8"}`); code != 200 {
+		t.Errorf("HTTP check of another client: %d, want 200", code)
 	}
 }

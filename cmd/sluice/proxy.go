@@ -35,17 +35,24 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer stopHUP()
-	p, err := policyfile.Open(*df.path, policyfile.WithLogger(log), policyfile.WithRedis(df.storeSettings))
+	// The forwarder is rebuilt from each valid reload, with the file's
+	// trusted proxies, and swapped in whole: requests in flight finish
+	// with the one they started with.
+	var (
+		p       *policyfile.Policy
+		forward atomic.Pointer[httputil.ReverseProxy]
+	)
+	forwarding := func(ok bool) {
+		if ok {
+			forward.Store(newReverseProxy(upstream, p.File().HTTP.TrustedProxies, log))
+		}
+	}
+	p, err = policyfile.Open(*df.path, policyfile.WithLogger(log), policyfile.WithRedis(df.storeSettings), policyfile.WithReloadReport(forwarding))
 	if err != nil {
 		return err
 	}
 	defer p.Close()
-	// The forwarder is rebuilt from each reload, with the file's trusted
-	// proxies, and swapped in whole: requests in flight finish with the
-	// one they started with.
-	var forward atomic.Pointer[httputil.ReverseProxy]
-	forwarding := func() { forward.Store(newReverseProxy(upstream, p.File().HTTP.TrustedProxies, log)) }
-	forwarding()
+	forwarding(true)
 	h := p.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { forward.Load().ServeHTTP(w, r) }))
 	ln, err := net.Listen("tcp", *df.listen)
 	if err != nil {
@@ -53,14 +60,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	ctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	policyfile.WatchFile(ctx, *df.path, *df.reloadEvery, hup, func(trigger string) {
-		if err := p.Reload(); err != nil {
-			policyfile.Rejected(log, *df.path, trigger, err)
-			return
-		}
-		forwarding()
-		log.Info("config reloaded", "config", *df.path, "trigger", trigger, "rules", len(p.File().Rules))
-	})
+	p.Watch(ctx, *df.reloadEvery, hup)
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,

@@ -46,8 +46,8 @@ rules:
 	}{
 		{"unknown rule", `{"rule":"nope","key":"k"}`, 400, `unknown rule \"nope\"`},
 		{"bad JSON", `{"rule":"login",`, 400, "BAD_REQUEST"},
-		{"negative cost", `{"rule":"login","key":"k","cost":-1}`, 400, "cost"},
-		{"huge cost", `{"rule":"login","key":"k","cost":1000000}`, 400, "cost"},
+		{"negative cost", `{"rule":"login","key":"192.0.2.1","cost":-1}`, 400, "cost"},
+		{"huge cost", `{"rule":"login","key":"192.0.2.1","cost":1000000}`, 400, "cost"},
 		{"oversized body", `{"rule":"login","key":"` + strings.Repeat("k", 100<<10) + `"}`, 413, "TOO_LARGE"},
 	} {
 		if code, _, body := d.post(t, "/v1/check", bad.body); code != bad.code || !strings.Contains(body, bad.says) {
@@ -90,7 +90,7 @@ rules:
 	if resp.StatusCode != 503 {
 		t.Errorf("/readyz with Redis down under deny: %d, want 503", resp.StatusCode)
 	}
-	if code, _, _ := d.post(t, "/v1/check", `{"rule":"login","key":"x"}`); code != 503 {
+	if code, _, _ := d.post(t, "/v1/check", `{"rule":"login","key":"192.0.2.1"}`); code != 503 {
 		t.Errorf("check with Redis down under deny: %d, want 503", code)
 	}
 	d.waitLog(t, "store failing")
@@ -109,10 +109,10 @@ rules:
 	if early := strings.Join(d.early, "\n"); !strings.Contains(early, "in-memory store, whose limits hold per process") {
 		t.Errorf("no line saying the limits are per process:\n%s", early)
 	}
-	if code, _, _ := d.post(t, "/v1/check", `{"rule":"r","key":"a"}`); code != 200 {
+	if code, _, _ := d.post(t, "/v1/check", `{"rule":"r","key":"192.0.2.1"}`); code != 200 {
 		t.Errorf("first check: %d", code)
 	}
-	if code, _, _ := d.post(t, "/v1/check", `{"rule":"r","key":"a"}`); code != 429 {
+	if code, _, _ := d.post(t, "/v1/check", `{"rule":"r","key":"192.0.2.1"}`); code != 429 {
 		t.Errorf("second check: %d, want 429", code)
 	}
 }
@@ -129,13 +129,13 @@ rules:
   - {name: r, key: ip, limit: 5, period: 1m}
 `)
 	d := startServe(t, []string{"SLUICE_REDIS_URL=redis://" + srv.Addr}, "--config", cfg)
-	if code, _, body := d.post(t, "/v1/check", `{"rule":"r","key":"a"}`); code != 503 || !strings.Contains(body, "RATE_LIMITER_UNAVAILABLE") {
+	if code, _, body := d.post(t, "/v1/check", `{"rule":"r","key":"192.0.2.1"}`); code != 503 || !strings.Contains(body, "RATE_LIMITER_UNAVAILABLE") {
 		t.Fatalf("with Redis down under deny: %d %s, want 503", code, body)
 	}
 	srv.Restart(t)
 	// Bounded wait for the background reconnect; no speed is asserted.
 	waitUntil(t, 20*time.Second, func() error {
-		if code, _, body := d.post(t, "/v1/check", `{"rule":"r","key":"a"}`); code != 200 {
+		if code, _, body := d.post(t, "/v1/check", `{"rule":"r","key":"192.0.2.1"}`); code != 200 {
 			return fmt.Errorf("Redis is back but checks still answer %d %s", code, body)
 		}
 		return nil
@@ -170,7 +170,7 @@ rules:
 					return
 				default:
 				}
-				resp, err := client.Post(d.base+"/v1/check", "application/json", strings.NewReader(`{"rule":"r","key":"k"}`))
+				resp, err := client.Post(d.base+"/v1/check", "application/json", strings.NewReader(`{"rule":"r","key":"192.0.2.1"}`))
 				if err != nil {
 					continue // refused once the listener closed: expected
 				}
