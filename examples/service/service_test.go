@@ -77,13 +77,13 @@ func TestService(t *testing.T) {
 	}
 
 	t.Run("login", func(t *testing.T) {
-		// A burst of 5, then 429: the login tier.
+		// A burst of 5, then 429: the login tier (1 per second, burst 5: q is the rate).
 		for i := range 5 {
 			resp := send("POST", "/api/auth/login", nil)
 			if resp.StatusCode != 200 {
 				t.Fatalf("login %d: %s", i+1, resp.Status)
 			}
-			if got := resp.Header.Get("RateLimit-Policy"); got != `"login-1s";q=5;w=1, "login-1h";q=20;w=3600` {
+			if got := resp.Header.Get("RateLimit-Policy"); got != `"login-1s";q=1;w=1, "login-1h";q=20;w=3600` {
 				t.Fatalf("RateLimit-Policy %q", got)
 			}
 		}
