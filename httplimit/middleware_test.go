@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -609,5 +610,121 @@ func TestHandBuiltRulesNamed(t *testing.T) {
 				t.Errorf("Compile named the caller's limit %s", l)
 			}
 		}
+	}
+}
+
+// stackedYAML limits every request per address, requests under /api/ per
+// API key too, and logins by the strictest rule besides; audit, in shadow
+// mode, watches every request and never shows.
+const stackedYAML = `
+rules:
+  - {name: per-ip, key: ip, algorithm: fixed_window, limit: 100, period: 1m}
+  - {name: api, group: keys, match: /api/, key: "header:X-API-Key", algorithm: fixed_window, limit: 3, period: 1h}
+  - name: login
+    group: login
+    match: POST /api/auth/login
+    key: ip
+    limits:
+      - {algorithm: fixed_window, limit: 2, period: 1m}
+      - {algorithm: fixed_window, limit: 10, period: 1h}
+  - {name: audit, group: audit, key: ip, limit: 1, period: 1h, shadow: true}
+`
+
+// TestStacked: a request is decided under the rule of every group that
+// matches it, at once. The headers list every limit that applies, each
+// under its own name; the binding one (the fewest remaining, or when
+// denied the longest wait) drives Retry-After and X-RateLimit-*; the 429
+// names the limits that denied; and a denied request spends nothing from
+// any rule.
+func TestStacked(t *testing.T) {
+	f := setup(t, stackedYAML, httplimit.WithProblemJSON())
+	reset := func(d time.Duration) string { return strconv.FormatInt(storetest.Epoch.Add(d).Unix(), 10) }
+	const (
+		ipPol    = `"per-ip-1m";q=100;w=60`
+		apiPol   = `"api-1h";q=3;w=3600`
+		loginPol = `"login-1m";q=2;w=60, "login-1h";q=10;w=3600`
+	)
+	for i, tt := range []struct {
+		method, target, key string
+		code                int
+		policy, ratelimit   string
+		limit, remaining    string // X-RateLimit-*
+		reset               string
+		retryAfter          string
+		violated            []string
+	}{
+		{"GET", "/public", "k1", 200, ipPol, `"per-ip-1m";r=99;t=60`,
+			"100", "99", reset(time.Minute), "", nil},
+		{"GET", "/api/items", "k1", 200, ipPol + ", " + apiPol, `"per-ip-1m";r=98;t=60, "api-1h";r=2;t=3600`,
+			"3", "2", reset(time.Hour), "", nil},
+		// Ties go to the first limit with the fewest remaining: api.
+		{"POST", "/api/auth/login", "k1", 200, ipPol + ", " + apiPol + ", " + loginPol,
+			`"per-ip-1m";r=97;t=60, "api-1h";r=1;t=3600, "login-1m";r=1;t=60, "login-1h";r=9;t=3600`,
+			"3", "1", reset(time.Hour), "", nil},
+		{"POST", "/api/auth/login", "k1", 200, ipPol + ", " + apiPol + ", " + loginPol,
+			`"per-ip-1m";r=96;t=60, "api-1h";r=0;t=3600, "login-1m";r=0;t=60, "login-1h";r=8;t=3600`,
+			"3", "0", reset(time.Hour), "", nil},
+		// api and login-1m deny; api's wait is the longer: it binds.
+		{"POST", "/api/auth/login", "k1", 429, ipPol + ", " + apiPol + ", " + loginPol,
+			`"per-ip-1m";r=96;t=60, "api-1h";r=0;t=3600, "login-1m";r=0;t=60, "login-1h";r=8;t=3600`,
+			"3", "0", reset(time.Hour), "3600", []string{"api-1h", "login-1m"}},
+		// Another key from the same address: only login-1m denies, and binds;
+		// k2 has spent nothing yet (t=0: nothing to recover).
+		{"POST", "/api/auth/login", "k2", 429, ipPol + ", " + apiPol + ", " + loginPol,
+			`"per-ip-1m";r=96;t=60, "api-1h";r=3;t=0, "login-1m";r=0;t=60, "login-1h";r=8;t=3600`,
+			"2", "0", reset(time.Minute), "60", []string{"login-1m"}},
+		// The two denials spent nothing: not the address's count, nor k2's.
+		{"GET", "/api/items", "k2", 200, ipPol + ", " + apiPol, `"per-ip-1m";r=95;t=60, "api-1h";r=2;t=3600`,
+			"3", "2", reset(time.Hour), "", nil},
+	} {
+		w := f.do(req{method: tt.method, target: tt.target, header: map[string]string{"X-API-Key": tt.key}})
+		for k, v := range map[string]string{
+			"RateLimit-Policy":      tt.policy,
+			"RateLimit":             tt.ratelimit,
+			"X-RateLimit-Limit":     tt.limit,
+			"X-RateLimit-Remaining": tt.remaining,
+			"X-RateLimit-Reset":     tt.reset,
+			"Retry-After":           tt.retryAfter,
+		} {
+			if got := w.Header().Get(k); got != v {
+				t.Errorf("request %d (%s %s, key %s): %s = %q, want %q", i, tt.method, tt.target, tt.key, k, got, v)
+			}
+		}
+		if err := checkRateLimitFields(w.Header()); err != nil {
+			t.Errorf("request %d: %v", i, err)
+		}
+		names := policyNames(w)
+		if len(slices.Compact(slices.Sorted(slices.Values(names)))) != len(names) {
+			t.Errorf("request %d: RateLimit-Policy names %q are not distinct", i, names)
+		}
+		if w.Code != tt.code {
+			t.Fatalf("request %d (%s %s, key %s): %d %s, want %d", i, tt.method, tt.target, tt.key, w.Code, w.Body, tt.code)
+		}
+		if tt.code != 429 {
+			continue
+		}
+		var p struct {
+			Violated []string `json:"violated-policies"`
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || !slices.Equal(p.Violated, tt.violated) {
+			t.Errorf("request %d: 429 body %s (%v); want violated-policies %q", i, w.Body, err, tt.violated)
+		}
+	}
+}
+
+// TestStackedMissingKey: a request lacking the key of one of its rules is
+// refused before any rule is decided, spending nothing from the others.
+func TestStackedMissingKey(t *testing.T) {
+	f := setup(t, stackedYAML)
+	w := f.do(req{method: "POST", target: "/api/auth/login"})
+	if w.Code != 401 || !strings.Contains(w.Body.String(), "MISSING_KEY") || w.Header().Get("RateLimit") != "" {
+		t.Fatalf("login without an API key: %d %v %s; want 401 MISSING_KEY without rate-limit fields", w.Code, w.Header(), w.Body)
+	}
+	if got := f.do(req{target: "/public"}).Header().Get("RateLimit"); got != `"per-ip-1m";r=99;t=60` {
+		t.Errorf("after the refusal, RateLimit %q; want per-ip untouched (r=99)", got)
+	}
+	w = f.do(req{method: "POST", target: "/api/auth/login", header: map[string]string{"X-API-Key": "k"}})
+	if got := w.Header().Get("RateLimit"); w.Code != 200 || got != `"per-ip-1m";r=98;t=60, "api-1h";r=2;t=3600, "login-1m";r=1;t=60, "login-1h";r=9;t=3600` {
+		t.Errorf("login with a key: %d, RateLimit %q; want every rule's first spend", w.Code, got)
 	}
 }
