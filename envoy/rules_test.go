@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -13,13 +14,37 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/config"
+	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/store/memory"
 )
+
+// compile returns the rules of a policy file, compiled.
+func compile(t *testing.T, yaml string) *policy.RuleSet {
+	t.Helper()
+	f, err := config.Parse("sluice.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := f.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
+// rulesService returns a RulesService deciding with lim under the rules
+// of yaml, and its engine.
+func rulesService(t *testing.T, lim *sluice.Limiter, yaml string) (*RulesService, *policy.Engine) {
+	t.Helper()
+	e := policy.New(lim, compile(t, yaml), policy.WithLogger(slog.New(slog.DiscardHandler)))
+	return NewRulesService(e), e
+}
 
 // TestRulesService: Envoy descriptors name sluice rules with a "rule"
 // entry and the client with the others.
 func TestRulesService(t *testing.T) {
-	f, err := config.Parse("sluice.yaml", []byte(`
+	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	svc, _ := rulesService(t, sluice.New(memory.New(), sluice.WithClock(clk.Now)), `
 rules:
   - name: login
     match: POST /login
@@ -30,12 +55,7 @@ rules:
     plans:
       - {name: vip, keys: [10.0.0.1], limit: 5, period: 1m}
   - {name: probe, key: ip, limit: 1, period: 1h, shadow: true}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	svc := NewRulesService(sluice.New(memory.New(), sluice.WithClock(clk.Now)), f)
+`)
 	fx := &fixture{client: serve(t, svc)}
 
 	login := func(addr string) *rlsv3.RateLimitResponse {
@@ -78,6 +98,11 @@ rules:
 	}{
 		{[]string{"remote_address", "1.2.3.4"}, `no "rule" entry`},
 		{[]string{"rule", "nope", "remote_address", "1.2.3.4"}, `unknown rule "nope"`},
+		{[]string{"rule", "login", "remote_address", "somewhere"}, `rule "login" is keyed by ip, and "somewhere" is not an IP address`},
+		{[]string{"rule", "login"}, `rule "login" is keyed by ip, and "" is not an IP address`},
+		// Several client entries make one key of their own, which no ip
+		// rule could yield.
+		{[]string{"rule", "login", "remote_address", "1.2.3.4", "user", "ann"}, `is not an IP address`},
 	} {
 		_, err := fx.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc(tt.d...)}})
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tt.says) {
@@ -128,13 +153,14 @@ descriptors:
 	}
 }
 
-// TestRulesServiceNilAndCopy: a nil File means no rules, as in server.New
-// and server.Update, and the service keeps its own copy of the rule list,
-// so that the caller changing its File changes nothing.
+// TestRulesServiceNilAndCopy: an engine without rules makes every
+// descriptor InvalidArgument (unknown rule), its Update swaps the rules
+// the service decides under, and the compiled rules are the engine's own
+// copy, so that the caller changing its File changes nothing.
 func TestRulesServiceNilAndCopy(t *testing.T) {
-	lim := sluice.New(memory.New())
+	e := policy.New(sluice.New(memory.New()), nil)
+	svc := NewRulesService(e)
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("rule", "login", "remote_address", "192.0.2.1")}}
-	svc := NewRulesService(lim, nil)
 	if _, err := svc.ShouldRateLimit(context.Background(), req); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `unknown rule "login"`) {
 		t.Errorf("no rules: %v, want InvalidArgument, unknown rule", err)
 	}
@@ -142,15 +168,20 @@ func TestRulesServiceNilAndCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc.Update(f)
-	f.Rules[0].Shadow = true // the caller's copy, not the service's
+	set, err := f.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Update(set)
+	f.Rules[0].Shadow = true // the caller's copy, not the engine's
+	f.Rules[0].Limits[0].Limit = 5
 	for i, want := range []rlsv3.RateLimitResponse_Code{OK, OVER} {
 		resp, err := svc.ShouldRateLimit(context.Background(), req)
 		if err != nil || resp.OverallCode != want {
 			t.Fatalf("request %d: %v, %v; want %v", i+1, resp, err, want)
 		}
 	}
-	svc.Update(nil)
+	e.Update(nil)
 	if _, err := svc.ShouldRateLimit(context.Background(), req); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("after Update(nil): %v, want InvalidArgument", err)
 	}
@@ -158,49 +189,57 @@ func TestRulesServiceNilAndCopy(t *testing.T) {
 
 // TestRulesServiceNamesLimits: rules built in code get their limits named
 // as a policy file names them, as Envoy's current_limit shows, and the
-// caller's File is left unnamed.
+// caller's rules are left unnamed.
 func TestRulesServiceNamesLimits(t *testing.T) {
-	f := &config.File{Rules: []config.Rule{
-		{Name: "a", Key: config.Key{Source: "ip"}, Cost: 1, Limits: []sluice.Limit{sluice.PerHour(1)}},
-	}}
-	svc := NewRulesService(sluice.New(memory.New()), f)
+	rules := []policy.Rule{{Name: "a", Limits: []sluice.Limit{sluice.PerHour(1)}}}
+	set, err := policy.Compile(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := NewRulesService(policy.New(sluice.New(memory.New()), set))
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("rule", "a", "remote_address", "192.0.2.1")}}
 	resp, err := svc.ShouldRateLimit(context.Background(), req)
 	if err != nil || resp.OverallCode != OK {
 		t.Fatalf("first request: %v, %v; want OK", resp, err)
 	}
-	if name := resp.Statuses[0].GetCurrentLimit().GetName(); !strings.HasPrefix(name, "a-1h (") {
+	if name := resp.Statuses[0].GetCurrentLimit().GetName(); name != "a-1h (token_bucket 1/1h0m0s)" {
 		t.Errorf("current_limit name %q; want the limit named a-1h", name)
 	}
-	if name := f.Rules[0].Limits[0].Name; name != "" {
-		t.Errorf("Update named the caller's limit %q", name)
+	if name := rules[0].Limits[0].Name; name != "" {
+		t.Errorf("Compile named the caller's limit %q", name)
 	}
 }
 
-// TestRulesServicePlans: plans match the client when one entry identifies
-// it; a client of several entries gets the rule's own limits, whatever a
-// plan's prefixes.
+// TestRulesServicePlans: plans match the client key as the rule's key
+// source yields it; a client of several entries is one key of its own,
+// which a plan matches only as a whole.
 func TestRulesServicePlans(t *testing.T) {
-	f, err := config.Parse("sluice.yaml", []byte(`
+	svc, _ := rulesService(t, sluice.New(memory.New()), `
 rules:
   - name: api
     key: ip
     limit: 1
     period: 1h
     plans:
-      - {name: all, prefixes: ["envoy:", "1"], limit: 5, period: 1h}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc := NewRulesService(sluice.New(memory.New()), f)
+      - {name: all, prefixes: ["ip:", "1"], limit: 5, period: 1h}
+  - name: user
+    group: user
+    key: "header:X-User"
+    limit: 1
+    period: 1h
+    plans:
+      - {name: pro, keys: [ann], prefixes: ["k:"], limit: 5, period: 1h}
+`)
 	for _, tt := range []struct {
 		d    *commonv3.RateLimitDescriptor
 		want uint32
 	}{
 		{desc("rule", "api", "remote_address", "10.0.0.1"), 5},
-		{desc("rule", "api", "remote_address", "10.0.0.1", "user", "ann"), 1},
-		{desc("rule", "api"), 1},
+		{desc("rule", "api", "remote_address", "::ffff:10.0.0.2"), 5}, // unmapped first
+		{desc("rule", "api", "remote_address", "203.0.113.1"), 1},     // not by its namespace, "ip:"
+		{desc("rule", "user", "user", "ann"), 5},
+		{desc("rule", "user", "user", "bob"), 1},
+		{desc("rule", "user", "user", "ann", "org", "acme"), 1}, // "user=ann;org=acme" is not ann
 	} {
 		resp, err := svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{tt.d}})
 		if err != nil || resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != tt.want {
@@ -221,11 +260,8 @@ func (canceledStore) Reset(context.Context, string, ...sluice.Limit) error { ret
 // TestCanceled: both services answer Canceled, not Unavailable, when the
 // caller gave up.
 func TestCanceled(t *testing.T) {
-	f, err := config.Parse("sluice.yaml", []byte("rules:\n  - {name: login, key: ip, limit: 1, period: 1h}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	lim := sluice.New(canceledStore{})
+	rules, _ := rulesService(t, lim, "rules:\n  - {name: login, key: ip, limit: 1, period: 1h}\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	for name, tt := range map[string]struct {
@@ -233,7 +269,7 @@ func TestCanceled(t *testing.T) {
 		req *rlsv3.RateLimitRequest
 	}{
 		"Service":      {NewService(lim, mustLoad(t, "database.yaml")), &rlsv3.RateLimitRequest{Domain: "mongo_cps", Descriptors: []*commonv3.RateLimitDescriptor{desc("database", "default")}}},
-		"RulesService": {NewRulesService(lim, f), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("rule", "login", "remote_address", "192.0.2.1")}}},
+		"RulesService": {rules, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("rule", "login", "remote_address", "192.0.2.1")}}},
 	} {
 		if _, err := tt.svc.ShouldRateLimit(ctx, tt.req); status.Code(err) != codes.Canceled {
 			t.Errorf("%s: %v, want Canceled", name, err)
