@@ -76,6 +76,13 @@ func (s *RulesService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 		checks[i] = c
 	}
 	dec, err := s.engine.Check(ctx, checks...)
+	if errors.Is(err, sluice.ErrInvalidCost) && lookOnly(s.engine.Rules(), checks) {
+		// A rule in shadow mode never makes a request over the limit, not
+		// even with a cost it could never admit: this time those rules
+		// only report their state (and count as admitting it), and the
+		// others decide the request.
+		dec, err = s.engine.Check(ctx, checks...)
+	}
 	switch {
 	case errors.Is(err, sluice.ErrInvalidCost):
 		// Could never be admitted: over the limit, spending nothing.
@@ -134,6 +141,20 @@ func toCheck(req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor) (poli
 		c.Cost = &cost
 	}
 	return c, nil
+}
+
+// lookOnly makes every check of a rule in shadow mode in set cost 0, and
+// reports whether it changed any.
+func lookOnly(set *policy.RuleSet, checks []policy.Check) bool {
+	changed := false
+	for i := range checks {
+		if r := set.Rule(checks[i].Rule); r != nil && r.Shadow && (checks[i].Cost == nil || *checks[i].Cost != 0) {
+			zero := 0
+			checks[i].Cost = &zero
+			changed = true
+		}
+	}
+	return changed
 }
 
 // descriptorStatus reports a's part of a decision to Envoy.

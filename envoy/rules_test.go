@@ -2,7 +2,11 @@ package envoy
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +18,9 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/config"
+	"github.com/sluice-go/sluice/httplimit"
 	"github.com/sluice-go/sluice/policy"
+	"github.com/sluice-go/sluice/server"
 	"github.com/sluice-go/sluice/store/memory"
 )
 
@@ -273,6 +279,131 @@ func TestCanceled(t *testing.T) {
 	} {
 		if _, err := tt.svc.ShouldRateLimit(ctx, tt.req); status.Code(err) != codes.Canceled {
 			t.Errorf("%s: %v, want Canceled", name, err)
+		}
+	}
+}
+
+// stackedYAML limits every client per address and per API key, in two
+// groups, with a rule in shadow mode watching besides.
+const stackedYAML = `
+rules:
+  - {name: per-ip, key: ip, algorithm: fixed_window, limit: 3, period: 1m}
+  - {name: api, group: keys, key: "header:X-API-Key", algorithm: fixed_window, limit: 2, period: 1h}
+  - {name: audit, group: audit, key: ip, algorithm: fixed_window, limit: 1, period: 1h, shadow: true}
+`
+
+// TestRulesServiceStacked: the descriptors of one request are one
+// decision. It is admitted only if every descriptor's rule admits it, and
+// a denied request spends from none of them; a rule in shadow mode never
+// denies, and is decided only when the others admit the request.
+func TestRulesServiceStacked(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	svc, _ := rulesService(t, sluice.New(memory.New(), sluice.WithClock(clk.Now)), stackedYAML)
+	fx := &fixture{client: serve(t, svc)}
+	ip := desc("rule", "per-ip", "remote_address", "192.0.2.1")
+	key := func(k string) *commonv3.RateLimitDescriptor { return desc("rule", "api", "api_key", k) }
+	audit := desc("rule", "audit", "remote_address", "192.0.2.1")
+	type status struct {
+		code      rlsv3.RateLimitResponse_Code
+		remaining uint32
+	}
+	for i, tt := range []struct {
+		ds      []*commonv3.RateLimitDescriptor
+		overall rlsv3.RateLimitResponse_Code
+		want    []status
+	}{
+		{[]*commonv3.RateLimitDescriptor{ip, key("k1"), audit}, OK, []status{{OK, 2}, {OK, 1}, {OK, 0}}},
+		{[]*commonv3.RateLimitDescriptor{ip, key("k1"), audit}, OK, []status{{OK, 1}, {OK, 0}, {OK, 0}}}, // audit would deny: OK
+		// k1 is spent: the request is over the limit, per-ip reports its
+		// unchanged state, and audit is not decided.
+		{[]*commonv3.RateLimitDescriptor{ip, key("k1"), audit}, OVER, []status{{OK, 1}, {OVER, 0}, {OK, 0}}},
+		{[]*commonv3.RateLimitDescriptor{key("k1"), ip}, OVER, []status{{OVER, 0}, {OK, 1}}},
+		// The denials spent nothing from per-ip: one request is left.
+		{[]*commonv3.RateLimitDescriptor{ip, key("k2")}, OK, []status{{OK, 0}, {OK, 1}}},
+		// per-ip is spent now, and denies k3's first request, which spends
+		// nothing of k3's.
+		{[]*commonv3.RateLimitDescriptor{key("k3"), ip}, OVER, []status{{OK, 2}, {OVER, 0}}},
+		{[]*commonv3.RateLimitDescriptor{key("k3")}, OK, []status{{OK, 1}}},
+	} {
+		resp := fx.call(t, "edge", 0, tt.ds...)
+		var got []status
+		for _, st := range resp.Statuses {
+			got = append(got, status{st.Code, st.LimitRemaining})
+		}
+		if resp.OverallCode != tt.overall || !slices.Equal(got, tt.want) {
+			t.Errorf("request %d: %v %v, want %v %v", i, resp.OverallCode, got, tt.overall, tt.want)
+		}
+	}
+}
+
+// TestRulesServiceShadowCost: a rule in shadow mode never makes a request
+// over the limit, not even with a hits_addend it could never admit; the
+// others still decide the request.
+func TestRulesServiceShadowCost(t *testing.T) {
+	svc, _ := rulesService(t, sluice.New(memory.New()), stackedYAML)
+	fx := &fixture{client: serve(t, svc)}
+	ip := desc("rule", "per-ip", "remote_address", "192.0.2.1")
+	audit := desc("rule", "audit", "remote_address", "192.0.2.1")
+	// hits_addend 2: audit (1 per hour) could never admit it, per-ip (3 per
+	// minute) does.
+	if r := fx.call(t, "edge", 2, ip, audit); r.OverallCode != OK || r.Statuses[0].Code != OK || r.Statuses[0].LimitRemaining != 1 || r.Statuses[1].Code != OK {
+		t.Errorf("hits_addend 2 with a shadow rule of capacity 1: %v, want OK, per-ip spending 2", r)
+	}
+	if r := fx.call(t, "edge", 2, audit); r.OverallCode != OK {
+		t.Errorf("hits_addend 2 for the shadow rule alone: %v, want OK", r)
+	}
+	// A cost an enforced rule could never admit is still over the limit.
+	if r := fx.call(t, "edge", 4, ip, audit); r.OverallCode != OVER || r.Statuses[0].Code != OVER {
+		t.Errorf("hits_addend 4 of per-ip's 3: %v, want OVER_LIMIT", r)
+	}
+}
+
+// TestRulesServiceSharedWithServer: a descriptor keyed by remote_address
+// spends the count that POST /v1/check spends for that address, and the
+// middleware for requests from it, when they decide with one engine.
+func TestRulesServiceSharedWithServer(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	svc, e := rulesService(t, sluice.New(memory.New(), sluice.WithClock(clk.Now)), stackedYAML)
+	fx := &fixture{client: serve(t, svc)}
+	api := server.New(e, server.WithClock(clk.Now))
+	check := func(rule, key string) string {
+		w := httptest.NewRecorder()
+		api.ServeHTTP(w, httptest.NewRequest("POST", "/v1/check", strings.NewReader(fmt.Sprintf(`{"rule":%q,"key":%q}`, rule, key))))
+		return fmt.Sprint(w.Code, " ", w.Header().Get("X-RateLimit-Remaining"))
+	}
+	mw := httplimit.New(e)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	send := func(remote string) int {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = remote
+		r.Header.Set("X-API-Key", "k0")
+		w := httptest.NewRecorder()
+		mw.ServeHTTP(w, r)
+		return w.Code
+	}
+	for i, step := range []struct {
+		do   func() string
+		want string
+	}{
+		{func() string { return check("per-ip", "2001:db8::1") }, "200 2"},
+		{func() string {
+			r := fx.call(t, "edge", 0, desc("rule", "per-ip", "remote_address", "2001:db8::2")) // the same /64
+			return fmt.Sprint(r.OverallCode, " ", r.Statuses[0].LimitRemaining)
+		}, "OK 1"},
+		{func() string { return fmt.Sprint(send("[2001:db8::3]:443")) }, "200"},
+		{func() string { return check("per-ip", "2001:db8::4") }, "429 0"},
+		{func() string {
+			r := fx.call(t, "edge", 0, desc("rule", "per-ip", "remote_address", "2001:db8:0:1::1")) // another /64
+			return fmt.Sprint(r.OverallCode, " ", r.Statuses[0].LimitRemaining)
+		}, "OK 2"},
+		// A header rule: the descriptor's value is the header's.
+		{func() string {
+			r := fx.call(t, "edge", 0, desc("rule", "api", "api_key", "k1"))
+			return fmt.Sprint(r.OverallCode, " ", r.Statuses[0].LimitRemaining)
+		}, "OK 1"},
+		{func() string { return check("api", "k1") }, "200 0"},
+	} {
+		if got := step.do(); got != step.want {
+			t.Errorf("step %d: %s, want %s", i, got, step.want)
 		}
 	}
 }
