@@ -31,8 +31,9 @@ const RuleEntry = "rule"
 // rule keyed by header:<Name> (request_headers). Such a descriptor spends
 // the same count as the middleware and POST /v1/check for that rule and
 // client. A descriptor with several client entries is keyed by all of
-// them ("key=value" pairs joined by ";"), a count of its own; a global
-// rule needs none.
+// them ("key=value" pairs joined by ";"), a count of its own, which only
+// a header or query rule can take; a global rule needs none. A key the
+// rule's source could not yield is InvalidArgument.
 //
 // The descriptors of one request are one decision, as the rules a request
 // matches in the middleware: the request is admitted only if every
@@ -41,7 +42,8 @@ const RuleEntry = "rule"
 // own hits_addend overrides it, and an explicit 0 reports the state
 // without spending. A cost above what a limit can ever admit answers
 // OVER_LIMIT without spending anything. The domain is required but not
-// interpreted; a rule in shadow mode always answers OK.
+// interpreted; a rule in shadow mode always answers OK, even with a cost
+// it could never admit. See the package documentation.
 //
 // In Envoy's route configuration:
 //
