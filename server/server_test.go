@@ -732,6 +732,33 @@ func TestUpdateKeepsOwnCopy(t *testing.T) {
 	}
 }
 
+// TestUpdateKeepsOwnPlans: the plans' keys and prefixes are the compiled
+// rules' own too.
+func TestUpdateKeepsOwnPlans(t *testing.T) {
+	file := parse(t, `
+rules:
+  - name: api
+    key: "header:X-API-Key"
+    limit: 1
+    period: 1h
+    plans:
+      - {name: pro, keys: [gold], prefixes: ["partner-"], limit: 5, period: 1h}
+`)
+	set, err := file.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := setup(t, rulesYAML)
+	f.engine.Update(set)
+	file.Rules[0].Plans[0].Keys[0] = "free"
+	file.Rules[0].Plans[0].Prefixes[0] = "f"
+	for key, want := range map[string]string{"gold": "5", "partner-x": "5", "free": "1", "fx": "1"} {
+		if w := f.check("api", key, 0); w.Code != 200 || w.Header().Get("X-RateLimit-Limit") != want {
+			t.Errorf("api for %s after the File's plan changed: %d %v; want limit %s", key, w.Code, w.Header(), want)
+		}
+	}
+}
+
 // TestUpdateNamesLimits: the limits of rules built in code are named as a
 // policy file names them, so two rules with equal unnamed limits keep
 // their own counts for one key, and the caller's rules are left unnamed.
