@@ -1,15 +1,21 @@
 // Package envoy serves Envoy's rate limit service protocol
-// (envoy.service.ratelimit.v3, ShouldRateLimit over gRPC) from a
-// sluice.Limiter, configured by files written for envoyproxy/ratelimit,
-// unchanged.
+// (envoy.service.ratelimit.v3, ShouldRateLimit over gRPC) in two ways:
+// Service from a sluice.Limiter, configured by files written for
+// envoyproxy/ratelimit, unchanged; and RulesService, a door over a
+// policy.Engine that decides descriptors under the rules of a sluice
+// policy file, sharing their counts with the other doors (see "Sluice
+// rules" below).
 //
 //	cfg, err := envoy.LoadConfig("ratelimit.yaml")
 //	...
-//	svc := envoy.NewService(limiter, cfg, envoy.WithResponseHeaders())
+//	svc := envoy.NewService(limiter, cfg, envoy.WithResponseHeaders(), envoy.WithObserver(m.Decision))
 //	g := grpc.NewServer()
 //	envoy.Register(g, svc)
 //	...
 //	svc.Update(newCfg) // hot reload: an atomic swap
+//
+// WithObserver takes a policy.Observer, such as metrics.Metrics.Decision,
+// told of each counted descriptor under its limit's name.
 //
 // # Configuration
 //
@@ -69,8 +75,8 @@
 //
 // # Decisions
 //
-// Each descriptor of a request is decided in order, independently, with
-// Limiter.AllowN(ctx, key, limit, cost): the store key is the domain and
+// Service decides each descriptor of a request in order, independently,
+// with Limiter.AllowN(ctx, key, limit, cost): the store key is the domain and
 // every entry of the request descriptor, length-prefixed so that distinct
 // descriptors never share a key. The cost is the descriptor's own
 // hits_addend when set and positive, else the request's hits_addend, where
@@ -103,4 +109,53 @@
 // Limiter's ErrorPolicy returns as an error fails with codes.Unavailable,
 // leaving the choice to Envoy's failure_mode_deny; a call that its caller
 // canceled meanwhile fails with codes.Canceled instead.
+//
+// # Sluice rules
+//
+// RulesService answers from a sluice policy file (package config) instead,
+// through a policy.Engine, so that a rule means the same and spends the
+// same counts through Envoy as through the middleware (package httplimit),
+// the proxy and the decision service (package server):
+//
+//	rules, err := file.Compile()
+//	...
+//	engine := policy.New(limiter, rules, policy.WithObserver(m.Decision))
+//	envoy.Register(g, envoy.NewRulesService(engine))
+//	...
+//	engine.Update(newRules) // hot reload, for every door of the engine
+//
+// Each descriptor names its rule in an entry whose key is "rule" (Envoy's
+// generic_key action with descriptor_key: rule); its one other entry is
+// the client key as the rule's key source yields it from a request: the
+// address for a rule keyed by ip (Envoy's remote_address action; an IPv6
+// address counts as its /64, as in the middleware), the header's value for
+// a rule keyed by header:<Name> (request_headers); a global rule needs
+// none. A descriptor with several client entries is keyed by all of them
+// ("key=value" pairs joined by ";"), a count of its own, which only a
+// header or query rule can take. A key the rule's source could not yield
+// (not an IP address for an ip rule) is InvalidArgument, as are an unknown
+// rule and a descriptor without a "rule" entry.
+//
+//	rate_limits:
+//	  - actions:
+//	      - generic_key: {descriptor_key: rule, descriptor_value: per-ip}
+//	      - remote_address: {}
+//	  - actions:
+//	      - generic_key: {descriptor_key: rule, descriptor_value: api}
+//	      - request_headers: {header_name: X-API-Key, descriptor_key: api_key}
+//
+// Unlike Service, the descriptors of one request are one decision, as the
+// rules of several groups that one request matches in the middleware: one
+// call of sluice.Limiter.AllowParts, admitted only if every descriptor's
+// rule admits it, and a denied request spends from none of them. Each
+// status reports its rule's binding limit (current_limit names it as
+// "<limit name> (<algorithm> <limit>/<period>)"); it is OVER_LIMIT for the
+// rules that denied the request, OK with their unchanged state for the
+// others. hits_addend is the cost of every descriptor, 0 meaning the
+// rule's cost; a descriptor's own hits_addend overrides it, and an
+// explicit 0 reports the state without spending. A cost above what a
+// limit can ever admit makes the request OVER_LIMIT without spending
+// anything. Rules in shadow mode always answer OK: they are decided after
+// the others, only when those admit the request, and with a cost they
+// could never admit they only report their state.
 package envoy

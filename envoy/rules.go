@@ -31,8 +31,9 @@ const RuleEntry = "rule"
 // rule keyed by header:<Name> (request_headers). Such a descriptor spends
 // the same count as the middleware and POST /v1/check for that rule and
 // client. A descriptor with several client entries is keyed by all of
-// them ("key=value" pairs joined by ";"), a count of its own; a global
-// rule needs none.
+// them ("key=value" pairs joined by ";"), a count of its own, which only
+// a header or query rule can take; a global rule needs none. A key the
+// rule's source could not yield is InvalidArgument.
 //
 // The descriptors of one request are one decision, as the rules a request
 // matches in the middleware: the request is admitted only if every
@@ -41,7 +42,8 @@ const RuleEntry = "rule"
 // own hits_addend overrides it, and an explicit 0 reports the state
 // without spending. A cost above what a limit can ever admit answers
 // OVER_LIMIT without spending anything. The domain is required but not
-// interpreted; a rule in shadow mode always answers OK.
+// interpreted; a rule in shadow mode always answers OK, even with a cost
+// it could never admit. See the package documentation.
 //
 // In Envoy's route configuration:
 //
@@ -76,6 +78,13 @@ func (s *RulesService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 		checks[i] = c
 	}
 	dec, err := s.engine.Check(ctx, checks...)
+	if errors.Is(err, sluice.ErrInvalidCost) && lookOnly(s.engine.Rules(), checks) {
+		// A rule in shadow mode never makes a request over the limit, not
+		// even with a cost it could never admit: this time those rules
+		// only report their state (and count as admitting it), and the
+		// others decide the request.
+		dec, err = s.engine.Check(ctx, checks...)
+	}
 	switch {
 	case errors.Is(err, sluice.ErrInvalidCost):
 		// Could never be admitted: over the limit, spending nothing.
@@ -134,6 +143,20 @@ func toCheck(req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor) (poli
 		c.Cost = &cost
 	}
 	return c, nil
+}
+
+// lookOnly makes every check of a rule in shadow mode in set cost 0, and
+// reports whether it changed any.
+func lookOnly(set *policy.RuleSet, checks []policy.Check) bool {
+	changed := false
+	for i := range checks {
+		if r := set.Rule(checks[i].Rule); r != nil && r.Shadow && (checks[i].Cost == nil || *checks[i].Cost != 0) {
+			zero := 0
+			checks[i].Cost = &zero
+			changed = true
+		}
+	}
+	return changed
 }
 
 // descriptorStatus reports a's part of a decision to Envoy.

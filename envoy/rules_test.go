@@ -2,6 +2,11 @@ package envoy
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,13 +18,39 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/config"
+	"github.com/sluice-go/sluice/httplimit"
+	"github.com/sluice-go/sluice/policy"
+	"github.com/sluice-go/sluice/server"
 	"github.com/sluice-go/sluice/store/memory"
 )
+
+// compile returns the rules of a policy file, compiled.
+func compile(t *testing.T, yaml string) *policy.RuleSet {
+	t.Helper()
+	f, err := config.Parse("sluice.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := f.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
+// rulesService returns a RulesService deciding with lim under the rules
+// of yaml, and its engine.
+func rulesService(t *testing.T, lim *sluice.Limiter, yaml string) (*RulesService, *policy.Engine) {
+	t.Helper()
+	e := policy.New(lim, compile(t, yaml), policy.WithLogger(slog.New(slog.DiscardHandler)))
+	return NewRulesService(e), e
+}
 
 // TestRulesService: Envoy descriptors name sluice rules with a "rule"
 // entry and the client with the others.
 func TestRulesService(t *testing.T) {
-	f, err := config.Parse("sluice.yaml", []byte(`
+	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	svc, _ := rulesService(t, sluice.New(memory.New(), sluice.WithClock(clk.Now)), `
 rules:
   - name: login
     match: POST /login
@@ -30,12 +61,7 @@ rules:
     plans:
       - {name: vip, keys: [10.0.0.1], limit: 5, period: 1m}
   - {name: probe, key: ip, limit: 1, period: 1h, shadow: true}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	svc := NewRulesService(sluice.New(memory.New(), sluice.WithClock(clk.Now)), f)
+`)
 	fx := &fixture{client: serve(t, svc)}
 
 	login := func(addr string) *rlsv3.RateLimitResponse {
@@ -78,6 +104,11 @@ rules:
 	}{
 		{[]string{"remote_address", "1.2.3.4"}, `no "rule" entry`},
 		{[]string{"rule", "nope", "remote_address", "1.2.3.4"}, `unknown rule "nope"`},
+		{[]string{"rule", "login", "remote_address", "somewhere"}, `rule "login" is keyed by ip, and "somewhere" is not an IP address`},
+		{[]string{"rule", "login"}, `rule "login" is keyed by ip, and "" is not an IP address`},
+		// Several client entries make one key of their own, which no ip
+		// rule could yield.
+		{[]string{"rule", "login", "remote_address", "1.2.3.4", "user", "ann"}, `is not an IP address`},
 	} {
 		_, err := fx.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc(tt.d...)}})
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tt.says) {
@@ -128,13 +159,14 @@ descriptors:
 	}
 }
 
-// TestRulesServiceNilAndCopy: a nil File means no rules, as in server.New
-// and server.Update, and the service keeps its own copy of the rule list,
-// so that the caller changing its File changes nothing.
+// TestRulesServiceNilAndCopy: an engine without rules makes every
+// descriptor InvalidArgument (unknown rule), its Update swaps the rules
+// the service decides under, and the compiled rules are the engine's own
+// copy, so that the caller changing its File changes nothing.
 func TestRulesServiceNilAndCopy(t *testing.T) {
-	lim := sluice.New(memory.New())
+	e := policy.New(sluice.New(memory.New()), nil)
+	svc := NewRulesService(e)
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("rule", "login", "remote_address", "192.0.2.1")}}
-	svc := NewRulesService(lim, nil)
 	if _, err := svc.ShouldRateLimit(context.Background(), req); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `unknown rule "login"`) {
 		t.Errorf("no rules: %v, want InvalidArgument, unknown rule", err)
 	}
@@ -142,15 +174,20 @@ func TestRulesServiceNilAndCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc.Update(f)
-	f.Rules[0].Shadow = true // the caller's copy, not the service's
+	set, err := f.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Update(set)
+	f.Rules[0].Shadow = true // the caller's copy, not the engine's
+	f.Rules[0].Limits[0].Limit = 5
 	for i, want := range []rlsv3.RateLimitResponse_Code{OK, OVER} {
 		resp, err := svc.ShouldRateLimit(context.Background(), req)
 		if err != nil || resp.OverallCode != want {
 			t.Fatalf("request %d: %v, %v; want %v", i+1, resp, err, want)
 		}
 	}
-	svc.Update(nil)
+	e.Update(nil)
 	if _, err := svc.ShouldRateLimit(context.Background(), req); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("after Update(nil): %v, want InvalidArgument", err)
 	}
@@ -158,49 +195,57 @@ func TestRulesServiceNilAndCopy(t *testing.T) {
 
 // TestRulesServiceNamesLimits: rules built in code get their limits named
 // as a policy file names them, as Envoy's current_limit shows, and the
-// caller's File is left unnamed.
+// caller's rules are left unnamed.
 func TestRulesServiceNamesLimits(t *testing.T) {
-	f := &config.File{Rules: []config.Rule{
-		{Name: "a", Key: config.Key{Source: "ip"}, Cost: 1, Limits: []sluice.Limit{sluice.PerHour(1)}},
-	}}
-	svc := NewRulesService(sluice.New(memory.New()), f)
+	rules := []policy.Rule{{Name: "a", Limits: []sluice.Limit{sluice.PerHour(1)}}}
+	set, err := policy.Compile(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := NewRulesService(policy.New(sluice.New(memory.New()), set))
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("rule", "a", "remote_address", "192.0.2.1")}}
 	resp, err := svc.ShouldRateLimit(context.Background(), req)
 	if err != nil || resp.OverallCode != OK {
 		t.Fatalf("first request: %v, %v; want OK", resp, err)
 	}
-	if name := resp.Statuses[0].GetCurrentLimit().GetName(); !strings.HasPrefix(name, "a-1h (") {
+	if name := resp.Statuses[0].GetCurrentLimit().GetName(); name != "a-1h (token_bucket 1/1h0m0s)" {
 		t.Errorf("current_limit name %q; want the limit named a-1h", name)
 	}
-	if name := f.Rules[0].Limits[0].Name; name != "" {
-		t.Errorf("Update named the caller's limit %q", name)
+	if name := rules[0].Limits[0].Name; name != "" {
+		t.Errorf("Compile named the caller's limit %q", name)
 	}
 }
 
-// TestRulesServicePlans: plans match the client when one entry identifies
-// it; a client of several entries gets the rule's own limits, whatever a
-// plan's prefixes.
+// TestRulesServicePlans: plans match the client key as the rule's key
+// source yields it; a client of several entries is one key of its own,
+// which a plan matches only as a whole.
 func TestRulesServicePlans(t *testing.T) {
-	f, err := config.Parse("sluice.yaml", []byte(`
+	svc, _ := rulesService(t, sluice.New(memory.New()), `
 rules:
   - name: api
     key: ip
     limit: 1
     period: 1h
     plans:
-      - {name: all, prefixes: ["envoy:", "1"], limit: 5, period: 1h}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc := NewRulesService(sluice.New(memory.New()), f)
+      - {name: all, prefixes: ["ip:", "1"], limit: 5, period: 1h}
+  - name: user
+    group: user
+    key: "header:X-User"
+    limit: 1
+    period: 1h
+    plans:
+      - {name: pro, keys: [ann], prefixes: ["k:"], limit: 5, period: 1h}
+`)
 	for _, tt := range []struct {
 		d    *commonv3.RateLimitDescriptor
 		want uint32
 	}{
 		{desc("rule", "api", "remote_address", "10.0.0.1"), 5},
-		{desc("rule", "api", "remote_address", "10.0.0.1", "user", "ann"), 1},
-		{desc("rule", "api"), 1},
+		{desc("rule", "api", "remote_address", "::ffff:10.0.0.2"), 5}, // unmapped first
+		{desc("rule", "api", "remote_address", "203.0.113.1"), 1},     // not by its namespace, "ip:"
+		{desc("rule", "user", "user", "ann"), 5},
+		{desc("rule", "user", "user", "bob"), 1},
+		{desc("rule", "user", "user", "ann", "org", "acme"), 1}, // "user=ann;org=acme" is not ann
 	} {
 		resp, err := svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{tt.d}})
 		if err != nil || resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != tt.want {
@@ -221,11 +266,8 @@ func (canceledStore) Reset(context.Context, string, ...sluice.Limit) error { ret
 // TestCanceled: both services answer Canceled, not Unavailable, when the
 // caller gave up.
 func TestCanceled(t *testing.T) {
-	f, err := config.Parse("sluice.yaml", []byte("rules:\n  - {name: login, key: ip, limit: 1, period: 1h}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	lim := sluice.New(canceledStore{})
+	rules, _ := rulesService(t, lim, "rules:\n  - {name: login, key: ip, limit: 1, period: 1h}\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	for name, tt := range map[string]struct {
@@ -233,10 +275,135 @@ func TestCanceled(t *testing.T) {
 		req *rlsv3.RateLimitRequest
 	}{
 		"Service":      {NewService(lim, mustLoad(t, "database.yaml")), &rlsv3.RateLimitRequest{Domain: "mongo_cps", Descriptors: []*commonv3.RateLimitDescriptor{desc("database", "default")}}},
-		"RulesService": {NewRulesService(lim, f), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("rule", "login", "remote_address", "192.0.2.1")}}},
+		"RulesService": {rules, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("rule", "login", "remote_address", "192.0.2.1")}}},
 	} {
 		if _, err := tt.svc.ShouldRateLimit(ctx, tt.req); status.Code(err) != codes.Canceled {
 			t.Errorf("%s: %v, want Canceled", name, err)
+		}
+	}
+}
+
+// stackedYAML limits every client per address and per API key, in two
+// groups, with a rule in shadow mode watching besides.
+const stackedYAML = `
+rules:
+  - {name: per-ip, key: ip, algorithm: fixed_window, limit: 3, period: 1m}
+  - {name: api, group: keys, key: "header:X-API-Key", algorithm: fixed_window, limit: 2, period: 1h}
+  - {name: audit, group: audit, key: ip, algorithm: fixed_window, limit: 1, period: 1h, shadow: true}
+`
+
+// TestRulesServiceStacked: the descriptors of one request are one
+// decision. It is admitted only if every descriptor's rule admits it, and
+// a denied request spends from none of them; a rule in shadow mode never
+// denies, and is decided only when the others admit the request.
+func TestRulesServiceStacked(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	svc, _ := rulesService(t, sluice.New(memory.New(), sluice.WithClock(clk.Now)), stackedYAML)
+	fx := &fixture{client: serve(t, svc)}
+	ip := desc("rule", "per-ip", "remote_address", "192.0.2.1")
+	key := func(k string) *commonv3.RateLimitDescriptor { return desc("rule", "api", "api_key", k) }
+	audit := desc("rule", "audit", "remote_address", "192.0.2.1")
+	type status struct {
+		code      rlsv3.RateLimitResponse_Code
+		remaining uint32
+	}
+	for i, tt := range []struct {
+		ds      []*commonv3.RateLimitDescriptor
+		overall rlsv3.RateLimitResponse_Code
+		want    []status
+	}{
+		{[]*commonv3.RateLimitDescriptor{ip, key("k1"), audit}, OK, []status{{OK, 2}, {OK, 1}, {OK, 0}}},
+		{[]*commonv3.RateLimitDescriptor{ip, key("k1"), audit}, OK, []status{{OK, 1}, {OK, 0}, {OK, 0}}}, // audit would deny: OK
+		// k1 is spent: the request is over the limit, per-ip reports its
+		// unchanged state, and audit is not decided.
+		{[]*commonv3.RateLimitDescriptor{ip, key("k1"), audit}, OVER, []status{{OK, 1}, {OVER, 0}, {OK, 0}}},
+		{[]*commonv3.RateLimitDescriptor{key("k1"), ip}, OVER, []status{{OVER, 0}, {OK, 1}}},
+		// The denials spent nothing from per-ip: one request is left.
+		{[]*commonv3.RateLimitDescriptor{ip, key("k2")}, OK, []status{{OK, 0}, {OK, 1}}},
+		// per-ip is spent now, and denies k3's first request, which spends
+		// nothing of k3's.
+		{[]*commonv3.RateLimitDescriptor{key("k3"), ip}, OVER, []status{{OK, 2}, {OVER, 0}}},
+		{[]*commonv3.RateLimitDescriptor{key("k3")}, OK, []status{{OK, 1}}},
+	} {
+		resp := fx.call(t, "edge", 0, tt.ds...)
+		var got []status
+		for _, st := range resp.Statuses {
+			got = append(got, status{st.Code, st.LimitRemaining})
+		}
+		if resp.OverallCode != tt.overall || !slices.Equal(got, tt.want) {
+			t.Errorf("request %d: %v %v, want %v %v", i, resp.OverallCode, got, tt.overall, tt.want)
+		}
+	}
+}
+
+// TestRulesServiceShadowCost: a rule in shadow mode never makes a request
+// over the limit, not even with a hits_addend it could never admit; the
+// others still decide the request.
+func TestRulesServiceShadowCost(t *testing.T) {
+	svc, _ := rulesService(t, sluice.New(memory.New()), stackedYAML)
+	fx := &fixture{client: serve(t, svc)}
+	ip := desc("rule", "per-ip", "remote_address", "192.0.2.1")
+	audit := desc("rule", "audit", "remote_address", "192.0.2.1")
+	// hits_addend 2: audit (1 per hour) could never admit it, per-ip (3 per
+	// minute) does.
+	if r := fx.call(t, "edge", 2, ip, audit); r.OverallCode != OK || r.Statuses[0].Code != OK || r.Statuses[0].LimitRemaining != 1 || r.Statuses[1].Code != OK {
+		t.Errorf("hits_addend 2 with a shadow rule of capacity 1: %v, want OK, per-ip spending 2", r)
+	}
+	if r := fx.call(t, "edge", 2, audit); r.OverallCode != OK {
+		t.Errorf("hits_addend 2 for the shadow rule alone: %v, want OK", r)
+	}
+	// A cost an enforced rule could never admit is still over the limit.
+	if r := fx.call(t, "edge", 4, ip, audit); r.OverallCode != OVER || r.Statuses[0].Code != OVER {
+		t.Errorf("hits_addend 4 of per-ip's 3: %v, want OVER_LIMIT", r)
+	}
+}
+
+// TestRulesServiceSharedWithServer: a descriptor keyed by remote_address
+// spends the count that POST /v1/check spends for that address, and the
+// middleware for requests from it, when they decide with one engine.
+func TestRulesServiceSharedWithServer(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	svc, e := rulesService(t, sluice.New(memory.New(), sluice.WithClock(clk.Now)), stackedYAML)
+	fx := &fixture{client: serve(t, svc)}
+	api := server.New(e, server.WithClock(clk.Now))
+	check := func(rule, key string) string {
+		w := httptest.NewRecorder()
+		api.ServeHTTP(w, httptest.NewRequest("POST", "/v1/check", strings.NewReader(fmt.Sprintf(`{"rule":%q,"key":%q}`, rule, key))))
+		return fmt.Sprint(w.Code, " ", w.Header().Get("X-RateLimit-Remaining"))
+	}
+	mw := httplimit.New(e)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	send := func(remote string) int {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = remote
+		r.Header.Set("X-API-Key", "k0")
+		w := httptest.NewRecorder()
+		mw.ServeHTTP(w, r)
+		return w.Code
+	}
+	for i, step := range []struct {
+		do   func() string
+		want string
+	}{
+		{func() string { return check("per-ip", "2001:db8::1") }, "200 2"},
+		{func() string {
+			r := fx.call(t, "edge", 0, desc("rule", "per-ip", "remote_address", "2001:db8::2")) // the same /64
+			return fmt.Sprint(r.OverallCode, " ", r.Statuses[0].LimitRemaining)
+		}, "OK 1"},
+		{func() string { return fmt.Sprint(send("[2001:db8::3]:443")) }, "200"},
+		{func() string { return check("per-ip", "2001:db8::4") }, "429 0"},
+		{func() string {
+			r := fx.call(t, "edge", 0, desc("rule", "per-ip", "remote_address", "2001:db8:0:1::1")) // another /64
+			return fmt.Sprint(r.OverallCode, " ", r.Statuses[0].LimitRemaining)
+		}, "OK 2"},
+		// A header rule: the descriptor's value is the header's.
+		{func() string {
+			r := fx.call(t, "edge", 0, desc("rule", "api", "api_key", "k1"))
+			return fmt.Sprint(r.OverallCode, " ", r.Statuses[0].LimitRemaining)
+		}, "OK 1"},
+		{func() string { return check("api", "k1") }, "200 0"},
+	} {
+		if got := step.do(); got != step.want {
+			t.Errorf("step %d: %s, want %s", i, got, step.want)
 		}
 	}
 }

@@ -1,14 +1,39 @@
-// Package httplimit rate-limits net/http handlers with a sluice.Limiter.
+// Package httplimit rate-limits net/http handlers with a policy.Engine.
 //
-// New returns the middleware: it matches each request to a rule, names the
-// client, decides all the rule's limits in one atomic call, and answers
-// denied requests with 429. The building blocks it uses are exported for
-// servers that decide requests themselves:
+// New returns the middleware, a thin door over the engine: for each
+// request policy.Engine.Decide finds the rule of every group that matches
+// it (rules stack by group: per address on every request, per API key
+// under /api/, the strictest on login), names the client as each rule's
+// key source says, and decides all their limits in one atomic call,
+// admitting the request only if every rule does; the middleware writes
+// the Decision back. Which proxies to believe about a client's address
+// (policy.WithTrustedProxies), custom client keys (policy.WithKey), the
+// metrics observer and the logger are the engine's options, not the
+// middleware's; the middleware chooses only how it answers (WithHeaders,
+// WithProblemJSON, WithPolicyKey, WithClock, or FromConfig for a policy
+// file's http section):
 //
-//   - ClientIP finds the client's address behind trusted reverse proxies
-//     (X-Forwarded-For or Forwarded), so that a client cannot pick its own
-//     bucket by sending those headers; TrustedPeer tells whether the
-//     request's peer is one of those proxies.
+//	file, err := config.Load("sluice.yaml")
+//	...
+//	rules, err := file.Compile() // the file's trusted proxies and IPv6 prefix included
+//	...
+//	engine := policy.New(limiter, rules, policy.WithObserver(m.Decision)) // m: a *metrics.Metrics
+//	opts, err := httplimit.FromConfig(file.HTTP)
+//	...
+//	handler := httplimit.New(engine, opts...)(mux)
+//	...
+//	engine.Update(newRules) // hot reload: an atomic swap
+//
+// A denied request spends nothing from any of its rules. The headers list every limit of every rule that applies, rules in
+// shadow mode left out, each under its own name ("<rule>-<period>"); the
+// binding limit, the one that denied with the longest wait or, when the
+// request is admitted, the one with the fewest remaining, drives the
+// legacy X-RateLimit-* fields and Retry-After, and the 429 of
+// WithProblemJSON names the limits that denied the request. The building blocks are exported for servers that
+// decide requests themselves (policy.ClientIP, which finds a client's
+// address behind trusted proxies, and policy.TrustedPeer are the
+// engine's):
+//
 //   - SetHeaders writes the RateLimit-Policy and RateLimit fields of
 //     draft-ietf-httpapi-ratelimit-headers-10 (RFC 9651 structured-field
 //     lists, one item per limit) and the legacy X-RateLimit-Limit,

@@ -9,11 +9,12 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/config"
 	"github.com/sluice-go/sluice/httplimit"
+	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/store/memory"
 )
 
 func Example() {
-	policy, err := config.Parse("sluice.yaml", []byte(`
+	file, err := config.Parse("sluice.yaml", []byte(`
 rules:
   - name: login
     match: POST /api/auth/login
@@ -29,8 +30,12 @@ rules:
 	if err != nil {
 		panic(err) // names the file, line and field of every mistake
 	}
+	rules, err := file.Compile()
+	if err != nil {
+		panic(err)
+	}
 	lim := sluice.New(memory.New(), sluice.WithClock(fixed))
-	limit := httplimit.New(lim, policy.Rules, httplimit.WithClock(fixed))
+	limit := httplimit.New(policy.New(lim, rules), httplimit.WithClock(fixed))
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/auth/login", func(w http.ResponseWriter, r *http.Request) {
@@ -52,6 +57,50 @@ rules:
 	// 200 "login-1m";r=0;t=120, "login-1h";r=18;t=3600
 	// 429 "login-1m";r=0;t=90, "login-1h";r=18;t=3600
 	// Retry-After: 90
+}
+
+// Rules of different groups stack: every request is limited per address,
+// requests under /api/ also per API key, and logins by the strictest rule
+// besides. A request is admitted only if every rule that applies admits
+// it, and one that is denied spends nothing. The headers list every limit
+// that applies; the binding one (here the one with the fewest remaining,
+// or when denied the one with the longest wait) sets the X-RateLimit-*
+// fields and Retry-After.
+func Example_stacked() {
+	file, err := config.Parse("sluice.yaml", []byte(`
+rules:
+  - {name: per-ip, key: ip, algorithm: fixed_window, limit: 100, period: 1m}
+  - {name: api, group: keys, match: /api/, key: "header:X-API-Key", algorithm: fixed_window, limit: 50, period: 1h}
+  - {name: login, group: login, match: POST /api/auth/login, key: ip, algorithm: fixed_window, limit: 2, period: 1m}
+`))
+	if err != nil {
+		panic(err)
+	}
+	rules, err := file.Compile()
+	if err != nil {
+		panic(err)
+	}
+	lim := sluice.New(memory.New(), sluice.WithClock(fixed))
+	limit := httplimit.New(policy.New(lim, rules), httplimit.WithClock(fixed), httplimit.WithHeaders(httplimit.HeadersIETF))
+	handler := limit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+
+	for _, target := range []string{"/", "/api/items", "/api/auth/login", "/api/auth/login", "/api/auth/login"} {
+		r := httptest.NewRequest("POST", target, nil)
+		r.Header.Set("X-API-Key", "k1")
+		w := httptest.NewRecorder()
+		handler.ServeHTTP(w, r)
+		fmt.Println(w.Code, target, w.Header().Get("RateLimit"))
+		if w.Code == http.StatusTooManyRequests {
+			fmt.Println("Retry-After:", w.Header().Get("Retry-After"))
+		}
+	}
+	// Output:
+	// 200 / "per-ip-1m";r=99;t=60
+	// 200 /api/items "per-ip-1m";r=98;t=60, "api-1h";r=49;t=3600
+	// 200 /api/auth/login "per-ip-1m";r=97;t=60, "api-1h";r=48;t=3600, "login-1m";r=1;t=60
+	// 200 /api/auth/login "per-ip-1m";r=96;t=60, "api-1h";r=47;t=3600, "login-1m";r=0;t=60
+	// 429 /api/auth/login "per-ip-1m";r=96;t=60, "api-1h";r=47;t=3600, "login-1m";r=0;t=60
+	// Retry-After: 60
 }
 
 // fixed is a clock stopped at a round instant, so that the example prints

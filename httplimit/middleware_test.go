@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-go/sluice/config"
 	"github.com/sluice-go/sluice/httplimit"
 	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/store/memory"
 	sluiceredis "github.com/sluice-go/sluice/store/redis"
 	"github.com/sluice-go/sluice/storetest"
@@ -31,25 +32,40 @@ type fixture struct {
 	h     http.Handler
 }
 
-func rules(t *testing.T, yaml string) []config.Rule {
+// compile returns the rules of a policy file, compiled with opts.
+func compile(t *testing.T, yaml string, opts ...policy.Option) *policy.RuleSet {
 	t.Helper()
 	f, err := config.Parse("test.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	return f.Rules
+	set, err := f.Compile(opts...)
+	if err != nil {
+		t.Fatalf("compile: %v", err)
+	}
+	return set
 }
 
+// quiet discards the engine's logs.
+var quiet = policy.WithLogger(slog.New(slog.DiscardHandler))
+
+// setup serves the rules of yaml on the memory store.
 func setup(t *testing.T, yaml string, opts ...httplimit.Option) *fixture {
 	t.Helper()
 	clock := storetest.NewClock()
-	lim := sluice.New(memory.New(memory.WithClock(clock.Now)), sluice.WithClock(clock.Now))
-	return setupWith(t, lim, clock, yaml, opts...)
+	return serve(t, clock, policy.New(newLimiter(clock), compile(t, yaml), quiet), opts...)
 }
 
-func setupWith(t *testing.T, lim *sluice.Limiter, clock *storetest.Clock, yaml string, opts ...httplimit.Option) *fixture {
+// newLimiter returns a limiter on the memory store, reading clock.
+func newLimiter(clock *storetest.Clock) *sluice.Limiter {
+	return sluice.New(memory.New(memory.WithClock(clock.Now)), sluice.WithClock(clock.Now))
+}
+
+// serve puts a handler answering "ok" behind the middleware deciding
+// with e.
+func serve(t *testing.T, clock *storetest.Clock, e *policy.Engine, opts ...httplimit.Option) *fixture {
 	t.Helper()
-	mw := httplimit.New(lim, rules(t, yaml), append([]httplimit.Option{httplimit.WithClock(clock.Now)}, opts...)...)
+	mw := httplimit.New(e, append([]httplimit.Option{httplimit.WithClock(clock.Now)}, opts...)...)
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) })
 	return &fixture{t: t, clock: clock, h: mw(next)}
 }
@@ -211,13 +227,15 @@ rules:
 	})
 	t.Run("custom key function", func(t *testing.T) {
 		type userKey struct{}
-		g := setup(t, `
+		clock := storetest.NewClock()
+		set := compile(t, `
 rules:
   - {name: user, match: /u, key: ip, limit: 1, period: 1m}
-`, httplimit.WithKey("user", func(r *http.Request) (string, bool) {
+`, policy.WithKey("user", func(r *http.Request) (string, bool) {
 			u, ok := r.Context().Value(userKey{}).(string)
 			return u, ok
 		}))
+		g := serve(t, clock, policy.New(newLimiter(clock), set, quiet))
 		as := func(user string) int {
 			r := httptest.NewRequest("GET", "/u", nil)
 			if user != "" {
@@ -235,10 +253,12 @@ rules:
 }
 
 func TestTrustedProxies(t *testing.T) {
-	f := setup(t, `
+	clock := storetest.NewClock()
+	set := compile(t, `
 rules:
   - {name: login, match: /login, key: ip, limit: 1, period: 1m}
-`, httplimit.WithTrustedProxies(netip.MustParsePrefix("10.0.0.0/8")))
+`, policy.WithTrustedProxies(netip.MustParsePrefix("10.0.0.0/8")))
+	f := serve(t, clock, policy.New(newLimiter(clock), set, quiet))
 	via := func(xff string) int {
 		return f.do(req{target: "/login", remote: "10.0.0.7:5555", header: map[string]string{"X-Forwarded-For": xff}}).Code
 	}
@@ -410,10 +430,12 @@ rules:
 
 func TestShadow(t *testing.T) {
 	var logs bytes.Buffer
-	f := setup(t, `
+	clock := storetest.NewClock()
+	set := compile(t, `
 rules:
   - {name: r, key: ip, limit: 1, period: 1m, shadow: true}
-`, httplimit.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+`)
+	f := serve(t, clock, policy.New(newLimiter(clock), set, policy.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))))
 	for i := range 5 {
 		if w := f.do(req{target: "/"}); w.Code != 200 || w.Header().Get("Retry-After") != "" {
 			t.Fatalf("request %d in shadow mode: %d %v; want 200", i, w.Code, w.Header())
@@ -451,7 +473,7 @@ rules:
 		{sluice.DenyOnError, 503, "RATE_LIMITER_UNAVAILABLE", "1"},
 		{sluice.ReturnErrors, 200, "ok", ""}, // the middleware lets the request through and logs
 	} {
-		f := setupWith(t, sluice.New(store, sluice.WithErrorPolicy(tt.policy)), clock, yaml)
+		f := serve(t, clock, policy.New(sluice.New(store, sluice.WithErrorPolicy(tt.policy)), compile(t, yaml), quiet))
 		w := f.do(req{target: "/"})
 		if w.Code != tt.code || !strings.Contains(w.Body.String(), tt.says) || w.Header().Get("RateLimit") != "" || w.Header().Get("X-RateLimit-Remaining") != "" {
 			t.Errorf("%s: %d %v %s; want %d saying %s, without rate-limit numbers", tt.policy, w.Code, w.Header(), w.Body, tt.code, tt.says)
@@ -461,10 +483,10 @@ rules:
 		}
 	}
 	// A local fallback's denial is a real one: 429, still without numbers.
-	f := setupWith(t, sluice.New(store, sluice.WithErrorPolicy(sluice.LocalOnError(memory.New()))), clock, `
+	f := serve(t, clock, policy.New(sluice.New(store, sluice.WithErrorPolicy(sluice.LocalOnError(memory.New()))), compile(t, `
 rules:
   - {name: r, key: ip, limit: 1, period: 1m}
-`)
+`), quiet))
 	if a, b := f.do(req{target: "/"}), f.do(req{target: "/"}); a.Code != 200 || b.Code != 429 || b.Header().Get("RateLimit") != "" {
 		t.Errorf("local fallback: %d then %d %v; want 200 then 429 without rate-limit numbers", a.Code, b.Code, b.Header())
 	}
@@ -482,13 +504,17 @@ rules:
 	}
 }
 
-// TestHandBuiltRules: rules built in code get config's defaults and
-// checks; mistakes panic at New, as ServeMux does, never at a request.
+// TestHandBuiltRules: rules built in code get a policy file's defaults
+// (cost 0 means 1, not a free look at the state) and checks: a mistake is
+// an error of policy.Compile, before the middleware exists, never at a
+// request.
 func TestHandBuiltRules(t *testing.T) {
-	lim := sluice.New(memory.New())
+	set, err := policy.Compile([]policy.Rule{{Name: "r", Limits: []sluice.Limit{sluice.PerHour(1).Named("r-1h")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	next := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
-	// Cost 0 means 1 here, not a free look at the state.
-	h := httplimit.New(lim, []config.Rule{{Name: "r", Key: config.Key{Source: "ip"}, Limits: []sluice.Limit{sluice.PerHour(1).Named("r-1h")}}})(next)
+	h := httplimit.New(policy.New(sluice.New(memory.New()), set))(next)
 	codes := []int{}
 	for range 2 {
 		w := httptest.NewRecorder()
@@ -498,37 +524,45 @@ func TestHandBuiltRules(t *testing.T) {
 	if codes[0] != 200 || codes[1] != 429 {
 		t.Errorf("hand-built rule with cost 0: %v, want [200 429]", codes)
 	}
-	panics := []struct {
+	two := []sluice.Limit{sluice.PerSecond(2)}
+	for _, tt := range []struct {
 		name  string
-		rules []config.Rule
-		opts  []httplimit.Option
-		want  string // in the panic's message
+		rules []policy.Rule
+		opts  []policy.Option
+		want  string // in the error
 	}{
-		{"no limits", []config.Rule{{Name: "r"}}, nil, `rule "r" has no limits`},
-		{"invalid limit", []config.Rule{{Name: "r", Limits: []sluice.Limit{sluice.PerSecond(0)}}}, nil, "limit must be at least 1"},
-		{"cost above capacity", []config.Rule{{Name: "r", Cost: 5, Limits: []sluice.Limit{sluice.PerSecond(2)}}}, nil, "cost 5 does not fit"},
-		{"WithKey for no rule", []config.Rule{{Name: "r", Limits: []sluice.Limit{sluice.PerSecond(2)}}}, []httplimit.Option{httplimit.WithKey("typo", nil)}, `WithKey names rule "typo"`},
-		{"rule without a name", []config.Rule{{Limits: []sluice.Limit{sluice.PerSecond(2)}}}, nil, `has no valid name: ""`},
-		{"two rules with one name", []config.Rule{
-			{Name: "r", Match: "/a", Limits: []sluice.Limit{sluice.PerSecond(2)}},
-			{Name: "r", Match: "/b", Limits: []sluice.Limit{sluice.PerSecond(2)}},
-		}, nil, `two rules are named "r"`},
-		{"plan without a name", []config.Rule{{Name: "r", Limits: []sluice.Limit{sluice.PerSecond(2)},
-			Plans: []config.Plan{{Keys: []string{"k"}, Limits: []sluice.Limit{sluice.PerSecond(4)}}}}}, nil, `plans[0] has no valid name: ""`},
-		{"name unfit for a limit", []config.Rule{{Name: "r r", Limits: []sluice.Limit{sluice.PerSecond(2)}}}, nil, `has no valid name: "r r"`},
-	}
-	for _, tt := range panics {
+		{"no limits", []policy.Rule{{Name: "r"}}, nil, `rule "r": limits has no limits`},
+		{"invalid limit", []policy.Rule{{Name: "r", Limits: []sluice.Limit{sluice.PerSecond(0)}}}, nil, "limit must be at least 1"},
+		{"cost above capacity", []policy.Rule{{Name: "r", Cost: 5, Limits: two}}, nil, "cost 5 exceeds the capacity 2"},
+		{"negative cost", []policy.Rule{{Name: "r", Cost: -1, Limits: two}}, nil, "cost must be at least 1, got -1"},
+		{"WithKey for no rule", []policy.Rule{{Name: "r", Limits: two}}, []policy.Option{policy.WithKey("typo", nil)}, `WithKey names rule "typo"`},
+		{"rule without a name", []policy.Rule{{Limits: two}}, nil, `rules[0]: name "" is not valid`},
+		{"two rules with one name", []policy.Rule{
+			{Name: "r", Match: "/a", Limits: two},
+			{Name: "r", Match: "/b", Limits: two},
+		}, nil, `rule "r": another rule has this name`},
+		{"plan without a name", []policy.Rule{{Name: "r", Limits: two,
+			Plans: []policy.Plan{{Keys: []string{"k"}, Limits: []sluice.Limit{sluice.PerSecond(4)}}}}}, nil, `plans[0]: name "" is not valid`},
+		{"name unfit for a limit", []policy.Rule{{Name: "r r", Limits: two}}, nil, `name "r r" is not valid`},
+		{"two defaults in a group", []policy.Rule{{Name: "a", Limits: two}, {Name: "b", Limits: two}}, nil, `neither has rule "a" of the same group`},
+		{"conflicting patterns", []policy.Rule{
+			{Name: "a", Match: "GET /x/{id}", Limits: two},
+			{Name: "b", Match: "/x/y", Limits: two},
+		}, nil, `rule "b": match "/x/y"`},
+	} {
 		t.Run(tt.name, func(t *testing.T) {
-			defer func() {
-				v := recover()
-				if v == nil {
-					t.Errorf("New accepted %+v", tt.rules)
-				} else if msg := fmt.Sprint(v); !strings.Contains(msg, tt.want) {
-					t.Errorf("New panicked with %q; want it to say %q", msg, tt.want)
-				}
-			}()
-			httplimit.New(lim, tt.rules, tt.opts...)
+			set, err := policy.Compile(tt.rules, tt.opts...)
+			if err == nil {
+				t.Fatalf("Compile accepted %+v", tt.rules)
+			}
+			if set != nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Compile: %v, %q; want no set and an error saying %q", set, err, tt.want)
+			}
 		})
+	}
+	// Rules of different groups stack: one default rule each is fine.
+	if _, err := policy.Compile([]policy.Rule{{Name: "a", Limits: two}, {Name: "b", Group: "g", Limits: two}}); err != nil {
+		t.Errorf("default rules of two groups: %v", err)
 	}
 }
 
@@ -537,14 +571,17 @@ func TestHandBuiltRules(t *testing.T) {
 // client key count apart, and the headers name each policy; the caller's
 // rules are left as they were.
 func TestHandBuiltRulesNamed(t *testing.T) {
-	lim := sluice.New(memory.New())
-	rs := []config.Rule{
-		{Name: "a", Match: "/a", Key: config.Key{Source: "ip"}, Limits: []sluice.Limit{sluice.PerMinute(1)}},
-		{Name: "b", Match: "/b", Key: config.Key{Source: "ip"}, Limits: []sluice.Limit{sluice.PerMinute(1)},
-			Plans: []config.Plan{{Name: "pro", Keys: []string{"192.0.2.9"}, Limits: []sluice.Limit{sluice.PerMinute(2), sluice.PerMinute(3)}}}},
+	rs := []policy.Rule{
+		{Name: "a", Match: "/a", Limits: []sluice.Limit{sluice.PerMinute(1)}},
+		{Name: "b", Match: "/b", Limits: []sluice.Limit{sluice.PerMinute(1)},
+			Plans: []policy.Plan{{Name: "pro", Keys: []string{"192.0.2.9"}, Limits: []sluice.Limit{sluice.PerMinute(2), sluice.PerMinute(3)}}}},
+	}
+	set, err := policy.Compile(rs)
+	if err != nil {
+		t.Fatal(err)
 	}
 	next := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
-	h := httplimit.New(lim, rs, httplimit.WithHeaders(httplimit.HeadersIETF))(next)
+	h := httplimit.New(policy.New(sluice.New(memory.New()), set), httplimit.WithHeaders(httplimit.HeadersIETF))(next)
 	do := func(path, remote string) *httptest.ResponseRecorder {
 		w := httptest.NewRecorder()
 		r := httptest.NewRequest("GET", path, nil)
@@ -570,8 +607,124 @@ func TestHandBuiltRulesNamed(t *testing.T) {
 	for _, ls := range [][]sluice.Limit{rs[0].Limits, rs[1].Limits, rs[1].Plans[0].Limits} {
 		for _, l := range ls {
 			if l.Name != "" {
-				t.Errorf("New named the caller's limit %s", l)
+				t.Errorf("Compile named the caller's limit %s", l)
 			}
 		}
+	}
+}
+
+// stackedYAML limits every request per address, requests under /api/ per
+// API key too, and logins by the strictest rule besides; audit, in shadow
+// mode, watches every request and never shows.
+const stackedYAML = `
+rules:
+  - {name: per-ip, key: ip, algorithm: fixed_window, limit: 100, period: 1m}
+  - {name: api, group: keys, match: /api/, key: "header:X-API-Key", algorithm: fixed_window, limit: 3, period: 1h}
+  - name: login
+    group: login
+    match: POST /api/auth/login
+    key: ip
+    limits:
+      - {algorithm: fixed_window, limit: 2, period: 1m}
+      - {algorithm: fixed_window, limit: 10, period: 1h}
+  - {name: audit, group: audit, key: ip, limit: 1, period: 1h, shadow: true}
+`
+
+// TestStacked: a request is decided under the rule of every group that
+// matches it, at once. The headers list every limit that applies, each
+// under its own name; the binding one (the fewest remaining, or when
+// denied the longest wait) drives Retry-After and X-RateLimit-*; the 429
+// names the limits that denied; and a denied request spends nothing from
+// any rule.
+func TestStacked(t *testing.T) {
+	f := setup(t, stackedYAML, httplimit.WithProblemJSON())
+	reset := func(d time.Duration) string { return strconv.FormatInt(storetest.Epoch.Add(d).Unix(), 10) }
+	const (
+		ipPol    = `"per-ip-1m";q=100;w=60`
+		apiPol   = `"api-1h";q=3;w=3600`
+		loginPol = `"login-1m";q=2;w=60, "login-1h";q=10;w=3600`
+	)
+	for i, tt := range []struct {
+		method, target, key string
+		code                int
+		policy, ratelimit   string
+		limit, remaining    string // X-RateLimit-*
+		reset               string
+		retryAfter          string
+		violated            []string
+	}{
+		{"GET", "/public", "k1", 200, ipPol, `"per-ip-1m";r=99;t=60`,
+			"100", "99", reset(time.Minute), "", nil},
+		{"GET", "/api/items", "k1", 200, ipPol + ", " + apiPol, `"per-ip-1m";r=98;t=60, "api-1h";r=2;t=3600`,
+			"3", "2", reset(time.Hour), "", nil},
+		// Ties go to the first limit with the fewest remaining: api.
+		{"POST", "/api/auth/login", "k1", 200, ipPol + ", " + apiPol + ", " + loginPol,
+			`"per-ip-1m";r=97;t=60, "api-1h";r=1;t=3600, "login-1m";r=1;t=60, "login-1h";r=9;t=3600`,
+			"3", "1", reset(time.Hour), "", nil},
+		{"POST", "/api/auth/login", "k1", 200, ipPol + ", " + apiPol + ", " + loginPol,
+			`"per-ip-1m";r=96;t=60, "api-1h";r=0;t=3600, "login-1m";r=0;t=60, "login-1h";r=8;t=3600`,
+			"3", "0", reset(time.Hour), "", nil},
+		// api and login-1m deny; api's wait is the longer: it binds.
+		{"POST", "/api/auth/login", "k1", 429, ipPol + ", " + apiPol + ", " + loginPol,
+			`"per-ip-1m";r=96;t=60, "api-1h";r=0;t=3600, "login-1m";r=0;t=60, "login-1h";r=8;t=3600`,
+			"3", "0", reset(time.Hour), "3600", []string{"api-1h", "login-1m"}},
+		// Another key from the same address: only login-1m denies, and binds;
+		// k2 has spent nothing yet (t=0: nothing to recover).
+		{"POST", "/api/auth/login", "k2", 429, ipPol + ", " + apiPol + ", " + loginPol,
+			`"per-ip-1m";r=96;t=60, "api-1h";r=3;t=0, "login-1m";r=0;t=60, "login-1h";r=8;t=3600`,
+			"2", "0", reset(time.Minute), "60", []string{"login-1m"}},
+		// The two denials spent nothing: not the address's count, nor k2's.
+		{"GET", "/api/items", "k2", 200, ipPol + ", " + apiPol, `"per-ip-1m";r=95;t=60, "api-1h";r=2;t=3600`,
+			"3", "2", reset(time.Hour), "", nil},
+	} {
+		w := f.do(req{method: tt.method, target: tt.target, header: map[string]string{"X-API-Key": tt.key}})
+		for k, v := range map[string]string{
+			"RateLimit-Policy":      tt.policy,
+			"RateLimit":             tt.ratelimit,
+			"X-RateLimit-Limit":     tt.limit,
+			"X-RateLimit-Remaining": tt.remaining,
+			"X-RateLimit-Reset":     tt.reset,
+			"Retry-After":           tt.retryAfter,
+		} {
+			if got := w.Header().Get(k); got != v {
+				t.Errorf("request %d (%s %s, key %s): %s = %q, want %q", i, tt.method, tt.target, tt.key, k, got, v)
+			}
+		}
+		if err := checkRateLimitFields(w.Header()); err != nil {
+			t.Errorf("request %d: %v", i, err)
+		}
+		names := policyNames(w)
+		if len(slices.Compact(slices.Sorted(slices.Values(names)))) != len(names) {
+			t.Errorf("request %d: RateLimit-Policy names %q are not distinct", i, names)
+		}
+		if w.Code != tt.code {
+			t.Fatalf("request %d (%s %s, key %s): %d %s, want %d", i, tt.method, tt.target, tt.key, w.Code, w.Body, tt.code)
+		}
+		if tt.code != 429 {
+			continue
+		}
+		var p struct {
+			Violated []string `json:"violated-policies"`
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || !slices.Equal(p.Violated, tt.violated) {
+			t.Errorf("request %d: 429 body %s (%v); want violated-policies %q", i, w.Body, err, tt.violated)
+		}
+	}
+}
+
+// TestStackedMissingKey: a request lacking the key of one of its rules is
+// refused before any rule is decided, spending nothing from the others.
+func TestStackedMissingKey(t *testing.T) {
+	f := setup(t, stackedYAML)
+	w := f.do(req{method: "POST", target: "/api/auth/login"})
+	if w.Code != 401 || !strings.Contains(w.Body.String(), "MISSING_KEY") || w.Header().Get("RateLimit") != "" {
+		t.Fatalf("login without an API key: %d %v %s; want 401 MISSING_KEY without rate-limit fields", w.Code, w.Header(), w.Body)
+	}
+	if got := f.do(req{target: "/public"}).Header().Get("RateLimit"); got != `"per-ip-1m";r=99;t=60` {
+		t.Errorf("after the refusal, RateLimit %q; want per-ip untouched (r=99)", got)
+	}
+	w = f.do(req{method: "POST", target: "/api/auth/login", header: map[string]string{"X-API-Key": "k"}})
+	if got := w.Header().Get("RateLimit"); w.Code != 200 || got != `"per-ip-1m";r=98;t=60, "api-1h";r=2;t=3600, "login-1m";r=1;t=60, "login-1h";r=9;t=3600` {
+		t.Errorf("login with a key: %d, RateLimit %q; want every rule's first spend", w.Code, got)
 	}
 }

@@ -1,15 +1,17 @@
 package metrics_test
 
 import (
-	"context"
 	"io"
+	"log/slog"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/config"
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/metrics"
+	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/store/memory"
 	"github.com/sluice-go/sluice/store/redis"
 )
@@ -23,26 +25,46 @@ func scrape(t *testing.T, m *metrics.Metrics) string {
 	return string(b)
 }
 
+// engine returns an engine deciding with lim under the rules of yaml,
+// observed by m.
+func engine(t *testing.T, m *metrics.Metrics, lim *sluice.Limiter, yaml string) *policy.Engine {
+	t.Helper()
+	f, err := config.Parse("test.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := f.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return policy.New(lim, set, policy.WithObserver(m.Decision), policy.WithLogger(slog.New(slog.DiscardHandler)))
+}
+
+// TestMetrics: Metrics.Decision, as an engine's observer, counts every
+// rule's outcome of every decision, and the instrumented store its calls.
 func TestMetrics(t *testing.T) {
 	m := metrics.New()
-	lim := sluice.New(m.Store(memory.New()))
-	ctx := context.Background()
-	l := sluice.PerMinute(2)
+	// Three stacked rules: login denies the third request, site then
+	// counts it as denied by another rule, and probe (in shadow mode) is
+	// decided only for the two admitted requests.
+	e := engine(t, m, sluice.New(m.Store(memory.New())), `
+rules:
+  - {name: login, match: /login, key: ip, limit: 2, period: 1m}
+  - {name: site, group: site, key: ip, limit: 100, period: 1m}
+  - {name: probe, group: probe, key: ip, limit: 1, period: 1h, shadow: true}
+`)
 	for range 3 {
-		res, err := lim.AllowAll(ctx, "k", 1, l)
-		if err != nil {
+		r := httptest.NewRequest("POST", "/login", nil)
+		if _, err := e.Decide(r); err != nil {
 			t.Fatal(err)
 		}
-		m.Decision("login", res, false)
 	}
-	res, _ := lim.AllowAll(ctx, "k", 1, l)
-	m.Decision("probe", res, true)
-	m.Decision("login", sluice.MultiResult{Result: sluice.Result{Allowed: true, Degraded: sluice.DegradedAllow}}, false)
 	m.Reload(true)
 	m.Reload(false)
 	m.Reload(false)
 
-	// A store that fails counts its errors.
+	// A store that fails counts its errors, and each error policy's
+	// decision is a fallback.
 	srv := redistest.Start(t)
 	rs, err := redis.Open("redis://" + srv.Addr)
 	if err != nil {
@@ -50,25 +72,58 @@ func TestMetrics(t *testing.T) {
 	}
 	defer rs.Close()
 	srv.Stop()
-	failing := sluice.New(m.Store(rs))
-	if _, err := failing.Allow(ctx, "k", l); err == nil {
-		t.Fatal("no error from a stopped server")
+	for _, p := range []sluice.ErrorPolicy{sluice.AllowOnError, sluice.DenyOnError} {
+		failing := engine(t, m, sluice.New(m.Store(rs), sluice.WithErrorPolicy(p)), `
+rules:
+  - {name: login, key: ip, limit: 2, period: 1m}
+`)
+		d, err := failing.Decide(httptest.NewRequest("POST", "/login", nil))
+		if err != nil || d.Degraded == sluice.NotDegraded {
+			t.Fatalf("%s on a stopped server: %+v, %v; want a degraded decision", p, d, err)
+		}
 	}
 
 	text := scrape(t, m)
 	for _, want := range []string{
 		`sluice_decisions_total{outcome="allowed",rule="login"} 2`,
 		`sluice_decisions_total{outcome="denied",rule="login"} 1`,
+		`sluice_decisions_total{outcome="allowed",rule="site"} 2`,
+		`sluice_decisions_total{outcome="denied_by_other",rule="site"} 1`,
+		`sluice_decisions_total{outcome="allowed",rule="probe"} 1`,
 		`sluice_decisions_total{outcome="shadow_denied",rule="probe"} 1`,
 		`sluice_decisions_total{outcome="degraded_allowed",rule="login"} 1`,
-		`sluice_fallbacks_total 1`,
+		`sluice_decisions_total{outcome="degraded_denied",rule="login"} 1`,
+		`sluice_fallbacks_total 2`,
 		`sluice_config_reloads_total{result="ok"} 1`,
 		`sluice_config_reloads_total{result="rejected"} 2`,
-		`sluice_store_duration_seconds_count{op="take"} 5`,
-		`sluice_store_errors_total{op="take"} 1`,
+		// Two decisions of two calls (the stacked rules, then probe), one
+		// of one (denied: probe is not decided), and two failed calls.
+		`sluice_store_duration_seconds_count{op="take"} 7`,
+		`sluice_store_errors_total{op="take"} 2`,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+	if strings.Contains(text, `outcome="denied",rule="probe"`) {
+		t.Errorf("a shadow rule counted as denied:\n%s", text)
+	}
+}
+
+// TestDecision: each outcome is counted under its own name; only the
+// degraded ones are fallbacks.
+func TestDecision(t *testing.T) {
+	m := metrics.New()
+	for _, o := range policy.Outcomes {
+		m.Decision("r", o)
+	}
+	text := scrape(t, m)
+	for _, o := range policy.Outcomes {
+		if want := `sluice_decisions_total{outcome="` + o.String() + `",rule="r"} 1`; !strings.Contains(text, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if want := "sluice_fallbacks_total 2"; !strings.Contains(text, want) {
+		t.Errorf("metrics lack %s", want)
 	}
 }

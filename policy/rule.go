@@ -168,8 +168,8 @@ var validName = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 // which limit names are made of.
 func ValidName(s string) bool { return validName.MatchString(s) }
 
-// WithLimitNames returns a copy of r whose Limits, Plans and plans' Limits
-// are its own, with every limit that has no Name given the name a policy
+// WithLimitNames returns a copy of r whose Limits, Plans and plans'
+// Limits, Keys and Prefixes are its own, with every limit that has no Name given the name a policy
 // file gives it: "<rule>-<period>" for the rule's own limits, such as
 // "login-1m", and "<rule>-<plan>-<period>" for a plan's, such as
 // "search-pro-1s", with "-2", "-3"... appended to a name already taken in
@@ -181,7 +181,8 @@ func (r Rule) WithLimitNames() Rule {
 	r.Limits = slices.Clone(r.Limits)
 	r.Plans = slices.Clone(r.Plans)
 	for i := range r.Plans {
-		r.Plans[i].Limits = slices.Clone(r.Plans[i].Limits)
+		p := &r.Plans[i]
+		p.Limits, p.Keys, p.Prefixes = slices.Clone(p.Limits), slices.Clone(p.Keys), slices.Clone(p.Prefixes)
 	}
 	nameLimits(r.Name, r.Limits)
 	for i := range r.Plans {

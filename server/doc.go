@@ -1,12 +1,19 @@
 // Package server is sluice's decision service: an HTTP JSON API that lets
 // programs in any language ask whether a request fits in a rule of a
 // policy file (package config), against the same counters the Go
-// middleware (package httplimit) keeps.
+// middleware (package httplimit) keeps. It is a door over a
+// policy.Engine: each body becomes a call of the engine's Check, and the
+// Decision its answer.
+//
+//	rules, err := file.Compile()
+//	...
+//	engine := policy.New(limiter, rules, policy.WithLogger(log))
+//	srv := server.New(engine, server.WithReady(ping))
 //
 // A Server is an http.Handler. It serves:
 //
 //	POST /v1/check         decide one (rule, key, cost)
-//	POST /v1/check/batch   decide up to 100 of them, atomically per key
+//	POST /v1/check/batch   decide up to 100 of them as one request, all or nothing
 //	GET  /healthz          liveness: always 200 while the process serves
 //	GET  /readyz           readiness: 503 while the WithReady probe fails
 //
@@ -21,13 +28,20 @@
 //
 //	{"rule":"search","key":"abc","cost":1}
 //
-// rule names a rule of the policy file and key is the client key (an API
-// key, a user ID). cost is optional and defaults to the rule's cost; 0
-// reports the state without consuming. The limits are the rule's, or those
-// of the rule's plan that matches key (config.Rule.LimitsFor). Counters
-// are stored under "k:"+key, the namespace httplimit uses for header and
-// query keys, so that the service and a middleware using the same rule and
-// store share one quota per client key.
+// rule names a rule of the policy file and key is the client key as the
+// rule's key source would yield it from a request: the client's IP address
+// for a rule keyed by ip (an IPv6 address counts as its /64, or the
+// http section's ipv6_prefix, as in the middleware; the prefix itself,
+// "2001:db8:1:2::/64", is accepted too), the header's or query parameter's
+// value (an API key, a user ID) for a rule keyed by header:<Name> or
+// query:<name>; a rule keyed by global ignores it. cost is optional and
+// defaults to the rule's cost; 0 reports the state without consuming. The
+// limits are the rule's, or those of the rule's plan that matches key
+// (policy.Rule.LimitsFor). The engine stores each count in the namespace
+// of its key source, so that the service, the middleware, the proxy and
+// Envoy's RulesService deciding with one engine (or one store) share one
+// quota per rule and client: a check of rule login for 192.0.2.1 spends
+// what a request from 192.0.2.1 to the login route spends.
 //
 // An admitted request answers 200, a denied one 429 with Retry-After:
 //
@@ -68,7 +82,9 @@
 // are estimates, not the store's). A degraded denial under the deny policy
 // answers 503 with code RATE_LIMITER_UNAVAILABLE and Retry-After; one
 // made by the local fallback is a real 429. Under the return policy a
-// store error answers 503 RATE_LIMITER_UNAVAILABLE and is logged.
+// store error answers 503 RATE_LIMITER_UNAVAILABLE, and the engine logs it
+// (policy.WithLogger); a rule in shadow mode, which never fails a check,
+// then answers 200 "allowed":true without numbers.
 //
 // # POST /v1/check/batch
 //
@@ -78,7 +94,7 @@
 //
 //	HTTP/1.1 200 OK
 //
-//	{"results":[{"allowed":false,...},{"allowed":false,...},{"allowed":true,...}],"allowed":false}
+//	{"results":[{"allowed":false,...},{"allowed":false,...},{"allowed":false,...}],"allowed":false}
 //
 // checks holds 1 to 100 checks, each as the body of /v1/check; results
 // holds one result per check, in the same order and of the same shape as
@@ -87,24 +103,22 @@
 // status), and the response carries no rate-limit headers, which describe
 // one quota. Every check is validated before any is decided: a bad check
 // makes the whole batch a 400 that names it (checks[1]: ...) and consumes
-// nothing. The same rule may not appear twice for one key.
+// nothing. The same rule may not appear twice for one client key.
 //
-// Checks that share a key are decided together, all or nothing, in one
-// atomic sluice.Limiter.AllowAll over the union of their rules' limits:
-// either every one of them consumes its cost, or none consumes anything
-// and each answers "allowed":false (a check whose own limits would have
-// admitted it then reports them admitting, with the group's retry_after_ms,
-// the wait until the whole group fits). One AllowAll has one cost, so this
-// holds only when those checks have equal costs: when checks sharing a key
-// have different costs, each of them is decided separately, in its own
-// AllowAll, and they are not atomic together. Checks of shadow rules are
-// also decided on their own, since a shadow rule must never make another
-// check fail. Checks with different keys are independent.
+// The batch is one request limited by every check's rule at once, as the
+// middleware decides a request that rules of several groups match: one
+// call of sluice.Limiter.AllowParts, whatever the checks' keys and costs.
+// Either every check consumes its cost, or none consumes anything and each
+// answers "allowed":false; a check whose own limits would have admitted it
+// then reports them admitting, with the batch's retry_after_ms, the wait
+// until the whole batch fits. Checks of rules in shadow mode never make
+// the batch fail: they are decided after the others, each on its own, and
+// only when the batch is admitted (a shadow check of a denied batch
+// answers "allowed":false with no numbers and no policies).
 //
 // Under the deny policy a degraded denial is a result with "allowed":false
 // and "degraded":true, still in a 200. A store error under the return
-// policy answers 503 RATE_LIMITER_UNAVAILABLE for the whole batch; keys
-// decided before the failure may have consumed their costs.
+// policy answers 503 RATE_LIMITER_UNAVAILABLE for the whole batch.
 //
 // # Errors
 //
@@ -112,10 +126,13 @@
 // whose message says what is wrong:
 //
 //	400 BAD_REQUEST            malformed JSON (with the byte offset), an unknown field, a
-//	                           missing rule or key, an unknown rule (listing the known ones
-//	                           when there are fewer than 20), a negative cost or one the
-//	                           rule's limits could never admit, data after the object,
-//	                           a batch of 0 or more than 100 checks
+//	                           missing rule, a key the rule's key source could not yield
+//	                           (not an IP address for an ip rule, empty for a header or
+//	                           query rule), an unknown rule (listing the known ones when
+//	                           there are at most 20), a negative cost or one the rule's
+//	                           limits could never admit, data after the object, a batch
+//	                           of 0 or more than 100 checks or one repeating a rule for
+//	                           a client key
 //	405 METHOD_NOT_ALLOWED     with Allow
 //	413 TOO_LARGE              a body over 64 KiB
 //	415 UNSUPPORTED_MEDIA_TYPE a Content-Type other than application/json
@@ -127,6 +144,7 @@
 // {"status":"ok"}, or 503 {"status":"unavailable","error":"..."} while the
 // WithReady probe fails.
 //
-// Server.Update swaps the rules atomically: a request decided under the
-// old rules completes under them, and the next one sees the new rules.
+// The engine's Update (policy.Engine.Update) swaps the rules atomically:
+// a request decided under the old rules completes under them, and the
+// next one sees the new rules.
 package server

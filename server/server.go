@@ -176,17 +176,23 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &req, `accepted fields: "rule", "key", "cost"`) {
 		return
 	}
-	d, ok := s.decide(w, r, []checkRequest{req})
+	d, ok := s.decide(w, r, []checkRequest{req}, false)
 	if !ok {
 		return
-	}
-	if d.Limited() && d.Degraded == sluice.NotDegraded {
-		limits, results, binding := d.Limits()
-		httplimit.SetHeaders(w.Header(), httplimit.HeadersBoth, limits, results, binding, s.now(), nil)
 	}
 	body := checkResult{Allowed: d.Allowed, Policies: []policyResult{}}
 	if len(d.Applied) > 0 {
 		body = result(d, &d.Applied[0])
+	}
+	limits, results, binding := d.Limits()
+	if binding < 0 && len(d.Applied) == 1 && len(d.Applied[0].Results) > 0 {
+		// A rule in shadow mode is decided apart from the enforced ones:
+		// its headers tell its own state.
+		a := &d.Applied[0]
+		limits, results, binding = a.Limits, a.Results, a.Binding
+	}
+	if binding >= 0 && !body.Degraded {
+		httplimit.SetHeaders(w.Header(), httplimit.HeadersBoth, limits, results, binding, s.now(), nil)
 	}
 	switch {
 	case d.Allowed:
@@ -212,7 +218,7 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf(`"checks" must hold 1 to %d checks, got %d`, MaxBatchChecks, n))
 		return
 	}
-	d, ok := s.decide(w, r, req.Checks)
+	d, ok := s.decide(w, r, req.Checks, true)
 	if !ok {
 		return
 	}
@@ -229,9 +235,11 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 	httplimit.WriteJSON(w, http.StatusOK, out)
 }
 
-// decide checks reqs with the engine. On failure it answers (or, when the
-// client is gone, does not) and returns ok = false.
-func (s *Server) decide(w http.ResponseWriter, r *http.Request, reqs []checkRequest) (*policy.Decision, bool) {
+// decide checks reqs, the checks of a batch or the one of /v1/check, with
+// the engine. On failure it answers (or, when the client is gone, does
+// not) and returns ok = false; an error about a check of a batch names it
+// by its index.
+func (s *Server) decide(w http.ResponseWriter, r *http.Request, reqs []checkRequest, batch bool) (*policy.Decision, bool) {
 	checks := make([]policy.Check, len(reqs))
 	for i, c := range reqs {
 		msg := ""
@@ -242,7 +250,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, reqs []checkRequ
 			msg = fmt.Sprintf(`"cost" must not be negative, got %d`, *c.Cost)
 		}
 		if msg != "" {
-			if len(reqs) > 1 {
+			if batch {
 				msg = fmt.Sprintf("checks[%d]: %s", i, msg)
 			}
 			httplimit.WriteError(w, http.StatusBadRequest, "BAD_REQUEST", msg)
@@ -251,26 +259,33 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, reqs []checkRequ
 		checks[i] = policy.Check{Rule: c.Rule, Key: c.Key, Cost: c.Cost}
 	}
 	d, err := s.engine.Check(r.Context(), checks...)
+	_, unknown := errors.AsType[*policy.UnknownRuleError](err)
 	switch {
 	case err == nil:
 		return d, true
 	case r.Context().Err() != nil:
 		// The client is gone; there is nobody to answer.
-	case errors.Is(err, sluice.ErrInvalidCost), errors.Is(err, sluice.ErrInvalidLimit), errors.Is(err, policy.ErrInvalidKey):
-		httplimit.WriteError(w, http.StatusBadRequest, "BAD_REQUEST", err.Error())
-	default:
-		if _, ok := errors.AsType[*policy.UnknownRuleError](err); ok {
-			httplimit.WriteError(w, http.StatusBadRequest, "BAD_REQUEST", err.Error())
-			break
+	case unknown, errors.Is(err, sluice.ErrInvalidCost), errors.Is(err, sluice.ErrInvalidLimit), errors.Is(err, policy.ErrInvalidKey):
+		msg := err.Error()
+		if batch && len(reqs) == 1 {
+			msg = "checks[0]: " + msg // the engine names a check only among several
 		}
+		httplimit.WriteError(w, http.StatusBadRequest, "BAD_REQUEST", msg)
+	default:
 		httplimit.WriteUnavailable(w, 0) // the engine logged it
 	}
 	return nil, false
 }
 
-// result returns the body describing a's part of d.
+// result returns the body describing a's part of d. A rule in shadow mode
+// is decided on its own, after the others: its numbers and its degradation
+// are its own.
 func result(d *policy.Decision, a *policy.Applied) checkResult {
-	out := checkResult{Allowed: d.Allowed, Degraded: d.Degraded != sluice.NotDegraded, Policies: make([]policyResult, len(a.Results))}
+	out := checkResult{
+		Allowed:  d.Allowed,
+		Degraded: d.Degraded != sluice.NotDegraded || a.Outcome == policy.DegradedAllowed || a.Outcome == policy.DegradedDenied,
+		Policies: make([]policyResult, len(a.Results)),
+	}
 	if len(a.Results) == 0 {
 		return out // a rule in shadow mode the denied request never reached
 	}
@@ -278,8 +293,11 @@ func result(d *policy.Decision, a *policy.Applied) checkResult {
 	out.Limit = br.Limit
 	out.Remaining = max(br.Remaining, 0)
 	out.ResetAfterMS = ceilMillis(br.ResetAfter)
-	if !d.Allowed {
+	switch {
+	case !d.Allowed:
 		out.RetryAfterMS = ceilMillis(max(br.RetryAfter, d.Result().RetryAfter))
+	case a.Outcome == policy.ShadowDenied:
+		out.RetryAfterMS = ceilMillis(br.RetryAfter) // when it would admit the request
 	}
 	for i, r := range a.Results {
 		out.Policies[i] = policyResult{

@@ -17,7 +17,9 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/config"
+	"github.com/sluice-go/sluice/httplimit"
 	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/store/memory"
 	sluiceredis "github.com/sluice-go/sluice/store/redis"
 	"github.com/sluice-go/sluice/storetest"
@@ -38,6 +40,7 @@ type fixture struct {
 	t       *testing.T
 	clock   *storetest.Clock
 	elapsed time.Duration
+	engine  *policy.Engine
 	srv     *Server
 	logs    *syncBuffer
 }
@@ -69,6 +72,16 @@ func parse(t testing.TB, yaml string) *config.File {
 	return f
 }
 
+// compile returns the rules of a policy file, compiled.
+func compile(t testing.TB, yaml string) *policy.RuleSet {
+	t.Helper()
+	set, err := parse(t, yaml).Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
 func setup(t *testing.T, yaml string, opts ...Option) *fixture {
 	c := storetest.NewClock()
 	lim := sluice.New(memory.New(memory.WithClock(c.Now)), sluice.WithClock(c.Now))
@@ -77,8 +90,8 @@ func setup(t *testing.T, yaml string, opts ...Option) *fixture {
 
 func setupWith(t *testing.T, lim *sluice.Limiter, c *storetest.Clock, yaml string, opts ...Option) *fixture {
 	f := &fixture{t: t, clock: c, logs: &syncBuffer{}}
-	opts = append([]Option{WithClock(c.Now), WithLogger(slog.New(slog.NewTextHandler(f.logs, nil)))}, opts...)
-	f.srv = New(lim, parse(t, yaml), opts...)
+	f.engine = policy.New(lim, compile(t, yaml), policy.WithLogger(slog.New(slog.NewTextHandler(f.logs, nil))))
+	f.srv = New(f.engine, append([]Option{WithClock(c.Now)}, opts...)...)
 	return f
 }
 
@@ -234,15 +247,15 @@ func TestBadRequests(t *testing.T) {
 		{"missing rule", "POST", "/v1/check", "application/json", `{"key":"a"}`, 400,
 			errBody("BAD_REQUEST", `"rule" is required`), ""},
 		{"missing key", "POST", "/v1/check", "application/json", `{"rule":"search"}`, 400,
-			errBody("BAD_REQUEST", `"key" is required`), ""},
+			errBody("BAD_REQUEST", `invalid client key: rule "search" is keyed by header:X-Api-Key and needs a key`), ""},
 		{"empty key", "POST", "/v1/check", "application/json", `{"rule":"search","key":""}`, 400,
-			errBody("BAD_REQUEST", `"key" is required`), ""},
+			errBody("BAD_REQUEST", `invalid client key: rule "search" is keyed by header:X-Api-Key and needs a key`), ""},
 		{"unknown rule", "POST", "/v1/check", "application/json", `{"rule":"serch","key":"a"}`, 400,
 			errBody("BAD_REQUEST", `unknown rule "serch"; `+known), ""},
 		{"negative cost", "POST", "/v1/check", "application/json", `{"rule":"search","key":"a","cost":-1}`, 400,
 			errBody("BAD_REQUEST", `"cost" must not be negative, got -1`), ""},
 		{"cost above capacity", "POST", "/v1/check", "application/json", `{"rule":"search","key":"a","cost":3}`, 400,
-			errBody("BAD_REQUEST", `"cost" 3 exceeds the capacity 2 of limit "search-1m" (search-1m: fixed_window 2/1m0s) of rule "search"; it could never be admitted`), ""},
+			errBody("BAD_REQUEST", `rule "search": invalid cost: cost 3 exceeds the capacity 2 of search-1m: fixed_window 2/1m0s; it could never be admitted`), ""},
 		{"cost too big for an int", "POST", "/v1/check", "application/json", `{"rule":"search","key":"a","cost":1e30}`, 400,
 			errBody("BAD_REQUEST", `field "cost" must be an integer, got number 1e30`), ""},
 		{"fractional cost", "POST", "/v1/check", "application/json", `{"rule":"search","key":"a","cost":1.5}`, 400,
@@ -276,7 +289,11 @@ func TestBadRequests(t *testing.T) {
 		{"batch: negative cost", "POST", "/v1/check/batch", "application/json", `{"checks":[{"rule":"search","key":"a","cost":-2}]}`, 400,
 			errBody("BAD_REQUEST", `checks[0]: "cost" must not be negative, got -2`), ""},
 		{"batch: duplicate", "POST", "/v1/check/batch", "application/json", `{"checks":[{"rule":"search","key":"a"},{"rule":"export","key":"a"},{"rule":"search","key":"a"}]}`, 400,
-			errBody("BAD_REQUEST", `checks[2]: repeats checks[0] (rule "search", key "a"); list each rule once per key`), ""},
+			errBody("BAD_REQUEST", `checks[2]: invalid client key: repeats checks[0] (rule "search", key "a"); list each rule once per key`), ""},
+		{"batch: one unknown rule", "POST", "/v1/check/batch", "application/json", `{"checks":[{"rule":"nope","key":"a"}]}`, 400,
+			errBody("BAD_REQUEST", `checks[0]: unknown rule "nope"; `+known), ""},
+		{"batch: cost above capacity", "POST", "/v1/check/batch", "application/json", `{"checks":[{"rule":"search","key":"a"},{"rule":"export","key":"a","cost":2}]}`, 400,
+			errBody("BAD_REQUEST", `checks[1]: rule "export": invalid cost: cost 2 exceeds the capacity 1 of export-1h: fixed_window 1/1h0m0s; it could never be admitted`), ""},
 		{"batch: unknown field", "POST", "/v1/check/batch", "application/json", `{"checks":[{"rule":"search","key":"a","n":1}]}`, 400,
 			errBody("BAD_REQUEST", `unknown field "n"; accepted fields: "checks", and in each check "rule", "key", "cost"`), ""},
 		{"batch: checks not an array", "POST", "/v1/check/batch", "application/json", `{"checks":{}}`, 400,
@@ -310,16 +327,16 @@ func TestBadRequests(t *testing.T) {
 	}
 }
 
-// TestManyRules: an unknown rule among 20 or more names none.
+// TestManyRules: an unknown rule among more than 20 names none.
 func TestManyRules(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("rules:\n")
-	for i := range 20 {
+	for i := range 21 {
 		fmt.Fprintf(&b, "  - {name: r%02d, match: /r%02d, limit: 1, period: 1s}\n", i, i)
 	}
 	f := setup(t, b.String())
 	w := f.check("nope", "a", 1)
-	if want := errBody("BAD_REQUEST", `unknown rule "nope" (20 rules are configured)`); w.Code != 400 || body(w) != want {
+	if want := errBody("BAD_REQUEST", `unknown rule "nope" (21 rules are configured)`); w.Code != 400 || body(w) != want {
 		t.Errorf("%d %s\nwant 400 %s", w.Code, body(w), want)
 	}
 }
@@ -354,8 +371,8 @@ func TestBatch(t *testing.T) {
 	if w.Header().Get("RateLimit") != "" || w.Header().Get("X-RateLimit-Remaining") != "" {
 		t.Errorf("batch carries rate-limit headers: %v", w.Header())
 	}
-	// export now denies: the whole key's group is denied, and search
-	// consumes nothing. The status is still 200.
+	// export now denies: the whole batch is denied, and search consumes
+	// nothing. The status is still 200.
 	w = f.post("/v1/check/batch", both)
 	want = `{"results":[` +
 		`{"allowed":false,"limit":2,"remaining":1,"reset_after_ms":60000,"retry_after_ms":3600000,"policies":[{"name":"search-1m","allowed":true,"limit":2,"remaining":1,"reset_after_ms":60000,"retry_after_ms":0}]},` +
@@ -368,35 +385,166 @@ func TestBatch(t *testing.T) {
 		t.Errorf("after the denied batch, search/a remaining %s, want 1 (unchanged)", got)
 	}
 
-	// Different keys are independent: b is admitted while a is denied.
-	w = f.post("/v1/check/batch", `{"checks":[{"rule":"export","key":"a"},{"rule":"export","key":"b"}]}`)
-	if w.Code != 200 || !strings.HasPrefix(body(w), `{"results":[{"allowed":false,`) || !strings.Contains(body(w), `"retry_after_ms":0}]}],"allowed":false}`) {
-		t.Errorf("different keys: %d %s", w.Code, body(w))
+	// The batch is one decision, whatever its keys and costs: export/a
+	// denies, so export/b and search/b spend nothing either.
+	w = f.post("/v1/check/batch", `{"checks":[{"rule":"export","key":"a"},{"rule":"export","key":"b"},{"rule":"search","key":"b","cost":2}]}`)
+	want = `{"results":[` +
+		`{"allowed":false,"limit":1,"remaining":0,"reset_after_ms":3600000,"retry_after_ms":3600000,"policies":[{"name":"export-1h","allowed":false,"limit":1,"remaining":0,"reset_after_ms":3600000,"retry_after_ms":3600000}]},` +
+		`{"allowed":false,"limit":1,"remaining":1,"reset_after_ms":0,"retry_after_ms":3600000,"policies":[{"name":"export-1h","allowed":true,"limit":1,"remaining":1,"reset_after_ms":0,"retry_after_ms":0}]},` +
+		`{"allowed":false,"limit":2,"remaining":2,"reset_after_ms":0,"retry_after_ms":3600000,"policies":[{"name":"search-1m","allowed":true,"limit":2,"remaining":2,"reset_after_ms":0,"retry_after_ms":0}]}` +
+		`],"allowed":false}`
+	if w.Code != 200 || body(w) != want {
+		t.Errorf("denied batch of several keys and costs: %d %s\nwant 200 %s", w.Code, body(w), want)
 	}
-	if got := f.remaining("export", "b"); got != "0" {
-		t.Errorf("export/b remaining %s, want 0: b's check consumed", got)
+	for _, c := range []struct{ rule, key, want string }{{"export", "b", "1"}, {"search", "b", "2"}, {"search", "a", "1"}} {
+		if got := f.remaining(c.rule, c.key); got != c.want {
+			t.Errorf("after the denied batch, %s/%s remaining %s, want %s (unchanged)", c.rule, c.key, got, c.want)
+		}
 	}
 
-	// Different costs on one key: decided separately, so search consumes
-	// although export denies.
+	// Admitted, every check spends its own cost.
+	w = f.post("/v1/check/batch", `{"checks":[{"rule":"export","key":"b"},{"rule":"search","key":"b","cost":2}]}`)
+	if w.Code != 200 || !strings.HasSuffix(body(w), `"allowed":true}`) {
+		t.Errorf("admitted batch: %d %s", w.Code, body(w))
+	}
+	if e, s := f.remaining("export", "b"), f.remaining("search", "b"); e != "0" || s != "0" {
+		t.Errorf("after the admitted batch, export/b remaining %s and search/b %s, want 0 and 0", e, s)
+	}
+
+	// A cost-0 check asks for nothing: on an exhausted fixed window it is
+	// admitted, and so is its batch.
 	w = f.post("/v1/check/batch", `{"checks":[{"rule":"search","key":"a","cost":1},{"rule":"export","key":"a","cost":0}]}`)
-	if w.Code != 200 || !strings.HasPrefix(body(w), `{"results":[{"allowed":true,"limit":2,"remaining":0,`) {
-		t.Errorf("different costs: %d %s", w.Code, body(w))
+	if w.Code != 200 || !strings.HasPrefix(body(w), `{"results":[{"allowed":true,"limit":2,"remaining":0,`) || !strings.HasSuffix(body(w), `"allowed":true}`) {
+		t.Errorf("cost 0 on an exhausted limit: %d %s; want allowed, search spending its 1", w.Code, body(w))
 	}
-	// A cost-0 check on an exhausted fixed window is admitted (it asks for
-	// nothing), so the batch is allowed.
-	if !strings.HasSuffix(body(w), `"allowed":true}`) {
-		t.Errorf("different costs: %s; want allowed", body(w))
-	}
+}
 
-	// A shadow rule in a group never makes its neighbours fail.
+// TestBatchShadow: a check of a rule in shadow mode never makes its batch
+// fail; it is decided, on its own, only when the batch is admitted.
+func TestBatchShadow(t *testing.T) {
+	f := setup(t, rulesYAML)
 	f.check("shadowed", "c", 1) // exhaust
-	w = f.post("/v1/check/batch", `{"checks":[{"rule":"shadowed","key":"c"},{"rule":"search","key":"c"}]}`)
-	if w.Code != 200 || !strings.Contains(body(w), `"shadow_denied":true`) || !strings.HasSuffix(body(w), `"allowed":true}`) {
-		t.Errorf("shadow in a batch: %d %s", w.Code, body(w))
+	w := f.post("/v1/check/batch", `{"checks":[{"rule":"shadowed","key":"c"},{"rule":"search","key":"c"}]}`)
+	want := `{"results":[` +
+		`{"allowed":true,"limit":1,"remaining":0,"reset_after_ms":60000,"retry_after_ms":60000,"shadow_denied":true,"policies":[{"name":"shadowed-1m","allowed":false,"limit":1,"remaining":0,"reset_after_ms":60000,"retry_after_ms":60000}]},` +
+		`{"allowed":true,"limit":2,"remaining":1,"reset_after_ms":60000,"retry_after_ms":0,"policies":[{"name":"search-1m","allowed":true,"limit":2,"remaining":1,"reset_after_ms":60000,"retry_after_ms":0}]}` +
+		`],"allowed":true}`
+	if w.Code != 200 || body(w) != want {
+		t.Errorf("shadow denial in an admitted batch: %d %s\nwant 200 %s", w.Code, body(w), want)
 	}
 	if got := f.remaining("search", "c"); got != "1" {
 		t.Errorf("search/c remaining %s, want 1", got)
+	}
+
+	// A denied batch goes no further: its shadow check is not decided, and
+	// spends nothing.
+	f.check("export", "d", 1) // exhaust
+	w = f.post("/v1/check/batch", `{"checks":[{"rule":"shadowed","key":"d"},{"rule":"export","key":"d"}]}`)
+	want = `{"results":[` +
+		`{"allowed":false,"limit":0,"remaining":0,"reset_after_ms":0,"retry_after_ms":0,"policies":[]},` +
+		`{"allowed":false,"limit":1,"remaining":0,"reset_after_ms":3600000,"retry_after_ms":3600000,"policies":[{"name":"export-1h","allowed":false,"limit":1,"remaining":0,"reset_after_ms":3600000,"retry_after_ms":3600000}]}` +
+		`],"allowed":false}`
+	if w.Code != 200 || body(w) != want {
+		t.Errorf("shadow check in a denied batch: %d %s\nwant 200 %s", w.Code, body(w), want)
+	}
+	if got := f.remaining("shadowed", "d"); got != "1" {
+		t.Errorf("shadowed/d remaining %s, want 1: the denied batch spent nothing", got)
+	}
+}
+
+// ipYAML has rules of the other key sources: ip and global.
+const ipYAML = `
+rules:
+  - {name: login, match: POST /login, key: ip, algorithm: fixed_window, limit: 2, period: 1m}
+  - {name: total, group: total, key: global, algorithm: fixed_window, limit: 100, period: 1m}
+`
+
+// TestCheckKeySources: the key of a check is the client key as the rule's
+// key source yields it. An ip rule needs an IP address, one form per
+// client (an IPv6 client by its /64); a global rule ignores the key.
+func TestCheckKeySources(t *testing.T) {
+	f := setup(t, ipYAML)
+	for _, tt := range []struct {
+		name, rule, key string
+		code            int
+		remaining       string // X-RateLimit-Remaining, when 200
+		err             string // the message, when 400
+	}{
+		{"not an address", "login", "abc", 400, "", `invalid client key: rule "login" is keyed by ip, and "abc" is not an IP address`},
+		{"empty", "login", "", 400, "", `invalid client key: rule "login" is keyed by ip, and "" is not an IP address`},
+		{"with a port", "login", "192.0.2.1:80", 400, "", `invalid client key: rule "login" is keyed by ip, and "192.0.2.1:80" is not an IP address`},
+		{"IPv4", "login", "192.0.2.1", 200, "1", ""},
+		{"IPv4-mapped: the same client", "login", "::ffff:192.0.2.1", 200, "0", ""},
+		{"IPv6", "login", "2001:db8:1:2::1", 200, "1", ""},
+		{"the same /64", "login", "2001:db8:1:2:ffff::9", 200, "0", ""},
+		{"the /64 itself", "login", "2001:db8:1:2::/64", 429, "", ""},
+		{"another /64", "login", "2001:db8:1:3::1", 200, "1", ""},
+		{"global: any key", "total", "abc", 200, "99", ""},
+		{"global: no key, the same count", "total", "", 200, "98", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := f.check(tt.rule, tt.key, 1)
+			if w.Code != tt.code {
+				t.Fatalf("%d %s, want %d", w.Code, w.Body, tt.code)
+			}
+			switch tt.code {
+			case 200:
+				if got := w.Header().Get("X-RateLimit-Remaining"); got != tt.remaining {
+					t.Errorf("remaining %s, want %s", got, tt.remaining)
+				}
+			case 400:
+				if want := errBody("BAD_REQUEST", tt.err); body(w) != want {
+					t.Errorf("%s\nwant %s", body(w), want)
+				}
+			}
+		})
+	}
+	// In a batch, the bad check is named, and nothing is spent.
+	w := f.post("/v1/check/batch", `{"checks":[{"rule":"total","key":""},{"rule":"login","key":"me"}]}`)
+	if want := errBody("BAD_REQUEST", `checks[1]: invalid client key: rule "login" is keyed by ip, and "me" is not an IP address`); w.Code != 400 || body(w) != want {
+		t.Errorf("batch: %d %s\nwant 400 %s", w.Code, body(w), want)
+	}
+	if got := f.remaining("total", ""); got != "98" {
+		t.Errorf("total remaining %s after the bad batch, want 98", got)
+	}
+}
+
+// TestSharedWithMiddleware: a check spends the same count as the requests
+// the middleware decides with the same engine, for a rule keyed by ip (the
+// key is the address) as for one keyed by a header (the key is its value).
+func TestSharedWithMiddleware(t *testing.T) {
+	f := setup(t, rulesYAML+ipYAML[len("\nrules:\n"):])
+	mw := httplimit.New(f.engine, httplimit.WithClock(f.clock.Now))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	send := func(method, target, apiKey string) int {
+		r := httptest.NewRequest(method, target, nil)
+		r.RemoteAddr = "[2001:db8::7]:4321"
+		if apiKey != "" {
+			r.Header.Set("X-API-Key", apiKey)
+		}
+		w := httptest.NewRecorder()
+		mw.ServeHTTP(w, r)
+		return w.Code
+	}
+	if got := send("GET", "/search", "abc"); got != 200 {
+		t.Fatalf("GET /search through the middleware: %d", got)
+	}
+	if got := send("POST", "/login", ""); got != 200 {
+		t.Fatalf("POST /login through the middleware: %d", got)
+	}
+	for _, c := range []struct{ rule, key, want string }{
+		{"search", "abc", "1"},
+		{"login", "2001:db8::7", "1"},
+		{"login", "2001:db8::/64", "1"},
+		{"total", "", "98"}, // a global rule's one count: both requests
+	} {
+		if got := f.remaining(c.rule, c.key); got != c.want {
+			t.Errorf("%s/%s remaining %s after the middleware's request, want %s", c.rule, c.key, got, c.want)
+		}
+	}
+	// And the other way: checks spend what the middleware then sees.
+	f.check("login", "2001:db8::1", 1)
+	if got := send("POST", "/login", ""); got != 429 {
+		t.Errorf("POST /login after a check spent the last: %d, want 429", got)
 	}
 }
 
@@ -425,7 +573,7 @@ rules:
 	done := make(chan *httptest.ResponseRecorder)
 	go func() { done <- f.check("search", "a", 1) }()
 	<-bs.entered
-	f.srv.Update(parse(t, next))
+	f.engine.Update(compile(t, next))
 	close(bs.release)
 	if w := <-done; w.Code != 200 || !strings.Contains(body(w), `"name":"search-1m"`) {
 		t.Errorf("in-flight request: %d %s, want 200 under the old rule", w.Code, w.Body)
@@ -435,29 +583,29 @@ rules:
 	if w := f.check("search", "a", 1); w.Code != 400 || body(w) != errBody("BAD_REQUEST", `unknown rule "search"; known rules: fresh`) {
 		t.Errorf("old rule after Update: %d %s", w.Code, w.Body)
 	}
-	if w := f.check("fresh", "a", 1); w.Code != 200 {
+	if w := f.check("fresh", "192.0.2.1", 1); w.Code != 200 {
 		t.Errorf("new rule after Update: %d %s", w.Code, w.Body)
 	}
-	f.srv.Update(nil)
-	if w := f.check("fresh", "a", 1); w.Code != 400 || body(w) != errBody("BAD_REQUEST", `unknown rule "fresh"; no rules are configured`) {
+	f.engine.Update(nil)
+	if w := f.check("fresh", "192.0.2.1", 1); w.Code != 400 || body(w) != errBody("BAD_REQUEST", `unknown rule "fresh"; no rules are configured`) {
 		t.Errorf("after Update(nil): %d %s", w.Code, w.Body)
 	}
 
 	// Under the race detector: requests while the rules keep changing get
 	// either the old or the new rule, never anything else.
 	g := setup(t, rulesYAML)
-	files := []*config.File{parse(t, rulesYAML), parse(t, rulesYAML+"  - {name: fresh, match: /fresh, limit: 100, period: 1s}\n")}
+	sets := []*policy.RuleSet{compile(t, rulesYAML), compile(t, rulesYAML+"  - {name: fresh, match: /fresh, limit: 100, period: 1s}\n")}
 	var wg sync.WaitGroup
 	var stop atomic.Bool
 	wg.Go(func() {
 		for i := 0; !stop.Load(); i++ {
-			g.srv.Update(files[i%2])
+			g.engine.Update(sets[i%2])
 		}
 	})
 	for range 4 {
 		wg.Go(func() {
 			for range 200 {
-				w := g.check("fresh", "k", 0)
+				w := g.check("fresh", "192.0.2.1", 0)
 				if w.Code != 200 && !(w.Code == 400 && strings.Contains(body(w), `unknown rule \"fresh\"`)) {
 					t.Errorf("during Update: %d %s", w.Code, w.Body)
 					return
@@ -534,7 +682,7 @@ func TestStoreDown(t *testing.T) {
 			if got := w.Header().Get("Retry-After"); got != tt.retryAfter {
 				t.Errorf("Retry-After %q, want %q", got, tt.retryAfter)
 			}
-			if got := strings.Contains(f.logs.String(), "store failed"); got != tt.logged {
+			if got := strings.Contains(f.logs.String(), "rate limit not decided"); got != tt.logged {
 				t.Errorf("logged %v, want %v: %s", got, tt.logged, f.logs)
 			}
 			// In a batch, the answer is in the body under deny and allow.
@@ -550,18 +698,32 @@ func TestStoreDown(t *testing.T) {
 					t.Errorf("batch: %d %s, want 200 degraded allowed=%v", w.Code, w.Body, allowed)
 				}
 			}
+			// A rule in shadow mode never blocks, nor fails a check: it is
+			// admitted, degraded (when the error policy decided), and
+			// without rate-limit headers.
+			w = f.check("shadowed", "a", 1)
+			degraded := tt.policy != sluice.ReturnErrors
+			if w.Code != 200 || !strings.HasPrefix(body(w), `{"allowed":true,`) || strings.Contains(body(w), `"degraded":true`) != degraded ||
+				w.Header().Get("RateLimit") != "" || w.Header().Get("X-RateLimit-Remaining") != "" {
+				t.Errorf("shadow check: %d %v %s; want 200, allowed, degraded %v, without rate-limit headers", w.Code, w.Header(), w.Body, degraded)
+			}
 		})
 	}
 }
 
-// TestUpdateKeepsOwnCopy: the Server keeps its own copy of the rule list,
+// TestUpdateKeepsOwnCopy: the compiled rules are the engine's own copy,
 // so that changing the File's rules after Update changes nothing.
 func TestUpdateKeepsOwnCopy(t *testing.T) {
 	f := setup(t, rulesYAML)
 	file := parse(t, rulesYAML)
-	f.srv.Update(file)
+	set, err := file.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.engine.Update(set)
 	file.Rules[0] = file.Rules[1] // "search" overwritten with "export"
 	file.Rules[2].Cost = 5
+	file.Rules[2].Limits[0].Limit = 5
 	if w := f.post("/v1/check", `{"rule":"search","key":"a"}`); w.Code != 200 || w.Header().Get("X-RateLimit-Limit") != "2" {
 		t.Errorf("search after the File changed: %d %v %s; want search's limit 2", w.Code, w.Header(), w.Body)
 	}
@@ -570,23 +732,54 @@ func TestUpdateKeepsOwnCopy(t *testing.T) {
 	}
 }
 
+// TestUpdateKeepsOwnPlans: the plans' keys and prefixes are the compiled
+// rules' own too.
+func TestUpdateKeepsOwnPlans(t *testing.T) {
+	file := parse(t, `
+rules:
+  - name: api
+    key: "header:X-API-Key"
+    limit: 1
+    period: 1h
+    plans:
+      - {name: pro, keys: [gold], prefixes: ["partner-"], limit: 5, period: 1h}
+`)
+	set, err := file.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := setup(t, rulesYAML)
+	f.engine.Update(set)
+	file.Rules[0].Plans[0].Keys[0] = "free"
+	file.Rules[0].Plans[0].Prefixes[0] = "f"
+	for key, want := range map[string]string{"gold": "5", "partner-x": "5", "free": "1", "fx": "1"} {
+		if w := f.check("api", key, 0); w.Code != 200 || w.Header().Get("X-RateLimit-Limit") != want {
+			t.Errorf("api for %s after the File's plan changed: %d %v; want limit %s", key, w.Code, w.Header(), want)
+		}
+	}
+}
+
 // TestUpdateNamesLimits: the limits of rules built in code are named as a
 // policy file names them, so two rules with equal unnamed limits keep
-// their own counts for one key, and the caller's File is left unnamed.
+// their own counts for one key, and the caller's rules are left unnamed.
 func TestUpdateNamesLimits(t *testing.T) {
 	f := setup(t, rulesYAML)
-	file := &config.File{Rules: []config.Rule{
-		{Name: "a", Key: config.Key{Source: "ip"}, Cost: 1, Limits: []sluice.Limit{sluice.PerMinute(1)}},
-		{Name: "b", Key: config.Key{Source: "ip"}, Cost: 1, Limits: []sluice.Limit{sluice.PerMinute(1)}},
-	}}
-	f.srv.Update(file)
+	rules := []policy.Rule{
+		{Name: "a", Key: policy.Key{Source: policy.KeyHeader, Name: "X-API-Key"}, Limits: []sluice.Limit{sluice.PerMinute(1)}},
+		{Name: "b", Group: "b", Key: policy.Key{Source: policy.KeyHeader, Name: "X-API-Key"}, Limits: []sluice.Limit{sluice.PerMinute(1)}},
+	}
+	set, err := policy.Compile(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.engine.Update(set)
 	for _, rule := range []string{"a", "b"} {
 		w := f.check(rule, "k", 1)
 		if w.Code != 200 || !strings.Contains(w.Header().Get("RateLimit-Policy"), `"`+rule+`-1m"`) {
 			t.Errorf("rule %s, first request for k: %d %v %s; want 200 under policy %q", rule, w.Code, w.Header(), w.Body, rule+"-1m")
 		}
 	}
-	if name := file.Rules[0].Limits[0].Name; name != "" {
-		t.Errorf("Update named the caller's limit %q", name)
+	if name := rules[0].Limits[0].Name; name != "" {
+		t.Errorf("Compile named the caller's limit %q", name)
 	}
 }
