@@ -337,7 +337,7 @@ rules:
 	post := func() *httptest.ResponseRecorder { return f.do(req{method: "POST", target: "/login"}) }
 	w := post()
 	want := map[string]string{
-		"RateLimit-Policy":      `"login-1s";q=2;w=1, "login-1h";q=20;w=3600`,
+		"RateLimit-Policy":      `"login-1s";q=1;w=1, "login-1h";q=20;w=3600`,
 		"RateLimit":             `"login-1s";r=1;t=1, "login-1h";r=19;t=3600`,
 		"X-RateLimit-Limit":     "2",
 		"X-RateLimit-Remaining": "1",
