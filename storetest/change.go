@@ -107,3 +107,69 @@ func testChangeLimit(t *testing.T, newStore Factory) {
 		newEnv(t, newStore).runChanging("client", steps)
 	})
 }
+
+// testChangingMatchesReference: the randomized comparison with the
+// reference, with the Limit and Burst of each request drawn at random.
+//
+// A bucket decision under another interval writes its converted state
+// whatever it decides, for as long as its debt; where that is short, a
+// Redis server would expire it by its real clock while the fake one
+// stands still. So costs stay below every capacity (a denied request then
+// owes more than an interval), and only the Burst of a bucket changes in
+// a decision under several limits (which may convert a bucket that
+// admits, with any debt, when another limit denies).
+func testChangingMatchesReference(t *testing.T, newStore Factory) {
+	minute := func(a sluice.Algorithm, limits ...int) []sluice.Limit {
+		var v []sluice.Limit
+		for _, n := range limits {
+			v = append(v, sluice.PerMinute(n).Using(a))
+		}
+		return v
+	}
+	bursts := func(l sluice.Limit, bursts ...int) []sluice.Limit {
+		var v []sluice.Limit
+		for _, b := range bursts {
+			v = append(v, l.WithBurst(b))
+		}
+		return v
+	}
+	for i, a := range sluice.Algorithms {
+		v := minute(a, 7, 3, 12, 5)
+		if a == sluice.TokenBucket || a == sluice.GCRA {
+			v = append(bursts(testLimit(a), 4, 9), v...)
+		}
+		t.Run(string(a), func(t *testing.T) { matchReference(t, newStore, [][]sluice.Limit{v}, uint64(200+i), 2) })
+	}
+	// Intervals of hours, whose products exceed 2^53 (rescale rounds a
+	// token's leftover up), and from a token every 315s to one every ten
+	// years (debts beyond 2^51µs, capped).
+	buckets := []struct {
+		name    string
+		limits  []sluice.Limit
+		maxCost int
+	}{
+		{"daily", []sluice.Limit{sluice.PerDay(1).WithBurst(4), sluice.PerDay(24).WithBurst(4), sluice.PerDay(7).WithBurst(4), sluice.PerDay(1000).WithBurst(4)}, 3},
+		{"extreme", []sluice.Limit{sluice.Per(1_000_000, sluice.MaxPeriod), sluice.Per(1, sluice.MaxPeriod).WithBurst(7)}, 6},
+	}
+	for i, b := range buckets {
+		for j, a := range []sluice.Algorithm{sluice.TokenBucket, sluice.GCRA} {
+			var v []sluice.Limit
+			for _, l := range b.limits {
+				v = append(v, l.Using(a))
+			}
+			t.Run(b.name+" "+string(a), func(t *testing.T) {
+				matchReference(t, newStore, [][]sluice.Limit{v}, uint64(210+2*i+j), b.maxCost)
+			})
+		}
+	}
+	t.Run("multi", func(t *testing.T) {
+		variants := [][]sluice.Limit{
+			bursts(testLimit(sluice.TokenBucket), 3, 5, 8),
+			bursts(testLimit(sluice.GCRA), 3, 5, 8),
+			minute(sluice.FixedWindow, 7, 3, 12),
+			minute(sluice.SlidingWindow, 7, 3, 12),
+			minute(sluice.SlidingLog, 7, 3, 12),
+		}
+		matchReference(t, newStore, variants, 220, 2)
+	})
+}
