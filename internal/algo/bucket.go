@@ -125,19 +125,23 @@ func gcraState(tat, interval int64) State { return State{Set: true, A: tat, B: i
 // first decision under l the state must drain at l's rate and live as long
 // as its debt at l's interval, so that the RetryAfter given holds.
 func Convert(l sluice.Limit, st State, now int64) (next State, ttl int64, ok bool) {
-	interval := micros(l.Interval())
-	var debt int64
 	switch l.Algorithm {
 	case sluice.FixedWindow, sluice.SlidingWindow, sluice.SlidingLog:
+		return st, 0, false // counts mean the same under any limit
+	}
+	if !st.Set {
 		return st, 0, false
-	case sluice.GCRA:
-		if !st.Set || st.B == interval {
+	}
+	interval := micros(l.Interval())
+	var debt int64
+	if l.Algorithm == sluice.GCRA {
+		if st.B == interval {
 			return st, 0, false
 		}
 		debt = gcraDebt(st, now, interval)
 		next = gcraState(now+debt, interval)
-	default:
-		if !st.Set || st.C == interval {
+	} else {
+		if st.C == interval {
 			return st, 0, false
 		}
 		debt = tbDebt(st, now, interval)
