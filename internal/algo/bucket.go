@@ -29,12 +29,13 @@ import (
 const maxDebt = 1 << 51
 
 // rescale converts debt, µs of refill at interval from, into µs of refill
-// at interval to: the same tokens owed, debt×to/from, never rounded in the
-// client's favour and at most maxDebt. Whole tokens convert exactly; the
-// part of a token left over does too while its product with to stays
-// below 2^53 (both intervals under 95s, or any pair of limits whose
-// conversions fit), and otherwise is rounded up by at most 1µs more than
-// ceil. Mirrored by rescale in common.lua, in the same float64 operations.
+// at interval to: the same tokens owed, debt×to/from rounded up (never in
+// the client's favour), at most maxDebt. Whole tokens convert exactly, and
+// so does the part of a token left over while its product with to is
+// below 2^53 (always when from×to is: both intervals under 94s, say);
+// beyond, float64 cannot hold the product, and the result is the exact
+// ceiling or 1µs more. Mirrored by rescale in common.lua, in the same
+// float64 operations.
 func rescale(debt, from, to int64) int64 {
 	debt = min(debt, maxDebt)
 	if from == to || debt <= 0 {
@@ -45,9 +46,10 @@ func rescale(debt, from, to int64) int64 {
 	if float64(float64(whole)*float64(to)) >= maxDebt {
 		return maxDebt
 	}
-	// part×to/from < to: exact while the product is (below 2^53); beyond,
-	// its float64 error is below 1/8, and adding 1/2 before rounding up
-	// keeps the result at least the exact quotient.
+	// part×to/from < to < 2^49: the quotient of an exact product rounds up
+	// exactly; beyond 2^53 its float64 error is below 1/8, and adding 1/2
+	// before rounding up keeps it at least the exact quotient and below
+	// the quotient plus 1.
 	p := float64(float64(part) * float64(to))
 	var q float64
 	if p < 1<<53 {
