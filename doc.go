@@ -27,7 +27,7 @@
 //	sliding_window  weighted count of this and the previous window; cheap; close to a true sliding window
 //	sliding_log     one entry per admitted request; exact; memory grows with the limit
 //	token_bucket    refills limit per period up to burst; allows bursts, enforces the average (the default)
-//	gcra            the token bucket's decisions with a single integer of state
+//	gcra            the token bucket's decisions with less state (one time)
 //
 // # Semantics
 //
@@ -41,4 +41,13 @@
 // once). Limits that cannot be enforced (zero period, negative limit, burst
 // on a window algorithm, a cost larger than the limit's capacity) are
 // errors wrapping ErrInvalidLimit or ErrInvalidCost, never silent denials.
+//
+// # Changing limits
+//
+// A client's state lives under its limit's Identity: Name, Algorithm and
+// Period. Raise or lower the Limit or the Burst (reload a policy file) and
+// every client keeps what it has spent: 80 of 100 per hour spent leave 70
+// under 150, and under 50 the client is denied until its window, log or
+// bucket admits again; RetryAfter stays exact. A new algorithm, period or
+// name starts every client afresh. See Limit.Identity.
 package sluice

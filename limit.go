@@ -30,7 +30,8 @@ const (
 	// enforcing an average rate: the default for most APIs.
 	TokenBucket Algorithm = "token_bucket"
 	// GCRA (generic cell rate algorithm) admits exactly what TokenBucket admits
-	// for the same Limit, Period and Burst, keeping a single integer of state.
+	// for the same Limit, Period and Burst, keeping less state: one time,
+	// with the token interval it is measured in.
 	GCRA Algorithm = "gcra"
 )
 
@@ -106,9 +107,10 @@ const maxState = 1 << 51
 // The zero Algorithm is TokenBucket. Burst applies to TokenBucket and GCRA
 // only: it is the bucket's capacity, the number of requests a client that
 // has been idle may send at once; zero means Burst = Limit. Name tells apart
-// two limits with equal parameters that must not share state for the same
-// key (for example two rules both keyed by client IP); it may hold letters,
-// digits, '-', '_' and '.'.
+// two limits of one algorithm and period that must not share state for the
+// same key (for example two rules both keyed by client IP); it may hold
+// letters, digits, '-', '_' and '.'. Limits that differ only in Limit or
+// Burst share state (see Identity).
 //
 // Build a Limit with a literal or with the helpers:
 //
@@ -186,10 +188,19 @@ func (l Limit) Normalized() Limit {
 // Identity returns the storage identity of l: its Name, its Algorithm
 // (TokenBucket for the zero value) and its Period, and nothing else. Two
 // valid limits share state for a key, in every store, if and only if
-// their identities are equal. Limit and Burst are not part of it, so that
-// a limit raised or lowered (a reloaded policy file) keeps what every
-// client has spent under it; a new algorithm, period or name starts from
-// fresh state. Limits that must not share state need distinct Names.
+// their identities are equal. Limits that must not share state need
+// distinct Names.
+//
+// Limit and Burst are not part of it, so that a limit raised or lowered
+// (a reloaded policy file, a plan's new quota) keeps what every client has
+// spent under it, in every algorithm: a client that spent 80 of 100 per
+// hour has 70 left when the limit becomes 150, and under 50 is denied
+// until its window ends, its log entries expire or its bucket's debt has
+// drained below the new capacity (at the new rate: a token bucket or GCRA
+// converts its debt to the tokens it owes, rounding against the client by
+// at most a microsecond). A new algorithm, period or name starts from
+// fresh state: their state means something else (a count per window of
+// another length, a log instead of a bucket), so it is not read.
 func (l Limit) Identity() Limit {
 	return Limit{Algorithm: l.Normalized().Algorithm, Period: l.Period, Name: l.Name}
 }

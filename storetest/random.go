@@ -40,11 +40,15 @@ func testLimit(a sluice.Algorithm) sluice.Limit {
 
 // testRetryAfterHonest: after a denial with RetryAfter d, the same request
 // is denied 1ms and 1µs before d (with exactly that much left to wait) and
-// admitted at d.
+// admitted at d, also when each round of requests comes under a limit
+// whose Limit or Burst changed.
 func testRetryAfterHonest(t *testing.T, newStore Factory) {
-	check := func(t *testing.T, e *env, limits []sluice.Limit, seed uint64) {
+	// check plays rounds, each under one of the limit sets, drawn at
+	// random where there are several.
+	check := func(t *testing.T, e *env, sets [][]sluice.Limit, seed uint64) {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		ctx := context.Background()
+		limits := sets[0]
 		take := func(at time.Duration, cost int) sluice.Result {
 			e.clock.Set(at)
 			r, err := e.lim.AllowAll(ctx, "client", cost, limits...)
@@ -55,6 +59,9 @@ func testRetryAfterHonest(t *testing.T, newStore Factory) {
 		}
 		var at time.Duration
 		for round := range 25 {
+			if len(sets) > 1 {
+				limits = sets[rng.IntN(len(sets))]
+			}
 			at = safe(at, limits...)
 			cost := 1 + rng.IntN(3)
 			r := take(at, cost)
@@ -85,7 +92,7 @@ func testRetryAfterHonest(t *testing.T, newStore Factory) {
 	}
 	for i, a := range sluice.Algorithms {
 		t.Run(string(a), func(t *testing.T) {
-			check(t, newEnv(t, newStore), []sluice.Limit{testLimit(a)}, uint64(i))
+			check(t, newEnv(t, newStore), [][]sluice.Limit{{testLimit(a)}}, uint64(i))
 		})
 	}
 	t.Run("multi", func(t *testing.T) {
@@ -95,8 +102,20 @@ func testRetryAfterHonest(t *testing.T, newStore Factory) {
 			sluice.PerHour(10).Using(sluice.FixedWindow),
 			sluice.PerMinute(4).Using(sluice.SlidingLog),
 		}
-		check(t, newEnv(t, newStore), limits, 99)
+		check(t, newEnv(t, newStore), [][]sluice.Limit{limits}, 99)
 	})
+	for i, a := range sluice.Algorithms {
+		// Costs of 1 to 3 stay below every capacity (see
+		// testChangingMatchesReference).
+		sets := [][]sluice.Limit{{sluice.PerMinute(7)}, {sluice.PerMinute(4)}, {sluice.PerMinute(12)}}
+		if a == sluice.TokenBucket || a == sluice.GCRA {
+			sets = append(sets, []sluice.Limit{sluice.PerMinute(7).WithBurst(5)}, []sluice.Limit{sluice.PerMinute(5).WithBurst(9)})
+		}
+		for _, set := range sets {
+			set[0] = set[0].Using(a)
+		}
+		t.Run("changing "+string(a), func(t *testing.T) { check(t, newEnv(t, newStore), sets, uint64(300+i)) })
+	}
 }
 
 // op is one randomized request.
@@ -158,30 +177,11 @@ func testBucketEqualsGCRA(t *testing.T, newStore Factory) {
 
 // testMatchesReference: the store returns exactly the Results of the
 // reference algorithms (internal/algo, run by the memory store) for long
-// random sequences, one limit at a time and several at once.
+// random sequences, one limit at a time and several at once, and with
+// limits that change between requests.
 func testMatchesReference(t *testing.T, newStore Factory) {
-	check := func(t *testing.T, limits []sluice.Limit, seed uint64, maxCost int) {
-		e := newEnv(t, newStore)
-		ref := sluice.New(memory.New(memory.WithClock(e.clock.Now)), sluice.WithClock(e.clock.Now))
-		for i, o := range ops(seed, 300, maxCost, limits...) {
-			e.clock.Set(o.at)
-			got, err := e.lim.AllowAll(context.Background(), o.key, o.cost, limits...)
-			if err != nil {
-				t.Fatalf("step %d: %v", i, err)
-			}
-			want, err := ref.AllowAll(context.Background(), o.key, o.cost, limits...)
-			if err != nil {
-				t.Fatalf("step %d: reference: %v", i, err)
-			}
-			for j := range limits {
-				if got.Results[j] != want.Results[j] {
-					t.Fatalf("step %d (t=%v key %s cost %d): %s = %+v, reference %+v", i, o.at, o.key, o.cost, limits[j], got.Results[j], want.Results[j])
-				}
-			}
-		}
-	}
 	for i, a := range sluice.Algorithms {
-		t.Run(string(a), func(t *testing.T) { check(t, []sluice.Limit{testLimit(a)}, uint64(i), 3) })
+		t.Run(string(a), func(t *testing.T) { matchReference(t, newStore, fixed(testLimit(a)), uint64(i), 3) })
 	}
 	t.Run("multi", func(t *testing.T) {
 		var limits []sluice.Limit
@@ -189,7 +189,7 @@ func testMatchesReference(t *testing.T, newStore Factory) {
 			limits = append(limits, testLimit(a))
 		}
 		limits = append(limits, sluice.PerHour(40).Using(sluice.FixedWindow), sluice.PerHour(30).Using(sluice.SlidingWindow))
-		check(t, limits, 42, 3)
+		matchReference(t, newStore, fixed(limits...), 42, 3)
 	})
 	t.Run("extreme", func(t *testing.T) {
 		// The largest parameters Validate accepts, where Lua's float64
@@ -206,10 +206,55 @@ func testMatchesReference(t *testing.T, newStore Factory) {
 		}
 		for i, l := range limits {
 			// Costs up to the bucket's whole capacity.
-			t.Run(l.String(), func(t *testing.T) { check(t, []sluice.Limit{l}, uint64(100+i), bucket.Capacity()) })
+			t.Run(l.String(), func(t *testing.T) { matchReference(t, newStore, fixed(l), uint64(100+i), bucket.Capacity()) })
 		}
-		t.Run("all", func(t *testing.T) { check(t, limits, 99, bucket.Capacity()) })
+		t.Run("all", func(t *testing.T) { matchReference(t, newStore, fixed(limits...), 99, bucket.Capacity()) })
 	})
+	t.Run("changing", func(t *testing.T) { testChangingMatchesReference(t, newStore) })
+}
+
+// fixed returns the variants of limits that never change.
+func fixed(limits ...sluice.Limit) [][]sluice.Limit {
+	v := make([][]sluice.Limit, len(limits))
+	for i, l := range limits {
+		v[i] = []sluice.Limit{l}
+	}
+	return v
+}
+
+// matchReference compares the store with the reference over random
+// requests of costs 1 to maxCost. Each request is limited by one limit of
+// each variants[i], drawn at random where there are several (limits of one
+// Identity whose Limit or Burst differ, as a reloaded policy changes them).
+func matchReference(t *testing.T, newStore Factory, variants [][]sluice.Limit, seed uint64, maxCost int) {
+	e := newEnv(t, newStore)
+	ref := sluice.New(memory.New(memory.WithClock(e.clock.Now)), sluice.WithClock(e.clock.Now))
+	rng := rand.New(rand.NewPCG(seed, 13))
+	limits := make([]sluice.Limit, len(variants))
+	for i := range variants {
+		limits[i] = variants[i][0] // one Period per variant: what safe needs
+	}
+	for i, o := range ops(seed, 300, maxCost, limits...) {
+		for j, v := range variants {
+			if len(v) > 1 {
+				limits[j] = v[rng.IntN(len(v))]
+			}
+		}
+		e.clock.Set(o.at)
+		got, err := e.lim.AllowAll(context.Background(), o.key, o.cost, limits...)
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		want, err := ref.AllowAll(context.Background(), o.key, o.cost, limits...)
+		if err != nil {
+			t.Fatalf("step %d: reference: %v", i, err)
+		}
+		for j := range limits {
+			if got.Results[j] != want.Results[j] {
+				t.Fatalf("step %d (t=%v key %s cost %d): %s = %+v, reference %+v", i, o.at, o.key, o.cost, limits[j], got.Results[j], want.Results[j])
+			}
+		}
+	}
 }
 
 // testConcurrency: many goroutines spending one key at one instant admit

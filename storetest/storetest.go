@@ -75,6 +75,7 @@ func Run(t *testing.T, newStore Factory) {
 	t.Run("RetryAfterHonest", func(t *testing.T) { testRetryAfterHonest(t, newStore) })
 	t.Run("TTL", func(t *testing.T) { testTTL(t, newStore) })
 	t.Run("MultiLimit", func(t *testing.T) { testMulti(t, newStore) })
+	t.Run("ChangeLimit", func(t *testing.T) { testChangeLimit(t, newStore) })
 	t.Run("TokenBucketEqualsGCRA", func(t *testing.T) { testBucketEqualsGCRA(t, newStore) })
 	t.Run("MatchesReference", func(t *testing.T) { testMatchesReference(t, newStore) })
 	t.Run("Invalid", func(t *testing.T) { testInvalid(t, newStore) })
@@ -121,16 +122,50 @@ func deny(remaining int, reset, retry time.Duration) sluice.Result {
 func (e *env) run(key string, l sluice.Limit, steps []step) {
 	e.t.Helper()
 	for i, s := range steps {
-		e.clock.Set(s.at)
-		got, err := e.lim.AllowN(context.Background(), key, l, s.n)
-		if err != nil {
-			e.t.Fatalf("%s: step %d: AllowN(t=%v, n=%d): %v", l, i, s.at, s.n, err)
-		}
-		want := s.want
-		want.Limit = l.Capacity()
-		if got != want {
-			e.t.Errorf("%s: step %d: AllowN(t=%v, n=%d) = %+v, want %+v", l, i, s.at, s.n, got, want)
-		}
+		e.play(key, l, i, s)
+	}
+}
+
+// play plays step i, s, for key under l, reports a mismatch and returns
+// the Result.
+func (e *env) play(key string, l sluice.Limit, i int, s step) sluice.Result {
+	e.t.Helper()
+	e.clock.Set(s.at)
+	got, err := e.lim.AllowN(context.Background(), key, l, s.n)
+	if err != nil {
+		e.t.Fatalf("%s: step %d: AllowN(t=%v, n=%d): %v", l, i, s.at, s.n, err)
+	}
+	want := s.want
+	want.Limit = l.Capacity()
+	if got != want {
+		e.t.Errorf("%s: step %d: AllowN(t=%v, n=%d) = %+v, want %+v", l, i, s.at, s.n, got, want)
+	}
+	return got
+}
+
+// ttler returns e's store as a TTLer, failing the test if it is not one.
+func (e *env) ttler() TTLer {
+	e.t.Helper()
+	ttler, ok := e.store.(TTLer)
+	if !ok {
+		e.t.Fatalf("%T does not implement storetest.TTLer", e.store)
+	}
+	return ttler
+}
+
+// checkTTL reports an error unless the state of key under l lives as long
+// as r, the last decision on it, says: r.ResetAfter, until it is
+// equivalent to none.
+func (e *env) checkTTL(key string, l sluice.Limit, r sluice.Result) {
+	e.t.Helper()
+	got, err := e.ttler().TTL(context.Background(), key, l)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	// A store may round up to its resolution (Redis: 1ms) and its real
+	// clock runs on while the fake one stands still.
+	if got > r.ResetAfter.Round(time.Millisecond)+time.Millisecond || got < r.ResetAfter-time.Second {
+		e.t.Errorf("%s at %v: TTL = %v, want the ResetAfter %v", l, e.clock.Now().Sub(Epoch), got, r.ResetAfter)
 	}
 }
 

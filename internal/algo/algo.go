@@ -22,8 +22,9 @@ type State struct {
 	// A, B and C hold the algorithm's integers:
 	//   fixed_window:   A window index, B count
 	//   sliding_window: A window index, B previous window's count, C count
-	//   token_bucket:   A tokens × interval (µs of refill), B time of last update
-	//   gcra:           A theoretical arrival time
+	//   token_bucket:   A debt (µs of refill) at B, the time of the last
+	//                   update, C the interval the debt is measured in
+	//   gcra:           A theoretical arrival time, B the interval
 	A, B, C int64
 	// Log holds sliding_log's admitted request times, ascending.
 	Log []int64
@@ -33,6 +34,7 @@ type State struct {
 // It returns the Result, the state to store if the caller commits the
 // decision, and how long that state must live in µs (ttl <= 0: delete the
 // state, it is equivalent to none). When r.Allowed is false, next is st.
+// A store calls Convert first, and writes what it converts.
 func Check(l sluice.Limit, st State, now, cost int64) (r sluice.Result, next State, ttl int64) {
 	switch l.Algorithm {
 	case sluice.FixedWindow:
@@ -48,27 +50,21 @@ func Check(l sluice.Limit, st State, now, cost int64) (r sluice.Result, next Sta
 	}
 }
 
-// ID returns the storage identity of l, l.Normalized(), in string form:
-// [name:]code:limit:period_µs[:burst], the burst for token_bucket and gcra
-// only. Two valid limits have equal IDs if and only if their Normalized
-// forms are equal. It holds the name and every parameter, so a changed
-// limit starts from fresh state instead of misreading old state.
+// ID returns the storage identity of l, l.Identity(), in string form:
+// [name:]code:period_µs. Two valid limits have equal IDs if and only if
+// their Identities are equal. It holds neither Limit nor Burst, so that a
+// limit raised or lowered keeps the state spent under it: every algorithm
+// reads the state of another Limit or Burst (see Convert).
 func ID(l sluice.Limit) string {
-	n := l.Normalized()
-	b := make([]byte, 0, 48)
+	n := l.Identity()
+	b := make([]byte, 0, 32)
 	if n.Name != "" {
 		b = append(b, n.Name...)
 		b = append(b, ':')
 	}
 	b = append(b, Code(n.Algorithm)...)
 	b = append(b, ':')
-	b = strconv.AppendInt(b, int64(n.Limit), 10)
-	b = append(b, ':')
 	b = strconv.AppendInt(b, micros(n.Period), 10)
-	if n.Burst != 0 {
-		b = append(b, ':')
-		b = strconv.AppendInt(b, int64(n.Burst), 10)
-	}
 	return string(b)
 }
 

@@ -8,7 +8,9 @@ import (
 
 // slidingLog mirrors sliding_log.lua. State: Log, the times of admitted
 // requests, one entry per unit of cost, ascending; entries at or before
-// now−period have expired.
+// now−period have expired. Under a lowered limit the log may hold more
+// live entries than the limit: a request waits for the oldest of them to
+// expire until cost fits.
 func slidingLog(st State, now, limit, period, cost int64) (sluice.Result, State, int64) {
 	live, _ := slices.BinarySearch(st.Log, now-period+1) // first entry > now−period
 	n := int64(len(st.Log) - live)

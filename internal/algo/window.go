@@ -10,6 +10,11 @@ import (
 // steps back behind the stored window (an NTP step, a failover to a server
 // whose clock is behind), the stored window stays the current one, so that
 // a step back cannot hand out a fresh window.
+//
+// Their state is a count, which a changed Limit reads as it is: raised,
+// what was spent stays spent; lowered below the count, the window denies
+// (with nothing Remaining) until the counts that exceed the new limit
+// have left it, and its lifetime does not depend on the limit at all.
 
 // fixedWindow mirrors fixed_window.lua. State: A window index, B count.
 func fixedWindow(st State, now, limit, period, cost int64) (sluice.Result, State, int64) {
@@ -23,7 +28,7 @@ func fixedWindow(st State, now, limit, period, cost int64) (sluice.Result, State
 	}
 	reset := (w+1)*period - now
 	if count+cost > limit {
-		return result(false, limit, limit-count, reset, reset), st, 0
+		return result(false, limit, max(limit-count, 0), reset, reset), st, 0
 	}
 	count += cost
 	if count == 0 {

@@ -51,11 +51,11 @@ type shard struct {
 	_   [40]byte
 }
 
-// entryKey identifies one piece of state: a client key under a limit, the
-// limit Normalized so that limits with the same storage identity share
-// state (algo.ID's identity, without building a string). The client key is
-// bounded (longkey.Bound); hashed tells a long key's hash from a short key
-// that happens to equal it.
+// entryKey identifies one piece of state: a client key under a limit's
+// Identity (name, algorithm and period: algo.ID's identity, without
+// building a string), so that a limit whose Limit or Burst changes keeps
+// its state. The client key is bounded (longkey.Bound); hashed tells a
+// long key's hash from a short key that happens to equal it.
 type entryKey struct {
 	key    string
 	hashed bool
@@ -75,7 +75,7 @@ func newClientKey(key string) clientKey {
 
 // under returns the entryKey of k's state under l.
 func (k clientKey) under(l sluice.Limit) entryKey {
-	return entryKey{k.key, k.hashed, l.Normalized()}
+	return entryKey{k.key, k.hashed, l.Identity()}
 }
 
 type entry struct {
@@ -169,6 +169,12 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 			if d.e = d.sh.m[d.key]; d.e != nil && d.e.expires > now {
 				d.st = d.e.st
 			}
+			if st, ttl, ok := algo.Convert(l, d.st, now); ok {
+				// State of another Limit: kept converted whatever the
+				// decision, as the Lua scripts keep it.
+				d.st = st
+				d.save(st, ttl, now)
+			}
 			rs[i], d.next, d.ttl = algo.Check(l, d.st, now, int64(p.Cost))
 			allowed = allowed && rs[i].Allowed
 			i++
@@ -177,14 +183,7 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 	if allowed {
 		for i := range work {
 			d := &work[i]
-			switch {
-			case d.ttl <= 0:
-				delete(d.sh.m, d.key)
-			case d.e != nil:
-				d.e.st, d.e.expires = d.next, now+d.ttl
-			default:
-				d.sh.m[d.key] = &entry{st: d.next, expires: now + d.ttl}
-			}
+			d.save(d.next, d.ttl, now)
 		}
 	} else {
 		// Nothing is consumed: the limits that would have admitted the
@@ -250,6 +249,21 @@ type decision struct {
 	e        *entry // the stored entry, expired or not; nil if none
 	st, next algo.State
 	ttl      int64
+}
+
+// save stores st for ttl µs from now as the state of d (deletes it when
+// ttl <= 0).
+func (d *decision) save(st algo.State, ttl, now int64) {
+	switch {
+	case ttl <= 0:
+		delete(d.sh.m, d.key)
+		d.e = nil
+	case d.e != nil:
+		d.e.st, d.e.expires = st, now+ttl
+	default:
+		d.e = &entry{st: st, expires: now + ttl}
+		d.sh.m[d.key] = d.e
+	}
 }
 
 // evict deletes the entries expired for over evictGrace among up to n

@@ -16,7 +16,7 @@
 //
 // The state of a client key under a limit lives at
 //
-//	<prefix>:{<client key>}:[<name>:]<algorithm>:<limit>:<period µs>[:<burst>]
+//	<prefix>:{<client key>}:[<name>:]<algorithm>:<period µs>
 //
 // with one Redis key per limit. The client key is the Redis Cluster hash
 // tag, so every key of one decision lands in one slot; '{', '}' and '%' in
@@ -24,6 +24,15 @@
 // client keys longer than 128 bytes are replaced by a hash so that a
 // hostile key cannot bloat memory. Every key expires as soon as its state
 // is equivalent to none (the window ended, the bucket is full).
+//
+// The rest of the key is the limit's Identity, without its Limit or Burst,
+// so that a limit raised or lowered keeps every client's state: each
+// script reads what other numbers left, and token_bucket ("debt:last
+// update:interval") and gcra ("tat:interval") store the interval their
+// debt is measured in, to convert it. Versions before this one put the
+// limit and the burst in the key: their keys are never read (every client
+// starts afresh once, as a changed limit used to start it) and expire on
+// their own TTLs; a value of another format is read as no state.
 //
 // While a Cluster migrates a slot, decisions on its keys keep working: the
 // clients follow ASK and MOVED, the store reloads its scripts on the new

@@ -12,6 +12,36 @@ local function str(x)
   return string.format('%d', x)
 end
 
+-- rescale mirrors rescale in internal/algo/bucket.go: debt, µs of refill
+-- at interval from, as µs of refill at interval to (the same tokens owed),
+-- rounded up, at most max_debt.
+local max_debt = 2^51
+local function rescale(debt, from, to)
+  if debt > max_debt then
+    debt = max_debt
+  end
+  if from == to or debt <= 0 then
+    return debt
+  end
+  local whole = floor(debt / from)
+  local part = debt - whole * from
+  if whole * to >= max_debt then
+    return max_debt
+  end
+  local p = part * to
+  local q
+  if p < 2^53 then
+    q = math.ceil(p / from)
+  else
+    q = math.ceil(p / from + 0.5)
+  end
+  local d = whole * to + q
+  if d > max_debt then
+    d = max_debt
+  end
+  return d
+end
+
 -- save stores value at key for ttl microseconds (rounded up to whole
 -- milliseconds), or deletes key when ttl <= 0: such state is equivalent to
 -- none.

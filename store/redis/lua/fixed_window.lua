@@ -22,7 +22,11 @@ local function fixed_window(key, now, limit, period, cost)
   end
   local reset = (w + 1) * period - now
   if count + cost > limit then
-    return 0, limit - count, reset, reset
+    local rem = limit - count
+    if rem < 0 then
+      rem = 0 -- a lowered limit
+    end
+    return 0, rem, reset, reset
   end
   count = count + cost
   if count == 0 then

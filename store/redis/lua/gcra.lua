@@ -1,13 +1,35 @@
 -- gcra mirrors gcra in internal/algo/bucket.go.
--- State: one integer, the theoretical arrival time: the instant at which
--- the bucket is full again.
+-- State: the string "tat:interval", the theoretical arrival time (the
+-- instant at which the bucket is full again) and the interval its debt
+-- (tat - now) is measured in.
+
+-- gcra_debt mirrors gcraDebt and Convert: the debt at now in µs of refill
+-- at interval. State measured at another interval (a changed limit) is
+-- converted and stored so at once, whatever the decision.
+local function gcra_debt(key, now, interval)
+  local v = redis.call('GET', key)
+  if not v then
+    return 0
+  end
+  local tat, from = string.match(v, '^(%d+):(%d+)$')
+  if not tat or tonumber(from) == 0 then
+    return 0 -- not a state this version wrote (it wrote a bare tat): none
+  end
+  from = tonumber(from)
+  local debt = tonumber(tat) - now
+  if debt < 0 then
+    debt = 0
+  end
+  debt = rescale(debt, from, interval)
+  if from ~= interval then
+    save(key, str(now + debt) .. ':' .. str(interval), debt)
+  end
+  return debt
+end
+
 local function gcra(key, now, interval, capacity, cost)
   local full = capacity * interval
-  local tat = now
-  local v = tonumber(redis.call('GET', key)) -- GET answers false when missing
-  if v and v > now then
-    tat = v
-  end
+  local tat = now + gcra_debt(key, now, interval)
   local new_tat = tat + cost * interval
   local allow_at = new_tat - full
   if now < allow_at then
@@ -21,6 +43,6 @@ local function gcra(key, now, interval, capacity, cost)
   if reset <= 0 then
     return 1, capacity, 0, 0, ''
   end
-  return 1, floor((full - reset) / interval), reset, 0, str(new_tat)
+  return 1, floor((full - reset) / interval), reset, 0, str(new_tat) .. ':' .. str(interval)
 end
 local gcra_write = save

@@ -12,7 +12,7 @@ local function sliding_log(key, now, limit, period, cost)
     local top = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
     local rem = limit - n
     if rem < 0 then
-      rem = 0 -- after a clock stepped back
+      rem = 0 -- a lowered limit, or a clock that stepped back
     end
     return 0, rem, tonumber(top[2]) + period - now, tonumber(kth[2]) + period - now
   end

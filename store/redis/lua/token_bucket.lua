@@ -1,20 +1,36 @@
 -- token_bucket mirrors tokenBucket in internal/algo/bucket.go.
 -- Tokens are counted in microseconds of refill: the bucket holds at most
 -- capacity * interval, gains one unit per microsecond, and a request takes
--- cost * interval. State: the string "tokens:last update".
+-- cost * interval. State: the string "debt:last update:interval", the µs
+-- of refill owed at the last update, measured at that interval.
+
+-- tb_debt mirrors tbDebt and Convert: the debt at now in µs of refill at
+-- interval. State measured at another interval (a changed limit) is
+-- converted and stored so at once, whatever the decision.
+local function tb_debt(key, now, interval)
+  local v = redis.call('GET', key)
+  if not v then
+    return 0
+  end
+  local d, last, from = string.match(v, '^(%d+):(%d+):(%d+)$')
+  if not d or tonumber(from) == 0 then
+    return 0 -- not a state this version wrote: none
+  end
+  from = tonumber(from)
+  local debt = tonumber(d) - (now - tonumber(last))
+  if debt < 0 then
+    debt = 0
+  end
+  debt = rescale(debt, from, interval)
+  if from ~= interval then
+    save(key, str(debt) .. ':' .. str(now) .. ':' .. str(interval), debt)
+  end
+  return debt
+end
+
 local function token_bucket(key, now, interval, capacity, cost)
   local full = capacity * interval
-  local tokens = full
-  local v = redis.call('GET', key)
-  if v then
-    local x, y = string.match(v, '^(%d+):(%d+)$')
-    if x then
-      tokens = tonumber(x) + (now - tonumber(y))
-      if tokens > full then
-        tokens = full
-      end
-    end
-  end
+  local tokens = full - tb_debt(key, now, interval) -- negative under a lowered limit
   local need = cost * interval
   if tokens < need then
     local avail = tokens
@@ -28,6 +44,6 @@ local function token_bucket(key, now, interval, capacity, cost)
   if reset <= 0 then
     return 1, capacity, 0, 0, ''
   end
-  return 1, floor(tokens / interval), reset, 0, str(tokens) .. ':' .. str(now)
+  return 1, floor(tokens / interval), reset, 0, str(reset) .. ':' .. str(now) .. ':' .. str(interval)
 end
 local token_bucket_write = save
