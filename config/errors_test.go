@@ -69,9 +69,9 @@ var errorTests = []struct {
 
 	// A rule's own fields.
 	{"rule not a mapping", "rules:\n  - search\n",
-		`rules[0]: must be a mapping with the keys name, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans, not "search" (sluice.yaml:2)`},
+		`rules[0]: must be a mapping with the keys name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans, not "search" (sluice.yaml:2)`},
 	{"unknown rule field", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    perod: 1m\n",
-		`rules[0].perod: unknown field (did you mean period?); a rule takes name, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans (sluice.yaml:5)`},
+		`rules[0].perod: unknown field (did you mean period?); a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans (sluice.yaml:5)`},
 	{"missing name", "rules:\n  - limit: 1\n    period: 1s\n",
 		`rules[0].name: is missing; every rule needs a name of letters, digits, '-', '_' and '.' (sluice.yaml:2)`},
 	{"bad name", "rules:\n  - name: my rule\n    limit: 1\n    period: 1s\n",
@@ -217,11 +217,11 @@ func TestTypoNeverDefaults(t *testing.T) {
 	_, err := Parse("sluice.yaml", []byte("rules:\n  - name: a\n    limit: 1\n    perod: 1s\n"))
 	checkErrs(t, err,
 		`rules[0].period: is missing; a rule needs limit and period, or a limits list (sluice.yaml:2)`,
-		`rules[0].perod: unknown field (did you mean period?); a rule takes name, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans (sluice.yaml:4)`,
+		`rules[0].perod: unknown field (did you mean period?); a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans (sluice.yaml:4)`,
 	)
 	_, err = Parse("sluice.yaml", []byte("rules:\n  - name: a\n    limit: 1\n    period: 1s\n    bursts: 5\n"))
 	checkErrs(t, err,
-		`rules[0].bursts: unknown field (did you mean burst?); a rule takes name, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans (sluice.yaml:5)`,
+		`rules[0].bursts: unknown field (did you mean burst?); a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans (sluice.yaml:5)`,
 	)
 }
 
@@ -262,7 +262,7 @@ rules:
 		`rules[0].period: is missing; a rule needs limit and period, or a limits list (bad.yaml:8)`,
 		`rules[0].algorithm: "token-bucket" is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra (bad.yaml:10)`,
 		`rules[0].limit: must be at least 1, got 0 (bad.yaml:11)`,
-		`rules[0].perod: unknown field (did you mean period?); a rule takes name, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans (bad.yaml:12)`,
+		`rules[0].perod: unknown field (did you mean period?); a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans (bad.yaml:12)`,
 		`rules[1].name: "search" is also the name of rules[0] (line 8); rule names are unique (bad.yaml:13)`,
 		`rules[1].match: "GET /api/search" is also the match of rules[0] (line 9); one rule per pattern (bad.yaml:14)`,
 		`rules[1].key: "cookie:sid" is not one of ip, global, header:<Name> or query:<name> (bad.yaml:15)`,
@@ -294,4 +294,28 @@ func TestAliasBomb(t *testing.T) {
 	// A merge that includes itself stops too.
 	_, err = Parse("loop.yaml", []byte("rules:\n  - &r {name: a, limit: 1, period: 1s, <<: *r}\n"))
 	checkErrs(t, err, `rules[0].<<: merges a mapping that includes it (loop.yaml:2)`)
+}
+
+// A rule or plan whose name is missing or invalid keeps its limits
+// unnamed: messages about its other fields never show a made-up name such
+// as "-1s" or "a--1s".
+func TestNoNameInventedForUnnamed(t *testing.T) {
+	const file = `rules:
+  - {name: 'a b', match: /x, cost: 6, limit: 5, period: 1s}
+  - name: c
+    cost: 6
+    limit: 10
+    period: 1s
+    plans:
+      - {name: 'p q', keys: [k], limit: 5, period: 1s}
+      - {keys: [j], limit: 5, period: 1s}
+`
+	_, err := Parse("sluice.yaml", []byte(file))
+	checkErrs(t, err,
+		`rules[0].name: "a b" may hold only letters, digits, '-', '_' and '.' (it names the IETF RateLimit policies) (sluice.yaml:2)`,
+		`rules[0].cost: 6 exceeds the capacity 5 of the limit token_bucket 5/1s, so no request could ever be admitted; a cost is at most the smallest limit or burst of the rule and its plans (sluice.yaml:2)`,
+		`rules[1].cost: 6 exceeds the capacity 5 of the limit token_bucket 5/1s, so no request could ever be admitted; a cost is at most the smallest limit or burst of the rule and its plans (sluice.yaml:4)`,
+		`rules[1].plans[0].name: "p q" may hold only letters, digits, '-', '_' and '.' (it names the IETF RateLimit policies) (sluice.yaml:8)`,
+		`rules[1].plans[1].name: is missing; every plan needs a name of letters, digits, '-', '_' and '.' (sluice.yaml:9)`,
+	)
 }

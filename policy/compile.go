@@ -114,6 +114,9 @@ func Compile(rules []Rule, opts ...Option) (*RuleSet, error) {
 			bad("policy: %s: another rule has this name; rule names are unique", which)
 		}
 		for _, l := range r.allLimits() {
+			if l.Name == "" {
+				continue // the rule or plan has no name, reported above
+			}
 			if other, dup := limitNames[l.Name]; dup && other != r.Name {
 				bad("policy: %s: limit %q has the name of a limit of rule %q, so the two would share counts; rename one", which, l.Name, other)
 			}
