@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"io/fs"
+	"net/http/httptest"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/policy"
+	"github.com/sluice-go/sluice/store/memory"
 )
 
 func TestLoadExample(t *testing.T) {
@@ -333,5 +335,131 @@ func checkErrs(t *testing.T, err error, want ...string) {
 	got := strings.Split(err.Error(), "\n")
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("errors:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+}
+
+// TestGroups: rules in different groups stack. Each group may have its own
+// default rule, and patterns are checked for conflicts only within a
+// group: the same pattern, or patterns ServeMux would find in conflict,
+// in two groups are fine.
+func TestGroups(t *testing.T) {
+	const file = `
+rules:
+  - name: per-ip               # everything, per address
+    group: ip
+    limit: 100
+    period: 1m
+  - name: per-key              # the API, per key
+    group: key
+    match: /api/
+    key: header:X-API-Key
+    limit: 50
+    period: 1m
+  - name: login                # the default group: login, strictest
+    match: POST /api/login
+    limit: 5
+    period: 1m
+  - name: key-login            # in group key too, same pattern
+    group: key
+    match: POST /api/login
+    key: header:X-API-Key
+    limit: 10
+    period: 1m
+  - name: everything           # a second default rule, in its own group
+    limit: 1000
+    period: 1m
+  - {name: ab, group: x, match: '/a/{x}', limit: 1, period: 1s}
+  - {name: yb, group: y, match: '/{y}/b', limit: 1, period: 1s}
+`
+	f, err := Parse("groups.yaml", []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range f.Rules {
+		got = append(got, r.Name+"@"+r.Group)
+	}
+	want := []string{"per-ip@ip", "per-key@key", "login@", "key-login@key", "everything@", "ab@x", "yb@y"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("rules@groups = %q\nwant %q", got, want)
+	}
+	set, err := f.Compile()
+	if err != nil {
+		t.Fatalf("Compile: %v", err)
+	}
+	e := policy.New(sluice.New(memory.New()), set)
+	for _, tt := range []struct {
+		method, target string
+		want           []string // the rules that apply, by group order
+	}{
+		{"POST", "/api/login", []string{"per-ip", "key-login", "login"}},
+		{"GET", "/api/search", []string{"per-ip", "per-key", "everything"}},
+		{"GET", "/", []string{"per-ip", "everything"}},
+		{"GET", "/a/b", []string{"per-ip", "everything", "ab", "yb"}},
+	} {
+		r := httptest.NewRequest(tt.method, tt.target, nil)
+		r.Header.Set("X-API-Key", "k")
+		d, err := e.Decide(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, a := range d.Applied {
+			names = append(names, a.Rule.Name)
+		}
+		if !reflect.DeepEqual(names, tt.want) {
+			t.Errorf("%s %s: applied %q, want %q", tt.method, tt.target, names, tt.want)
+		}
+	}
+}
+
+func TestIPv6Prefix(t *testing.T) {
+	for _, tt := range []struct {
+		http string
+		want int
+	}{
+		{"", policy.DefaultIPv6Prefix},
+		{"http: {headers: both}\n", policy.DefaultIPv6Prefix},
+		{"http: {ipv6_prefix: 1}\n", 1},
+		{"http: {ipv6_prefix: 56}\n", 56},
+		{"http: {ipv6_prefix: 128}\n", 128},
+	} {
+		f, err := Parse("v6.yaml", []byte(tt.http+"rules:\n  - {name: a, limit: 1, period: 1h}\n"))
+		if err != nil {
+			t.Fatalf("%q: %v", tt.http, err)
+		}
+		if f.HTTP.IPv6Prefix != tt.want {
+			t.Errorf("%q: IPv6Prefix = %d, want %d", tt.http, f.HTTP.IPv6Prefix, tt.want)
+		}
+	}
+
+	// File.Compile hands the prefix to the engine: under /56, two
+	// addresses of one /56 share a count, and one of the next /56 does not.
+	f, err := Parse("v6.yaml", []byte("http: {ipv6_prefix: 56}\nrules:\n  - {name: a, limit: 1, period: 1h}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := f.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := policy.New(sluice.New(memory.New()), set)
+	for i, tt := range []struct {
+		remote string
+		want   bool
+	}{
+		{"[2001:db8:0:100::1]:1234", true},
+		{"[2001:db8:0:1ff:ffff::2]:1234", false}, // the same /56
+		{"[2001:db8:0:200::1]:1234", true},       // the next one
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = tt.remote
+		d, err := e.Decide(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed != tt.want {
+			t.Errorf("step %d: %s allowed = %v, want %v", i, tt.remote, d.Allowed, tt.want)
+		}
 	}
 }

@@ -64,6 +64,14 @@ var errorTests = []struct {
 		`http.trusted_proxies[1]: "10.0.0.0/33" is not an IP address or a CIDR prefix; write one such as 10.0.0.0/8, 192.168.1.10 or fd00::/8 (sluice.yaml:4)`},
 	{"trusted proxy zone", rule + "http:\n  trusted_proxies: [\"fe80::1%eth0\"]\n",
 		`http.trusted_proxies[0]: "fe80::1%eth0" is not an IP address or a CIDR prefix; write one such as 10.0.0.0/8, 192.168.1.10 or fd00::/8 (sluice.yaml:4)`},
+	{"ipv6_prefix zero", rule + "http:\n  ipv6_prefix: 0\n",
+		`http.ipv6_prefix: must be 1 to 128, got 0; /64 (the default) is what one subscriber gets, /56 or /48 group whole sites (sluice.yaml:4)`},
+	{"ipv6_prefix too long", rule + "http:\n  ipv6_prefix: 129\n",
+		`http.ipv6_prefix: must be 1 to 128, got 129; /64 (the default) is what one subscriber gets, /56 or /48 group whole sites (sluice.yaml:4)`},
+	{"ipv6_prefix negative", rule + "http:\n  ipv6_prefix: -64\n",
+		`http.ipv6_prefix: must be 1 to 128, got -64; /64 (the default) is what one subscriber gets, /56 or /48 group whole sites (sluice.yaml:4)`},
+	{"ipv6_prefix written as a prefix", rule + "http:\n  ipv6_prefix: /64\n",
+		`http.ipv6_prefix: "/64" is not a whole number; the prefix length by which ip keys group IPv6 clients, 1 to 128 (sluice.yaml:4)`},
 	{"trusted proxies not a list", rule + "http:\n  trusted_proxies: 10.0.0.0/8\n",
 		`http.trusted_proxies: must be a list of IP addresses and CIDR prefixes, not "10.0.0.0/8" (sluice.yaml:4)`},
 
@@ -130,6 +138,28 @@ var errorTests = []struct {
 		`rules[1].match: "GET /u/{name}" conflicts with the match "GET /u/{id}" of rules[0] (line 2): GET /u/{name} matches the same requests as GET /u/{id} (sluice.yaml:3)`},
 	{"catch-all and default", "rules:\n  - {name: a, limit: 1, period: 1s}\n  - {name: b, match: /, limit: 1, period: 1s}\n",
 		`rules[1].match: "/" matches every request, so the default rule rules[0] (line 2) would never apply; keep one of them (sluice.yaml:3)`},
+
+	// group.
+	{"group name", "rules:\n  - {name: a, group: 'per key', limit: 1, period: 1s}\n",
+		`rules[0].group: "per key" may hold only letters, digits, '-', '_' and '.' (sluice.yaml:2)`},
+	{"empty group", "rules:\n  - {name: a, group: '', limit: 1, period: 1s}\n",
+		`rules[0].group: is empty; leave group out for the default group, or give it a name of letters, digits, '-', '_' and '.' (sluice.yaml:2)`},
+	{"group not a string", "rules:\n  - {name: a, group: [api], limit: 1, period: 1s}\n",
+		`rules[0].group: must be a group name of letters, digits, '-', '_' and '.', not a list (sluice.yaml:2)`},
+	// Within a group, the checks of the default group, with the indexes
+	// of the whole rules list.
+	{"two default rules in a group", "rules:\n  - {name: a, limit: 1, period: 1s}\n  - {name: b, group: api, limit: 1, period: 1s}\n  - {name: c, group: api, limit: 1, period: 1s}\n",
+		`rules[2].match: is missing here and in rules[1] (line 3): only one rule of group "api" may be the default rule (the one without match) (sluice.yaml:4)`},
+	{"same pattern in a group", "rules:\n  - {name: a, match: /x, limit: 1, period: 1s}\n  - {name: b, group: api, match: /x, limit: 1, period: 1s}\n  - {name: c, group: api, match: /x, limit: 1, period: 1s}\n",
+		`rules[2].match: "/x" is also the match of rules[1] (line 3); one rule per pattern in group "api" (sluice.yaml:4)`},
+	{"conflicting patterns in a group", "rules:\n  - {name: a, match: '/{y}/b', limit: 1, period: 1s}\n  - {name: b, group: api, match: '/a/{x}', limit: 1, period: 1s}\n  - {name: c, group: api, match: '/{y}/b', limit: 1, period: 1s}\n",
+		`rules[2].match: "/{y}/b" conflicts with the match "/a/{x}" of rules[1] (line 3): /{y}/b and /a/{x} both match some paths, like "/a/b". But neither is more specific than the other. /{y}/b matches "/y/b", but /a/{x} doesn't. /a/{x} matches "/a/x", but /{y}/b doesn't. (sluice.yaml:4)`},
+	{"catch-all and default in a group", "rules:\n  - {name: a, match: /, limit: 1, period: 1s}\n  - {name: b, group: api, limit: 1, period: 1s}\n  - {name: c, group: api, match: '/{rest...}', limit: 1, period: 1s}\n",
+		`rules[2].match: "/{rest...}" matches every request, so the default rule rules[1] (line 3) of group "api" would never apply; keep one of them (sluice.yaml:4)`},
+	// A rule whose group is invalid is in no group: it clashes with no
+	// default rule, only its group is reported.
+	{"invalid group, no cascade", "rules:\n  - {name: a, limit: 1, period: 1s}\n  - {name: b, group: 'a b', limit: 1, period: 1s}\n",
+		`rules[1].group: "a b" may hold only letters, digits, '-', '_' and '.' (sluice.yaml:3)`},
 
 	// Limits.
 	{"missing limit", "rules:\n  - name: a\n    period: 1s\n",
