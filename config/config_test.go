@@ -462,4 +462,31 @@ func TestIPv6Prefix(t *testing.T) {
 			t.Errorf("step %d: %s allowed = %v, want %v", i, tt.remote, d.Allowed, tt.want)
 		}
 	}
+
+	// A File built in code, without an http section, compiles with the
+	// default /64.
+	built := &File{Rules: []policy.Rule{{Name: "a", Limits: []sluice.Limit{sluice.PerHour(1)}}}}
+	set, err = built.Compile()
+	if err != nil {
+		t.Fatalf("Compile of a File built in code: %v", err)
+	}
+	e = policy.New(sluice.New(memory.New()), set)
+	for i, tt := range []struct {
+		remote string
+		want   bool
+	}{
+		{"[2001:db8:0:1::1]:1234", true},
+		{"[2001:db8:0:1:ffff::2]:1234", false}, // the same /64
+		{"[2001:db8:0:2::1]:1234", true},
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = tt.remote
+		d, err := e.Decide(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed != tt.want {
+			t.Errorf("built File, step %d: %s allowed = %v, want %v", i, tt.remote, d.Allowed, tt.want)
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/sluice-go/sluice"
@@ -60,6 +61,11 @@ func FuzzParse(f *testing.F) {
 				if e == nil || e.Line < 0 || e.Field == "" && e.Msg == "" || e.File != "fuzz.yaml" {
 					t.Errorf("bad error entry %#v", e)
 				}
+				// Parse's own checks passed a file that policy.Compile
+				// refuses: the two disagree.
+				if e != nil && strings.HasPrefix(e.Msg, "policy: ") {
+					t.Errorf("the file passed config's checks and not Compile's: %v", e)
+				}
 			}
 			var one *Error
 			if !errors.As(err, &one) {
@@ -76,7 +82,7 @@ func FuzzParse(f *testing.F) {
 		if file.HTTP.IPv6Prefix < 1 || file.HTTP.IPv6Prefix > 128 {
 			t.Errorf("IPv6Prefix = %d", file.HTTP.IPv6Prefix)
 		}
-		// A file Parse accepts, the engine accepts too.
+		// A file Parse accepts compiles again, as its callers do.
 		if _, err := file.Compile(); err != nil {
 			t.Errorf("Compile: %v", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"testing"
@@ -38,6 +39,12 @@ func TestStoredKeys(t *testing.T) {
 		{name: "ipv6 whole", rule: policy.Rule{}, opts: []policy.Option{policy.WithIPv6Prefix(128)}, remote: "2001:db8:1:2::5", key: "2001:db8:1:2::5", stored: "ip:2001:db8:1:2::5"},
 		{name: "ipv4-mapped", rule: policy.Rule{}, remote: "::ffff:192.0.2.1", key: "192.0.2.1", stored: "ip:192.0.2.1"},
 		{name: "unix socket", rule: policy.Rule{}, remote: "@", key: "unknown", stored: "ip:unknown"},
+		{name: "behind a trusted proxy", rule: policy.Rule{}, opts: []policy.Option{policy.WithTrustedProxies(netip.MustParsePrefix("10.0.0.0/8"))},
+			remote: "10.0.0.1", header: []string{"X-Forwarded-For", "203.0.113.9, 198.51.100.7"}, key: "198.51.100.7", stored: "ip:198.51.100.7"},
+		{name: "X-Forwarded-For from an untrusted peer", rule: policy.Rule{}, opts: []policy.Option{policy.WithTrustedProxies(netip.MustParsePrefix("10.0.0.0/8"))},
+			remote: "192.0.2.1", header: []string{"X-Forwarded-For", "198.51.100.7"}, key: "192.0.2.1", stored: "ip:192.0.2.1"},
+		{name: "IPv6 behind a trusted proxy", rule: policy.Rule{}, opts: []policy.Option{policy.WithTrustedProxies(netip.MustParsePrefix("10.0.0.0/8"))},
+			remote: "10.0.0.1", header: []string{"X-Forwarded-For", "2001:db8:9:9::1"}, key: "2001:db8:9:9::/64", stored: "ip:2001:db8:9:9::/64"},
 		{name: "header", rule: policy.Rule{Key: apiKey}, remote: "192.0.2.1", header: []string{"X-API-Key", "abc"}, key: "abc", stored: "k:abc"},
 		{name: "query", rule: policy.Rule{Key: policy.Key{Source: policy.KeyQuery, Name: "api_key"}}, remote: "192.0.2.1", target: "/?api_key=abc", key: "abc", stored: "k:abc"},
 		{name: "header missing, by address", rule: policy.Rule{Key: apiKey, MissingKey: policy.IPIfMissing}, remote: "192.0.2.1", key: "192.0.2.1", stored: "ip:192.0.2.1"},
