@@ -116,7 +116,7 @@ func Compile(rules []Rule, opts ...Option) (*RuleSet, error) {
 		}
 		for _, l := range r.allLimits() {
 			if l.Name == "" {
-				continue // the rule or plan has no name, reported above
+				continue // the rule or plan has no valid name, reported above
 			}
 			if other, dup := limitNames[l.Name]; dup && other != r.Name {
 				bad("policy: %s: limit %q has the name of a limit of rule %q, so the two would share counts; rename one", which, l.Name, other)
