@@ -26,9 +26,14 @@ type File struct {
 
 // Compile returns the file's rules compiled, with the key settings of its
 // http section (trusted proxies, IPv6 prefix) and opts: what a
-// policy.Engine decides under. A file from Load or Parse always compiles.
+// policy.Engine decides under. A file from Load or Parse always compiles;
+// in a File built in code, a zero HTTP.IPv6Prefix is the default.
 func (f *File) Compile(opts ...policy.Option) (*policy.RuleSet, error) {
-	base := []policy.Option{policy.WithTrustedProxies(f.HTTP.TrustedProxies...), policy.WithIPv6Prefix(f.HTTP.IPv6Prefix)}
+	bits := f.HTTP.IPv6Prefix
+	if bits == 0 {
+		bits = policy.DefaultIPv6Prefix
+	}
+	base := []policy.Option{policy.WithTrustedProxies(f.HTTP.TrustedProxies...), policy.WithIPv6Prefix(bits)}
 	return policy.Compile(f.Rules, append(base, opts...)...)
 }
 
@@ -62,7 +67,8 @@ type HTTP struct {
 	// hops are trusted; a bare address in the file is a /32 or /128.
 	TrustedProxies []netip.Prefix
 	// IPv6Prefix is the prefix length by which ip keys group IPv6
-	// clients; default policy.DefaultIPv6Prefix (64).
+	// clients, 1 to 128; default (and 0 in a File built in code)
+	// policy.DefaultIPv6Prefix (64).
 	IPv6Prefix int
 }
 

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"io/fs"
+	"net/http/httptest"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/policy"
+	"github.com/sluice-go/sluice/store/memory"
 )
 
 func TestLoadExample(t *testing.T) {
@@ -28,6 +31,7 @@ func TestLoadExample(t *testing.T) {
 		Headers:     "ietf",
 		ProblemJSON: true,
 		PolicyKey:   true,
+		IPv6Prefix:  policy.DefaultIPv6Prefix,
 		TrustedProxies: []netip.Prefix{
 			netip.MustParsePrefix("10.0.0.0/8"),
 			netip.MustParsePrefix("192.168.1.10/32"),
@@ -44,17 +48,17 @@ func TestLoadExample(t *testing.T) {
 	lim := func(name string, a sluice.Algorithm, limit int, period time.Duration) sluice.Limit {
 		return sluice.Limit{Algorithm: a, Limit: limit, Period: period, Name: name}
 	}
-	want := []Rule{
+	want := []policy.Rule{
 		{
-			Name: "status", Match: "GET /api/status", Key: Key{Source: "ip"}, MissingKey: "reject",
+			Name: "status", Match: "GET /api/status", Key: policy.Key{Source: policy.KeyIP},
 			Limits: []sluice.Limit{tb("status-1s", 100, time.Second, 1000)},
-			Cost:   1, Line: 19,
+			Cost:   1,
 		},
 		{
-			Name: "search", Match: "GET /api/search", Key: Key{Source: "header", Name: "X-Api-Key"}, MissingKey: "ip",
+			Name: "search", Match: "GET /api/search", Key: policy.Key{Source: policy.KeyHeader, Name: "X-Api-Key"}, MissingKey: policy.IPIfMissing,
 			Limits: []sluice.Limit{tb("search-1s", 5, time.Second, 20)},
-			Cost:   1, Line: 27,
-			Plans: []Plan{{
+			Cost:   1,
+			Plans: []policy.Plan{{
 				Name:     "pro",
 				Keys:     []string{"pro-key-1", "pro-key-2"},
 				Prefixes: []string{"sk_pro_"},
@@ -62,31 +66,31 @@ func TestLoadExample(t *testing.T) {
 			}},
 		},
 		{
-			Name: "orders", Match: "POST /api/orders", Key: Key{Source: "query", Name: "api_key"}, MissingKey: "deny",
+			Name: "orders", Match: "POST /api/orders", Key: policy.Key{Source: policy.KeyQuery, Name: "api_key"}, MissingKey: policy.DenyMissing,
 			Limits: []sluice.Limit{{Algorithm: sluice.GCRA, Limit: 2, Period: time.Second, Burst: 10, Name: "orders-1s"}},
-			Cost:   2, Line: 42,
+			Cost:   2,
 		},
 		{
-			Name: "login", Match: "POST /api/auth/login", Key: Key{Source: "ip"}, MissingKey: "reject",
+			Name: "login", Match: "POST /api/auth/login", Key: policy.Key{Source: policy.KeyIP},
 			Limits: []sluice.Limit{
 				tb("login-1s", 1, time.Second, 5),
 				lim("login-1h", sluice.FixedWindow, 20, time.Hour),
 			},
-			Cost: 1, Line: 52,
+			Cost: 1,
 		},
 		{
-			Name: "export", Match: "/api/exports/{id}", Key: Key{Source: "global"}, MissingKey: "reject",
+			Name: "export", Match: "/api/exports/{id}", Key: policy.Key{Source: policy.KeyGlobal},
 			Limits: []sluice.Limit{
 				lim("export-1m", sluice.SlidingWindow, 10, time.Minute),
 				lim("export-1m-2", sluice.SlidingLog, 10, time.Minute),
 				lim("export-1h30m", sluice.SlidingWindow, 100, 90*time.Minute),
 			},
-			Cost: 1, Shadow: true, Line: 58,
+			Cost: 1, Shadow: true,
 		},
 		{
-			Name: "default", Key: Key{Source: "ip"}, MissingKey: "reject",
+			Name: "default", Key: policy.Key{Source: policy.KeyIP},
 			Limits: []sluice.Limit{tb("default-1s", 20, time.Second, 100)},
-			Cost:   1, Line: 67,
+			Cost:   1,
 		},
 	}
 	if len(f.Rules) != len(want) {
@@ -96,6 +100,9 @@ func TestLoadExample(t *testing.T) {
 		if !reflect.DeepEqual(f.Rules[i], want[i]) {
 			t.Errorf("rules[%d] =\n  %+v\nwant\n  %+v", i, f.Rules[i], want[i])
 		}
+	}
+	if wantLines := []int{19, 27, 42, 52, 58, 67}; !reflect.DeepEqual(f.Lines, wantLines) {
+		t.Errorf("Lines = %v, want %v", f.Lines, wantLines)
 	}
 	for _, r := range f.Rules {
 		for _, ls := range append([][]sluice.Limit{r.Limits}, plansLimits(r)...) {
@@ -108,7 +115,7 @@ func TestLoadExample(t *testing.T) {
 	}
 }
 
-func plansLimits(r Rule) [][]sluice.Limit {
+func plansLimits(r policy.Rule) [][]sluice.Limit {
 	var ls [][]sluice.Limit
 	for _, p := range r.Plans {
 		ls = append(ls, p.Limits)
@@ -124,11 +131,12 @@ func TestDefaults(t *testing.T) {
 	want := &File{
 		Path:  "min.yaml",
 		Redis: Redis{OnError: "local", Timeout: sluice.DefaultStoreTimeout},
-		HTTP:  HTTP{Headers: "both"},
-		Rules: []Rule{{
-			Name: "a", Key: Key{Source: "ip"}, MissingKey: "reject", Cost: 1, Line: 2,
+		HTTP:  HTTP{Headers: "both", IPv6Prefix: policy.DefaultIPv6Prefix},
+		Rules: []policy.Rule{{
+			Name: "a", Key: policy.Key{Source: policy.KeyIP}, Cost: 1,
 			Limits: []sluice.Limit{{Algorithm: sluice.TokenBucket, Limit: 3, Period: time.Minute, Name: "a-1m"}},
 		}},
+		Lines: []int{2},
 	}
 	if !reflect.DeepEqual(f, want) {
 		t.Errorf("got\n  %+v\nwant\n  %+v", f, want)
@@ -173,74 +181,6 @@ rules:
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("names = %q\nwant    %q", got, want)
-	}
-}
-
-// TestWithLimitNames: a rule built in code gets the names a policy file
-// would give it; names it already has are kept, the generated ones avoid
-// them, and the original rule's arrays are left unnamed.
-func TestWithLimitNames(t *testing.T) {
-	r := Rule{
-		Name: "r",
-		Limits: []sluice.Limit{
-			sluice.PerSecond(1), sluice.PerSecond(2), sluice.PerMinute(3).Named("r-1s-2"), sluice.PerMinute(4),
-		},
-		Plans: []Plan{
-			{Name: "pro", Keys: []string{"k"}, Limits: []sluice.Limit{sluice.PerSecond(10), sluice.PerSecond(20)}},
-			{Keys: []string{"j"}, Limits: []sluice.Limit{sluice.PerSecond(5)}}, // no name: left alone
-		},
-	}
-	orig := r
-	r = r.WithLimitNames()
-	if orig.Limits[0].Name != "" || orig.Plans[0].Limits[0].Name != "" {
-		t.Errorf("WithLimitNames named the original's limits: %q, %q", orig.Limits[0].Name, orig.Plans[0].Limits[0].Name)
-	}
-	var got []string
-	for _, ls := range [][]sluice.Limit{r.Limits, r.Plans[0].Limits, r.Plans[1].Limits} {
-		for _, l := range ls {
-			got = append(got, l.Name)
-		}
-	}
-	want := []string{"r-1s", "r-1s-3", "r-1s-2", "r-1m", "r-pro-1s", "r-pro-1s-2", ""}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("names = %q\nwant    %q", got, want)
-	}
-
-	// A rule without a name has nothing to name its limits after.
-	anon := Rule{Limits: []sluice.Limit{sluice.PerSecond(1)}}
-	anon = anon.WithLimitNames()
-	if anon.Limits[0].Name != "" {
-		t.Errorf("rule without a name: limit named %q", anon.Limits[0].Name)
-	}
-}
-
-func TestCompactDuration(t *testing.T) {
-	for _, tt := range []struct {
-		d    time.Duration
-		want string
-	}{
-		{0, "0s"},
-		{time.Millisecond, "1ms"},
-		{500 * time.Millisecond, "500ms"},
-		{time.Second, "1s"},
-		{10 * time.Second, "10s"},
-		{1500 * time.Millisecond, "1.5s"},
-		{time.Minute, "1m"},
-		{10 * time.Minute, "10m"},
-		{90 * time.Second, "1m30s"},
-		{time.Hour, "1h"},
-		{90 * time.Minute, "1h30m"},
-		{time.Hour + 30*time.Second, "1h30s"},
-		{24 * time.Hour, "24h"},
-		{100 * time.Hour, "100h"},
-		{time.Hour + 500*time.Millisecond, "1h0.5s"},
-	} {
-		if got := compactDuration(tt.d); got != tt.want {
-			t.Errorf("compactDuration(%v) = %q, want %q", tt.d, got, tt.want)
-		}
-		if d, err := time.ParseDuration(compactDuration(tt.d)); err != nil || d != tt.d {
-			t.Errorf("ParseDuration(%q) = %v, %v; want %v", compactDuration(tt.d), d, err, tt.d)
-		}
 	}
 }
 
@@ -344,7 +284,7 @@ rules:
 		t.Fatal(err)
 	}
 	a, b := f.Rules[0], f.Rules[1]
-	if a.Key.Name != "X-Api-Key" || a.MissingKey != "deny" || a.Limits[0].Algorithm != sluice.GCRA || a.Limits[0].Limit != 10 {
+	if a.Key.Name != "X-Api-Key" || a.MissingKey != policy.DenyMissing || a.Limits[0].Algorithm != sluice.GCRA || a.Limits[0].Limit != 10 {
 		t.Errorf("rules[0] = %+v", a)
 	}
 	if b.Limits[0].Limit != 20 || b.Limits[0].Name != "b-1s" {
@@ -395,5 +335,158 @@ func checkErrs(t *testing.T, err error, want ...string) {
 	got := strings.Split(err.Error(), "\n")
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("errors:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+}
+
+// TestGroups: rules in different groups stack. Each group may have its own
+// default rule, and patterns are checked for conflicts only within a
+// group: the same pattern, or patterns ServeMux would find in conflict,
+// in two groups are fine.
+func TestGroups(t *testing.T) {
+	const file = `
+rules:
+  - name: per-ip               # everything, per address
+    group: ip
+    limit: 100
+    period: 1m
+  - name: per-key              # the API, per key
+    group: key
+    match: /api/
+    key: header:X-API-Key
+    limit: 50
+    period: 1m
+  - name: login                # the default group: login, strictest
+    match: POST /api/login
+    limit: 5
+    period: 1m
+  - name: key-login            # in group key too, same pattern
+    group: key
+    match: POST /api/login
+    key: header:X-API-Key
+    limit: 10
+    period: 1m
+  - name: everything           # a second default rule, in its own group
+    limit: 1000
+    period: 1m
+  - {name: ab, group: x, match: '/a/{x}', limit: 1, period: 1s}
+  - {name: yb, group: y, match: '/{y}/b', limit: 1, period: 1s}
+`
+	f, err := Parse("groups.yaml", []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range f.Rules {
+		got = append(got, r.Name+"@"+r.Group)
+	}
+	want := []string{"per-ip@ip", "per-key@key", "login@", "key-login@key", "everything@", "ab@x", "yb@y"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("rules@groups = %q\nwant %q", got, want)
+	}
+	set, err := f.Compile()
+	if err != nil {
+		t.Fatalf("Compile: %v", err)
+	}
+	e := policy.New(sluice.New(memory.New()), set)
+	for _, tt := range []struct {
+		method, target string
+		want           []string // the rules that apply, by group order
+	}{
+		{"POST", "/api/login", []string{"per-ip", "key-login", "login"}},
+		{"GET", "/api/search", []string{"per-ip", "per-key", "everything"}},
+		{"GET", "/", []string{"per-ip", "everything"}},
+		{"GET", "/a/b", []string{"per-ip", "everything", "ab", "yb"}},
+	} {
+		r := httptest.NewRequest(tt.method, tt.target, nil)
+		r.Header.Set("X-API-Key", "k")
+		d, err := e.Decide(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, a := range d.Applied {
+			names = append(names, a.Rule.Name)
+		}
+		if !reflect.DeepEqual(names, tt.want) {
+			t.Errorf("%s %s: applied %q, want %q", tt.method, tt.target, names, tt.want)
+		}
+	}
+}
+
+func TestIPv6Prefix(t *testing.T) {
+	for _, tt := range []struct {
+		http string
+		want int
+	}{
+		{"", policy.DefaultIPv6Prefix},
+		{"http: {headers: both}\n", policy.DefaultIPv6Prefix},
+		{"http: {ipv6_prefix: 1}\n", 1},
+		{"http: {ipv6_prefix: 56}\n", 56},
+		{"http: {ipv6_prefix: 128}\n", 128},
+	} {
+		f, err := Parse("v6.yaml", []byte(tt.http+"rules:\n  - {name: a, limit: 1, period: 1h}\n"))
+		if err != nil {
+			t.Fatalf("%q: %v", tt.http, err)
+		}
+		if f.HTTP.IPv6Prefix != tt.want {
+			t.Errorf("%q: IPv6Prefix = %d, want %d", tt.http, f.HTTP.IPv6Prefix, tt.want)
+		}
+	}
+
+	// File.Compile hands the prefix to the engine: under /56, two
+	// addresses of one /56 share a count, and one of the next /56 does not.
+	f, err := Parse("v6.yaml", []byte("http: {ipv6_prefix: 56}\nrules:\n  - {name: a, limit: 1, period: 1h}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := f.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := policy.New(sluice.New(memory.New()), set)
+	for i, tt := range []struct {
+		remote string
+		want   bool
+	}{
+		{"[2001:db8:0:100::1]:1234", true},
+		{"[2001:db8:0:1ff:ffff::2]:1234", false}, // the same /56
+		{"[2001:db8:0:200::1]:1234", true},       // the next one
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = tt.remote
+		d, err := e.Decide(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed != tt.want {
+			t.Errorf("step %d: %s allowed = %v, want %v", i, tt.remote, d.Allowed, tt.want)
+		}
+	}
+
+	// A File built in code, without an http section, compiles with the
+	// default /64.
+	built := &File{Rules: []policy.Rule{{Name: "a", Limits: []sluice.Limit{sluice.PerHour(1)}}}}
+	set, err = built.Compile()
+	if err != nil {
+		t.Fatalf("Compile of a File built in code: %v", err)
+	}
+	e = policy.New(sluice.New(memory.New()), set)
+	for i, tt := range []struct {
+		remote string
+		want   bool
+	}{
+		{"[2001:db8:0:1::1]:1234", true},
+		{"[2001:db8:0:1:ffff::2]:1234", false}, // the same /64
+		{"[2001:db8:0:2::1]:1234", true},
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = tt.remote
+		d, err := e.Decide(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed != tt.want {
+			t.Errorf("built File, step %d: %s allowed = %v, want %v", i, tt.remote, d.Allowed, tt.want)
+		}
 	}
 }

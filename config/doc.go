@@ -23,9 +23,11 @@
 //	  problem_json: false        # 429 body as RFC 9457 application/problem+json
 //	  policy_key: false          # emit the IETF draft's pk parameter
 //	  trusted_proxies: [10.0.0.0/8, 192.168.1.10]  # whose X-Forwarded-For/Forwarded hops to believe
+//	  ipv6_prefix: 64            # ip keys group IPv6 clients by this prefix, 1..128 (default 64); IPv4 by address
 //	rules:                       # at least one
 //	  - name: search             # required, unique; letters, digits, '-', '_', '.'
-//	    match: GET /api/search   # Go 1.22 ServeMux pattern; absent: the default rule
+//	    group: api               # the stack the rule is in (letters, digits, '-', '_', '.'); absent: the default group
+//	    match: GET /api/search   # Go 1.22 ServeMux pattern; absent: the group's default rule
 //	    key: header:X-API-Key    # ip (default) | global | header:<Name> | query:<name>
 //	    missing_key: reject      # header/query keys only: reject (401, default) | deny (429) | ip
 //	    algorithm: token_bucket  # fixed_window | sliding_window | sliding_log | token_bucket (default) | gcra
@@ -59,10 +61,30 @@
 // (1m, not 1m0s). No two rules may produce the same limit name.
 //
 // Rules match requests by ServeMux pattern with ServeMux's precedence (the
-// most specific wins); the rule without match applies to requests no other
-// rule matches. Two rules with the same pattern, two default rules, a
-// pattern matching every request next to a default rule, and patterns that
+// most specific wins) within their group; a group's rule without match
+// applies to requests no other rule of the group matches. Within one
+// group, two rules with the same pattern, two default rules, a pattern
+// matching every request next to a default rule, and patterns that
 // ServeMux finds in conflict are errors.
+//
+// Groups stack: a request is limited by the matching rule of every group
+// at once, admitted only if each of them admits it, in one atomic call,
+// and a denied request spends from none. A per-address rule on
+// everything, a per-key rule on the API and a strict login rule, each in
+// its own group, all apply to a login:
+//
+//	rules:
+//	  - {name: per-ip, group: ip, limit: 100, period: 1m}
+//	  - {name: per-key, group: key, match: /api/, key: header:X-API-Key, limit: 50, period: 1m}
+//	  - {name: login, match: POST /api/login, limit: 5, period: 1m}
+//
+// A client cannot dodge the per-address rule with made-up API keys, nor
+// the per-key rule from many addresses.
+//
+// An ip key is the client's address (see policy.ClientIP and
+// trusted_proxies); an IPv6 client is keyed by its ipv6_prefix-bit
+// prefix, since a subscriber gets a whole /64 and changes addresses in it
+// at will.
 //
 // YAML anchors, aliases and merge keys (<<: *base) may be used; top-level
 // keys that start with "x-" are ignored, to hold anchors. A file holds one

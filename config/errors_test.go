@@ -64,14 +64,22 @@ var errorTests = []struct {
 		`http.trusted_proxies[1]: "10.0.0.0/33" is not an IP address or a CIDR prefix; write one such as 10.0.0.0/8, 192.168.1.10 or fd00::/8 (sluice.yaml:4)`},
 	{"trusted proxy zone", rule + "http:\n  trusted_proxies: [\"fe80::1%eth0\"]\n",
 		`http.trusted_proxies[0]: "fe80::1%eth0" is not an IP address or a CIDR prefix; write one such as 10.0.0.0/8, 192.168.1.10 or fd00::/8 (sluice.yaml:4)`},
+	{"ipv6_prefix zero", rule + "http:\n  ipv6_prefix: 0\n",
+		`http.ipv6_prefix: must be 1 to 128, got 0; /64 (the default) is what one subscriber gets, /56 or /48 group whole sites (sluice.yaml:4)`},
+	{"ipv6_prefix too long", rule + "http:\n  ipv6_prefix: 129\n",
+		`http.ipv6_prefix: must be 1 to 128, got 129; /64 (the default) is what one subscriber gets, /56 or /48 group whole sites (sluice.yaml:4)`},
+	{"ipv6_prefix negative", rule + "http:\n  ipv6_prefix: -64\n",
+		`http.ipv6_prefix: must be 1 to 128, got -64; /64 (the default) is what one subscriber gets, /56 or /48 group whole sites (sluice.yaml:4)`},
+	{"ipv6_prefix written as a prefix", rule + "http:\n  ipv6_prefix: /64\n",
+		`http.ipv6_prefix: "/64" is not a whole number; the prefix length by which ip keys group IPv6 clients, 1 to 128 (sluice.yaml:4)`},
 	{"trusted proxies not a list", rule + "http:\n  trusted_proxies: 10.0.0.0/8\n",
 		`http.trusted_proxies: must be a list of IP addresses and CIDR prefixes, not "10.0.0.0/8" (sluice.yaml:4)`},
 
 	// A rule's own fields.
 	{"rule not a mapping", "rules:\n  - search\n",
-		`rules[0]: must be a mapping with the keys name, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans, not "search" (sluice.yaml:2)`},
+		`rules[0]: must be a mapping with the keys name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans, not "search" (sluice.yaml:2)`},
 	{"unknown rule field", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    perod: 1m\n",
-		`rules[0].perod: unknown field (did you mean period?); a rule takes name, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans (sluice.yaml:5)`},
+		`rules[0].perod: unknown field (did you mean period?); a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans (sluice.yaml:5)`},
 	{"missing name", "rules:\n  - limit: 1\n    period: 1s\n",
 		`rules[0].name: is missing; every rule needs a name of letters, digits, '-', '_' and '.' (sluice.yaml:2)`},
 	{"bad name", "rules:\n  - name: my rule\n    limit: 1\n    period: 1s\n",
@@ -130,6 +138,28 @@ var errorTests = []struct {
 		`rules[1].match: "GET /u/{name}" conflicts with the match "GET /u/{id}" of rules[0] (line 2): GET /u/{name} matches the same requests as GET /u/{id} (sluice.yaml:3)`},
 	{"catch-all and default", "rules:\n  - {name: a, limit: 1, period: 1s}\n  - {name: b, match: /, limit: 1, period: 1s}\n",
 		`rules[1].match: "/" matches every request, so the default rule rules[0] (line 2) would never apply; keep one of them (sluice.yaml:3)`},
+
+	// group.
+	{"group name", "rules:\n  - {name: a, group: 'per key', limit: 1, period: 1s}\n",
+		`rules[0].group: "per key" may hold only letters, digits, '-', '_' and '.' (sluice.yaml:2)`},
+	{"empty group", "rules:\n  - {name: a, group: '', limit: 1, period: 1s}\n",
+		`rules[0].group: is empty; leave group out for the default group, or give it a name of letters, digits, '-', '_' and '.' (sluice.yaml:2)`},
+	{"group not a string", "rules:\n  - {name: a, group: [api], limit: 1, period: 1s}\n",
+		`rules[0].group: must be a group name of letters, digits, '-', '_' and '.', not a list (sluice.yaml:2)`},
+	// Within a group, the checks of the default group, with the indexes
+	// of the whole rules list.
+	{"two default rules in a group", "rules:\n  - {name: a, limit: 1, period: 1s}\n  - {name: b, group: api, limit: 1, period: 1s}\n  - {name: c, group: api, limit: 1, period: 1s}\n",
+		`rules[2].match: is missing here and in rules[1] (line 3): only one rule of group "api" may be the default rule (the one without match) (sluice.yaml:4)`},
+	{"same pattern in a group", "rules:\n  - {name: a, match: /x, limit: 1, period: 1s}\n  - {name: b, group: api, match: /x, limit: 1, period: 1s}\n  - {name: c, group: api, match: /x, limit: 1, period: 1s}\n",
+		`rules[2].match: "/x" is also the match of rules[1] (line 3); one rule per pattern in group "api" (sluice.yaml:4)`},
+	{"conflicting patterns in a group", "rules:\n  - {name: a, match: '/{y}/b', limit: 1, period: 1s}\n  - {name: b, group: api, match: '/a/{x}', limit: 1, period: 1s}\n  - {name: c, group: api, match: '/{y}/b', limit: 1, period: 1s}\n",
+		`rules[2].match: "/{y}/b" conflicts with the match "/a/{x}" of rules[1] (line 3): /{y}/b and /a/{x} both match some paths, like "/a/b". But neither is more specific than the other. /{y}/b matches "/y/b", but /a/{x} doesn't. /a/{x} matches "/a/x", but /{y}/b doesn't. (sluice.yaml:4)`},
+	{"catch-all and default in a group", "rules:\n  - {name: a, match: /, limit: 1, period: 1s}\n  - {name: b, group: api, limit: 1, period: 1s}\n  - {name: c, group: api, match: '/{rest...}', limit: 1, period: 1s}\n",
+		`rules[2].match: "/{rest...}" matches every request, so the default rule rules[1] (line 3) of group "api" would never apply; keep one of them (sluice.yaml:4)`},
+	// A rule whose group is invalid is in no group: it clashes with no
+	// default rule, only its group is reported.
+	{"invalid group, no cascade", "rules:\n  - {name: a, limit: 1, period: 1s}\n  - {name: b, group: 'a b', limit: 1, period: 1s}\n",
+		`rules[1].group: "a b" may hold only letters, digits, '-', '_' and '.' (sluice.yaml:3)`},
 
 	// Limits.
 	{"missing limit", "rules:\n  - name: a\n    period: 1s\n",
@@ -217,11 +247,11 @@ func TestTypoNeverDefaults(t *testing.T) {
 	_, err := Parse("sluice.yaml", []byte("rules:\n  - name: a\n    limit: 1\n    perod: 1s\n"))
 	checkErrs(t, err,
 		`rules[0].period: is missing; a rule needs limit and period, or a limits list (sluice.yaml:2)`,
-		`rules[0].perod: unknown field (did you mean period?); a rule takes name, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans (sluice.yaml:4)`,
+		`rules[0].perod: unknown field (did you mean period?); a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans (sluice.yaml:4)`,
 	)
 	_, err = Parse("sluice.yaml", []byte("rules:\n  - name: a\n    limit: 1\n    period: 1s\n    bursts: 5\n"))
 	checkErrs(t, err,
-		`rules[0].bursts: unknown field (did you mean burst?); a rule takes name, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans (sluice.yaml:5)`,
+		`rules[0].bursts: unknown field (did you mean burst?); a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans (sluice.yaml:5)`,
 	)
 }
 
@@ -262,7 +292,7 @@ rules:
 		`rules[0].period: is missing; a rule needs limit and period, or a limits list (bad.yaml:8)`,
 		`rules[0].algorithm: "token-bucket" is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra (bad.yaml:10)`,
 		`rules[0].limit: must be at least 1, got 0 (bad.yaml:11)`,
-		`rules[0].perod: unknown field (did you mean period?); a rule takes name, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans (bad.yaml:12)`,
+		`rules[0].perod: unknown field (did you mean period?); a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans (bad.yaml:12)`,
 		`rules[1].name: "search" is also the name of rules[0] (line 8); rule names are unique (bad.yaml:13)`,
 		`rules[1].match: "GET /api/search" is also the match of rules[0] (line 9); one rule per pattern (bad.yaml:14)`,
 		`rules[1].key: "cookie:sid" is not one of ip, global, header:<Name> or query:<name> (bad.yaml:15)`,
@@ -294,4 +324,28 @@ func TestAliasBomb(t *testing.T) {
 	// A merge that includes itself stops too.
 	_, err = Parse("loop.yaml", []byte("rules:\n  - &r {name: a, limit: 1, period: 1s, <<: *r}\n"))
 	checkErrs(t, err, `rules[0].<<: merges a mapping that includes it (loop.yaml:2)`)
+}
+
+// A rule or plan whose name is missing or invalid keeps its limits
+// unnamed: messages about its other fields never show a made-up name such
+// as "-1s" or "a--1s".
+func TestNoNameInventedForUnnamed(t *testing.T) {
+	const file = `rules:
+  - {name: 'a b', match: /x, cost: 6, limit: 5, period: 1s}
+  - name: c
+    cost: 6
+    limit: 10
+    period: 1s
+    plans:
+      - {name: 'p q', keys: [k], limit: 5, period: 1s}
+      - {keys: [j], limit: 5, period: 1s}
+`
+	_, err := Parse("sluice.yaml", []byte(file))
+	checkErrs(t, err,
+		`rules[0].name: "a b" may hold only letters, digits, '-', '_' and '.' (it names the IETF RateLimit policies) (sluice.yaml:2)`,
+		`rules[0].cost: 6 exceeds the capacity 5 of the limit token_bucket 5/1s, so no request could ever be admitted; a cost is at most the smallest limit or burst of the rule and its plans (sluice.yaml:2)`,
+		`rules[1].cost: 6 exceeds the capacity 5 of the limit token_bucket 5/1s, so no request could ever be admitted; a cost is at most the smallest limit or burst of the rule and its plans (sluice.yaml:4)`,
+		`rules[1].plans[0].name: "p q" may hold only letters, digits, '-', '_' and '.' (it names the IETF RateLimit policies) (sluice.yaml:8)`,
+		`rules[1].plans[1].name: is missing; every plan needs a name of letters, digits, '-', '_' and '.' (sluice.yaml:9)`,
+	)
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/sluice-go/sluice"
@@ -11,7 +12,7 @@ import (
 
 // FuzzParse checks that Parse never panics, that every error is an Errors
 // of entries that say where and what, and that every File it accepts holds
-// only limits the Limiter accepts.
+// only limits the Limiter accepts and compiles into a policy.RuleSet.
 func FuzzParse(f *testing.F) {
 	files, err := filepath.Glob("testdata/*.yaml")
 	if err != nil || len(files) == 0 {
@@ -38,6 +39,8 @@ func FuzzParse(f *testing.F) {
 		"rules: !!map {}\n",
 		"rules:\n  - ? [a]\n    : b\n",
 		"%YAML 1.1\n---\nrules: []\n",
+		"http: {ipv6_prefix: 56}\nrules:\n  - {name: a, limit: 1, period: 1s}\n  - {name: b, group: api, limit: 1, period: 1s}\n  - {name: c, group: api, match: /a/{x}, limit: 1, period: 1s}\n  - {name: d, match: /{y}/b, limit: 1, period: 1s}\n",
+		"rules:\n  - {name: a, group: '', limit: 1, period: 1s}\n  - {name: b, group: [x], match: /b, limit: 1, period: 1s}\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -58,6 +61,11 @@ func FuzzParse(f *testing.F) {
 				if e == nil || e.Line < 0 || e.Field == "" && e.Msg == "" || e.File != "fuzz.yaml" {
 					t.Errorf("bad error entry %#v", e)
 				}
+				// Parse's own checks passed a file that policy.Compile
+				// refuses: the two disagree.
+				if e != nil && strings.HasPrefix(e.Msg, "policy: ") {
+					t.Errorf("the file passed config's checks and not Compile's: %v", e)
+				}
 			}
 			var one *Error
 			if !errors.As(err, &one) {
@@ -67,6 +75,16 @@ func FuzzParse(f *testing.F) {
 		}
 		if file == nil || len(file.Rules) == 0 {
 			t.Fatalf("no error and no rules: %+v", file)
+		}
+		if len(file.Lines) != len(file.Rules) {
+			t.Errorf("%d lines for %d rules", len(file.Lines), len(file.Rules))
+		}
+		if file.HTTP.IPv6Prefix < 1 || file.HTTP.IPv6Prefix > 128 {
+			t.Errorf("IPv6Prefix = %d", file.HTTP.IPv6Prefix)
+		}
+		// A file Parse accepts compiles again, as its callers do.
+		if _, err := file.Compile(); err != nil {
+			t.Errorf("Compile: %v", err)
 		}
 		for _, r := range file.Rules {
 			lists := [][]sluice.Limit{r.Limits}

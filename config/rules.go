@@ -144,11 +144,13 @@ func parseProxy(s string) (netip.Prefix, error) {
 
 // ruleInfo is what the checks across rules need of a rule.
 type ruleInfo struct {
+	index     int // in the rules list
 	path      string
 	line      int
 	name      field // name.val == nil: missing or invalid
 	match     field // match.val == nil: the default rule, or invalid
 	group     string
+	groupOK   bool // false: the group is invalid, and the rule in none
 	isDefault bool
 }
 
@@ -165,8 +167,9 @@ func (p *parser) rules(f field) ([]policy.Rule, []int) {
 	rules := make([]policy.Rule, 0, len(items))
 	infos := make([]ruleInfo, 0, len(items))
 	lines := make([]int, 0, len(items))
-	for _, item := range items {
+	for i, item := range items {
 		r, info := p.rule(item)
+		info.index = i
 		rules = append(rules, r)
 		infos = append(infos, info)
 		lines = append(lines, info.line)
@@ -175,6 +178,9 @@ func (p *parser) rules(f field) ([]policy.Rule, []int) {
 	groups := map[string][]ruleInfo{}
 	var order []string
 	for _, info := range infos {
+		if !info.groupOK {
+			continue // its group is reported; no other rule can clash with it
+		}
 		if _, ok := groups[info.group]; !ok {
 			order = append(order, info.group)
 		}
@@ -204,10 +210,27 @@ func (p *parser) name(f field) (string, bool) {
 	return s, true
 }
 
+// group returns the group name f.
+func (p *parser) group(f field) (string, bool) {
+	s, ok := p.str(f, "a group name of "+nameHelp)
+	if !ok {
+		return "", false
+	}
+	switch {
+	case s == "":
+		p.errorf(f.val.Line, f.path, "is empty; leave group out for the default group, or give it a name of %s", nameHelp)
+		return "", false
+	case !policy.ValidName(s):
+		p.errorf(f.val.Line, f.path, "%q may hold only %s", s, nameHelp)
+		return "", false
+	}
+	return s, true
+}
+
 // rule returns one rule, with defaults.
 func (p *parser) rule(f field) (policy.Rule, ruleInfo) {
 	r := policy.Rule{Cost: 1}
-	info := ruleInfo{path: f.path, line: f.val.Line}
+	info := ruleInfo{path: f.path, line: f.val.Line, groupOK: true}
 	m, ok := p.mapping(f, "a rule", ruleFields, false)
 	if !ok {
 		return r, info
@@ -221,9 +244,8 @@ func (p *parser) rule(f field) (policy.Rule, ruleInfo) {
 		p.errorf(info.line, join(f.path, "name"), "is missing; every rule needs a name of %s", nameHelp)
 	}
 	if e, ok := m["group"]; ok {
-		if s, ok := p.name(e); ok {
-			r.Group, info.group = s, s
-		}
+		r.Group, info.groupOK = p.group(e)
+		info.group = r.Group
 	}
 	if e, ok := m["match"]; ok {
 		if s, ok := p.pattern(e); ok {
@@ -744,18 +766,23 @@ func (p *parser) checkNames(infos []ruleInfo) {
 // default rule would.
 var matchesAll = regexp.MustCompile(`^/(\{[^{}/]*\.\.\.\})?$`)
 
-// checkMatches reports two default rules, two rules with the same
-// pattern, and patterns that ServeMux finds in conflict (both match some
-// request and neither is more specific), which it would refuse to
-// register together.
+// checkMatches reports, among the rules of one group, two default rules,
+// two rules with the same pattern, and patterns that ServeMux finds in
+// conflict (both match some request and neither is more specific), which
+// it would refuse to register together. Rules of different groups stack
+// instead, and never clash.
 func (p *parser) checkMatches(infos []ruleInfo) {
+	var inGroup string // for messages; "" for the default group
+	if g := infos[0].group; g != "" {
+		inGroup = fmt.Sprintf(" of group %q", g)
+	}
 	def := -1
 	for i, info := range infos {
 		if !info.isDefault {
 			continue
 		}
 		if def >= 0 {
-			p.errorf(info.line, join(info.path, "match"), "is missing here and in rules[%d] (line %d): only one rule may be the default rule (the one without match)", def, infos[def].line)
+			p.errorf(info.line, join(info.path, "match"), "is missing here and in rules[%d] (line %d): only one rule%s may be the default rule (the one without match)", infos[def].index, infos[def].line, inGroup)
 			continue
 		}
 		def = i
@@ -770,12 +797,12 @@ func (p *parser) checkMatches(infos []ruleInfo) {
 		pat := normalizePattern(info.match.val.Value)
 		line, path := info.match.val.Line, info.match.path
 		if j, dup := seen[pat]; dup {
-			p.errorf(line, path, "%q is also the match of rules[%d] (line %d); one rule per pattern", pat, j, infos[j].match.val.Line)
+			p.errorf(line, path, "%q is also the match of rules[%d] (line %d); one rule per pattern%s", pat, infos[j].index, infos[j].match.val.Line, strings.Replace(inGroup, " of", " in", 1))
 			continue
 		}
 		seen[pat] = i
 		if def >= 0 && matchesAll.MatchString(pat) {
-			p.errorf(line, path, "%q matches every request, so the default rule rules[%d] (line %d) would never apply; keep one of them", pat, def, infos[def].line)
+			p.errorf(line, path, "%q matches every request, so the default rule rules[%d] (line %d)%s would never apply; keep one of them", pat, infos[def].index, infos[def].line, inGroup)
 		}
 		if register(mux, pat) == nil {
 			registered = append(registered, i)
@@ -794,7 +821,7 @@ func (p *parser) checkMatches(infos []ruleInfo) {
 					msg = why
 				}
 				p.errorf(line, path, "%q conflicts with the match %q of rules[%d] (line %d): %s",
-					pat, other, j, infos[j].match.val.Line, strings.ReplaceAll(msg, "\n", " "))
+					pat, other, infos[j].index, infos[j].match.val.Line, strings.ReplaceAll(msg, "\n", " "))
 			}
 		}
 	}

@@ -60,9 +60,10 @@ type RuleSet struct {
 
 // group is one stack of rules: the most specific match applies.
 type group struct {
-	name string
-	mux  *http.ServeMux // patterns of the rules with a match
-	def  *Rule          // the rule without match, or nil
+	name    string
+	mux     *http.ServeMux // patterns of the rules with a match
+	matched []*Rule        // the rules in mux, in the order added
+	def     *Rule          // the rule without match, or nil
 }
 
 // ruleHandler is what a group's mux returns for a matched rule.
@@ -114,6 +115,9 @@ func Compile(rules []Rule, opts ...Option) (*RuleSet, error) {
 			bad("policy: %s: another rule has this name; rule names are unique", which)
 		}
 		for _, l := range r.allLimits() {
+			if l.Name == "" {
+				continue // the rule or plan has no valid name, reported above
+			}
 			if other, dup := limitNames[l.Name]; dup && other != r.Name {
 				bad("policy: %s: limit %q has the name of a limit of rule %q, so the two would share counts; rename one", which, l.Name, other)
 			}
@@ -220,7 +224,28 @@ func (g *group) add(r *Rule) error {
 		g.def = r
 		return nil
 	}
-	return register(g.mux, r.Match, ruleHandler{r})
+	err := register(g.mux, r.Match, ruleHandler{r})
+	if err == nil {
+		g.matched = append(g.matched, r)
+		return nil
+	}
+	// ServeMux's message names the patterns, and where in this file they
+	// were registered: name the rule instead, one pair at a time.
+	for _, other := range g.matched {
+		pair := http.NewServeMux()
+		if register(pair, other.Match, ruleHandler{other}) != nil {
+			continue
+		}
+		if err := register(pair, r.Match, ruleHandler{r}); err != nil {
+			why := err.Error()
+			if _, after, ok := strings.Cut(why, ":\n"); ok {
+				why = after
+			}
+			return fmt.Errorf("match %q conflicts with the match %q of rule %q of the same group: %s",
+				r.Match, other.Match, other.Name, strings.ReplaceAll(why, "\n", " "))
+		}
+	}
+	return fmt.Errorf("match %q: %s", r.Match, strings.TrimPrefix(err.Error(), fmt.Sprintf("parsing %q: ", r.Match)))
 }
 
 // register adds pattern to mux, returning what ServeMux panics with for
@@ -228,7 +253,7 @@ func (g *group) add(r *Rule) error {
 func register(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = fmt.Errorf("match %q: %v", pattern, v)
+			err = fmt.Errorf("%v", v)
 		}
 	}()
 	mux.Handle(pattern, h)

@@ -101,7 +101,10 @@ func (s *RuleSet) checkKey(rule *Rule, v string) (key, stored string, err error)
 		a, perr := netip.ParseAddr(v)
 		if perr != nil {
 			if p, err := netip.ParsePrefix(v); err == nil && (p.Addr().Is6() && p.Bits() == s.ipv6Bits) {
-				return p.Masked().String(), nsIP + p.Masked().String(), nil
+				// The prefix a decision reports as the key: the same
+				// form as its addresses (a /128 is its address).
+				k := s.addrKey(p.Masked().Addr())
+				return k, nsIP + k, nil
 			}
 			return "", "", fmt.Errorf("%w: rule %q is keyed by ip, and %q is not an IP address", ErrInvalidKey, rule.Name, v)
 		}

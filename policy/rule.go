@@ -176,7 +176,10 @@ func ValidName(s string) bool { return validName.MatchString(s) }
 // the same list. The name is the limit's storage identity with its
 // algorithm and period (sluice.Limit.Identity), so limits of different
 // rules never share counts, and the same rule shares them through every
-// door.
+// door. A rule without a valid Name (ValidName) has nothing to name its
+// limits after and keeps them unnamed, and so does a plan without one: a
+// name such as "-1s" or "my rule-1s" would only show up in messages about
+// the rule's name.
 func (r Rule) WithLimitNames() Rule {
 	r.Limits = slices.Clone(r.Limits)
 	r.Plans = slices.Clone(r.Plans)
@@ -184,9 +187,14 @@ func (r Rule) WithLimitNames() Rule {
 		p := &r.Plans[i]
 		p.Limits, p.Keys, p.Prefixes = slices.Clone(p.Limits), slices.Clone(p.Keys), slices.Clone(p.Prefixes)
 	}
+	if !ValidName(r.Name) {
+		return r
+	}
 	nameLimits(r.Name, r.Limits)
 	for i := range r.Plans {
-		nameLimits(r.Name+"-"+r.Plans[i].Name, r.Plans[i].Limits)
+		if ValidName(r.Plans[i].Name) {
+			nameLimits(r.Name+"-"+r.Plans[i].Name, r.Plans[i].Limits)
+		}
 	}
 	return r
 }
