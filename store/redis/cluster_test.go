@@ -69,6 +69,7 @@ func TestCluster(t *testing.T) {
 	t.Run("Moved", func(t *testing.T) { clusterMoved(t, c) })
 	t.Run("Slot", func(t *testing.T) { clusterSlot(t, c) })
 	t.Run("Stacked", func(t *testing.T) { clusterStacked(t, c) })
+	t.Run("SplitResults", func(t *testing.T) { clusterSplitResults(t, c) })
 }
 
 // clusterConformance runs the conformance suite through Open (a rueidis

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -259,32 +260,35 @@ func separately(ctx context.Context, lim *sluice.Limiter, parts []sluice.Part) (
 	return ok, nil
 }
 
+// keysOn returns n client keys, made from the format name and a number,
+// whose state lies on the master at owner. It checks that the store
+// computes their slots as the cluster does.
+func keysOn(t *testing.T, c *redistest.Cluster, name, owner string, n int) []string {
+	t.Helper()
+	s := sluiceredis.New(nil)
+	var keys []string
+	for i := 0; len(keys) < n; i++ {
+		k := fmt.Sprintf(name, i)
+		key := s.Key(k, sluice.PerDay(1))
+		slot := c.KeySlot(t, key)
+		if got := sluiceredis.Slot(key); got != slot {
+			t.Fatalf("the store puts %s in slot %d, the cluster in %d", key, got, slot)
+		}
+		if c.Owner(t, slot) == owner {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
 // clusterKeys names the client keys of the workloads on c so that each
 // request's three parts lie on three masters: the addresses on the third,
-// the API key on the first, the global key on the second. It checks that
-// the store computes the slots as the cluster does.
+// the API key on the first, the global key on the second.
 func clusterKeys(t *testing.T, c *redistest.Cluster) func(w *stackWorkload) {
 	t.Helper()
-	probe := sluice.PerDay(1)
-	s := sluiceredis.New(nil)
-	pick := func(name string, owner string, n int) []string {
-		var keys []string
-		for i := 0; len(keys) < n; i++ {
-			k := fmt.Sprintf(name, i)
-			key := s.Key(k, probe)
-			slot := c.KeySlot(t, key)
-			if got := sluiceredis.Slot(key); got != slot {
-				t.Fatalf("the store puts %s in slot %d, the cluster in %d", key, got, slot)
-			}
-			if c.Owner(t, slot) == owner {
-				keys = append(keys, k)
-			}
-		}
-		return keys
-	}
-	ips := pick("10.0.1.%d", c.Addrs[2], replicas)
-	api := pick("key-%d", c.Addrs[0], 1)[0]
-	global := pick("login-%d", c.Addrs[1], 1)[0]
+	ips := keysOn(t, c, "10.0.1.%d", c.Addrs[2], replicas)
+	api := keysOn(t, c, "key-%d", c.Addrs[0], 1)[0]
+	global := keysOn(t, c, "login-%d", c.Addrs[1], 1)[0]
 	return func(w *stackWorkload) { w.ips, w.apiKey, w.globalKey = ips, api, global }
 }
 
@@ -381,4 +385,92 @@ func clusterStacked(t *testing.T, c *redistest.Cluster) {
 		})
 	}
 	t.Logf("worst under-admission: %d of the %d requests the model admits, in %s", worst.under, worst.want, worst.run)
+}
+
+// clusterSplitResults: a decision split over three masters and denied by
+// its second part answers as one script would: the first part's state
+// after the refund (nothing consumed), the denial, and the third part's
+// state, read without consuming it. When the second part's script fails
+// (its key holds a hash), the first part is refunded and Take returns the
+// error; when the third part's state cannot be read, the denial stands.
+func clusterSplitResults(t *testing.T, c *redistest.Cluster) {
+	stores := map[string]*sluiceredis.Store{
+		"rueidis":  sluiceredis.FromRueidis(clusterRueidis(t, c), prefix()),
+		"go-redis": goredis.New(clusterGoRedis(t, c), prefix()),
+	}
+	first := sluice.PerDay(5).Using(sluice.FixedWindow)
+	second := sluice.PerDay(1).Using(sluice.SlidingLog)
+	third := sluice.PerDay(5).Using(sluice.GCRA)
+	ctx := context.Background()
+	for name, s := range stores {
+		t.Run(name, func(t *testing.T) {
+			a := keysOn(t, c, name+"-a%d", c.Addrs[0], 1)[0]
+			b := keysOn(t, c, name+"-b%d", c.Addrs[1], 2)
+			d := keysOn(t, c, name+"-c%d", c.Addrs[2], 2)
+			take := func(parts ...sluice.Part) ([]sluice.Result, error) {
+				return s.Take(ctx, sluice.Request{Parts: parts})
+			}
+			one := func(key string, l sluice.Limit, cost int) sluice.Result {
+				t.Helper()
+				rs, err := take(sluice.Part{Key: key, Limits: []sluice.Limit{l}, Cost: cost})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return rs[0]
+			}
+			untouched := func(when string) {
+				t.Helper()
+				if r := one(a, first, 0); r.Remaining != 5 {
+					t.Errorf("%s: %s of %q has %d remaining, want 5: the refund left consumption", when, first, a, r.Remaining)
+				}
+			}
+			one(b[0], second, 1) // spent
+			one(d[0], third, 2)  // 3 remaining
+			rs, err := take(
+				sluice.Part{Key: a, Limits: []sluice.Limit{first}, Cost: 1},
+				sluice.Part{Key: b[0], Limits: []sluice.Limit{second}, Cost: 1},
+				sluice.Part{Key: d[0], Limits: []sluice.Limit{third}, Cost: 1},
+			)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []struct {
+				allowed   bool
+				remaining int
+			}{{true, 5}, {false, 0}, {true, 3}}
+			for i, r := range rs {
+				if r.Allowed != want[i].allowed || r.Remaining != want[i].remaining {
+					t.Errorf("part %d: %+v, want allowed %v with %d remaining", i, r, want[i].allowed, want[i].remaining)
+				}
+			}
+			if rs[1].RetryAfter <= 0 {
+				t.Errorf("the denial has RetryAfter %v", rs[1].RetryAfter)
+			}
+			untouched("after a denial")
+			if r := one(d[0], third, 0); r.Remaining != 3 {
+				t.Errorf("the third part has %d remaining after the denial, want 3: reading it consumed", r.Remaining)
+			}
+
+			// A key holding a hash: its script fails with WRONGTYPE.
+			c.Do(t, c.Addrs[1], "HSET", s.Key(b[1], second), "f", "v")
+			c.Do(t, c.Addrs[2], "HSET", s.Key(d[1], third), "f", "v")
+			_, err = take(
+				sluice.Part{Key: a, Limits: []sluice.Limit{first}, Cost: 1},
+				sluice.Part{Key: b[1], Limits: []sluice.Limit{second}, Cost: 1},
+			)
+			if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+				t.Errorf("the second part's script failed: Take = %v, want its WRONGTYPE error", err)
+			}
+			untouched("after a failure")
+			rs, err = take(
+				sluice.Part{Key: a, Limits: []sluice.Limit{first}, Cost: 1},
+				sluice.Part{Key: b[0], Limits: []sluice.Limit{second}, Cost: 1},
+				sluice.Part{Key: d[1], Limits: []sluice.Limit{third}, Cost: 1},
+			)
+			if err != nil || rs[1].Allowed || rs[2] != (sluice.Result{Allowed: true, Limit: third.Capacity()}) {
+				t.Errorf("denied, the third part unreadable: Take = %+v, %v; want the denial, the third part allowed with 0 remaining", rs, err)
+			}
+			untouched("after a denial with an unreadable part")
+		})
+	}
 }
