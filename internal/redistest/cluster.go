@@ -166,27 +166,15 @@ func (c *Cluster) slots(addr string) ([]string, error) {
 	return out, nil
 }
 
-// Slot returns the Cluster hash slot of key: CRC16 (XMODEM) of its hash
-// tag, the part between the first '{' and the next '}' when that is not
-// empty, or of the whole key, modulo 16384.
-func Slot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
+// KeySlot returns the hash slot of key, as the cluster computes it
+// (CLUSTER KEYSLOT).
+func (c *Cluster) KeySlot(t testing.TB, key string) int {
+	t.Helper()
+	n, ok := c.Do(t, c.Addrs[0], "CLUSTER", "KEYSLOT", key).(int64)
+	if !ok {
+		t.Fatalf("redistest: CLUSTER KEYSLOT %q did not answer an integer", key)
 	}
-	var crc uint16
-	for k := 0; k < len(key); k++ {
-		crc ^= uint16(key[k]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc) % 16384
+	return int(n)
 }
 
 // Owner returns the address of the master that serves slot. It asks every

@@ -5,9 +5,8 @@ import (
 	"testing"
 )
 
-// TestCluster: the cluster forms with every master owning slots, Slot
-// agrees with the server's CLUSTER KEYSLOT, and BeginMigration, MoveKeys
-// and Finish move a slot and its keys.
+// TestCluster: the cluster forms with every master owning slots, and
+// BeginMigration, MoveKeys and Finish move a slot and its keys.
 func TestCluster(t *testing.T) {
 	c := StartCluster(t)
 	owners := map[string]bool{}
@@ -17,14 +16,7 @@ func TestCluster(t *testing.T) {
 	if len(owners) != len(c.Addrs) {
 		t.Errorf("slots 0, 8000 and 16383 are served by %v; want one per master of %v", owners, c.Addrs)
 	}
-	for _, key := range []string{"", "a", "foo", "{user1000}.following", "foo{}{bar}", "foo{{bar}}zap", "foo{bar}{zap}", "sluice:{k}:fw:5:60000000"} {
-		want := c.Do(t, c.Addrs[0], "CLUSTER", "KEYSLOT", key)
-		if got := Slot(key); int64(got) != want {
-			t.Errorf("Slot(%q) = %d, CLUSTER KEYSLOT says %v", key, got, want)
-		}
-	}
-
-	slot := Slot("{m}")
+	slot := c.KeySlot(t, "{m}")
 	from := c.Owner(t, slot)
 	for i := range 5 {
 		c.Do(t, from, "SET", fmt.Sprintf("{m}%d", i), "v")

@@ -57,7 +57,8 @@ func clusterStores(t testing.TB, c *redistest.Cluster, n int, opts ...sluiceredi
 // TestCluster runs the store on one three-master Redis Cluster (started
 // once: it takes seconds), through rueidis and go-redis cluster clients:
 // the conformance suite, exactness under concurrency, the spread of keys
-// over the masters, and a live slot migration.
+// over the masters, a live slot migration, and decisions split over
+// slots.
 func TestCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	t.Run("Conformance", func(t *testing.T) { clusterConformance(t, c) })
@@ -66,6 +67,9 @@ func TestCluster(t *testing.T) {
 	t.Run("SlotMigration", func(t *testing.T) { clusterSlotMigration(t, c) })
 	t.Run("TryAgain", func(t *testing.T) { clusterTryAgain(t, c) })
 	t.Run("Moved", func(t *testing.T) { clusterMoved(t, c) })
+	t.Run("Slot", func(t *testing.T) { clusterSlot(t, c) })
+	t.Run("Stacked", func(t *testing.T) { clusterStacked(t, c) })
+	t.Run("SplitResults", func(t *testing.T) { clusterSplitResults(t, c) })
 }
 
 // clusterConformance runs the conformance suite through Open (a rueidis
@@ -212,7 +216,7 @@ func clusterSlotMigration(t *testing.T, c *redistest.Cluster) {
 			redisKeys = append(redisKeys, stores[0].Key(key, l))
 		}
 	}
-	slot := redistest.Slot(redisKeys[0])
+	slot := c.KeySlot(t, redisKeys[0])
 	from := c.Owner(t, slot)
 	to := c.Addrs[0]
 	if to == from {
@@ -381,7 +385,7 @@ func clusterTryAgain(t *testing.T, c *redistest.Cluster) {
 	stores := clusterStores(t, c, 2, sluiceredis.WithPrefix(p))
 	limits := []sluice.Limit{sluice.PerDay(10), sluice.PerHour(5).Using(sluice.SlidingLog)}
 	req := sluice.Request{Parts: []sluice.Part{{Key: "stuck", Limits: limits, Cost: 1}}}
-	slot := redistest.Slot(stores[0].Key(req.Parts[0].Key, limits[0]))
+	slot := c.KeySlot(t, stores[0].Key(req.Parts[0].Key, limits[0]))
 	var to string
 	for _, addr := range c.Addrs {
 		if addr != c.Owner(t, slot) {
@@ -456,7 +460,7 @@ func clusterMoved(t *testing.T, c *redistest.Cluster) {
 		t.Run(s.name, func(t *testing.T) {
 			l := sluice.PerMinute(5)
 			req := sluice.Request{Parts: []sluice.Part{{Key: "half-" + s.name, Limits: []sluice.Limit{l}, Cost: 1}}}
-			slot := redistest.Slot(s.store.Key(req.Parts[0].Key, l))
+			slot := c.KeySlot(t, s.store.Key(req.Parts[0].Key, l))
 			from := c.Owner(t, slot)
 			to := c.Addrs[0]
 			if to == from {

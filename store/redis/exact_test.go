@@ -24,10 +24,10 @@ const (
 // serverStores returns n stores over the server at addr, each over a
 // client of its own, closed when t ends: rueidis for even i, go-redis for
 // odd i.
-func serverStores(t testing.TB, addr string, n int) []*sluiceredis.Store {
+func serverStores(t testing.TB, addr string, n int, opts ...sluiceredis.Option) []*sluiceredis.Store {
 	return replicaStores(n,
 		func() rueidis.Client { return newRueidis(t, addr) },
-		func() *goredislib.Client { return newGoRedis(t, addr) })
+		func() *goredislib.Client { return newGoRedis(t, addr) }, opts...)
 }
 
 // TestExactUnderConcurrency runs exactSuite on 8 replicas of one server.

@@ -3,7 +3,8 @@
 // 100 per minute whether 1 or 40 replicas serve the traffic.
 //
 // Each decision is one atomic Lua script and one round trip, whatever the
-// number of limits. Each algorithm's Lua lives in its own file under lua/
+// number of limits, unless its parts' keys lie in different Cluster slots
+// (see "Stacked decisions on a Cluster"). Each algorithm's Lua lives in its own file under lua/
 // and mirrors the Go function in internal/algo that the memory store runs,
 // so both stores give identical Results. The scripts are loaded once
 // and run by SHA; when the server answers NOSCRIPT (after a restart or a
@@ -39,6 +40,54 @@
 // master, and a decision under several limits that meets TRYAGAIN (its
 // keys split between the two masters) is sent again, which is safe because
 // Redis did not run it.
+//
+// # Stacked decisions on a Cluster
+//
+// A request of several parts (a per-address rule and a per-API-key rule)
+// has one hash tag per client key, so on a Redis Cluster its keys may lie
+// in different slots, on different masters, where no one script can reach
+// them all (Redis answers CROSSSLOT). On standalone Redis and through
+// Sentinel every decision stays one atomic script. A Store splits a
+// decision only when it is on a Cluster: Open and FromRueidis ask the
+// rueidis client (Mode), package goredis sets it for a ClusterClient, and a
+// Store built with New over another cluster client needs WithCluster.
+//
+// The store then groups the limits by slot (the CRC16 of the client key,
+// as Redis computes it): parts whose keys share a slot run in one atomic
+// script, and the groups run one after another, in the order of their
+// first part. If every group admits, the request is admitted. When a group
+// denies, the store gives back what the groups before it consumed (a
+// refund script per group) and answers the denial: the denying group's
+// Results as its script decided them, the earlier groups' state after the
+// refund, and the later groups' state read without consuming; a group
+// whose refund failed reports what it took, and a later group whose state
+// could not be read reports Allowed with Remaining 0. When a group's script
+// fails, the earlier groups are refunded and Take returns the error.
+//
+// Refunds are exact: each key's state is as if the request had never been
+// taken. fixed_window takes cost back only in the window it was counted
+// in (a later window never counted it); sliding_window from that window,
+// current or previous; sliding_log removes the members the take added at
+// its instant, which is why a take on a Cluster reports the instant it
+// used (the server's TIME, or the request's Now). token_bucket and gcra add
+// back the cost, less the part of the time since the take that would have
+// refilled a full bucket; that equals the exact refund unless, within the
+// milliseconds between take and refund, the bucket came within the cost of
+// full and another request took from it, when it gives back less
+// (lua/refund.lua has the proof). A refund never gives back more than the
+// take consumed: where the state was reset or replaced meanwhile, or the
+// take counted in a window ahead of its clock (a clock that stepped back),
+// it gives back nothing, or less.
+//
+// So a split decision never admits more than any limit allows. What it
+// costs: between a group's take and its refund (a round trip or two),
+// other requests on that group's keys see the consumption and may be
+// denied although they would fit (under-admission); a refund that fails
+// (its master is down) leaves the consumption until the limit recovers;
+// the refunds and reads of a denial add a round trip, run at once over
+// their masters, and outlive the caller's context for up to a second so
+// that a canceled request does not leave its consumption behind. Putting
+// first the part most likely to deny keeps denials cheap.
 //
 // # Clients
 //
@@ -107,22 +156,25 @@ func newScript(src string) script {
 // algorithms it serves, a generated table of those algorithms and take.lua.
 // A decision whose limits share one algorithm runs that algorithm's script,
 // the cheapest; a decision mixing algorithms runs the script of all five,
-// so that it is still one atomic call.
+// so that it is still one atomic call. The refund of a decision split over
+// Cluster slots runs refund.lua after all five.
 var (
 	// algScripts holds each algorithm's script by its algo.Code, under
 	// which the default ("") is token_bucket's.
 	algScripts = func() map[string]script {
 		m := make(map[string]script)
 		for _, a := range sluice.Algorithms {
-			m[algo.Code(a)] = compose(a)
+			m[algo.Code(a)] = compose("take", a)
 		}
 		return m
 	}()
-	allScript = compose(sluice.Algorithms...)
+	allScript    = compose("take", sluice.Algorithms...)
+	refundScript = compose("refund", sluice.Algorithms...)
 )
 
-// compose builds the decision script for algorithms.
-func compose(algorithms ...sluice.Algorithm) script {
+// compose builds the script that runs main (take or refund) over
+// algorithms.
+func compose(main string, algorithms ...sluice.Algorithm) script {
 	read := func(name string) string {
 		src, err := luaFiles.ReadFile("lua/" + name + ".lua")
 		if err != nil {
@@ -138,7 +190,7 @@ func compose(algorithms ...sluice.Algorithm) script {
 		table += fmt.Sprintf("  %s = {%s, %s_write},\n", algo.Code(a), a, a)
 	}
 	b.WriteString(table + "}\n")
-	b.WriteString(read("take"))
+	b.WriteString(read(main))
 	return newScript(b.String())
 }
 
@@ -164,9 +216,10 @@ var (
 
 // Store is a sluice.Store over Redis. It is safe for concurrent use.
 type Store struct {
-	client Client
-	prefix string
-	close  func()
+	client  Client
+	prefix  string
+	cluster bool // split decisions by Cluster slot (stack.go)
+	close   func()
 }
 
 // Option configures a Store.
@@ -184,6 +237,15 @@ func WithPrefix(p string) Option {
 	}
 	p = percentEncode(p)
 	return func(s *Store) { s.prefix = p }
+}
+
+// WithCluster tells a Store built with New that its Client talks to a
+// Redis Cluster, so that a decision whose parts' keys lie in different
+// slots is split by slot (see "Stacked decisions on a Cluster") instead of
+// failing with CROSSSLOT. Open and FromRueidis detect a Cluster, and
+// package goredis sets it for a go-redis ClusterClient.
+func WithCluster() Option {
+	return func(s *Store) { s.cluster = true }
 }
 
 // New returns a Store that runs its scripts through c.
@@ -204,32 +266,74 @@ func (s *Store) Close() {
 }
 
 // Take implements sluice.Store: one script run, one round trip, over the
-// keys of every part.
+// keys of every part; on a Cluster, one per slot (see "Stacked decisions
+// on a Cluster").
 func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
-	n := req.Len()
-	keys := make([]string, 0, n)
-	limits := make([]sluice.Limit, 0, n)
-	args := make([]string, 1, 1+4*n)
-	if !req.Now.IsZero() {
-		args[0] = strconv.FormatInt(req.Now.UnixMicro(), 10)
+	gs := s.groups(req)
+	if len(gs) > 1 {
+		return s.takeStacked(ctx, clockArg(req.Now), gs, req.Len())
 	}
-	for _, p := range req.Parts {
-		keys = append(keys, s.keys(p.Key, p.Limits)...)
-		limits = append(limits, p.Limits...)
-		cost := strconv.Itoa(p.Cost)
-		for _, l := range p.Limits {
-			p1, p2 := algo.Params(l)
-			args = append(args, algo.Code(l.Algorithm), strconv.FormatInt(p1, 10), strconv.FormatInt(p2, 10), cost)
-		}
-	}
-	reply, err := s.run(ctx, scriptFor(limits), keys, args)
+	t, err := s.take(ctx, clockArg(req.Now), gs[0], false)
 	if err != nil {
 		return nil, fmt.Errorf("redis store: %w", err)
 	}
-	if len(reply) != 4*n {
-		return nil, fmt.Errorf("redis store: script replied %d integers, want %d", len(reply), 4*n)
+	return t.results, nil
+}
+
+// clockArg is the scripts' now argument: now in µs, or "" for the
+// server's clock.
+func clockArg(now time.Time) string {
+	if now.IsZero() {
+		return ""
 	}
-	rs := make([]sluice.Result, n)
+	return strconv.FormatInt(now.UnixMicro(), 10)
+}
+
+// taken is one run of take.lua over a group: its Results, in the group's
+// order, and the now it decided at (µs).
+type taken struct {
+	results []sluice.Result
+	now     int64
+}
+
+// take runs take.lua over the limits of g at now (clockArg), each with its
+// part's cost, or with cost 0 when peek is set (the state, consuming
+// nothing).
+func (s *Store) take(ctx context.Context, now string, g *group, peek bool) (taken, error) {
+	args := make([]string, 1, 1+4*len(g.limits))
+	args[0] = now
+	for i, l := range g.limits {
+		cost := g.costs[i]
+		if peek {
+			cost = 0
+		}
+		args = appendParams(args, l, cost)
+	}
+	reply, err := s.run(ctx, scriptFor(g.limits), g.keys, args)
+	if err != nil {
+		return taken{}, err
+	}
+	rs, err := results(g.limits, reply, 1)
+	if err != nil {
+		return taken{}, err
+	}
+	return taken{results: rs, now: reply[len(reply)-1]}, nil
+}
+
+// appendParams appends to args what the scripts take for limit l: its
+// algorithm code, its two parameters and cost.
+func appendParams(args []string, l sluice.Limit, cost int) []string {
+	p1, p2 := algo.Params(l)
+	return append(args, algo.Code(l.Algorithm), strconv.FormatInt(p1, 10), strconv.FormatInt(p2, 10), strconv.Itoa(cost))
+}
+
+// results reads the four integers per limit of a script's reply, followed
+// by extra integers.
+func results(limits []sluice.Limit, reply []int64, extra int) ([]sluice.Result, error) {
+	if want := 4*len(limits) + extra; len(reply) != want {
+		return nil, fmt.Errorf("script replied %d integers, want %d", len(reply), want)
+	}
+	rs := make([]sluice.Result, len(limits))
 	for i, l := range limits {
 		v := reply[4*i : 4*i+4]
 		rs[i] = sluice.Result{

@@ -79,8 +79,12 @@ func parseURL(url string) (rueidis.ClientOption, error) {
 }
 
 // FromRueidis returns a Store over a rueidis client the caller owns (and
-// closes).
+// closes). A cluster client's Store splits decisions by slot (see
+// WithCluster).
 func FromRueidis(c rueidis.Client, opts ...Option) *Store {
+	if c.Mode() == rueidis.ClientModeCluster {
+		opts = append([]Option{WithCluster()}, opts...)
+	}
 	return New(rueidisClient{c}, opts...)
 }
 

@@ -19,8 +19,12 @@ import (
 )
 
 // New returns a Redis store that runs its scripts through c. The caller
-// keeps owning c and closes it.
+// keeps owning c and closes it. Over a ClusterClient the store splits
+// decisions by slot (sluiceredis.WithCluster).
 func New(c goredis.Scripter, opts ...sluiceredis.Option) *sluiceredis.Store {
+	if _, ok := c.(*goredis.ClusterClient); ok {
+		opts = append([]sluiceredis.Option{sluiceredis.WithCluster()}, opts...)
+	}
 	return sluiceredis.New(client{c}, opts...)
 }
 

@@ -1,6 +1,7 @@
 -- take.lua: decides one request against every limit in KEYS, all or
 -- nothing, and returns four integers per limit: allowed (0/1), remaining,
--- reset after (µs), retry after (µs).
+-- reset after (µs), retry after (µs); then the now it decided at (µs),
+-- which a refund of this take (refund.lua) needs.
 --
 -- ARGV[1]   now in µs, or '' to use the server's clock (TIME)
 -- ARGV[4i-2], ARGV[4i-1], ARGV[4i], ARGV[4i+1]   for KEYS[i]: algorithm
@@ -11,16 +12,7 @@
 -- algorithms, generated before this file, maps each algorithm code to its
 -- decision function and its writer.
 
-local now
-if ARGV[1] == '' then
-  -- Writing after TIME needs effects replication: the default since Redis
-  -- 5, asked for explicitly before (from 3.2).
-  redis.replicate_commands()
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[1])
-end
+local now = clock(ARGV[1])
 
 local out, states, allowed = {}, {}, true
 for i = 1, #KEYS do
@@ -51,4 +43,5 @@ else
     end
   end
 end
+out[#out + 1] = now
 return out

@@ -1,0 +1,139 @@
+-- refund.lua: gives back what an earlier take.lua run consumed from KEYS,
+-- when a decision split over Cluster slots is denied by a later slot (see
+-- "Stacked decisions on a Cluster" in redis.go), so that each key's state
+-- is as if the request had never been taken. Then it returns four integers
+-- per key as take.lua does, for a request of cost 0: the state after the
+-- refund.
+--
+-- ARGV[1]   now in µs, or '' to use the server's clock (TIME)
+-- ARGV[2]   the now of the take (take.lua's last reply integer)
+-- ARGV[5i-2] .. ARGV[5i+2]   for KEYS[i]: algorithm code, its two
+--           parameters as take.lua had them, the cost it took, and the
+--           reset after (µs) it replied for that key
+--
+-- A refund never gives back more than the take consumed: where it cannot
+-- tell (the state was reset, or its window already replaced), it gives
+-- back nothing, which errs towards denying. What it assumes of each
+-- algorithm's stored value (adapt these functions when a format changes):
+--
+--   fixed_window    "window:count"; the take counted cost in window
+--                   floor(taken / period).
+--   sliding_window  "window:previous:current"; the take counted cost in
+--                   window floor(taken / period), which is the stored
+--                   window or the one before it, or no longer counts.
+--   sliding_log     a sorted set whose members at one score are numbered
+--                   stamp:0, stamp:1, ...; the take added cost of them at
+--                   score taken.
+--   token_bucket    "tokens:last update", tokens in µs of refill.
+--   gcra            the theoretical arrival time.
+--
+-- token_bucket and gcra are one bucket of full = capacity * interval µs
+-- (gcra's level at t is full - max(0, tat - t)). Let A be the level with
+-- the take and B the level without it. Right after the take B - A is the
+-- cost (times interval); a take admitted in A is admitted in B and
+-- subtracts the same from both, and refill adds the same to both until B
+-- reaches full, where B - A shrinks. So the exact refund at now is
+-- min(cost, full - (the highest A since the take)). A rises by at most the
+-- time elapsed, and was full - reset right after the take, so
+--   give = min(cost, reset - (now - taken))
+-- never exceeds the exact refund, and equals it when now = taken (a
+-- request with its own time), when no other take came in between, or when
+-- the bucket, refilled for all of now - taken, stays at least the cost
+-- short of full (the usual case: the refund comes milliseconds later).
+
+local function fixed_window_refund(key, now, taken, _, period, cost)
+  local sw, c = string.match(redis.call('GET', key) or '', '^(%d+):(%d+)$')
+  sw, c = tonumber(sw), tonumber(c)
+  if sw ~= floor(taken / period) or c < cost then
+    return -- the window ended: what it counted no longer matters
+  end
+  c = c - cost
+  save(key, str(sw) .. ':' .. str(c), c > 0 and (sw + 1) * period - now or 0)
+end
+
+local function sliding_window_refund(key, now, taken, _, period, cost)
+  local sw, a, b = string.match(redis.call('GET', key) or '', '^(%d+):(%d+):(%d+)$')
+  sw, a, b = tonumber(sw), tonumber(a), tonumber(b)
+  local w = floor(taken / period)
+  if sw == w and b >= cost then
+    b = b - cost
+  elseif sw == w + 1 and a >= cost then
+    a = a - cost
+  else
+    return
+  end
+  save(key, str(sw) .. ':' .. str(a) .. ':' .. str(b), sw_reset(a, b, sw, now, period))
+end
+
+local function sliding_log_refund(key, now, taken, _, period, cost)
+  local stamp = str(taken)
+  local n = redis.call('ZCOUNT', key, stamp, stamp)
+  if n < cost then
+    return
+  end
+  -- Members at one score are alike: removing the highest numbers keeps
+  -- the numbering that sliding_log_write relies on.
+  for first = n - cost, n - 1, 1000 do
+    local names = {}
+    for i = first, math.min(first + 999, n - 1) do
+      names[#names + 1] = stamp .. ':' .. str(i)
+    end
+    redis.call('ZREM', key, unpack(names))
+  end
+  local top = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')[2]
+  if top and tonumber(top) + period > now then
+    redis.call('PEXPIRE', key, str(math.ceil((tonumber(top) + period - now) / 1000)))
+  else
+    redis.call('DEL', key)
+  end
+end
+
+-- bucket_give is what token_bucket and gcra give back (see above).
+local function bucket_give(now, taken, interval, cost, reset)
+  return math.min(cost * interval, reset - (now - taken))
+end
+
+local function token_bucket_refund(key, now, taken, interval, capacity, cost, reset)
+  local give = bucket_give(now, taken, interval, cost, reset)
+  local x, y = string.match(redis.call('GET', key) or '', '^(%d+):(%d+)$')
+  if give <= 0 or not x then
+    return -- no state is a full bucket
+  end
+  local full = capacity * interval
+  local tokens = math.min(full, tonumber(x) + (now - tonumber(y)) + give)
+  save(key, str(tokens) .. ':' .. str(now), full - tokens)
+end
+
+local function gcra_refund(key, now, taken, interval, _, cost, reset)
+  local give = bucket_give(now, taken, interval, cost, reset)
+  local tat = tonumber(redis.call('GET', key))
+  if give <= 0 or not tat then
+    return
+  end
+  save(key, str(tat - give), tat - give - now)
+end
+
+local refunds = {
+  fw = fixed_window_refund,
+  sw = sliding_window_refund,
+  sl = sliding_log_refund,
+  tb = token_bucket_refund,
+  gcra = gcra_refund,
+}
+
+local now, taken = clock(ARGV[1]), tonumber(ARGV[2])
+local out = {}
+for i = 1, #KEYS do
+  local j = 5 * i - 2
+  local refund, alg = refunds[ARGV[j]], algorithms[ARGV[j]]
+  if not refund or not alg then
+    return redis.error_reply('sluice: unknown algorithm ' .. tostring(ARGV[j]))
+  end
+  local p1, p2, cost = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3])
+  if cost > 0 then
+    refund(KEYS[i], now, taken, p1, p2, cost, tonumber(ARGV[j + 4]))
+  end
+  local ok, rem, reset, retry = alg[1](KEYS[i], now, p1, p2, 0)
+  out[4 * i - 3], out[4 * i - 2], out[4 * i - 1], out[4 * i] = ok, rem, reset, retry
+end
+return out

@@ -1,0 +1,191 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// group is the limits of a decision whose keys share one Cluster slot,
+// decided by one script; index holds the position of each limit in the
+// decision's Results.
+type group struct {
+	slot   int
+	keys   []string
+	limits []sluice.Limit
+	costs  []int
+	index  []int
+}
+
+// groups splits req into the groups its scripts run over: one over every
+// key, unless the store is on a Cluster and the parts' keys lie in
+// different slots: then one per slot, in the order of their first part.
+// All the keys of one part share its client key's hash tag, hence a slot.
+func (s *Store) groups(req sluice.Request) []*group {
+	var gs []*group
+	i := 0
+	for _, p := range req.Parts {
+		keys := s.keys(p.Key, p.Limits)
+		sl := 0
+		if s.cluster {
+			sl = slot(keys[0])
+		}
+		var g *group
+		for _, h := range gs {
+			if h.slot == sl {
+				g = h
+			}
+		}
+		if g == nil {
+			g = &group{slot: sl}
+			gs = append(gs, g)
+		}
+		g.keys = append(g.keys, keys...)
+		g.limits = append(g.limits, p.Limits...)
+		for range p.Limits {
+			g.costs = append(g.costs, p.Cost)
+			g.index = append(g.index, i)
+			i++
+		}
+	}
+	return gs
+}
+
+// slot returns the Cluster hash slot of key: CRC16 (XMODEM) of its hash
+// tag, the part between the first '{' and the next '}' when that is not
+// empty, or of the whole key, modulo 16384.
+func slot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for k := 0; k < len(key); k++ {
+		crc ^= uint16(key[k]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
+}
+
+// refundTimeout bounds giving back what a split decision took, which
+// outlives the caller's context: the consumption would otherwise stay.
+const refundTimeout = time.Second
+
+// takeStacked decides a request whose n limits are split over the slots
+// of gs, one group after another (see "Stacked decisions on a Cluster"):
+// when a group denies, or fails, what the groups before it took is given
+// back.
+func (s *Store) takeStacked(ctx context.Context, now string, gs []*group, n int) ([]sluice.Result, error) {
+	rs := make([]sluice.Result, n)
+	done := make([]taken, 0, len(gs))
+	for k, g := range gs {
+		t, err := s.take(ctx, now, g, false)
+		if err != nil {
+			if rerr := s.settle(ctx, now, gs[:k], done, nil, rs); rerr != nil {
+				return nil, fmt.Errorf("redis store: %w; the parts taken before keep their consumption: %w", err, rerr)
+			}
+			return nil, fmt.Errorf("redis store: %w", err)
+		}
+		if !allowed(t.results) {
+			g.place(rs, t.results)
+			// The denial stands whatever the refund does: an error would
+			// let an error policy admit what a limit denied.
+			_ = s.settle(ctx, now, gs[:k], done, gs[k+1:], rs)
+			return rs, nil
+		}
+		done = append(done, t)
+	}
+	for k, g := range gs {
+		g.place(rs, done[k].results)
+	}
+	return rs, nil
+}
+
+// settle gives back what each of the groups in took consumed (ts) and
+// reads the state of the groups in rest, which did not run, all at once
+// (they are on different slots), and places their Results in rs: after
+// the refund, or as taken when the refund failed; the state of rest, or
+// unknown (see unknown) when reading it failed. It returns the refunds'
+// errors.
+func (s *Store) settle(ctx context.Context, now string, in []*group, ts []taken, rest []*group, rs []sluice.Result) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refundTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, len(in))
+	for i, g := range in {
+		wg.Go(func() {
+			r, err := s.refund(rctx, now, g, ts[i])
+			if err != nil {
+				errs[i], r = err, ts[i].results
+			}
+			g.place(rs, r)
+		})
+	}
+	for _, g := range rest {
+		wg.Go(func() {
+			t, err := s.take(ctx, now, g, true)
+			if err != nil {
+				t.results = unknown(g.limits)
+			}
+			g.place(rs, t.results)
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// refund runs refund.lua over g to give back what t took, and returns the
+// state after it.
+func (s *Store) refund(ctx context.Context, now string, g *group, t taken) ([]sluice.Result, error) {
+	args := make([]string, 2, 2+5*len(g.limits))
+	args[0], args[1] = now, strconv.FormatInt(t.now, 10)
+	for i, l := range g.limits {
+		args = appendParams(args, l, g.costs[i])
+		args = append(args, strconv.FormatInt(t.results[i].ResetAfter.Microseconds(), 10))
+	}
+	reply, err := s.run(ctx, refundScript, g.keys, args)
+	if err != nil {
+		return nil, fmt.Errorf("refund: %w", err)
+	}
+	return results(g.limits, reply, 0)
+}
+
+// place puts the Results of g's limits at their positions in rs.
+func (g *group) place(rs, in []sluice.Result) {
+	for i, r := range in {
+		rs[g.index[i]] = r
+	}
+}
+
+// allowed reports whether every one of rs admits.
+func allowed(rs []sluice.Result) bool {
+	for _, r := range rs {
+		if !r.Allowed {
+			return false
+		}
+	}
+	return true
+}
+
+// unknown is the Results of limits whose state could not be read: each
+// would admit (it did not deny) with nothing known to remain.
+func unknown(limits []sluice.Limit) []sluice.Result {
+	rs := make([]sluice.Result, len(limits))
+	for i, l := range limits {
+		rs[i] = sluice.Result{Allowed: true, Limit: l.Capacity()}
+	}
+	return rs
+}
