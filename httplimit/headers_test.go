@@ -150,12 +150,12 @@ func TestSetHeaders(t *testing.T) {
 			limits: []sluice.Limit{
 				{Limit: 5, Name: "no-period"},
 				{Algorithm: "leaky", Limit: 5, Period: time.Minute, Name: "unknown"},
-				sluice.Per(sluice.MaxLimit, time.Millisecond).Using(sluice.FixedWindow).Named("huge"),
+				sluice.Per(int(hugeLimit), time.Millisecond).Using(sluice.FixedWindow).Named("huge"),
 			},
 			results: []sluice.Result{
 				{Allowed: true, Limit: 5, Remaining: 4},
 				{Allowed: true, Limit: 5, Remaining: 4},
-				{Allowed: true, Limit: sluice.MaxLimit, Remaining: sluice.MaxLimit - 1},
+				{Allowed: true, Limit: int(hugeLimit), Remaining: int(hugeLimit) - 1},
 			},
 			now: t0,
 			want: map[string]string{
@@ -934,3 +934,7 @@ func ExampleSetHeaders() {
 	// X-RateLimit-Remaining: 0
 	// X-RateLimit-Reset: 1767225642
 }
+
+// hugeLimit is sluice.MaxLimit, held in an int64 so that the test still
+// compiles where int has 32 bits (GOARCH=386 vet), MaxLimit overflowing it.
+var hugeLimit int64 = sluice.MaxLimit

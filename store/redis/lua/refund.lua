@@ -24,8 +24,9 @@
 --   sliding_log     a sorted set whose members at one score are numbered
 --                   stamp:0, stamp:1, ...; the take added cost of them at
 --                   score taken.
---   token_bucket    "tokens:last update", tokens in µs of refill.
---   gcra            the theoretical arrival time.
+--   token_bucket    "debt:last update:interval" (read by tb_debt, which
+--                   converts a debt measured at another interval).
+--   gcra            "tat:interval" (read by gcra_debt, likewise).
 --
 -- token_bucket and gcra are one bucket of full = capacity * interval µs
 -- (gcra's level at t is full - max(0, tat - t)). Let A be the level with
@@ -93,24 +94,30 @@ local function bucket_give(now, taken, interval, cost, reset)
   return math.min(cost * interval, reset - (now - taken))
 end
 
-local function token_bucket_refund(key, now, taken, interval, capacity, cost, reset)
+local function token_bucket_refund(key, now, taken, interval, _, cost, reset)
   local give = bucket_give(now, taken, interval, cost, reset)
-  local x, y = string.match(redis.call('GET', key) or '', '^(%d+):(%d+)$')
-  if give <= 0 or not x then
+  if give <= 0 then
+    return
+  end
+  local debt = tb_debt(key, now, interval)
+  if debt <= 0 then
     return -- no state is a full bucket
   end
-  local full = capacity * interval
-  local tokens = math.min(full, tonumber(x) + (now - tonumber(y)) + give)
-  save(key, str(tokens) .. ':' .. str(now), full - tokens)
+  debt = math.max(debt - give, 0)
+  save(key, str(debt) .. ':' .. str(now) .. ':' .. str(interval), debt)
 end
 
 local function gcra_refund(key, now, taken, interval, _, cost, reset)
   local give = bucket_give(now, taken, interval, cost, reset)
-  local tat = tonumber(redis.call('GET', key))
-  if give <= 0 or not tat then
+  if give <= 0 then
     return
   end
-  save(key, str(tat - give), tat - give - now)
+  local debt = gcra_debt(key, now, interval)
+  if debt <= 0 then
+    return
+  end
+  debt = math.max(debt - give, 0)
+  save(key, str(now + debt) .. ':' .. str(interval), debt)
 end
 
 local refunds = {
