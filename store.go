@@ -19,7 +19,10 @@ type Store interface {
 	// req.Parts[0] first, in order. A zero req.Now means the store's own
 	// clock. A store decides in one atomic step where it can (the memory
 	// store always; the Redis store when every key lives on one server or
-	// Cluster slot) and states what it guarantees otherwise.
+	// Cluster slot) and states what it guarantees otherwise; it never
+	// admits more than a limit allows (the Redis store over several
+	// Cluster slots may deny requests that would fit while it gives back
+	// what a denied request took).
 	Take(ctx context.Context, req Request) ([]Result, error)
 	// Reset forgets the state of key under each of limits.
 	Reset(ctx context.Context, key string, limits ...Limit) error

@@ -4,11 +4,12 @@
 //
 // Each decision is one atomic Lua script and one round trip, whatever the
 // number of limits, unless its parts' keys lie in different Cluster slots
-// (see "Stacked decisions on a Cluster"). Each algorithm's Lua lives in its own file under lua/
-// and mirrors the Go function in internal/algo that the memory store runs,
-// so both stores give identical Results. The scripts are loaded once
-// and run by SHA; when the server answers NOSCRIPT (after a restart or a
-// SCRIPT FLUSH) the store sends the source and carries on.
+// (see "Stacked decisions on a Cluster"). Each algorithm's Lua lives in its
+// own file under lua/ and mirrors the Go function in internal/algo that
+// the memory store runs, so both stores give identical Results. The
+// scripts are loaded once and run by SHA; when the server answers NOSCRIPT
+// (after a restart or a SCRIPT FLUSH) the store sends the source and
+// carries on.
 //
 // Time comes from the Redis server's TIME, so replicas whose clocks disagree
 // still enforce one limit, unless the request carries its own time (tests).
@@ -20,11 +21,12 @@
 //	<prefix>:{<client key>}:[<name>:]<algorithm>:<period µs>
 //
 // with one Redis key per limit. The client key is the Redis Cluster hash
-// tag, so every key of one decision lands in one slot; '{', '}' and '%' in
-// it and in the prefix are percent-encoded, the empty key becomes %0, and
-// client keys longer than 128 bytes are replaced by a hash so that a
-// hostile key cannot bloat memory. Every key expires as soon as its state
-// is equivalent to none (the window ended, the bucket is full).
+// tag, so all the keys of one client key land in one slot (a decision over
+// several client keys: see "Stacked decisions on a Cluster"); '{', '}' and
+// '%' in it and in the prefix are percent-encoded, the empty key becomes
+// %0, and client keys longer than 128 bytes are replaced by a hash so that
+// a hostile key cannot bloat memory. Every key expires as soon as its
+// state is equivalent to none (the window ended, the bucket is full).
 //
 // The rest of the key is the limit's Identity, without its Limit or Burst,
 // so that a limit raised or lowered keeps every client's state: each
@@ -64,17 +66,17 @@
 // could not be read reports Allowed with Remaining 0. When a group's script
 // fails, the earlier groups are refunded and Take returns the error.
 //
-// Refunds are exact: each key's state is as if the request had never been
-// taken. fixed_window takes cost back only in the window it was counted
-// in (a later window never counted it); sliding_window from that window,
-// current or previous; sliding_log removes the members the take added at
-// its instant, which is why a take on a Cluster reports the instant it
-// used (the server's TIME, or the request's Now). token_bucket and gcra add
-// back the cost, less the part of the time since the take that would have
-// refilled a full bucket; that equals the exact refund unless, within the
-// milliseconds between take and refund, the bucket came within the cost of
-// full and another request took from it, when it gives back less
-// (lua/refund.lua has the proof). A refund never gives back more than the
+// Refunds are exact, with one bounded exception: each key's state is as if
+// the request had never been taken. fixed_window takes cost back only in
+// the window it was counted in (a later window never counted it);
+// sliding_window from that window, current or previous; sliding_log
+// removes the members the take added at its instant, which is why a take
+// reports the instant it used (the server's TIME, or the request's Now).
+// token_bucket and gcra add back the cost, less what the time since the
+// take would have refilled beyond a full bucket. That is exact unless,
+// between take and refund, the bucket came within the cost of full and
+// another request took from it: then it gives back less, by at most the
+// refill of that time, a few milliseconds (lua/refund.lua has the proof). A refund never gives back more than the
 // take consumed: where the state was reset or replaced meanwhile, or the
 // take counted in a window ahead of its clock (a clock that stepped back),
 // it gives back nothing, or less.
@@ -82,8 +84,11 @@
 // So a split decision never admits more than any limit allows. What it
 // costs: between a group's take and its refund (a round trip or two),
 // other requests on that group's keys see the consumption and may be
-// denied although they would fit (under-admission); a refund that fails
-// (its master is down) leaves the consumption until the limit recovers;
+// denied although they would fit (under-admission: TestCluster/Stacked
+// logs how many; with the most specific part first and no refill, none;
+// with the global part first and its limit a little above the binding
+// one, about one in ten); a refund that fails (its master is down) leaves
+// the consumption until the limit recovers;
 // the refunds and reads of a denial add a round trip, run at once over
 // their masters, and outlive the caller's context for up to a second so
 // that a canceled request does not leave its consumption behind. Putting
