@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -31,8 +32,9 @@ const RuleEntry = "rule"
 // rule keyed by header:<Name> (request_headers). Such a descriptor spends
 // the same count as the middleware and POST /v1/check for that rule and
 // client. A descriptor with several client entries is keyed by all of
-// them ("key=value" pairs joined by ";"), a count of its own, which only
-// a header or query rule can take; a global rule needs none. A key the
+// them ("key=value" pairs joined by ";"), a count of its own that no
+// single header or query value shares, which only a header or query rule
+// can take; a global rule needs none. A key the
 // rule's source could not yield is InvalidArgument.
 //
 // The descriptors of one request are one decision, as the rules a request
@@ -41,7 +43,8 @@ const RuleEntry = "rule"
 // hits_addend, when set, is the cost of every descriptor; a descriptor's
 // own hits_addend overrides it, and an explicit 0 reports the state
 // without spending. A cost above what a limit can ever admit answers
-// OVER_LIMIT without spending anything. The domain is required but not
+// OVER_LIMIT without spending anything, each descriptor reporting its
+// limit and what is left of it. The domain is required but not
 // interpreted; a rule in shadow mode always answers OK, even with a cost
 // it could never admit. See the package documentation.
 //
@@ -87,13 +90,8 @@ func (s *RulesService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 	}
 	switch {
 	case errors.Is(err, sluice.ErrInvalidCost):
-		// Could never be admitted: over the limit, spending nothing.
-		resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT}
-		for range checks {
-			resp.Statuses = append(resp.Statuses, &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT})
-		}
-		return resp, nil
-	case errors.Is(err, policy.ErrInvalidKey):
+		return s.impossible(ctx, checks)
+	case errors.Is(err, policy.ErrInvalidKey), errors.Is(err, policy.ErrDuplicateCheck):
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	case err != nil:
 		if _, ok := errors.AsType[*policy.UnknownRuleError](err); ok {
@@ -115,6 +113,39 @@ func (s *RulesService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 	return resp, nil
 }
 
+// impossible answers a request with a cost that a limit of a rule not in
+// shadow mode could never admit: OVER_LIMIT, spending nothing, and each
+// descriptor's state as it is (read with cost 0), so that Envoy still
+// hears each limit and what remains of it. The descriptors whose cost is
+// impossible are the ones over the limit.
+func (s *RulesService) impossible(ctx context.Context, checks []policy.Check) (*rlsv3.RateLimitResponse, error) {
+	look := slices.Clone(checks)
+	zero := 0
+	for i := range look {
+		look[i].Cost = &zero
+	}
+	dec, err := s.engine.Check(ctx, look...)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(checks))}
+	for i := range dec.Applied {
+		a := &dec.Applied[i]
+		st := descriptorStatus(a)
+		cost := a.Rule.Cost
+		if c := checks[a.Check].Cost; c != nil {
+			cost = *c
+		}
+		for _, l := range a.Limits {
+			if l.ValidateCost(cost) != nil {
+				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			}
+		}
+		resp.Statuses[a.Check] = st
+	}
+	return resp, nil
+}
+
 // toCheck returns the check a descriptor asks for.
 func toCheck(req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor) (policy.Check, error) {
 	var c policy.Check
@@ -132,7 +163,7 @@ func toCheck(req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor) (poli
 		return c, fmt.Errorf("no %q entry names a rule", RuleEntry)
 	}
 	if len(client) > 1 {
-		c.Key = strings.Join(client, ";")
+		c.Key, c.Composite = strings.Join(client, ";"), true
 	}
 	if n := req.GetHitsAddend(); n > 0 {
 		cost := int(min(n, math.MaxInt32))

@@ -108,7 +108,7 @@ rules:
 		{[]string{"rule", "login"}, `rule "login" is keyed by ip, and "" is not an IP address`},
 		// Several client entries make one key of their own, which no ip
 		// rule could yield.
-		{[]string{"rule", "login", "remote_address", "1.2.3.4", "user", "ann"}, `is not an IP address`},
+		{[]string{"rule", "login", "remote_address", "1.2.3.4", "user", "ann"}, `a composite key names no single address`},
 	} {
 		_, err := fx.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc(tt.d...)}})
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tt.says) {
@@ -353,8 +353,39 @@ func TestRulesServiceShadowCost(t *testing.T) {
 		t.Errorf("hits_addend 2 for the shadow rule alone: %v, want OK", r)
 	}
 	// A cost an enforced rule could never admit is still over the limit.
-	if r := fx.call(t, "edge", 4, ip, audit); r.OverallCode != OVER || r.Statuses[0].Code != OVER {
-		t.Errorf("hits_addend 4 of per-ip's 3: %v, want OVER_LIMIT", r)
+	// Envoy still hears the limit and what is left of it, and nothing is
+	// spent: the one request per-ip has left is still there.
+	r := fx.call(t, "edge", 4, ip, audit)
+	if st := r.Statuses[0]; r.OverallCode != OVER || st.Code != OVER || st.CurrentLimit.GetRequestsPerUnit() != 3 || st.LimitRemaining != 1 {
+		t.Errorf("hits_addend 4 of per-ip's 3: %v, want OVER_LIMIT naming 3 per minute, 1 left", r)
+	}
+	if r.Statuses[1].Code != OK {
+		t.Errorf("hits_addend 4: the shadow rule's status %v, want OK", r.Statuses[1])
+	}
+	if r := fx.call(t, "edge", 1, ip); r.OverallCode != OK || r.Statuses[0].LimitRemaining != 0 {
+		t.Errorf("after the impossible cost: %v, want OK with 0 left", r)
+	}
+}
+
+// TestRulesServiceComposite: a descriptor with several client entries has
+// a count of its own, which no single header value can share, whatever it
+// spells.
+func TestRulesServiceComposite(t *testing.T) {
+	svc, e := rulesService(t, sluice.New(memory.New()), `
+rules:
+  - {name: search, key: header:X-API-Key, limit: 1, period: 1h}
+`)
+	fx := &fixture{client: serve(t, svc)}
+	if r := fx.call(t, "edge", 0, desc("rule", "search", "user", "ann", "org", "acme")); r.OverallCode != OK {
+		t.Fatalf("composite: %v, want OK", r)
+	}
+	if r := fx.call(t, "edge", 0, desc("rule", "search", "user", "ann", "org", "acme")); r.OverallCode != OVER {
+		t.Fatalf("composite again: %v, want OVER_LIMIT", r)
+	}
+	// The header value that spells the joined entries is another client.
+	d, err := e.Check(context.Background(), policy.Check{Rule: "search", Key: "user=ann;org=acme"})
+	if err != nil || !d.Allowed {
+		t.Errorf("the header value user=ann;org=acme: %+v, %v, want admitted (a count of its own)", d, err)
 	}
 }
 

@@ -244,6 +244,11 @@ type Check struct {
 	// prefix, as requests are), the header or query value for the others;
 	// ignored for KeyGlobal. It selects the plan.
 	Key string
+	// Composite says that Key joins several identifiers (an Envoy
+	// descriptor's entries): it is stored in a namespace of its own, so
+	// that no single header or query value can share its count. A rule
+	// keyed by ip refuses it.
+	Composite bool
 	// Cost overrides the rule's cost when not nil; 0 reports the state
 	// without spending anything.
 	Cost *int
@@ -274,7 +279,8 @@ func (e *UnknownRuleError) Error() string {
 // Check decides one request limited under every rule that checks name:
 // admitted only if all of them admit it, in one call of the Limiter, and
 // a denied request spends nothing, as in Decide. The error is an
-// *UnknownRuleError, one wrapping ErrInvalidKey or sluice.ErrInvalidCost
+// *UnknownRuleError, one wrapping ErrInvalidKey, ErrDuplicateCheck or
+// sluice.ErrInvalidCost
 // (a cost a limit could never admit) for a check that can never be
 // decided, or the Limiter's error. Errors of the first kinds name the
 // check by its index when there are several.
@@ -287,7 +293,7 @@ func (e *Engine) Check(ctx context.Context, checks ...Check) (*Decision, error) 
 		a, err := set.check(c)
 		if err == nil {
 			if j, ok := dup[seen{a.Rule.Name, a.stored}]; ok {
-				err = fmt.Errorf("%w: repeats checks[%d] (rule %q, key %q); list each rule once per key", ErrInvalidKey, j, a.Rule.Name, c.Key)
+				err = fmt.Errorf("%w: repeats checks[%d] (rule %q, key %q); list each rule once per key", ErrDuplicateCheck, j, a.Rule.Name, c.Key)
 			}
 			dup[seen{a.Rule.Name, a.stored}] = i
 		}
@@ -314,7 +320,7 @@ func (s *RuleSet) check(c Check) (Applied, error) {
 		slices.Sort(known)
 		return Applied{}, &UnknownRuleError{Rule: c.Rule, Known: known}
 	}
-	key, stored, err := s.checkKey(rule, c.Key)
+	key, stored, err := s.checkKey(rule, c.Key, c.Composite)
 	if err != nil {
 		return Applied{}, err
 	}

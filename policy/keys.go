@@ -11,17 +11,24 @@ import (
 // have produced, such as a key that is not an IP address for a KeyIP rule.
 var ErrInvalidKey = errors.New("invalid client key")
 
+// ErrDuplicateCheck reports a decision that names one rule twice for one
+// client: it could not spend once under each.
+var ErrDuplicateCheck = errors.New("duplicate check")
+
 // Every client key is stored in the namespace of where it came from, so
 // that no client can pick a value that collides with another source's:
 // "ip:" for an address (a KeyIP rule, or the fallback of IPIfMissing),
 // "k:" for a header or query value (and for the key of a check naming
-// such a rule), "fn:" for a WithKey function's key, and "global" alone.
+// such a rule), "fn:" for a WithKey function's key, "d:" for a composite
+// key of a check (Check.Composite: an Envoy descriptor's several
+// entries), and "global" alone.
 // The same rule and client thus share one count through every door: the
 // middleware, the proxy, POST /v1/check and Envoy's gRPC.
 const (
 	nsIP     = "ip:"
 	nsValue  = "k:"
 	nsFunc   = "fn:"
+	nsJoined = "d:"
 	globalNS = "global"
 )
 
@@ -93,11 +100,15 @@ func (s *RuleSet) httpKey(r *http.Request, rule *Rule) (key, stored string, ok b
 // caller of Check: an address for a KeyIP rule (grouped by its IPv6
 // prefix, as requests are), any non-empty value for header and query
 // rules, anything (ignored) for a global rule.
-func (s *RuleSet) checkKey(rule *Rule, v string) (key, stored string, err error) {
-	switch rule.Key.Source {
-	case KeyGlobal:
+func (s *RuleSet) checkKey(rule *Rule, v string, composite bool) (key, stored string, err error) {
+	switch {
+	case rule.Key.Source == KeyGlobal:
 		return globalNS, globalNS, nil
-	case KeyIP:
+	case composite && rule.Key.Source == KeyIP:
+		return "", "", fmt.Errorf("%w: rule %q is keyed by ip, and a composite key names no single address", ErrInvalidKey, rule.Name)
+	case composite:
+		return v, nsJoined + v, nil
+	case rule.Key.Source == KeyIP:
 		a, perr := netip.ParseAddr(v)
 		if perr != nil {
 			if p, err := netip.ParsePrefix(v); err == nil && (p.Addr().Is6() && p.Bits() == s.ipv6Bits) {

@@ -265,7 +265,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, reqs []checkRequ
 		return d, true
 	case r.Context().Err() != nil:
 		// The client is gone; there is nobody to answer.
-	case unknown, errors.Is(err, sluice.ErrInvalidCost), errors.Is(err, sluice.ErrInvalidLimit), errors.Is(err, policy.ErrInvalidKey):
+	case unknown, errors.Is(err, sluice.ErrInvalidCost), errors.Is(err, sluice.ErrInvalidLimit), errors.Is(err, policy.ErrInvalidKey), errors.Is(err, policy.ErrDuplicateCheck):
 		msg := err.Error()
 		if batch && len(reqs) == 1 {
 			msg = "checks[0]: " + msg // the engine names a check only among several

@@ -289,7 +289,7 @@ func TestBadRequests(t *testing.T) {
 		{"batch: negative cost", "POST", "/v1/check/batch", "application/json", `{"checks":[{"rule":"search","key":"a","cost":-2}]}`, 400,
 			errBody("BAD_REQUEST", `checks[0]: "cost" must not be negative, got -2`), ""},
 		{"batch: duplicate", "POST", "/v1/check/batch", "application/json", `{"checks":[{"rule":"search","key":"a"},{"rule":"export","key":"a"},{"rule":"search","key":"a"}]}`, 400,
-			errBody("BAD_REQUEST", `checks[2]: invalid client key: repeats checks[0] (rule "search", key "a"); list each rule once per key`), ""},
+			errBody("BAD_REQUEST", `checks[2]: duplicate check: repeats checks[0] (rule "search", key "a"); list each rule once per key`), ""},
 		{"batch: one unknown rule", "POST", "/v1/check/batch", "application/json", `{"checks":[{"rule":"nope","key":"a"}]}`, 400,
 			errBody("BAD_REQUEST", `checks[0]: unknown rule "nope"; `+known), ""},
 		{"batch: cost above capacity", "POST", "/v1/check/batch", "application/json", `{"checks":[{"rule":"search","key":"a"},{"rule":"export","key":"a","cost":2}]}`, 400,
