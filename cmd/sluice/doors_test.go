@@ -18,10 +18,14 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/envoy"
+	"github.com/sluice-go/sluice/httplimit"
 	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/policyfile"
 	"github.com/sluice-go/sluice/server"
+	"github.com/sluice-go/sluice/store/memory"
 )
 
 // door sends one request for the test's client through one entry point
@@ -43,8 +47,9 @@ rules:
 // TestDoorsShareOneCount: one rule and client spend one count whether the
 // request comes through the net/http middleware, the proxy, POST
 // /v1/check or Envoy's gRPC (a sluice policy file), on the memory store
-// (one process, one Policy behind every door) and on Redis (the service
-// and the proxy as processes of their own, the middleware in this one).
+// (one process, one Policy behind every door), with the same rules built
+// in code, and on Redis (the service and the proxy as processes of their
+// own, the middleware in this one).
 // Requests rotate through the doors; the per-key rule (5 per hour) binds,
 // so exactly 5 are admitted in all, however they are spread.
 func TestDoorsShareOneCount(t *testing.T) {
@@ -71,6 +76,40 @@ func TestDoorsShareOneCount(t *testing.T) {
 		defer g.Stop()
 		countDoors(t, []door{
 			middlewareDoor(t, p),
+			httpDoor("proxy", proxy.URL+"/api/orders"),
+			checkDoor(api.URL),
+			grpcDoor(t, gln.Addr().String()),
+		})
+	})
+	t.Run("code", func(t *testing.T) {
+		// The same rules built in code, behind the same doors.
+		set, err := policy.Compile([]policy.Rule{
+			{Name: "per-ip", Limits: []sluice.Limit{sluice.PerHour(7)}},
+			{Name: "per-key", Group: "keys", Match: "/api/", Key: policy.Key{Source: policy.KeyHeader, Name: "X-API-Key"},
+				Limits: []sluice.Limit{sluice.PerHour(5).Using(sluice.GCRA)}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := policy.New(sluice.New(memory.New()), set, policy.WithLogger(slog.New(slog.DiscardHandler)))
+		up := startUpstream(t)
+		target, _ := url.Parse(up.URL)
+		proxy := httptest.NewServer(httplimit.New(e)(newReverseProxy(target, nil, slog.New(slog.DiscardHandler))))
+		defer proxy.Close()
+		mw := httptest.NewServer(httplimit.New(e)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })))
+		defer mw.Close()
+		api := httptest.NewServer(server.New(e))
+		defer api.Close()
+		g := grpc.NewServer()
+		envoy.Register(g, envoy.NewRulesService(e))
+		gln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go g.Serve(gln)
+		defer g.Stop()
+		countDoors(t, []door{
+			httpDoor("middleware", mw.URL+"/api/orders"),
 			httpDoor("proxy", proxy.URL+"/api/orders"),
 			checkDoor(api.URL),
 			grpcDoor(t, gln.Addr().String()),
