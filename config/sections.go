@@ -1,0 +1,130 @@
+package config
+
+import (
+	"fmt"
+	"net/netip"
+	"net/url"
+	"strings"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/policy"
+)
+
+// redis returns the redis section, with defaults.
+func (p *parser) redis(f field) Redis {
+	r := Redis{OnError: "local", Timeout: sluice.DefaultStoreTimeout}
+	if f.val == nil {
+		return r
+	}
+	m, ok := p.mapping(f, "redis", redisFields, true)
+	if !ok {
+		return r
+	}
+	if e, ok := m["url"]; ok {
+		if s, ok := p.str(e, "a Redis URL"); ok {
+			if validRedisURL(s) {
+				r.URL = s
+			} else {
+				// Not quoted back: the URL may hold a password.
+				p.errorf(e.val.Line, e.path, "is not a Redis URL; write redis://[user:password@]host:port/db, rediss://... for TLS, or unix:///path/to/redis.sock (leave url out for the in-memory store)")
+			}
+		}
+	}
+	if e, ok := m["on_error"]; ok {
+		if s, ok := p.oneOf(e, "allow", "deny", "local"); ok {
+			r.OnError = s
+		}
+	}
+	if e, ok := m["timeout"]; ok {
+		if d, ok := p.duration(e); ok {
+			if d <= 0 {
+				p.errorf(e.val.Line, e.path, "must be positive, got %s; %s", d, durationHelp)
+			} else {
+				r.Timeout = d
+			}
+		}
+	}
+	return r
+}
+
+func validRedisURL(s string) bool {
+	u, err := url.Parse(s)
+	if err != nil {
+		return false
+	}
+	switch u.Scheme {
+	case "redis", "rediss":
+		return u.Host != ""
+	case "unix":
+		return u.Path != ""
+	}
+	return false
+}
+
+// http returns the http section, with defaults.
+func (p *parser) http(f field) HTTP {
+	h := HTTP{Headers: "both", IPv6Prefix: policy.DefaultIPv6Prefix}
+	if f.val == nil {
+		return h
+	}
+	m, ok := p.mapping(f, "http", httpFields, true)
+	if !ok {
+		return h
+	}
+	if e, ok := m["headers"]; ok {
+		if s, ok := p.oneOf(e, "both", "ietf", "legacy", "none"); ok {
+			h.Headers = s
+		}
+	}
+	if e, ok := m["problem_json"]; ok {
+		h.ProblemJSON, _ = p.boolean(e)
+	}
+	if e, ok := m["policy_key"]; ok {
+		h.PolicyKey, _ = p.boolean(e)
+	}
+	if e, ok := m["ipv6_prefix"]; ok {
+		if n, ok := p.integer(e, "the prefix length by which ip keys group IPv6 clients, 1 to 128"); ok {
+			if n < 1 || n > 128 {
+				p.errorf(e.val.Line, e.path, "must be 1 to 128, got %d; /64 (the default) is what one subscriber gets, /56 or /48 group whole sites", n)
+			} else {
+				h.IPv6Prefix = n
+			}
+		}
+	}
+	if e, ok := m["trusted_proxies"]; ok {
+		items, _ := p.list(e, "IP addresses and CIDR prefixes")
+		for _, item := range items {
+			s, ok := p.str(item, "an IP address or a CIDR prefix such as 10.0.0.0/8")
+			if !ok {
+				continue
+			}
+			pre, err := parseProxy(s)
+			if err != nil {
+				p.errorf(item.val.Line, item.path, "%q is not an IP address or a CIDR prefix; write one such as 10.0.0.0/8, 192.168.1.10 or fd00::/8", s)
+				continue
+			}
+			h.TrustedProxies = append(h.TrustedProxies, pre)
+		}
+	}
+	return h
+}
+
+// parseProxy returns the prefix s, or the single address s as a /32 or
+// /128. Host bits after the prefix length are cleared.
+func parseProxy(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		pre, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, err
+		}
+		return pre.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	if a.Zone() != "" {
+		return netip.Prefix{}, fmt.Errorf("zone in %q", s)
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
