@@ -42,8 +42,7 @@
 //     rounded up and never 0, and a JSON body, or an RFC 9457
 //     application/problem+json body of the draft's quota-exceeded type.
 //     WriteUnavailable writes the 503 of a decision the store could not
-//     make, WriteError the other JSON errors, and WriteJSON any JSON body
-//     with the same header fields.
+//     make.
 //
 // For one limit "login-1m" (5 per minute) a denied request gets:
 //

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/config"
+	"github.com/sluice-go/sluice/internal/httpjson"
 	"github.com/sluice-go/sluice/policy"
 )
 
@@ -104,7 +105,7 @@ func (o options) respond(w http.ResponseWriter, d *policy.Decision) bool {
 		if d.Missing.MissingKey == policy.DenyMissing {
 			status = http.StatusTooManyRequests // without Retry-After: waiting would not help
 		}
-		WriteError(w, status, "MISSING_KEY", msg)
+		httpjson.Error(w, status, "MISSING_KEY", msg)
 		return false
 	}
 	if d.Limited() && d.Degraded == sluice.NotDegraded {

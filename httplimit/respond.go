@@ -1,11 +1,12 @@
 package httplimit
 
 import (
-	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluice-go/sluice/internal/httpjson"
 )
 
 // quotaExceededType is the problem type of draft-ietf-httpapi-ratelimit-headers-10,
@@ -14,17 +15,6 @@ const (
 	quotaExceededType  = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 	quotaExceededTitle = "Quota Exceeded"
 )
-
-// errorBody is the JSON error body: {"error":{"code":...,"message":...}}.
-type errorBody struct {
-	Error errorDetail `json:"error"`
-}
-
-type errorDetail struct {
-	Code       string `json:"code"`
-	Message    string `json:"message"`
-	RetryAfter int    `json:"retry_after,omitempty"` // seconds; only on 429, where it is at least 1
-}
 
 // quotaProblem is an RFC 9457 problem details object of the quota-exceeded
 // type.
@@ -59,7 +49,7 @@ func WriteTooManyRequests(w http.ResponseWriter, retryAfter time.Duration, viola
 		wait += "s"
 	}
 	if !problem {
-		writeJSONBody(w, http.StatusTooManyRequests, "application/json", errorBody{Error: errorDetail{
+		httpjson.Write(w, http.StatusTooManyRequests, "application/json", httpjson.ErrorBody{Error: httpjson.ErrorDetail{
 			Code:       "RATE_LIMITED",
 			Message:    "rate limit exceeded; " + wait,
 			RetryAfter: secs,
@@ -73,19 +63,13 @@ func WriteTooManyRequests(w http.ResponseWriter, retryAfter time.Duration, viola
 	if violated == nil {
 		violated = []string{} // an array, never null
 	}
-	writeJSONBody(w, http.StatusTooManyRequests, "application/problem+json", quotaProblem{
+	httpjson.Write(w, http.StatusTooManyRequests, "application/problem+json", quotaProblem{
 		Type:             quotaExceededType,
 		Title:            quotaExceededTitle,
 		Status:           http.StatusTooManyRequests,
 		Detail:           detail,
 		ViolatedPolicies: violated,
 	})
-}
-
-// WriteError writes a JSON error {"error":{"code":code,"message":msg}}
-// with status. Header fields already set on w are kept.
-func WriteError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSONBody(w, status, "application/json", errorBody{Error: errorDetail{Code: code, Message: msg}})
 }
 
 // WriteUnavailable writes the 503 of a decision the store could not make,
@@ -106,36 +90,5 @@ func WriteUnavailable(w http.ResponseWriter, retryAfter time.Duration) {
 		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds(retryAfter)))
 		msg = "the rate limiter's store is unavailable and the error policy is deny; retry later"
 	}
-	WriteError(w, http.StatusServiceUnavailable, "RATE_LIMITER_UNAVAILABLE", msg)
-}
-
-// WriteJSON writes v, marshaled by encoding/json and followed by a
-// newline, as an application/json body with status. Like every body this
-// package writes, it carries X-Content-Type-Options: nosniff and
-// Cache-Control: no-store (a decision, or an error about one, is good for
-// one request only), and any Content-Length already set is dropped, net/http
-// setting the right one. Other header fields already set on w are kept. A v
-// that cannot be marshaled is a 500 INTERNAL error instead.
-func WriteJSON(w http.ResponseWriter, status int, v any) {
-	writeJSONBody(w, status, "application/json", v)
-}
-
-// writeJSONBody writes v as a JSON body of contentType, as WriteJSON
-// describes.
-func writeJSONBody(w http.ResponseWriter, status int, contentType string, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		// Not for this package's own bodies, which hold only strings, ints
-		// and string slices (invalid UTF-8 is replaced, not refused).
-		status, contentType = http.StatusInternalServerError, "application/json"
-		b, _ = json.Marshal(errorBody{Error: errorDetail{Code: "INTERNAL", Message: err.Error()}})
-	}
-	b = append(b, '\n')
-	h := w.Header()
-	h.Set("Content-Type", contentType)
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Cache-Control", "no-store")
-	h.Del("Content-Length") // one set for another body would be wrong; net/http sets it
-	w.WriteHeader(status)
-	_, _ = w.Write(b) // a client that went away is nobody to tell
+	httpjson.Error(w, http.StatusServiceUnavailable, "RATE_LIMITER_UNAVAILABLE", msg)
 }

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -120,36 +119,6 @@ func TestWriteTooManyRequestsProblem(t *testing.T) {
 	}
 }
 
-func TestWriteError(t *testing.T) {
-	w := httptest.NewRecorder()
-	w.Header().Set("X-Request-Id", "abc")
-	w.Header().Set("Content-Length", "999")
-	httplimit.WriteError(w, http.StatusUnauthorized, "MISSING_KEY", `this endpoint needs an "X-API-Key" header <b>`)
-	if w.Code != http.StatusUnauthorized {
-		t.Errorf("status %d, want 401", w.Code)
-	}
-	for f, want := range map[string]string{
-		"Content-Type":           "application/json",
-		"X-Content-Type-Options": "nosniff",
-		"Cache-Control":          "no-store",
-		"X-Request-Id":           "abc",
-		"Retry-After":            "",
-		"Content-Length":         "",
-	} {
-		if got := w.Header().Get(f); got != want {
-			t.Errorf("%s = %q, want %q", f, got, want)
-		}
-	}
-	var body errorJSON
-	decodeStrict(t, w.Body.Bytes(), &body)
-	if e := body.Error; e.Code != "MISSING_KEY" || e.Message != `this endpoint needs an "X-API-Key" header <b>` || e.RetryAfter != nil {
-		t.Errorf("body %s, want MISSING_KEY with the message and no retry_after", w.Body)
-	}
-	if strings.Contains(w.Body.String(), "<b>") {
-		t.Errorf("body %s: HTML not escaped", w.Body)
-	}
-}
-
 // TestWriteUnavailable: a refusal by DenyOnError says so and carries its
 // Retry-After; an unanswered store error carries none.
 func TestWriteUnavailable(t *testing.T) {
@@ -171,36 +140,5 @@ func TestWriteUnavailable(t *testing.T) {
 			body.Error.Code != "RATE_LIMITER_UNAVAILABLE" || body.Error.Message != tt.message || body.Error.RetryAfter != nil {
 			t.Errorf("%v: %d %v %s; want 503 with Retry-After %q saying %q", tt.retryAfter, w.Code, w.Header(), w.Body, tt.header, tt.message)
 		}
-	}
-}
-
-// TestWriteJSON: any value, with the headers of every body; one that
-// cannot be marshaled is a 500.
-func TestWriteJSON(t *testing.T) {
-	w := httptest.NewRecorder()
-	w.Header().Set("Content-Length", "999")
-	w.Header().Set("X-Request-Id", "abc")
-	httplimit.WriteJSON(w, http.StatusAccepted, map[string]any{"allowed": true, "n": 3})
-	if w.Code != http.StatusAccepted || w.Body.String() != `{"allowed":true,"n":3}`+"\n" {
-		t.Errorf("%d %q, want 202 with the JSON and a newline", w.Code, w.Body)
-	}
-	for f, want := range map[string]string{
-		"Content-Type":           "application/json",
-		"X-Content-Type-Options": "nosniff",
-		"Cache-Control":          "no-store",
-		"X-Request-Id":           "abc",
-		"Content-Length":         "",
-	} {
-		if got := w.Header().Get(f); got != want {
-			t.Errorf("%s = %q, want %q", f, got, want)
-		}
-	}
-
-	w = httptest.NewRecorder()
-	httplimit.WriteJSON(w, http.StatusOK, map[string]any{"f": func() {}})
-	var body errorJSON
-	decodeStrict(t, w.Body.Bytes(), &body)
-	if w.Code != http.StatusInternalServerError || body.Error.Code != "INTERNAL" {
-		t.Errorf("unmarshalable value: %d %s, want a 500 INTERNAL error", w.Code, w.Body)
 	}
 }

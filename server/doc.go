@@ -122,7 +122,7 @@
 //
 // # Errors
 //
-// Errors are httplimit.WriteError bodies, {"error":{"code":...,"message":...}},
+// Errors are JSON error bodies, {"error":{"code":...,"message":...}},
 // whose message says what is wrong:
 //
 //	400 BAD_REQUEST            malformed JSON (with the byte offset), an unknown field, a

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/httplimit"
+	"github.com/sluice-go/sluice/internal/httpjson"
 	"github.com/sluice-go/sluice/policy"
 )
 
@@ -77,14 +78,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	case "/healthz":
 		if s.allowMethods(w, r, http.MethodGet, http.MethodHead) {
-			httplimit.WriteJSON(w, http.StatusOK, statusBody{Status: "ok"})
+			httpjson.Write(w, http.StatusOK, "application/json", statusBody{Status: "ok"})
 		}
 	case "/readyz":
 		if s.allowMethods(w, r, http.MethodGet, http.MethodHead) {
 			s.readyz(w, r)
 		}
 	default:
-		httplimit.WriteError(w, http.StatusNotFound, "NOT_FOUND",
+		httpjson.Error(w, http.StatusNotFound, "NOT_FOUND",
 			fmt.Sprintf("no endpoint at %s; the API serves POST /v1/check, POST /v1/check/batch, GET /healthz and GET /readyz", r.URL.Path))
 	}
 }
@@ -96,7 +97,7 @@ func (s *Server) allowMethods(w http.ResponseWriter, r *http.Request, methods ..
 	}
 	allow := strings.Join(methods, ", ")
 	w.Header().Set("Allow", allow)
-	httplimit.WriteError(w, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED",
+	httpjson.Error(w, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED",
 		fmt.Sprintf("method %s is not allowed on %s; use %s", r.Method, r.URL.Path, allow))
 	return false
 }
@@ -111,7 +112,7 @@ func (s *Server) jsonBody(w http.ResponseWriter, r *http.Request) bool {
 	if mt, _, err := mime.ParseMediaType(ct); err == nil && mt == "application/json" {
 		return true
 	}
-	httplimit.WriteError(w, http.StatusUnsupportedMediaType, "UNSUPPORTED_MEDIA_TYPE",
+	httpjson.Error(w, http.StatusUnsupportedMediaType, "UNSUPPORTED_MEDIA_TYPE",
 		fmt.Sprintf("Content-Type %q is not supported; send application/json", ct))
 	return false
 }
@@ -124,11 +125,11 @@ type statusBody struct {
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if s.ready != nil {
 		if err := s.ready(r.Context()); err != nil {
-			httplimit.WriteJSON(w, http.StatusServiceUnavailable, statusBody{Status: "unavailable", Error: err.Error()})
+			httpjson.Write(w, http.StatusServiceUnavailable, "application/json", statusBody{Status: "unavailable", Error: err.Error()})
 			return
 		}
 	}
-	httplimit.WriteJSON(w, http.StatusOK, statusBody{Status: "ok"})
+	httpjson.Write(w, http.StatusOK, "application/json", statusBody{Status: "ok"})
 }
 
 // checkRequest is the body of /v1/check and one check of a batch.
@@ -196,12 +197,12 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case d.Allowed:
-		httplimit.WriteJSON(w, http.StatusOK, body)
+		httpjson.Write(w, http.StatusOK, "application/json", body)
 	case d.Degraded == sluice.DegradedDeny:
 		httplimit.WriteUnavailable(w, d.Result().RetryAfter)
 	default:
 		w.Header().Set("Retry-After", strconv.Itoa(httplimit.RetryAfterSeconds(d.Result().RetryAfter)))
-		httplimit.WriteJSON(w, http.StatusTooManyRequests, body)
+		httpjson.Write(w, http.StatusTooManyRequests, "application/json", body)
 	}
 }
 
@@ -214,7 +215,7 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if n := len(req.Checks); n < 1 || n > MaxBatchChecks {
-		httplimit.WriteError(w, http.StatusBadRequest, "BAD_REQUEST",
+		httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST",
 			fmt.Sprintf(`"checks" must hold 1 to %d checks, got %d`, MaxBatchChecks, n))
 		return
 	}
@@ -232,7 +233,7 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 		a := &d.Applied[j]
 		out.Results[a.Check] = result(d, a)
 	}
-	httplimit.WriteJSON(w, http.StatusOK, out)
+	httpjson.Write(w, http.StatusOK, "application/json", out)
 }
 
 // decide checks reqs, the checks of a batch or the one of /v1/check, with
@@ -253,7 +254,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, reqs []checkRequ
 			if batch {
 				msg = fmt.Sprintf("checks[%d]: %s", i, msg)
 			}
-			httplimit.WriteError(w, http.StatusBadRequest, "BAD_REQUEST", msg)
+			httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST", msg)
 			return nil, false
 		}
 		checks[i] = policy.Check{Rule: c.Rule, Key: c.Key, Cost: c.Cost}
@@ -270,7 +271,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, reqs []checkRequ
 		if batch && len(reqs) == 1 {
 			msg = "checks[0]: " + msg // the engine names a check only among several
 		}
-		httplimit.WriteError(w, http.StatusBadRequest, "BAD_REQUEST", msg)
+		httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST", msg)
 	default:
 		httplimit.WriteUnavailable(w, 0) // the engine logged it
 	}
@@ -335,15 +336,15 @@ func decode(w http.ResponseWriter, r *http.Request, v any, fields string) bool {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			httplimit.WriteError(w, http.StatusRequestEntityTooLarge, "TOO_LARGE",
+			httpjson.Error(w, http.StatusRequestEntityTooLarge, "TOO_LARGE",
 				fmt.Sprintf("the request body exceeds %d bytes", MaxBodyBytes))
 			return false
 		}
-		httplimit.WriteError(w, http.StatusBadRequest, "BAD_REQUEST", "reading the request body: "+err.Error())
+		httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST", "reading the request body: "+err.Error())
 		return false
 	}
 	bad := func(format string, args ...any) bool {
-		httplimit.WriteError(w, http.StatusBadRequest, "BAD_REQUEST", fmt.Sprintf(format, args...))
+		httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST", fmt.Sprintf(format, args...))
 		return false
 	}
 	if len(bytes.TrimSpace(data)) == 0 {

@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluice-go/sluice/httplimit"
+	"github.com/sluice-go/sluice/internal/httpjson"
 	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/policyfile"
 )
@@ -125,7 +125,7 @@ func newReverseProxy(upstream *url.URL, trusted []netip.Prefix, log *slog.Logger
 				return
 			}
 			log.Warn("upstream unavailable", "method", r.Method, "path", r.URL.Path, "error", err)
-			httplimit.WriteError(w, http.StatusBadGateway, "UPSTREAM_UNAVAILABLE", "the upstream service is unavailable; try again later")
+			httpjson.Error(w, http.StatusBadGateway, "UPSTREAM_UNAVAILABLE", "the upstream service is unavailable; try again later")
 		},
 	}
 }
