@@ -289,6 +289,11 @@ func ParseErrorPolicy(s string, fallback Store) (ErrorPolicy, error) {
 	return ErrorPolicy{}, fmt.Errorf("sluice: error policy %q is not one of %s", s, strings.Join(policyNames[:], ", "))
 }
 
+// OutagePolicies names the error policies that answer in a failing
+// store's place, as ParseErrorPolicy, policy files (on_error) and the
+// command line (--on-error) accept them: "allow", "deny" and "local".
+var OutagePolicies = []string{policyNames[modeAllow], policyNames[modeDeny], policyNames[modeLocal]}
+
 // policyNames names each policyMode, as ParseErrorPolicy accepts it.
 var policyNames = [...]string{modeReturn: "return", modeAllow: "allow", modeDeny: "deny", modeLocal: "local"}
 

@@ -31,7 +31,7 @@ func (p *parser) redis(f field) Redis {
 		}
 	}
 	if e, ok := m["on_error"]; ok {
-		if s, ok := p.oneOf(e, "allow", "deny", "local"); ok {
+		if s, ok := p.oneOf(e, sluice.OutagePolicies...); ok {
 			r.OnError = s
 		}
 	}

@@ -10,9 +10,12 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/config"
 )
 
@@ -40,7 +43,7 @@ func addDaemonFlags(fs *cmdFlags, listen string) *daemonFlags {
 		redisURL:    fs.string("redis", "SLUICE_REDIS_URL", "", "Redis URL; overrides the file's redis.url (empty: the file's, or the in-memory store)"),
 		listen:      fs.string("listen", "SLUICE_LISTEN", listen, "HTTP address"),
 		logFormat:   fs.string("log-format", "SLUICE_LOG_FORMAT", "text", "log format: text or json"),
-		onError:     fs.string("on-error", "SLUICE_ON_ERROR", "", "what to do while Redis fails: allow, deny or local; overrides the file's redis.on_error (an envoyproxy/ratelimit file has none: default local)"),
+		onError:     fs.string("on-error", "SLUICE_ON_ERROR", "", "what to do while Redis fails: "+strings.Join(sluice.OutagePolicies, ", ")+"; overrides the file's redis.on_error (an envoyproxy/ratelimit file has none: default local)"),
 		drain:       fs.duration("shutdown-timeout", "SLUICE_SHUTDOWN_TIMEOUT", 10*time.Second, "how long SIGTERM waits for in-flight requests"),
 		reloadEvery: fs.duration("reload-interval", "SLUICE_RELOAD_INTERVAL", time.Second, "how often to check the policy file for changes (0: only on SIGHUP)"),
 	}
@@ -52,10 +55,8 @@ func (d *daemonFlags) start(stderr io.Writer) (log *slog.Logger, hup chan os.Sig
 	if *d.reloadEvery < 0 {
 		return nil, nil, nil, usageError{fmt.Errorf("--reload-interval %v is negative", *d.reloadEvery)}
 	}
-	switch *d.onError {
-	case "", "allow", "deny", "local":
-	default:
-		return nil, nil, nil, usageError{fmt.Errorf("--on-error %q is not one of allow, deny, local", *d.onError)}
+	if *d.onError != "" && !slices.Contains(sluice.OutagePolicies, *d.onError) {
+		return nil, nil, nil, usageError{fmt.Errorf("--on-error %q is not one of %s", *d.onError, strings.Join(sluice.OutagePolicies, ", "))}
 	}
 	if log, err = newLogger(stderr, *d.logFormat); err != nil {
 		return nil, nil, nil, usageError{err}
