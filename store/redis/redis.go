@@ -223,7 +223,7 @@ var (
 type Store struct {
 	client  Client
 	prefix  string
-	cluster bool // split decisions by Cluster slot (stack.go)
+	split splitMode // how decisions over several client keys are split (stack.go)
 	close   func()
 }
 
@@ -244,13 +244,22 @@ func WithPrefix(p string) Option {
 	return func(s *Store) { s.prefix = p }
 }
 
+// WithSharding tells a Store built with New that its Client spreads keys
+// over several servers by their hash tag, on the client side, as a
+// go-redis Ring does: a decision whose parts have different client keys
+// is then split by client key, as on a Cluster, so that each key is
+// decided on the server it lives on. Package goredis sets it for a Ring.
+func WithSharding() Option {
+	return func(s *Store) { s.split = byTag }
+}
+
 // WithCluster tells a Store built with New that its Client talks to a
 // Redis Cluster, so that a decision whose parts' keys lie in different
 // slots is split by slot (see "Stacked decisions on a Cluster") instead of
 // failing with CROSSSLOT. Open and FromRueidis detect a Cluster, and
 // package goredis sets it for a go-redis ClusterClient.
 func WithCluster() Option {
-	return func(s *Store) { s.cluster = true }
+	return func(s *Store) { s.split = bySlot }
 }
 
 // New returns a Store that runs its scripts through c.

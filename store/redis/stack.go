@@ -16,34 +16,49 @@ import (
 // decided by one script; index holds the position of each limit in the
 // decision's Results.
 type group struct {
-	slot   int
+	shard  string // the slot, or the hash tag, that all its keys share
 	keys   []string
 	limits []sluice.Limit
 	costs  []int
 	index  []int
 }
 
+// splitMode says how a Store splits a decision over several client keys.
+type splitMode uint8
+
+const (
+	unsplit splitMode = iota // one server: one script over every key
+	bySlot                   // a Cluster: one script per hash slot
+	byTag                    // client-side sharding (a Ring): one per hash tag
+)
+
 // groups splits req into the groups its scripts run over: one over every
 // key, unless the store is on a Cluster and the parts' keys lie in
-// different slots: then one per slot, in the order of their first part.
-// All the keys of one part share its client key's hash tag, hence a slot.
+// different slots (then one per slot), or on client-side shards and the
+// parts have different client keys (then one per client key), in the
+// order of their first part. All the keys of one part share its client
+// key's hash tag, hence a slot and a shard. The prefix holds no '{' (it is
+// percent-encoded), so a key's first '{' opens its tag.
 func (s *Store) groups(req sluice.Request) []*group {
 	var gs []*group
 	i := 0
 	for _, p := range req.Parts {
 		keys := s.keys(p.Key, p.Limits)
-		sl := 0
-		if s.cluster {
-			sl = slot(keys[0])
+		var sh string
+		switch s.split {
+		case bySlot:
+			sh = strconv.Itoa(slot(keys[0]))
+		case byTag:
+			sh = keys[0][strings.IndexByte(keys[0], '{'):strings.IndexByte(keys[0], '}')]
 		}
 		var g *group
 		for _, h := range gs {
-			if h.slot == sl {
+			if h.shard == sh {
 				g = h
 			}
 		}
 		if g == nil {
-			g = &group{slot: sl}
+			g = &group{shard: sh}
 			gs = append(gs, g)
 		}
 		g.keys = append(g.keys, keys...)

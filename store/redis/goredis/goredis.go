@@ -20,10 +20,14 @@ import (
 
 // New returns a Redis store that runs its scripts through c. The caller
 // keeps owning c and closes it. Over a ClusterClient the store splits
-// decisions by slot (sluiceredis.WithCluster).
+// decisions by slot (sluiceredis.WithCluster), over a Ring by client key
+// (sluiceredis.WithSharding), so that each key is decided where it lives.
 func New(c goredis.Scripter, opts ...sluiceredis.Option) *sluiceredis.Store {
-	if _, ok := c.(*goredis.ClusterClient); ok {
+	switch c.(type) {
+	case *goredis.ClusterClient:
 		opts = append([]sluiceredis.Option{sluiceredis.WithCluster()}, opts...)
+	case *goredis.Ring:
+		opts = append([]sluiceredis.Option{sluiceredis.WithSharding()}, opts...)
 	}
 	return sluiceredis.New(client{c}, opts...)
 }
