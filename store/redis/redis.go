@@ -221,10 +221,10 @@ var (
 
 // Store is a sluice.Store over Redis. It is safe for concurrent use.
 type Store struct {
-	client  Client
-	prefix  string
-	split splitMode // how decisions over several client keys are split (stack.go)
-	close   func()
+	client Client
+	prefix string
+	split  splitMode // how decisions over several client keys are split (stack.go)
+	close  func()
 }
 
 // Option configures a Store.
