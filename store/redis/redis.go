@@ -52,7 +52,10 @@
 // Sentinel every decision stays one atomic script. A Store splits a
 // decision only when it is on a Cluster: Open and FromRueidis ask the
 // rueidis client (Mode), package goredis sets it for a ClusterClient, and a
-// Store built with New over another cluster client needs WithCluster.
+// Store built with New over another cluster client needs WithCluster. A
+// go-redis Ring, which shards keys by hash tag on the client side, splits
+// a decision by client key in the same way (WithSharding, which package
+// goredis sets for a Ring).
 //
 // The store then groups the limits by slot (the CRC16 of the client key,
 // as Redis computes it): parts whose keys share a slot run in one atomic
