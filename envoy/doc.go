@@ -131,8 +131,8 @@
 // address counts as its /64, as in the middleware), the header's value for
 // a rule keyed by header:<Name> (request_headers); a global rule needs
 // none. A descriptor with several client entries is keyed by all of them
-// ("key=value" pairs joined by ";"), a count of its own that no single
-// header or query value shares, which only a header or query rule can
+// ("<len>:key=<len>:value" pairs joined by ";"), a count of its own that
+// no single header or query value, and no other descriptor, shares, which only a header or query rule can
 // take. A key the rule's source could not yield
 // (not an IP address for an ip rule) is InvalidArgument, as are an unknown
 // rule and a descriptor without a "rule" entry.

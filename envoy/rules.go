@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -32,8 +33,8 @@ const RuleEntry = "rule"
 // rule keyed by header:<Name> (request_headers). Such a descriptor spends
 // the same count as the middleware and POST /v1/check for that rule and
 // client. A descriptor with several client entries is keyed by all of
-// them ("key=value" pairs joined by ";"), a count of its own that no
-// single header or query value shares, which only a header or query rule
+// them ("<len>:key=<len>:value" pairs joined by ";"), a count of its own
+// that no single header or query value, and no other descriptor, shares, which only a header or query rule
 // can take; a global rule needs none. A key the
 // rule's source could not yield is InvalidArgument.
 //
@@ -81,23 +82,11 @@ func (s *RulesService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 		checks[i] = c
 	}
 	dec, err := s.engine.Check(ctx, checks...)
-	if errors.Is(err, sluice.ErrInvalidCost) && lookOnly(s.engine.Rules(), checks) {
-		// A rule in shadow mode never makes a request over the limit, not
-		// even with a cost it could never admit: this time those rules
-		// only report their state (and count as admitting it), and the
-		// others decide the request.
-		dec, err = s.engine.Check(ctx, checks...)
-	}
-	switch {
-	case errors.Is(err, sluice.ErrInvalidCost):
+	if errors.Is(err, sluice.ErrInvalidCost) {
 		return s.impossible(ctx, checks)
-	case errors.Is(err, policy.ErrInvalidKey), errors.Is(err, policy.ErrDuplicateCheck):
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	case err != nil:
-		if _, ok := errors.AsType[*policy.UnknownRuleError](err); ok {
-			return nil, status.Error(codes.InvalidArgument, err.Error())
-		}
-		return nil, storeError(err)
+	}
+	if err != nil {
+		return nil, checkError(err)
 	}
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(checks))}
 	if !dec.Allowed {
@@ -126,7 +115,7 @@ func (s *RulesService) impossible(ctx context.Context, checks []policy.Check) (*
 	}
 	dec, err := s.engine.Check(ctx, look...)
 	if err != nil {
-		return nil, storeError(err)
+		return nil, checkError(err)
 	}
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(checks))}
 	for i := range dec.Applied {
@@ -137,13 +126,23 @@ func (s *RulesService) impossible(ctx context.Context, checks []policy.Check) (*
 			cost = *c
 		}
 		for _, l := range a.Limits {
-			if l.ValidateCost(cost) != nil {
+			if l.ValidateCost(cost) != nil && !a.Rule.Shadow {
 				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			}
 		}
 		resp.Statuses[a.Check] = st
 	}
 	return resp, nil
+}
+
+// checkError maps an error of Engine.Check to a gRPC status: a check that
+// can never be decided is InvalidArgument, a failing store Unavailable.
+func checkError(err error) error {
+	if _, unknown := errors.AsType[*policy.UnknownRuleError](err); unknown ||
+		errors.Is(err, policy.ErrInvalidKey) || errors.Is(err, policy.ErrDuplicateCheck) || errors.Is(err, sluice.ErrInvalidCost) {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	return storeError(err)
 }
 
 // toCheck returns the check a descriptor asks for.
@@ -156,13 +155,15 @@ func toCheck(req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor) (poli
 			c.Rule, named = e.GetValue(), true
 			continue
 		}
-		client = append(client, e.GetKey()+"="+e.GetValue())
+		client = append(client, strconv.Itoa(len(e.GetKey()))+":"+e.GetKey()+"="+strconv.Itoa(len(e.GetValue()))+":"+e.GetValue())
 		c.Key = e.GetValue()
 	}
 	if !named {
 		return c, fmt.Errorf("no %q entry names a rule", RuleEntry)
 	}
 	if len(client) > 1 {
+		// Each key and value length-prefixed, so that no two descriptors
+		// make one key whatever bytes their entries hold.
 		c.Key, c.Composite = strings.Join(client, ";"), true
 	}
 	if n := req.GetHitsAddend(); n > 0 {
@@ -174,20 +175,6 @@ func toCheck(req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor) (poli
 		c.Cost = &cost
 	}
 	return c, nil
-}
-
-// lookOnly makes every check of a rule in shadow mode in set cost 0, and
-// reports whether it changed any.
-func lookOnly(set *policy.RuleSet, checks []policy.Check) bool {
-	changed := false
-	for i := range checks {
-		if r := set.Rule(checks[i].Rule); r != nil && r.Shadow && (checks[i].Cost == nil || *checks[i].Cost != 0) {
-			zero := 0
-			checks[i].Cost = &zero
-			changed = true
-		}
-	}
-	return changed
 }
 
 // descriptorStatus reports a's part of a decision to Envoy.

@@ -438,3 +438,36 @@ func TestRulesServiceSharedWithServer(t *testing.T) {
 		}
 	}
 }
+
+// TestRulesServiceMistakesBeforeCost: a descriptor that can never be
+// decided is InvalidArgument, even beside one whose cost could never be
+// admitted; and two descriptors whose entries spell one joined string
+// keep counts of their own.
+func TestRulesServiceMistakesBeforeCost(t *testing.T) {
+	svc, _ := rulesService(t, sluice.New(memory.New()), `
+rules:
+  - {name: login, key: ip, limit: 2, period: 1m}
+  - {name: api, group: api, key: "header:X-Key", limit: 2, period: 1m}
+`)
+	fx := &fixture{client: serve(t, svc)}
+	login := desc("rule", "login", "remote_address", "10.0.0.1")
+	for _, second := range []*commonv3.RateLimitDescriptor{
+		desc("rule", "nope", "x", "y"),
+		desc("rule", "login", "remote_address", "not-an-ip"),
+		desc("rule", "login", "remote_address", "10.0.0.1"),
+	} {
+		_, err := fx.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 50,
+			Descriptors: []*commonv3.RateLimitDescriptor{login, second}})
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("hits_addend 50 beside %v: %v, want InvalidArgument", second, err)
+		}
+	}
+	attacker := desc("rule", "api", "a", "x;b=y", "b", "z")
+	victim := desc("rule", "api", "a", "x", "b", "y;b=z")
+	for range 2 {
+		fx.call(t, "edge", 0, attacker)
+	}
+	if r := fx.call(t, "edge", 0, victim); r.OverallCode != OK {
+		t.Errorf("another descriptor whose entries join to the same text: %v, want OK (a count of its own)", r.OverallCode)
+	}
+}

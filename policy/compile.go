@@ -173,7 +173,7 @@ func checkRule(r *Rule) []error {
 		bad("key source %v is not one of %s", r.Key.Source, KeySpecs)
 	}
 	if int(r.MissingKey) >= len(MissingKeyNames) {
-		bad("missing key %v is not one of reject, deny, ip", r.MissingKey)
+		bad("missing key %v is not one of %s", r.MissingKey, strings.Join(MissingKeyNames[:], ", "))
 	}
 	if r.Cost < 0 {
 		bad("cost must be at least 1, got %d", r.Cost)

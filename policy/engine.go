@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -112,12 +113,11 @@ type Applied struct {
 	// address (an IPv6 client's prefix), the header or query value.
 	Key string
 	// Limits are the limits that applied: the rule's, or its plan's for
-	// Key.
+	// Key. They are the compiled rule's: read, never modify.
 	Limits []sluice.Limit
 	// Cost is what the request spent, or would have.
 	Cost int
-	// Results holds one Result per limit; a rule in shadow mode that was
-	// not decided (the request was denied first) has none.
+	// Results holds one Result per limit.
 	Results []sluice.Result
 	// Binding is the index of the binding limit in Results.
 	Binding int
@@ -126,11 +126,19 @@ type Applied struct {
 	// Check is the index of the Check it answers, for Engine.Check.
 	Check int
 
-	stored string // the key in the store
+	stored     string // the key in the store
+	spend      int    // what the request spends: Cost, or 0 for a look
+	impossible bool   // a rule in shadow mode given a cost it never admits
 }
 
-// Result returns the binding limit's Result.
-func (a *Applied) Result() sluice.Result { return a.Results[a.Binding] }
+// Result returns the binding limit's Result, or the zero Result when the
+// rule has none (a rule in shadow mode that was not decided).
+func (a *Applied) Result() sluice.Result {
+	if a.Binding >= len(a.Results) {
+		return sluice.Result{}
+	}
+	return a.Results[a.Binding]
+}
 
 // Decision is the outcome of one request under every rule that applies
 // to it.
@@ -140,7 +148,9 @@ type Decision struct {
 	// applies.
 	Allowed bool
 	// Applied holds the rules that applied, in the order of their groups,
-	// those in shadow mode last. It is empty when no rule matched.
+	// those in shadow mode last. It is empty when no rule matched. Rules
+	// in shadow mode are left out when the request was denied, or when
+	// the store could not decide them.
 	Applied []Applied
 	// Missing is the rule whose key the request lacks, or nil. Such a
 	// request is refused without any count being spent: with 401 under
@@ -228,7 +238,7 @@ func (e *Engine) Decide(r *http.Request) (*Decision, error) {
 			d.Allowed, d.Missing, d.Applied = false, rule, nil
 			return d, nil
 		}
-		d.Applied = append(d.Applied, Applied{Rule: rule, Key: key, stored: stored, Limits: rule.LimitsFor(key), Cost: rule.Cost})
+		d.Applied = append(d.Applied, Applied{Rule: rule, Key: key, stored: stored, Limits: rule.LimitsFor(key), Cost: rule.Cost, spend: rule.Cost})
 	}
 	return d, e.decide(r.Context(), d)
 }
@@ -280,31 +290,48 @@ func (e *UnknownRuleError) Error() string {
 // admitted only if all of them admit it, in one call of the Limiter, and
 // a denied request spends nothing, as in Decide. The error is an
 // *UnknownRuleError, one wrapping ErrInvalidKey, ErrDuplicateCheck or
-// sluice.ErrInvalidCost
-// (a cost a limit could never admit) for a check that can never be
-// decided, or the Limiter's error. Errors of the first kinds name the
-// check by its index when there are several.
+// sluice.ErrInvalidCost (a cost a limit of a rule not in shadow mode
+// could never admit; every check is resolved first, so the other errors
+// come before it) for a check that can never be decided, or the Limiter's
+// error. Errors of the first kinds name the check by its index when there
+// are several. A rule in shadow mode given a cost it could never admit
+// reports its state and ShadowDenied, spending nothing.
 func (e *Engine) Check(ctx context.Context, checks ...Check) (*Decision, error) {
 	set := e.set.Load()
 	d := &Decision{Allowed: true, binding: -1, Applied: make([]Applied, 0, len(checks))}
 	type seen struct{ rule, key string }
 	dup := map[seen]int{}
+	name := func(i int, err error) error {
+		if len(checks) > 1 {
+			return fmt.Errorf("checks[%d]: %w", i, err)
+		}
+		return err
+	}
+	// Every check is resolved before a cost is refused, so that a check
+	// that names no rule is reported as such whatever its neighbours cost.
+	var costErr error
 	for i, c := range checks {
 		a, err := set.check(c)
-		if err == nil {
-			if j, ok := dup[seen{a.Rule.Name, a.stored}]; ok {
-				err = fmt.Errorf("%w: repeats checks[%d] (rule %q, key %q); list each rule once per key", ErrDuplicateCheck, j, a.Rule.Name, c.Key)
-			}
-			dup[seen{a.Rule.Name, a.stored}] = i
-		}
 		if err != nil {
-			if len(checks) > 1 {
-				return nil, fmt.Errorf("checks[%d]: %w", i, err)
+			return nil, name(i, err)
+		}
+		if j, ok := dup[seen{a.Rule.Name, a.stored}]; ok {
+			return nil, name(i, fmt.Errorf("%w: repeats checks[%d] (rule %q, key %q); list each rule once per key", ErrDuplicateCheck, j, a.Rule.Name, c.Key))
+		}
+		dup[seen{a.Rule.Name, a.stored}] = i
+		if err := a.costError(); err != nil {
+			if !a.Rule.Shadow {
+				costErr = cmp.Or(costErr, name(i, err))
 			}
-			return nil, err
+			// A rule in shadow mode never refuses, not even a cost it
+			// could never admit: it reports its state, and would deny.
+			a.spend, a.impossible = 0, true
 		}
 		a.Check = i
 		d.Applied = append(d.Applied, a)
+	}
+	if costErr != nil {
+		return nil, costErr
 	}
 	return d, e.decide(ctx, d)
 }
@@ -328,12 +355,18 @@ func (s *RuleSet) check(c Check) (Applied, error) {
 	if c.Cost != nil {
 		a.Cost = *c.Cost
 	}
+	a.spend = a.Cost
+	return a, nil
+}
+
+// costError reports a cost that one of a's limits could never admit.
+func (a *Applied) costError() error {
 	for _, l := range a.Limits {
 		if err := l.ValidateCost(a.Cost); err != nil {
-			return Applied{}, fmt.Errorf("rule %q: %w", rule.Name, err)
+			return fmt.Errorf("rule %q: %w", a.Rule.Name, err)
 		}
 	}
-	return a, nil
+	return nil
 }
 
 // decide decides d.Applied: the rules not in shadow mode together, then,
@@ -354,7 +387,7 @@ func (e *Engine) decide(ctx context.Context, d *Decision) error {
 	if d.enforced > 0 {
 		parts := make([]sluice.Part, d.enforced)
 		for i, a := range d.Applied[:d.enforced] {
-			parts[i] = sluice.Part{Key: a.stored, Limits: a.Limits, Cost: a.Cost}
+			parts[i] = sluice.Part{Key: a.stored, Limits: a.Limits, Cost: a.spend}
 		}
 		res, err := e.lim.AllowParts(ctx, parts...)
 		if err != nil {
@@ -365,7 +398,7 @@ func (e *Engine) decide(ctx context.Context, d *Decision) error {
 		off := 0
 		for i := range d.Applied[:d.enforced] {
 			a := &d.Applied[i]
-			a.Results = res.Results[off : off+len(a.Limits)]
+			a.Results = res.Results[off : off+len(a.Limits) : off+len(a.Limits)]
 			off += len(a.Limits)
 			own := sluice.Combine(a.Results)
 			a.Binding = own.Binding
@@ -377,13 +410,25 @@ func (e *Engine) decide(ctx context.Context, d *Decision) error {
 		d.Applied = d.Applied[:d.enforced] // the request goes no further
 		return nil
 	}
+	kept := d.enforced
 	for i := d.enforced; i < len(d.Applied); i++ {
 		a := &d.Applied[i]
-		res, err := e.lim.AllowAll(ctx, a.stored, a.Cost, a.Limits...)
+		res, err := e.lim.AllowAll(ctx, a.stored, a.spend, a.Limits...)
 		if err != nil {
-			// A shadow rule never blocks, nor fails a request.
+			// A shadow rule never blocks, nor fails a request: one the
+			// store could not decide is left out, as one a denied
+			// request never reached.
 			e.failed(ctx, d.Applied[i:i+1], err)
 			continue
+		}
+		if a.impossible {
+			// Its state, and a denial: the cost is more than it admits.
+			for j, l := range a.Limits {
+				if l.ValidateCost(a.Cost) != nil {
+					res.Results[j].Allowed = false
+				}
+			}
+			res = sluice.Combine(res.Results)
 		}
 		a.Results, a.Binding = res.Results, res.Binding
 		a.Outcome = OutcomeOf(res, true)
@@ -391,7 +436,10 @@ func (e *Engine) decide(ctx context.Context, d *Decision) error {
 			e.log.Info("sluice: shadow rule would deny", "rule", a.Rule.Name, "retry_after", res.RetryAfter)
 		}
 		e.obs(a.Rule.Name, a.Outcome)
+		d.Applied[kept] = *a
+		kept++
 	}
+	d.Applied = d.Applied[:kept]
 	return nil
 }
 

@@ -84,16 +84,16 @@ func (s *RuleSet) httpKey(r *http.Request, rule *Rule) (key, stored string, ok b
 			v = r.URL.Query().Get(rule.Key.Name)
 		}
 		if v != "" {
-			return v, nsValue + v, true
+			return v, storageKey(rule.Key.Source, v), true
 		}
 		if rule.MissingKey == IPIfMissing {
 			ip := s.clientAddr(r)
-			return ip, nsIP + ip, true
+			return ip, storageKey(KeyIP, ip), true
 		}
 		return "", "", false
 	}
 	ip := s.clientAddr(r)
-	return ip, nsIP + ip, true
+	return ip, storageKey(KeyIP, ip), true
 }
 
 // checkKey returns the storage key of client key v given for rule by a
@@ -115,12 +115,12 @@ func (s *RuleSet) checkKey(rule *Rule, v string, composite bool) (key, stored st
 				// The prefix a decision reports as the key: the same
 				// form as its addresses (a /128 is its address).
 				k := s.addrKey(p.Masked().Addr())
-				return k, nsIP + k, nil
+				return k, storageKey(KeyIP, k), nil
 			}
 			return "", "", fmt.Errorf("%w: rule %q is keyed by ip, and %q is not an IP address", ErrInvalidKey, rule.Name, v)
 		}
 		k := s.addrKey(a.Unmap().WithZone(""))
-		return k, nsIP + k, nil
+		return k, storageKey(KeyIP, k), nil
 	}
 	if v == "" {
 		return "", "", fmt.Errorf("%w: rule %q is keyed by %s and needs a key", ErrInvalidKey, rule.Name, rule.Key)

@@ -186,9 +186,10 @@ func (p *Policy) Middleware(next http.Handler) http.Handler {
 	})
 }
 
-// Reload reads the file again. A valid file replaces the rules and the
-// http section atomically: decisions in flight finish under the rules they
-// started with. An invalid one is returned as an error and leaves
+// Reload reads the file again. A valid file replaces the rules, then the
+// http section, each atomically: decisions in flight finish under the
+// rules they started with (a request decided in between may be answered
+// with the old section's headers under the new rules). An invalid one is returned as an error and leaves
 // everything as it was. The redis section cannot change at run time: a
 // file whose section differs still has its rules applied, with a warning
 // that the store keeps its settings until a restart.
