@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -43,13 +44,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// service; a sluice policy file, the HTTP API and Envoy's gRPC, both
 	// deciding through one engine.
 	var (
-		ecfg  *envoy.Config
-		p     *policyfile.Policy
-		back  *policyfile.Backend
-		rules int
+		ecfg   *envoy.Config
+		loaded []byte // the envoy file as loaded, to catch an edit before its watch starts
+		p      *policyfile.Policy
+		back   *policyfile.Backend
+		rules  int
 	)
 	if isEnvoyConfig(*path) {
-		if ecfg, err = envoy.LoadConfig(*path); err != nil {
+		if loaded, err = os.ReadFile(*path); err != nil {
+			return err
+		}
+		if ecfg, err = envoy.ParseConfig(*path, loaded); err != nil {
 			return err
 		}
 		if back, err = policyfile.OpenBackend(df.storeSettings(config.Redis{OnError: "local", Timeout: sluice.DefaultStoreTimeout}), open...); err != nil {
@@ -92,7 +97,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if ecfg != nil {
 			svc := envoy.NewService(back.Limiter, ecfg, envoy.WithResponseHeaders(), envoy.WithObserver(m.Decision))
 			envoy.Register(g, svc)
-			watchEnvoyConfig(ctx, *path, *df.reloadEvery, hup, svc.Update, m.Reload, log)
+			watchEnvoyConfig(ctx, *path, loaded, *df.reloadEvery, hup, svc.Update, m.Reload, log)
 		} else {
 			envoy.Register(g, envoy.NewRulesService(p.Engine()))
 		}
@@ -113,9 +118,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // watchEnvoyConfig reloads a file written for envoyproxy/ratelimit as
 // policyfile.Policy.Watch reloads a policy file: a valid file goes to
 // apply (envoy.Service.Update), an invalid one is logged and leaves the
-// old configuration serving.
-func watchEnvoyConfig(ctx context.Context, path string, interval time.Duration, hup <-chan os.Signal, apply func(*envoy.Config), report func(ok bool), log *slog.Logger) {
-	policyfile.WatchFile(ctx, path, interval, hup, func(trigger string) {
+// old configuration serving. loaded is the file as it was loaded: when it
+// has changed by the time the watch starts, it is reloaded at once.
+func watchEnvoyConfig(ctx context.Context, path string, loaded []byte, interval time.Duration, hup <-chan os.Signal, apply func(*envoy.Config), report func(ok bool), log *slog.Logger) {
+	reload := func(trigger string) {
 		cfg, err := envoy.LoadConfig(path)
 		report(err == nil)
 		if err != nil {
@@ -126,7 +132,11 @@ func watchEnvoyConfig(ctx context.Context, path string, interval time.Duration, 
 		}
 		apply(cfg)
 		log.Info("config reloaded", "config", path, "trigger", trigger)
-	})
+	}
+	policyfile.WatchFile(ctx, path, interval, hup, reload)
+	if now, err := os.ReadFile(path); err == nil && !bytes.Equal(now, loaded) {
+		reload("file changed")
+	}
 }
 
 // isEnvoyConfig reports whether the file at path is written for
