@@ -58,7 +58,7 @@ func TestAppliedResults(t *testing.T) {
 		{Name: "per-ip", Limits: perHour(5)},
 		{Name: "per-key", Group: "keys", Key: policy.Key{Source: policy.KeyHeader, Name: "X-Key"}, Limits: perHour(3)},
 	})
-	d := f.decide(request("GET", "/", "192.0.2.1:1", "X-Key", "k"))
+	d := f.decide(request("GET", "/", "192.0.2.1", "X-Key", "k"))
 	if len(d.Applied) != 2 {
 		t.Fatalf("applied %v, want both rules", applied(d))
 	}
