@@ -22,7 +22,7 @@ short:
 	$(GO) test -short -count=1 ./...
 
 # redis-server and redis-cli (Cluster and Sentinel tests), nginx (the load
-# balancer of the scale-out test), gcc for the race detector (cgo). nginx
+# balancer of the scale-out test), gcc for the race detector (cgo), git (the version test commits a checkout of its own). nginx
 # lives in /usr/sbin, which a non-root PATH may lack.
 deps:
 	@missing=""; \
@@ -30,6 +30,7 @@ deps:
 	command -v redis-cli >/dev/null 2>&1 || missing="$$missing redis-tools"; \
 	command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing="$$missing nginx"; \
 	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; \
+	command -v git >/dev/null 2>&1 || missing="$$missing git"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing with apt-get:$$missing"; \
 		$(SUDO) apt-get update -qq && \

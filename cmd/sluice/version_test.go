@@ -61,43 +61,99 @@ func TestVersion(t *testing.T) {
 	}
 }
 
-// TestVersionBinary: a go build in this checkout (-buildvcs=true, over
-// any GOFLAGS) makes a binary that names the checkout's HEAD, +dirty when
-// git status reports changes, and the Go version that built it.
+// TestVersionBinary: a go build in a git checkout (-buildvcs=true, over
+// any GOFLAGS) makes a binary that names the checkout's HEAD, +dirty once
+// a tracked file changes, and the Go version that built it. The checkout
+// is one of its own: this module's files committed to a new repository,
+// so that the test runs the same in a clone, a linked worktree (whose
+// .git is a file, and whose builds carry no revision: golang/go#58218) or
+// an unpacked archive.
 func TestVersionBinary(t *testing.T) {
-	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
-	if err != nil {
-		t.Skipf("not in a git checkout, so go build records no revision: git rev-parse: %v", err)
+	repo := t.TempDir()
+	copyModule(t, repo)
+	git := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-c", "user.name=sluice", "-c", "user.email=sluice@example.com"}, args...)...)
+		cmd.Dir = repo
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(string(out))
 	}
-	// The go command finds a repository by its .git directory only; a
-	// linked worktree's or a submodule's .git is a file, and its builds
-	// carry no revision (golang/go#58218).
-	if fi, err := os.Stat(filepath.Join(strings.TrimSpace(string(top)), ".git")); err != nil || !fi.IsDir() {
-		t.Skipf("%s/.git is not a directory (a linked worktree?): go build stamps no revision there (golang/go#58218)", strings.TrimSpace(string(top)))
+	git("init", "-q")
+	git("add", "-A")
+	git("commit", "-q", "-m", "version test")
+	head := git("rev-parse", "HEAD")
+
+	printed := func() string {
+		t.Helper()
+		bin := filepath.Join(t.TempDir(), "sluice")
+		build := exec.Command("go", "build", "-buildvcs=true", "-o", bin, "./cmd/sluice")
+		build.Dir = repo
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go build -buildvcs=true: %v\n%s", err, out)
+		}
+		out, err := exec.Command(bin, "version").Output()
+		if err != nil {
+			t.Fatalf("sluice version: %v", err)
+		}
+		return string(out)
 	}
-	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	for _, dirty := range []bool{false, true} {
+		if dirty {
+			if err := os.WriteFile(filepath.Join(repo, "go.mod"), append(readFile(t, filepath.Join(repo, "go.mod")), "\n// changed\n"...), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rev := "(rev " + head[:revLen]
+		if dirty {
+			rev += "+dirty"
+		}
+		rev += ", "
+		got := printed()
+		if !strings.HasPrefix(got, "sluice ") || !strings.Contains(got, rev) || !strings.HasSuffix(got, ", "+runtime.Version()+")\n") {
+			t.Errorf("sluice version printed %q, want sluice <version> %s<commit time>, %s)", got, rev, runtime.Version())
+		}
+	}
+}
+
+// copyModule copies this module's source (its root is two directories up)
+// to dir: every file but those under .git and bench (a module of its own),
+// and files over 1 MiB (a binary left by a build).
+func copyModule(t *testing.T, dir string) {
+	t.Helper()
+	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	status, err := exec.Command("git", "status", "--porcelain").Output()
+	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			if rel == ".git" || rel == "bench" {
+				return filepath.SkipDir
+			}
+			return os.MkdirAll(filepath.Join(dir, rel), 0o755)
+		}
+		info, err := d.Info()
+		if err != nil || !info.Mode().IsRegular() || info.Size() > 1<<20 {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, rel), readFile(t, path), 0o600)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "sluice")
-	if out, err := exec.Command("go", "build", "-buildvcs=true", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build -buildvcs=true: %v\n%s", err, out)
-	}
-	out, err := exec.Command(bin, "version").Output()
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("sluice version: %v", err)
+		t.Fatal(err)
 	}
-	rev := "(rev " + strings.TrimSpace(string(head))[:revLen]
-	if len(status) > 0 {
-		rev += "+dirty"
-	}
-	rev += ", "
-	got := string(out)
-	if !strings.HasPrefix(got, "sluice ") || !strings.Contains(got, rev) || !strings.HasSuffix(got, ", "+runtime.Version()+")\n") {
-		t.Errorf("sluice version printed %q, want sluice <version> %s<commit time>, %s)", got, rev, runtime.Version())
-	}
+	return b
 }
