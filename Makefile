@@ -22,8 +22,9 @@ short:
 	$(GO) test -short -count=1 ./...
 
 # redis-server and redis-cli (Cluster and Sentinel tests), nginx (the load
-# balancer of the scale-out test), gcc for the race detector (cgo), git (the version test commits a checkout of its own). nginx
-# lives in /usr/sbin, which a non-root PATH may lack.
+# balancer of the scale-out test), gcc for the race detector (cgo), git
+# (the version test commits a checkout of its own). nginx lives in
+# /usr/sbin, which a non-root PATH may lack.
 deps:
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
