@@ -286,11 +286,17 @@ func (s *Store) Close() {
 // keys of every part; on a Cluster, one per slot (see "Stacked decisions
 // on a Cluster").
 func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
-	gs := s.groups(req)
-	if len(gs) > 1 {
+	var one group // a decision of one part, most of them: no grouping to do
+	g := &one
+	if len(req.Parts) == 1 {
+		p := req.Parts[0]
+		one = group{keys: s.keys(p.Key, p.Limits), limits: p.Limits, cost: p.Cost}
+	} else if gs := s.groups(req); len(gs) > 1 {
 		return s.takeStacked(ctx, clockArg(req.Now), gs, req.Len())
+	} else {
+		g = gs[0]
 	}
-	t, err := s.take(ctx, clockArg(req.Now), gs[0], false)
+	t, err := s.take(ctx, clockArg(req.Now), g, false)
 	if err != nil {
 		return nil, fmt.Errorf("redis store: %w", err)
 	}
@@ -320,7 +326,7 @@ func (s *Store) take(ctx context.Context, now string, g *group, peek bool) (take
 	args := make([]string, 1, 1+4*len(g.limits))
 	args[0] = now
 	for i, l := range g.limits {
-		cost := g.costs[i]
+		cost := g.costOf(i)
 		if peek {
 			cost = 0
 		}

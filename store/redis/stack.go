@@ -19,8 +19,17 @@ type group struct {
 	shard  string // the slot, or the hash tag, that all its keys share
 	keys   []string
 	limits []sluice.Limit
-	costs  []int
+	costs  []int // per limit; nil: every limit costs cost (a single part)
+	cost   int
 	index  []int
+}
+
+// costOf returns the cost of the group's i-th limit.
+func (g *group) costOf(i int) int {
+	if g.costs == nil {
+		return g.cost
+	}
+	return g.costs[i]
 }
 
 // splitMode says how a Store splits a decision over several client keys.
@@ -168,7 +177,7 @@ func (s *Store) refund(ctx context.Context, now string, g *group, t taken) ([]sl
 	args := make([]string, 2, 2+5*len(g.limits))
 	args[0], args[1] = now, strconv.FormatInt(t.now, 10)
 	for i, l := range g.limits {
-		args = appendParams(args, l, g.costs[i])
+		args = appendParams(args, l, g.costOf(i))
 		args = append(args, strconv.FormatInt(t.results[i].ResetAfter.Microseconds(), 10))
 	}
 	reply, err := s.run(ctx, refundScript, g.keys, args)
