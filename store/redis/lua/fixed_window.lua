@@ -4,6 +4,11 @@
 -- Every algorithm returns allowed (0/1), remaining, reset after, retry
 -- after and the state to store if the decision is committed; its writer
 -- (here save) stores that state for reset after microseconds.
+-- fw_state is the stored state of count in window w.
+local function fw_state(w, count)
+  return str(w) .. ':' .. str(count)
+end
+
 local function fixed_window(key, now, limit, period, cost)
   local w = floor(now / period)
   local count = 0
@@ -32,6 +37,6 @@ local function fixed_window(key, now, limit, period, cost)
   if count == 0 then
     return 1, limit, 0, 0, ''
   end
-  return 1, limit - count, reset, 0, str(w) .. ':' .. str(count)
+  return 1, limit - count, reset, 0, fw_state(w, count)
 end
 local fixed_window_write = save

@@ -3,6 +3,12 @@
 -- instant at which the bucket is full again) and the interval its debt
 -- (tat - now) is measured in.
 
+-- gcra_state is the stored state of a debt at now, measured at interval:
+-- its theoretical arrival time and the interval.
+local function gcra_state(debt, now, interval)
+  return str(now + debt) .. ':' .. str(interval)
+end
+
 -- gcra_debt mirrors gcraDebt and Convert: the debt at now in µs of refill
 -- at interval. State measured at another interval (a changed limit) is
 -- converted and stored so at once, whatever the decision.
@@ -22,7 +28,7 @@ local function gcra_debt(key, now, interval)
   end
   debt = rescale(debt, from, interval)
   if from ~= interval then
-    save(key, str(now + debt) .. ':' .. str(interval), debt)
+    save(key, gcra_state(debt, now, interval), debt)
   end
   return debt
 end
@@ -43,6 +49,6 @@ local function gcra(key, now, interval, capacity, cost)
   if reset <= 0 then
     return 1, capacity, 0, 0, ''
   end
-  return 1, floor((full - reset) / interval), reset, 0, str(new_tat) .. ':' .. str(interval)
+  return 1, floor((full - reset) / interval), reset, 0, gcra_state(reset, now, interval)
 end
 local gcra_write = save

@@ -49,7 +49,7 @@ local function fixed_window_refund(key, now, taken, _, period, cost)
     return -- the window ended: what it counted no longer matters
   end
   c = c - cost
-  save(key, str(sw) .. ':' .. str(c), c > 0 and (sw + 1) * period - now or 0)
+  save(key, fw_state(sw, c), c > 0 and (sw + 1) * period - now or 0)
 end
 
 local function sliding_window_refund(key, now, taken, _, period, cost)
@@ -63,7 +63,7 @@ local function sliding_window_refund(key, now, taken, _, period, cost)
   else
     return
   end
-  save(key, str(sw) .. ':' .. str(a) .. ':' .. str(b), sw_reset(a, b, sw, now, period))
+  save(key, sw_state(sw, a, b), sw_reset(a, b, sw, now, period))
 end
 
 local function sliding_log_refund(key, now, taken, _, period, cost)
@@ -94,30 +94,27 @@ local function bucket_give(now, taken, interval, cost, reset)
   return math.min(cost * interval, reset - (now - taken))
 end
 
-local function token_bucket_refund(key, now, taken, interval, _, cost, reset)
+-- bucket_refund gives back to a bucket whose debt debt_of reads and
+-- state_of writes (token_bucket's or gcra's).
+local function bucket_refund(key, now, taken, interval, cost, reset, debt_of, state_of)
   local give = bucket_give(now, taken, interval, cost, reset)
   if give <= 0 then
     return
   end
-  local debt = tb_debt(key, now, interval)
+  local debt = debt_of(key, now, interval)
   if debt <= 0 then
     return -- no state is a full bucket
   end
   debt = math.max(debt - give, 0)
-  save(key, str(debt) .. ':' .. str(now) .. ':' .. str(interval), debt)
+  save(key, state_of(debt, now, interval), debt)
+end
+
+local function token_bucket_refund(key, now, taken, interval, _, cost, reset)
+  bucket_refund(key, now, taken, interval, cost, reset, tb_debt, tb_state)
 end
 
 local function gcra_refund(key, now, taken, interval, _, cost, reset)
-  local give = bucket_give(now, taken, interval, cost, reset)
-  if give <= 0 then
-    return
-  end
-  local debt = gcra_debt(key, now, interval)
-  if debt <= 0 then
-    return
-  end
-  debt = math.max(debt - give, 0)
-  save(key, str(now + debt) .. ':' .. str(interval), debt)
+  bucket_refund(key, now, taken, interval, cost, reset, gcra_debt, gcra_state)
 end
 
 local refunds = {

@@ -2,6 +2,11 @@
 -- State: the string "window:previous:current", the counts of the stored
 -- window and of the one before it.
 
+-- sw_state is the stored state of window w and its counts.
+local function sw_state(w, prev, cur)
+  return str(w) .. ':' .. str(prev) .. ':' .. str(cur)
+end
+
 -- sw_counts returns the previous and current counts at window w.
 local function sw_counts(sw, a, b, w)
   if sw == w then
@@ -66,7 +71,7 @@ local function sliding_window(key, now, limit, period, cost)
     if reset <= 0 then
       return 1, rem, 0, 0, ''
     end
-    return 1, rem, reset, 0, str(w) .. ':' .. str(prev) .. ':' .. str(cur)
+    return 1, rem, reset, 0, sw_state(w, prev, cur)
   end
   -- The earliest admitting instant lies in (now, (w+2)*period]: bisect.
   local lo, hi = 1, (w + 2) * period - now

@@ -4,6 +4,11 @@
 -- cost * interval. State: the string "debt:last update:interval", the µs
 -- of refill owed at the last update, measured at that interval.
 
+-- tb_state is the stored state of a debt at now, measured at interval.
+local function tb_state(debt, now, interval)
+  return str(debt) .. ':' .. str(now) .. ':' .. str(interval)
+end
+
 -- tb_debt mirrors tbDebt and Convert: the debt at now in µs of refill at
 -- interval. State measured at another interval (a changed limit) is
 -- converted and stored so at once, whatever the decision.
@@ -23,7 +28,7 @@ local function tb_debt(key, now, interval)
   end
   debt = rescale(debt, from, interval)
   if from ~= interval then
-    save(key, str(debt) .. ':' .. str(now) .. ':' .. str(interval), debt)
+    save(key, tb_state(debt, now, interval), debt)
   end
   return debt
 end
@@ -44,6 +49,6 @@ local function token_bucket(key, now, interval, capacity, cost)
   if reset <= 0 then
     return 1, capacity, 0, 0, ''
   end
-  return 1, floor(tokens / interval), reset, 0, str(reset) .. ':' .. str(now) .. ':' .. str(interval)
+  return 1, floor(tokens / interval), reset, 0, tb_state(reset, now, interval)
 end
 local token_bucket_write = save
