@@ -60,26 +60,7 @@ func TestDoorsShareOneCount(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer p.Close()
-		up := startUpstream(t)
-		target, _ := url.Parse(up.URL)
-		proxy := httptest.NewServer(p.Middleware(newReverseProxy(target, nil, slog.New(slog.DiscardHandler))))
-		defer proxy.Close()
-		api := httptest.NewServer(server.New(p.Engine()))
-		defer api.Close()
-		g := grpc.NewServer()
-		envoy.Register(g, envoy.NewRulesService(p.Engine()))
-		gln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		go g.Serve(gln)
-		defer g.Stop()
-		countDoors(t, []door{
-			middlewareDoor(t, p),
-			httpDoor("proxy", proxy.URL+"/api/orders"),
-			checkDoor(api.URL),
-			grpcDoor(t, gln.Addr().String()),
-		})
+		countDoors(t, inProcessDoors(t, p.Engine(), p.Middleware))
 	})
 	t.Run("code", func(t *testing.T) {
 		// The same rules built in code, behind the same doors.
@@ -92,28 +73,7 @@ func TestDoorsShareOneCount(t *testing.T) {
 			t.Fatal(err)
 		}
 		e := policy.New(sluice.New(memory.New()), set, policy.WithLogger(slog.New(slog.DiscardHandler)))
-		up := startUpstream(t)
-		target, _ := url.Parse(up.URL)
-		proxy := httptest.NewServer(httplimit.New(e)(newReverseProxy(target, nil, slog.New(slog.DiscardHandler))))
-		defer proxy.Close()
-		mw := httptest.NewServer(httplimit.New(e)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })))
-		defer mw.Close()
-		api := httptest.NewServer(server.New(e))
-		defer api.Close()
-		g := grpc.NewServer()
-		envoy.Register(g, envoy.NewRulesService(e))
-		gln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		go g.Serve(gln)
-		defer g.Stop()
-		countDoors(t, []door{
-			httpDoor("middleware", mw.URL+"/api/orders"),
-			httpDoor("proxy", proxy.URL+"/api/orders"),
-			checkDoor(api.URL),
-			grpcDoor(t, gln.Addr().String()),
-		})
+		countDoors(t, inProcessDoors(t, e, httplimit.New(e)))
 	})
 	t.Run("redis", func(t *testing.T) {
 		srv := redistest.Start(t)
@@ -127,12 +87,40 @@ func TestDoorsShareOneCount(t *testing.T) {
 		proxy := startProxy(t, nil, "--config", cfg, "--upstream", up.URL)
 		serve := startServe(t, nil, "--config", cfg)
 		countDoors(t, []door{
-			middlewareDoor(t, p),
+			middlewareDoor(t, p.Middleware),
 			httpDoor("proxy", proxy.base+"/api/orders"),
 			checkDoor(serve.base),
 			grpcDoor(t, serve.grpc),
 		})
 	})
+}
+
+// inProcessDoors serves every door in this process over engine e, the
+// middleware (and the proxy's) being limit: the middleware, the proxy
+// (limit over the reverse proxy that sluice proxy forwards with), the
+// HTTP API and Envoy's gRPC.
+func inProcessDoors(t *testing.T, e *policy.Engine, limit func(http.Handler) http.Handler) []door {
+	t.Helper()
+	up := startUpstream(t)
+	target, _ := url.Parse(up.URL)
+	proxy := httptest.NewServer(limit(newReverseProxy(target, nil, slog.New(slog.DiscardHandler))))
+	t.Cleanup(proxy.Close)
+	api := httptest.NewServer(server.New(e))
+	t.Cleanup(api.Close)
+	g := grpc.NewServer()
+	envoy.Register(g, envoy.NewRulesService(e))
+	gln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go g.Serve(gln)
+	t.Cleanup(g.Stop)
+	return []door{
+		middlewareDoor(t, limit),
+		httpDoor("proxy", proxy.URL+"/api/orders"),
+		checkDoor(api.URL),
+		grpcDoor(t, gln.Addr().String()),
+	}
 }
 
 // countDoors sends 4 rounds of requests through every door and demands
@@ -155,10 +143,10 @@ func countDoors(t *testing.T, doors []door) {
 	}
 }
 
-// middlewareDoor serves p's middleware in this process.
-func middlewareDoor(t *testing.T, p *policyfile.Policy) door {
+// middlewareDoor serves the middleware limit in this process.
+func middlewareDoor(t *testing.T, limit func(http.Handler) http.Handler) door {
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })
-	s := httptest.NewServer(p.Middleware(ok))
+	s := httptest.NewServer(limit(ok))
 	t.Cleanup(s.Close)
 	return httpDoor("middleware", s.URL+"/api/orders")
 }
