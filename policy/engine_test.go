@@ -109,6 +109,33 @@ func request(method, target, ip string, header ...string) *http.Request {
 	return r
 }
 
+// madeUpKeys sends 12 searches from addr under stackRules, each with an
+// API key of its own, and returns how many were admitted. Each denied one
+// is denied by per-ip alone (per-key would have admitted it) and spends
+// nothing of its key's count.
+func madeUpKeys(t *testing.T, f *fixture, addr string) (admitted int) {
+	t.Helper()
+	for i := range 12 {
+		key := fmt.Sprintf("made-up-%d", i)
+		d := f.decide(request("GET", "/api/search", addr, "X-API-Key", key))
+		if d.Allowed {
+			admitted++
+			continue
+		}
+		if got := d.Violated(); !slices.Equal(got, []string{"per-ip-1h"}) {
+			t.Errorf("key %d: violated %q, want [per-ip-1h]", i, got)
+		}
+		if got, want := f.outcomes(), []string{"per-ip=denied", "per-key=denied_by_other"}; len(got) < 2 || !reflect.DeepEqual(got[len(got)-2:], want) {
+			t.Errorf("key %d: outcomes %q, want %q", i, got, want)
+		}
+		// The key's own count is untouched.
+		if got := f.remaining("per-key", key); !slices.Equal(got, []int{5}) {
+			t.Errorf("key %d: per-key has %v left, want [5]: a denied request spends nothing", i, got)
+		}
+	}
+	return admitted
+}
+
 // applied returns the names of the rules of d.
 func applied(d *policy.Decision) []string {
 	var names []string
@@ -275,27 +302,7 @@ func TestStacking(t *testing.T) {
 	})
 
 	t.Run("made-up API keys from one address", func(t *testing.T) {
-		f := newFixture(t, stackRules())
-		admitted := 0
-		for i := range 12 {
-			key := fmt.Sprintf("made-up-%d", i)
-			d := f.decide(request("GET", "/api/search", "192.0.2.1", "X-API-Key", key))
-			if d.Allowed {
-				admitted++
-				continue
-			}
-			if got := d.Violated(); !slices.Equal(got, []string{"per-ip-1h"}) {
-				t.Errorf("key %d: violated %q, want [per-ip-1h]", i, got)
-			}
-			if got, want := f.outcomes(), []string{"per-ip=denied", "per-key=denied_by_other"}; !reflect.DeepEqual(got[len(got)-2:], want) {
-				t.Errorf("key %d: outcomes %q, want %q", i, got, want)
-			}
-			// The key's own count is untouched.
-			if got := f.remaining("per-key", key); !slices.Equal(got, []int{5}) {
-				t.Errorf("key %d: per-key has %v left, want [5]", i, got)
-			}
-		}
-		if admitted != 10 {
+		if admitted := madeUpKeys(t, newFixture(t, stackRules()), "192.0.2.1"); admitted != 10 {
 			t.Errorf("12 made-up keys from one address: %d admitted, want 10 (the per-ip limit)", admitted)
 		}
 	})

@@ -3,7 +3,6 @@ package policy_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -41,21 +40,7 @@ func TestRedis(t *testing.T) {
 	lim := sluice.New(store, sluice.WithClock(clock.Now))
 	f := newFixtureOn(t, lim, clock, stackRules())
 
-	admitted := 0
-	for i := range 12 {
-		key := fmt.Sprintf("made-up-%d", i)
-		d := f.decide(request("GET", "/api/search", "2001:db8:1:2::1", "X-API-Key", key))
-		if d.Allowed {
-			admitted++
-			continue
-		}
-		if got := d.Violated(); !slices.Equal(got, []string{"per-ip-1h"}) {
-			t.Errorf("key %d: violated %q, want [per-ip-1h]", i, got)
-		}
-		if got := f.remaining("per-key", key); !slices.Equal(got, []int{5}) {
-			t.Errorf("key %d: per-key has %v left, want [5]: a denied request spends nothing", i, got)
-		}
-	}
+	admitted := madeUpKeys(t, f, "2001:db8:1:2::1")
 	if admitted != 10 {
 		t.Errorf("12 made-up keys from one /64: %d admitted, want 10", admitted)
 	}
