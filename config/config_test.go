@@ -443,25 +443,11 @@ func TestIPv6Prefix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := policy.New(sluice.New(memory.New()), set)
-	for i, tt := range []struct {
-		remote string
-		want   bool
-	}{
+	decideSteps(t, "file", set, []step{
 		{"[2001:db8:0:100::1]:1234", true},
 		{"[2001:db8:0:1ff:ffff::2]:1234", false}, // the same /56
 		{"[2001:db8:0:200::1]:1234", true},       // the next one
-	} {
-		r := httptest.NewRequest("GET", "/", nil)
-		r.RemoteAddr = tt.remote
-		d, err := e.Decide(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.Allowed != tt.want {
-			t.Errorf("step %d: %s allowed = %v, want %v", i, tt.remote, d.Allowed, tt.want)
-		}
-	}
+	})
 
 	// A File built in code, without an http section, compiles with the
 	// default /64.
@@ -470,15 +456,25 @@ func TestIPv6Prefix(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Compile of a File built in code: %v", err)
 	}
-	e = policy.New(sluice.New(memory.New()), set)
-	for i, tt := range []struct {
-		remote string
-		want   bool
-	}{
+	decideSteps(t, "built File", set, []step{
 		{"[2001:db8:0:1::1]:1234", true},
 		{"[2001:db8:0:1:ffff::2]:1234", false}, // the same /64
 		{"[2001:db8:0:2::1]:1234", true},
-	} {
+	})
+}
+
+// step is one request from remote, and whether it should be admitted.
+type step struct {
+	remote string
+	want   bool
+}
+
+// decideSteps decides a request from each step's address in turn under
+// set, on a fresh memory store.
+func decideSteps(t *testing.T, name string, set *policy.RuleSet, steps []step) {
+	t.Helper()
+	e := policy.New(sluice.New(memory.New()), set)
+	for i, tt := range steps {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.RemoteAddr = tt.remote
 		d, err := e.Decide(r)
@@ -486,7 +482,7 @@ func TestIPv6Prefix(t *testing.T) {
 			t.Fatal(err)
 		}
 		if d.Allowed != tt.want {
-			t.Errorf("built File, step %d: %s allowed = %v, want %v", i, tt.remote, d.Allowed, tt.want)
+			t.Errorf("%s, step %d: %s allowed = %v, want %v", name, i, tt.remote, d.Allowed, tt.want)
 		}
 	}
 }
