@@ -203,19 +203,17 @@ func validate(parts []Part) error {
 			if err := lim.ValidateCost(p.Cost); err != nil {
 				return err
 			}
+			// Against every limit before it on the same key, in this part
+			// and in earlier ones.
 			id := lim.Identity()
-			for _, prev := range p.Limits[:j] {
-				if prev.Identity() == id {
-					return fmt.Errorf("%w: %s and %s share state on one key; give one of them a distinct Name", ErrInvalidLimit, prev, lim)
+			for k, q := range parts[:i+1] {
+				earlier := q.Limits
+				if k == i {
+					earlier = q.Limits[:j]
 				}
-			}
-			for _, q := range parts[:i] {
-				if q.Key != p.Key {
-					continue
-				}
-				for _, prev := range q.Limits {
-					if prev.Identity() == id {
-						return fmt.Errorf("%w: %s and %s share state on key %q in two parts; give one of them a distinct Name", ErrInvalidLimit, prev, lim, p.Key)
+				for _, prev := range earlier {
+					if q.Key == p.Key && prev.Identity() == id {
+						return fmt.Errorf("%w: %s and %s share state on key %q; give one of them a distinct Name", ErrInvalidLimit, prev, lim, p.Key)
 					}
 				}
 			}
@@ -226,8 +224,9 @@ func validate(parts []Part) error {
 
 // ErrorPolicy says what a Limiter answers when its store fails (Redis
 // unreachable, timed out, out of memory). Results made by the policy say
-// so in Degraded, which names the policy. Whatever the policy, a Limiter never panics on a store
-// error, and a request canceled by its caller gets its context's error.
+// so in Degraded, which names the policy. Whatever the policy, a Limiter
+// never panics on a store error, and a request canceled by its caller gets
+// its context's error.
 //
 // The policy answers every store error, including errors that are not
 // outages (a key holding a value of another type): watch them with

@@ -37,3 +37,27 @@ func TestCanceledGetsContextError(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateParts: limits of one key share state when their identities
+// are equal, in one part or across parts; the same limit on two keys, or
+// two names on one key, do not.
+func TestValidateParts(t *testing.T) {
+	a, b := PerHour(5).Named("a"), PerHour(10).Named("a") // one identity
+	c := PerHour(5).Named("c")
+	for _, tt := range []struct {
+		name  string
+		parts []Part
+		bad   bool
+	}{
+		{"one part, one identity twice", []Part{{Key: "k", Limits: []Limit{a, b}, Cost: 1}}, true},
+		{"two parts of one key, one identity", []Part{{Key: "k", Limits: []Limit{c, a}, Cost: 1}, {Key: "k", Limits: []Limit{b}, Cost: 1}}, true},
+		{"two keys, one identity", []Part{{Key: "k", Limits: []Limit{a}, Cost: 1}, {Key: "j", Limits: []Limit{b}, Cost: 1}}, false},
+		{"one key, two names", []Part{{Key: "k", Limits: []Limit{a}, Cost: 1}, {Key: "k", Limits: []Limit{c}, Cost: 1}}, false},
+		{"a cost one part cannot admit", []Part{{Key: "k", Limits: []Limit{a}, Cost: 1}, {Key: "j", Limits: []Limit{c}, Cost: 6}}, true},
+	} {
+		err := validate(tt.parts)
+		if (err != nil) != tt.bad || tt.bad && !errors.Is(err, ErrInvalidLimit) && !errors.Is(err, ErrInvalidCost) {
+			t.Errorf("%s: validate = %v, want an error: %v", tt.name, err, tt.bad)
+		}
+	}
+}
