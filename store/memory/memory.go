@@ -158,8 +158,9 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 	} else {
 		work = make([]decision, n)
 	}
-	unlock := s.lock(req.Parts, work)
-	defer unlock()
+	var shards [4]int // most decisions lock a shard or two: no allocation
+	locked := s.lock(req.Parts, work, shards[:0])
+	defer s.unlock(locked)
 
 	allowed := true
 	i := 0
@@ -210,15 +211,14 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 
 // lock fills in the shard and entry key of every limit of parts in work,
 // locks the shards they live in, each once and in shard order (so that
-// two requests never wait for each other in a cycle), and returns the
-// function that unlocks them.
-func (s *Store) lock(parts []sluice.Part, work []decision) (unlock func()) {
-	var idx []int // the shards of a request of several parts
+// two requests never wait for each other in a cycle), and returns their
+// indexes, appended to idx, for unlock.
+func (s *Store) lock(parts []sluice.Part, work []decision, idx []int) []int {
 	i := 0
 	for _, p := range parts {
 		ck := newClientKey(p.Key)
 		x := s.shardIndex(ck.key)
-		if len(parts) > 1 && !slices.Contains(idx, x) {
+		if !slices.Contains(idx, x) {
 			idx = append(idx, x)
 		}
 		for _, l := range p.Limits {
@@ -226,19 +226,17 @@ func (s *Store) lock(parts []sluice.Part, work []decision) (unlock func()) {
 			i++
 		}
 	}
-	if len(parts) == 1 {
-		sh := work[0].sh
-		sh.mu.Lock()
-		return sh.mu.Unlock
-	}
 	slices.Sort(idx)
 	for _, x := range idx {
 		s.shards[x].mu.Lock()
 	}
-	return func() {
-		for _, x := range idx {
-			s.shards[x].mu.Unlock()
-		}
+	return idx
+}
+
+// unlock unlocks the shards lock locked.
+func (s *Store) unlock(idx []int) {
+	for _, x := range idx {
+		s.shards[x].mu.Unlock()
 	}
 }
 
