@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/bits"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -222,11 +223,16 @@ func evenQuota(w, num, den int64) int64 {
 // SetHeaders documents.
 func policyNames(limits []sluice.Limit) []string {
 	names := make([]string, len(limits))
-	given := make(map[string]bool, len(limits))
 	for i, l := range limits {
 		names[i] = sfPrintable(l.Name)
-		if names[i] != "" {
-			given[names[i]] = true
+	}
+	if distinctNames(names) {
+		return names // the usual case: a policy names every limit, apart
+	}
+	given := make(map[string]bool, len(limits))
+	for _, name := range names {
+		if name != "" {
+			given[name] = true
 		}
 	}
 	used := make(map[string]bool, len(limits))
@@ -310,6 +316,18 @@ func appendPartitionKey(b []byte, pk []byte) []byte {
 	b = append(b, ";pk=:"...)
 	b = base64.StdEncoding.AppendEncode(b, pk)
 	return append(b, ':')
+}
+
+// distinctNames reports whether names are all given and all different.
+// A response lists a handful of limits: comparing pairs costs less than a
+// map.
+func distinctNames(names []string) bool {
+	for i, name := range names {
+		if name == "" || slices.Contains(names[:i], name) {
+			return false
+		}
+	}
+	return true
 }
 
 // sfPrintable returns s with every character outside printable ASCII
