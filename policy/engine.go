@@ -300,7 +300,10 @@ func (e *Engine) Check(ctx context.Context, checks ...Check) (*Decision, error) 
 	set := e.set.Load()
 	d := &Decision{Allowed: true, binding: -1, Applied: make([]Applied, 0, len(checks))}
 	type seen struct{ rule, key string }
-	dup := map[seen]int{}
+	var dup map[seen]int // only a decision of several checks can repeat one
+	if len(checks) > 1 {
+		dup = make(map[seen]int, len(checks))
+	}
 	name := func(i int, err error) error {
 		if len(checks) > 1 {
 			return fmt.Errorf("checks[%d]: %w", i, err)
@@ -315,10 +318,12 @@ func (e *Engine) Check(ctx context.Context, checks ...Check) (*Decision, error) 
 		if err != nil {
 			return nil, name(i, err)
 		}
-		if j, ok := dup[seen{a.Rule.Name, a.stored}]; ok {
-			return nil, name(i, fmt.Errorf("%w: repeats checks[%d] (rule %q, key %q); list each rule once per key", ErrDuplicateCheck, j, a.Rule.Name, c.Key))
+		if dup != nil {
+			if j, ok := dup[seen{a.Rule.Name, a.stored}]; ok {
+				return nil, name(i, fmt.Errorf("%w: repeats checks[%d] (rule %q, key %q); list each rule once per key", ErrDuplicateCheck, j, a.Rule.Name, c.Key))
+			}
+			dup[seen{a.Rule.Name, a.stored}] = i
 		}
-		dup[seen{a.Rule.Name, a.stored}] = i
 		if err := a.costError(); err != nil {
 			if !a.Rule.Shadow {
 				costErr = cmp.Or(costErr, name(i, err))
