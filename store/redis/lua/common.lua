@@ -65,3 +65,19 @@ local function clock(arg)
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
+
+-- bucket_debt returns a bucket's debt, read as debt µs of refill at
+-- interval from (negative: none), in µs of refill at interval: Convert in
+-- internal/algo/bucket.go. When from is another interval (a changed
+-- limit), the converted state is stored at once, by state_of, whatever
+-- the decision.
+local function bucket_debt(key, debt, from, now, interval, state_of)
+  if debt < 0 then
+    debt = 0
+  end
+  debt = rescale(debt, from, interval)
+  if from ~= interval then
+    save(key, state_of(debt, now, interval), debt)
+  end
+  return debt
+end

@@ -21,16 +21,7 @@ local function gcra_debt(key, now, interval)
   if not tat or tonumber(from) == 0 then
     return 0 -- not a state this version wrote (it wrote a bare tat): none
   end
-  from = tonumber(from)
-  local debt = tonumber(tat) - now
-  if debt < 0 then
-    debt = 0
-  end
-  debt = rescale(debt, from, interval)
-  if from ~= interval then
-    save(key, gcra_state(debt, now, interval), debt)
-  end
-  return debt
+  return bucket_debt(key, tonumber(tat) - now, tonumber(from), now, interval, gcra_state)
 end
 
 local function gcra(key, now, interval, capacity, cost)

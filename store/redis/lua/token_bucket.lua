@@ -21,16 +21,7 @@ local function tb_debt(key, now, interval)
   if not d or tonumber(from) == 0 then
     return 0 -- not a state this version wrote: none
   end
-  from = tonumber(from)
-  local debt = tonumber(d) - (now - tonumber(last))
-  if debt < 0 then
-    debt = 0
-  end
-  debt = rescale(debt, from, interval)
-  if from ~= interval then
-    save(key, tb_state(debt, now, interval), debt)
-  end
-  return debt
+  return bucket_debt(key, tonumber(d) - (now - tonumber(last)), tonumber(from), now, interval, tb_state)
 end
 
 local function token_bucket(key, now, interval, capacity, cost)
