@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +28,18 @@ type Cluster struct {
 	Addrs []string
 
 	ids []string // node IDs, in the order of Addrs
+
+	mu    sync.Mutex
+	nodes []*clusterNode // in the order of Addrs
+}
+
+// clusterNode is one master's process and what it takes to start it again
+// as the same node: its directory (nodes.conf) and cluster bus port.
+type clusterNode struct {
+	srv  *Server
+	dir  string
+	port int
+	bus  int
 }
 
 // StartCluster starts three cluster-enabled redis-servers for t, joins them
@@ -45,7 +58,9 @@ func StartCluster(t testing.TB) *Cluster {
 	}
 	c := &Cluster{}
 	for range clusterSize {
-		c.Addrs = append(c.Addrs, startClusterNode(t, server).Addr)
+		n := startClusterNode(t, server)
+		c.nodes = append(c.nodes, n)
+		c.Addrs = append(c.Addrs, n.srv.Addr)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -69,9 +84,10 @@ func StartCluster(t testing.TB) *Cluster {
 // directory, and stops it when t ends. The cluster bus needs a second
 // port; by default it is the client port + 10000, which overflows for the
 // high ports the kernel hands out, so it gets a free port of its own.
-func startClusterNode(t testing.TB, path string) *Server {
+func startClusterNode(t testing.TB, path string) *clusterNode {
 	t.Helper()
-	return retryPorts(t, func(port int) (*Server, error) {
+	n := &clusterNode{}
+	n.srv = retryPorts(t, func(port int) (*Server, error) {
 		bus, err := proc.FreePort()
 		if err != nil {
 			return nil, err
@@ -79,14 +95,67 @@ func startClusterNode(t testing.TB, path string) *Server {
 		if bus == port {
 			return nil, fmt.Errorf("the kernel handed out port %d twice", port)
 		}
-		dir := t.TempDir()
-		return launch(path, dir, port, "",
-			"--cluster-enabled", "yes",
-			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
-			"--cluster-node-timeout", "5000",
-			"--cluster-port", strconv.Itoa(bus),
-		)
+		n.dir, n.port, n.bus = t.TempDir(), port, bus
+		return n.launch(path)
 	})
+	return n
+}
+
+// launch starts the node's redis-server with its directory and ports.
+func (n *clusterNode) launch(path string) (*Server, error) {
+	return launch(path, n.dir, n.port, "",
+		"--cluster-enabled", "yes",
+		"--cluster-config-file", filepath.Join(n.dir, "nodes.conf"),
+		"--cluster-node-timeout", "5000",
+		"--cluster-port", strconv.Itoa(n.bus),
+	)
+}
+
+// node returns the node at addr, failing t if there is none.
+func (c *Cluster) node(t testing.TB, addr string) *clusterNode {
+	t.Helper()
+	i := slices.Index(c.Addrs, addr)
+	if i < 0 {
+		t.Fatalf("redistest: %s is not a node of the cluster %v", addr, c.Addrs)
+	}
+	return c.nodes[i]
+}
+
+// KillNode kills the master at addr (SIGKILL, by pid) and waits for it to
+// exit. The cluster has no replicas: its slots are unserved until
+// RestartNode.
+func (c *Cluster) KillNode(t testing.TB, addr string) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.node(t, addr).srv.Stop()
+}
+
+// RestartNode starts the master at addr again, as the same node (its
+// nodes.conf and ports) but empty, and stops it when t ends. It returns
+// once the node answers PING, without waiting for the other nodes to see
+// it back: a test measures that recovery.
+func (c *Cluster) RestartNode(t testing.TB, addr string) {
+	t.Helper()
+	path := Need(t)
+	c.mu.Lock()
+	n := c.node(t, addr)
+	var lastErr error
+	started := false
+	for range 50 { // the old process's ports may take a moment to be free
+		s, err := n.launch(path)
+		if err == nil {
+			n.srv, started = s, true
+			t.Cleanup(s.Stop)
+			break
+		}
+		lastErr = err
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.mu.Unlock()
+	if !started {
+		t.Fatalf("redistest: restart of cluster node %s: %v", addr, lastErr)
+	}
 }
 
 // agreed returns why the cluster is not settled, or nil.

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -145,6 +146,23 @@ func (s *Server) Restart(t testing.TB) *Server {
 // Stop kills the server (by its pid) and waits for it to exit. It is safe
 // to call more than once; tests call it to simulate an outage.
 func (s *Server) Stop() { s.proc.Stop() }
+
+// Pid returns the server's process id, for a test that signals it (SIGSTOP
+// and SIGCONT to hang it and let it go on). Stop kills a stopped process
+// too.
+func (s *Server) Pid() int { return s.proc.Pid() }
+
+// Do sends one command to the server and returns its reply: a string
+// (simple or bulk), an int64, a []any, or nil. It fails t on an error
+// reply or a connection error.
+func (s *Server) Do(t testing.TB, args ...string) any {
+	t.Helper()
+	reply, err := command(s.Addr, args...)
+	if err != nil {
+		t.Fatalf("redistest: %s on %s: %v", strings.Join(args, " "), s.Addr, err)
+	}
+	return reply
+}
 
 // output returns what the server has written to its stdout and stderr.
 func (s *Server) output() string { return s.proc.Output() }

@@ -1,0 +1,400 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/redistest"
+)
+
+// The fault tests: `sluice serve` (the real binary) on a real redis-server,
+// Cluster or Sentinel, a bounded closed-loop load on /v1/check, one fault
+// injected, and what the clients saw before, during and after it. Each
+// test logs one summary row ("FAULT | ...") that RELIABILITY.md quotes:
+//
+//	go test -race -count=1 -run Fault -v ./cmd/sluice/ | grep 'FAULT |'
+//
+// faultBounds is every bound these tests assert, stated once. The bounds
+// are generous, on purpose: they say "within seconds, not never" on a
+// loaded 2-core machine; the measured values are logged, not asserted.
+var faultBounds = struct {
+	// workers is the number of concurrent clients of the load.
+	workers int
+	// steady is how long the load runs before the fault, and settle how
+	// long it keeps running, after the recovery, with no decision
+	// degraded.
+	steady, settle time.Duration
+	// recovery bounds the time from a fault's end to the first decision
+	// that is not degraded, for one redis-server; topology (Cluster,
+	// Sentinel) the same for a Cluster or Sentinel.
+	recovery, topology time.Duration
+	// answer bounds the slowest answer while the store fails or hangs:
+	// the store deadline (sluice.DefaultStoreTimeout, the default of
+	// redis.timeout) plus scheduling slack. A decision waits for the
+	// deadline at most, never for Redis.
+	answer time.Duration
+	// goroutineSlack is how many more goroutines than before the fault
+	// sluice may run once it has recovered (connection churn).
+	goroutineSlack int
+	// hungGoroutines is how many more goroutines than before the fault
+	// sluice may run while Redis hangs: a bound in workers, not in
+	// requests. Without a circuit breaker each request abandoned at the
+	// deadline leaves one goroutine behind until Redis answers, so a
+	// deadline much shorter than the hang exceeds it.
+	hungGoroutines int
+	// exactLimit is the limit of rule exact, which must admit exactly
+	// that many of 3 x as many concurrent checks once Redis is back.
+	exactLimit int
+}{
+	workers:        32,
+	steady:         time.Second,
+	settle:         time.Second,
+	recovery:       5 * time.Second,
+	topology:       30 * time.Second,
+	answer:         sluice.DefaultStoreTimeout + 4*time.Second,
+	goroutineSlack: 64,
+	hungGoroutines: 8 * 32,
+	exactLimit:     20,
+}
+
+// faultPolicyFile is the policy file of every fault test, under the error
+// policy %s: rule load (never denies, the load's) and rule exact (exactly
+// 20 per hour, in a sliding log).
+const faultPolicyFile = `
+redis:
+  on_error: %s
+rules:
+  - {name: load, match: /load, key: "header:X-Client", limit: 1000000, period: 1s}
+  - {name: exact, match: /exact, key: "header:X-Client", limit: %d, period: 1h, algorithm: sliding_log}
+`
+
+// faultRun is one fault under one error policy.
+type faultRun struct {
+	fault  string // the summary row's name of the fault
+	policy string // redis.on_error
+	url    string // SLUICE_REDIS_URL
+	// down: Redis is unreachable when sluice starts; the fault phase
+	// begins with the load, and inject is not called.
+	down   bool
+	inject func(t *testing.T) // begins the fault (it may block, e.g. until a failover)
+	hold   time.Duration      // how long the fault lasts after inject returned
+	heal   func(t *testing.T) // ends it; the recovery clock starts when it returns
+	// degrades: decisions must degrade during the fault (else the test
+	// did not exercise it). absorbed: none may, the store absorbs it.
+	degrades, absorbed bool
+	// hung: Redis does not answer during the fault (SIGSTOP): goroutines
+	// are bounded by hungGoroutines.
+	hung bool
+	// recovery bounds the measured recovery; 0: faultBounds.recovery.
+	recovery time.Duration
+	// partial: the fault takes away some keys only (a Cluster master):
+	// the recovery measured is the time from the fault's end to the end
+	// of the last degraded decision, not to the first decision not
+	// degraded (which a key on another master makes at once).
+	partial bool
+}
+
+// runFault runs f: it starts sluice serve, the load, the fault, and checks
+// what must hold under f.policy, whatever the fault:
+//   - no transport error and no answer other than 200, 429 or 503, ever;
+//   - 503 only under deny, each with Retry-After and code
+//     RATE_LIMITER_UNAVAILABLE;
+//   - every answer within faultBounds.answer;
+//   - decisions degrade during the fault (f.degrades) or never (f.absorbed);
+//   - a decision not degraded within f.recovery of the fault's end;
+//   - goroutines back within goroutineSlack of before the fault, and
+//     within hungGoroutines during a hang;
+//   - rule exact admits exactly its limit of concurrent checks afterwards.
+func runFault(t *testing.T, f faultRun) {
+	t.Helper()
+	b := faultBounds
+	if f.recovery == 0 {
+		f.recovery = b.recovery
+	}
+	cfg := writeFile(t, fmt.Sprintf(faultPolicyFile, f.policy, b.exactLimit))
+	d := startServe(t, []string{"SLUICE_REDIS_URL=" + f.url}, "--config", cfg)
+	if !f.down {
+		waitDecided(t, d)
+	}
+	load := startLoad(d, b.workers)
+	defer load.stop()
+	var injectAt time.Duration
+	var before int
+	var s *sampler
+	if f.down {
+		var err error
+		if before, err = goroutines(d); err != nil {
+			t.Fatal(err)
+		}
+		s = sampleGoroutines(d)
+	} else {
+		time.Sleep(b.steady)
+		var err error
+		if before, err = goroutines(d); err != nil {
+			t.Fatal(err)
+		}
+		s = sampleGoroutines(d)
+		injectAt = load.now()
+		f.inject(t)
+	}
+	time.Sleep(f.hold)
+	f.heal(t)
+	healAt := load.markHealed()
+	during := s.stop()
+	waitUntil(t, f.recovery+b.answer+b.settle, func() error {
+		if !load.healed.Load() {
+			return fmt.Errorf("%s under %s: no decision that is not degraded since the fault ended", f.fault, f.policy)
+		}
+		if q := load.quietFor(); q < b.settle {
+			return fmt.Errorf("%s under %s: a decision degraded %v ago, want none for %v", f.fault, f.policy, q, b.settle)
+		}
+		return nil
+	})
+	endAt := load.now()
+	load.stop()
+	after := waitGoroutines(t, d, before+b.goroutineSlack, 10*time.Second)
+
+	evs := load.all()
+	pre := stats(evs, 0, injectAt)
+	fault := stats(evs, injectAt, healAt)
+	post := stats(evs, healAt, endAt)
+	first, ok, lastDegraded := recovery(evs, healAt)
+
+	// The limit is exact again: with Redis deciding, a fresh key admits
+	// exactly exactLimit of 3 x as many concurrent checks. A degraded
+	// answer (a flap after the recovery) is reported, and tried again.
+	var admitted, denied, degraded, tries int
+	var others []string
+	for tries = 1; tries <= 5; tries++ {
+		admitted, denied, degraded, others = exactCheck(d, fmt.Sprintf("exact-%d", tries), b.exactLimit)
+		if degraded == 0 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("FAULT | %s | on_error %s | before: %s | fault (%s): %s | after: %s | recovery %s (last degraded %s) | goroutines %d, max %d during, %d after | exact %d/%d admitted (try %d)",
+		f.fault, f.policy, pre, round(healAt-injectAt), fault, post, round(first), round(lastDegraded), before, during, after, admitted, 3*b.exactLimit, tries)
+
+	for name, p := range map[string]phaseStats{"before": pre, "fault": fault, "after": post} {
+		if p.transport != 0 || p.other() != 0 {
+			t.Errorf("%s phase: %d transport errors, %d answers neither 200, 429 nor 503: %s", name, p.transport, p.other(), p)
+		}
+		if p.codes[503] != 0 && f.policy != "deny" {
+			t.Errorf("%s phase: %d answers 503 under on_error %s, which never refuses: %s", name, p.codes[503], f.policy, p)
+		}
+		if p.bad503 != 0 {
+			t.Errorf("%s phase: %d answers 503 without Retry-After or code RATE_LIMITER_UNAVAILABLE", name, p.bad503)
+		}
+		if p.max > b.answer {
+			t.Errorf("%s phase: slowest answer %v, want within %v (the store deadline and slack): %s", name, p.max, b.answer, p)
+		}
+	}
+	// Before the fault, no decision degrades (those still in flight when
+	// it began may).
+	early := 0
+	for _, e := range evs {
+		if e.end < injectAt && e.degraded {
+			early++
+		}
+	}
+	if early != 0 {
+		t.Errorf("before the fault: %d degraded decisions, want none: %s", early, pre)
+	}
+	switch {
+	case f.degrades && fault.degraded == 0:
+		t.Errorf("during the fault: no degraded decision; the test did not exercise %s: %s", f.fault, fault)
+	case f.degrades && f.policy == "deny" && fault.codes[503] == 0:
+		t.Errorf("during the fault under deny: no 503: %s", fault)
+	case f.absorbed && fault.degraded+post.degraded != 0:
+		t.Errorf("%s: %d degraded decisions during and %d after, want none (the store absorbs it)", f.fault, fault.degraded, post.degraded)
+	}
+	if !ok || first > f.recovery {
+		t.Errorf("recovery: first decision not degraded %v after the fault ended (found %v), want within %v", first, ok, f.recovery)
+	}
+	if f.partial && lastDegraded > f.recovery {
+		t.Errorf("recovery: last decision degraded %v after the fault ended, want within %v", lastDegraded, f.recovery)
+	}
+	if f.hung && during > before+b.hungGoroutines {
+		t.Errorf("while Redis hung: up to %d goroutines, %d before: more than %d more (one per abandoned request?)", during, before, b.hungGoroutines)
+	}
+	if after > before+b.goroutineSlack {
+		t.Errorf("goroutines: %d after the recovery, %d before: not back within %d", after, before, b.goroutineSlack)
+	}
+	if degraded != 0 || len(others) != 0 || admitted != b.exactLimit || denied != 2*b.exactLimit {
+		t.Errorf("after the recovery, %d concurrent checks of a limit of %d: %d admitted, %d denied, %d degraded, others %q; want exactly %d admitted",
+			3*b.exactLimit, b.exactLimit, admitted, denied, degraded, others, b.exactLimit)
+	}
+}
+
+// faultPolicies are the error policies a store outage is tried under.
+var faultPolicies = []string{"allow", "deny", "local"}
+
+// TestFaultRedisKilled: redis-server SIGKILLed under load, down for 1.5s,
+// and restarted on its port, empty.
+func TestFaultRedisKilled(t *testing.T) {
+	for _, policy := range faultPolicies {
+		t.Run(policy, func(t *testing.T) {
+			srv := redistest.Start(t)
+			runFault(t, faultRun{
+				fault: "redis SIGKILL, down 1.5s, restarted empty", policy: policy, url: "redis://" + srv.Addr,
+				inject: func(*testing.T) { srv.Stop() }, hold: 1500 * time.Millisecond,
+				heal: func(t *testing.T) { srv.Restart(t) }, degrades: true,
+			})
+		})
+	}
+}
+
+// TestFaultRedisHung: redis-server SIGSTOPped under load for 3s (it
+// accepts connections and answers nothing), then SIGCONTed.
+func TestFaultRedisHung(t *testing.T) {
+	for _, policy := range faultPolicies {
+		t.Run(policy, func(t *testing.T) {
+			srv := redistest.Start(t)
+			signal := func(t *testing.T, sig syscall.Signal) {
+				if err := syscall.Kill(srv.Pid(), sig); err != nil {
+					t.Fatalf("%v to redis-server %d: %v", sig, srv.Pid(), err)
+				}
+			}
+			// SIGCONT before the server is killed at the end, whatever
+			// happens: cleanups run last first, and Start's Stop was
+			// registered before this.
+			t.Cleanup(func() { _ = syscall.Kill(srv.Pid(), syscall.SIGCONT) })
+			runFault(t, faultRun{
+				fault: "redis SIGSTOP 3s, then SIGCONT", policy: policy, url: "redis://" + srv.Addr,
+				inject: func(t *testing.T) { signal(t, syscall.SIGSTOP) }, hold: 3 * time.Second,
+				heal: func(t *testing.T) { signal(t, syscall.SIGCONT) }, degrades: true, hung: true,
+			})
+		})
+	}
+}
+
+// TestFaultScriptFlush: SCRIPT FLUSH five times under load, 200ms apart:
+// the store loads its scripts again on NOSCRIPT, and no decision fails.
+// Under deny, where a failure is a visible 503.
+func TestFaultScriptFlush(t *testing.T) {
+	srv := redistest.Start(t)
+	runFault(t, faultRun{
+		fault: "SCRIPT FLUSH x5, 200ms apart", policy: "deny", url: "redis://" + srv.Addr,
+		inject: func(t *testing.T) {
+			for range 5 {
+				srv.Do(t, "SCRIPT", "FLUSH")
+				time.Sleep(200 * time.Millisecond)
+			}
+		},
+		heal: func(*testing.T) {}, absorbed: true,
+	})
+	if n := noscripts(t, srv); n == 0 {
+		t.Error("the server never answered NOSCRIPT: the test did not exercise loading the scripts again")
+	}
+}
+
+// TestFaultClientKill: CLIENT KILL TYPE normal under load, five times
+// 200ms apart: every connection of sluice is closed by the server.
+func TestFaultClientKill(t *testing.T) {
+	for _, policy := range []string{"deny", "local"} {
+		t.Run(policy, func(t *testing.T) {
+			srv := redistest.Start(t)
+			runFault(t, faultRun{
+				fault: "CLIENT KILL TYPE normal x5, 200ms apart", policy: policy, url: "redis://" + srv.Addr,
+				inject: func(t *testing.T) {
+					for range 5 {
+						srv.Do(t, "CLIENT", "KILL", "TYPE", "normal")
+						time.Sleep(200 * time.Millisecond)
+					}
+				},
+				heal: func(*testing.T) {},
+			})
+		})
+	}
+}
+
+// TestFaultRestartEmpty: redis-server killed and restarted at once, empty:
+// the scripts are gone (NOSCRIPT) and so is every count. Under deny, where
+// each failed decision is a visible 503.
+func TestFaultRestartEmpty(t *testing.T) {
+	srv := redistest.Start(t)
+	var next *redistest.Server
+	runFault(t, faultRun{
+		fault: "redis restarted at once, empty (NOSCRIPT)", policy: "deny", url: "redis://" + srv.Addr,
+		inject: func(t *testing.T) { srv.Stop(); next = srv.Restart(t) },
+		heal:   func(*testing.T) {},
+	})
+	if n := noscripts(t, next); n == 0 {
+		t.Error("the restarted server never answered NOSCRIPT: the test did not exercise loading the scripts again")
+	}
+}
+
+// noscripts returns how many times srv answered NOSCRIPT (INFO errorstats).
+func noscripts(t *testing.T, srv *redistest.Server) int {
+	t.Helper()
+	info, _ := srv.Do(t, "INFO", "errorstats").(string)
+	_, rest, ok := strings.Cut(info, "errorstat_NOSCRIPT:count=")
+	if !ok {
+		return 0
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(strings.SplitN(rest, "\r\n", 2)[0]))
+	return n
+}
+
+// TestFaultRedisLater: sluice starts before Redis exists; the error policy
+// decides until redis-server starts 1.5s later.
+func TestFaultRedisLater(t *testing.T) {
+	for _, policy := range []string{"deny", "local"} {
+		t.Run(policy, func(t *testing.T) {
+			srv := redistest.Start(t)
+			srv.Stop()
+			runFault(t, faultRun{
+				fault: "sluice started before Redis exists, Redis up 1.5s later", policy: policy, url: "redis://" + srv.Addr,
+				down: true, hold: 1500 * time.Millisecond,
+				heal: func(t *testing.T) { srv.Restart(t) }, degrades: true,
+			})
+		})
+	}
+}
+
+// TestFaultClusterMasterKilled: one master of a 3-master Redis Cluster (no
+// replicas) SIGKILLed under load, down 2s (less than the node timeout, so
+// the cluster stays up for the other slots), and restarted as the same
+// node, empty.
+func TestFaultClusterMasterKilled(t *testing.T) {
+	c := redistest.StartCluster(t)
+	victim := c.Addrs[0]
+	runFault(t, faultRun{
+		fault: "Cluster master SIGKILL, down 2s, restarted empty", policy: "local",
+		url:    "redis://" + c.Addrs[1] + "?addr=" + c.Addrs[2],
+		inject: func(t *testing.T) { c.KillNode(t, victim) }, hold: 2 * time.Second,
+		heal: func(t *testing.T) { c.RestartNode(t, victim) }, degrades: true, partial: true, recovery: faultBounds.topology,
+	})
+}
+
+// TestFaultSentinelFailover: the primary of a Sentinel deployment SIGKILLed
+// under load; the fault ends when the sentinels have promoted the replica.
+func TestFaultSentinelFailover(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	var old string
+	runFault(t, faultRun{
+		fault: "Sentinel primary SIGKILL, failover", policy: "local", url: s.URL(),
+		inject: func(t *testing.T) { old = s.KillPrimary(t) },
+		heal: func(t *testing.T) {
+			s.WaitFailover(t, old, faultBounds.topology)
+		},
+		degrades: true, recovery: faultBounds.topology,
+	})
+}
+
+// waitDecided waits, for up to 10s, until a check of rule load is decided
+// by the store: answered 200 and not degraded.
+func waitDecided(t *testing.T, d *daemon) {
+	t.Helper()
+	waitUntil(t, 10*time.Second, func() error {
+		if code, _, body := d.post(t, "/v1/check", `{"rule":"load","key":"probe"}`); code != 200 || strings.Contains(body, `"degraded":true`) {
+			return fmt.Errorf("rule load: last answer %d %s", code, body)
+		}
+		return nil
+	})
+}
