@@ -7,7 +7,7 @@ GO          ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: test short deps fmt vet lint fuzz bench run
+.PHONY: test short deps fmt vet lint fuzz bench run soak
 
 test: deps fmt vet lint
 	$(GO) test -race -count=1 ./...
@@ -61,6 +61,14 @@ fuzz:
 # Benchmarks of this module; peer comparisons live in bench/.
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# make soak, not part of make test: sluice serve with a real redis-server
+# (on_error local) at 500 requests/s for 10 minutes, Redis restarted twice
+# and hung once (SIGSTOP for 10s); a report row every 10s (answers,
+# errors, degraded, p99, RSS), then a summary. It fails when a client saw
+# an error. SOAK_DURATION=60s make soak for a short try.
+soak: deps
+	$(GO) run ./internal/soak
 
 run:
 	$(GO) run ./examples/basic
