@@ -153,12 +153,20 @@ type phaseStats struct {
 	p50, p99, max                  time.Duration
 }
 
-// stats summarizes the events that started in [from, to).
-func stats(evs []faultEvent, from, to time.Duration) phaseStats {
+// stats summarizes the events of one phase of a fault from inject to
+// heal: before, those answered before inject; during, those in flight at
+// some time from inject to heal; after, those sent after heal. Each event
+// is in one phase.
+func stats(evs []faultEvent, phase string, inject, heal time.Duration) phaseStats {
+	in := map[string]func(e faultEvent) bool{
+		"before": func(e faultEvent) bool { return e.end < inject },
+		"during": func(e faultEvent) bool { return e.end >= inject && e.start < heal },
+		"after":  func(e faultEvent) bool { return e.start >= heal },
+	}[phase]
 	s := phaseStats{codes: map[int]int{}}
 	var lat []time.Duration
 	for _, e := range evs {
-		if e.start < from || e.start >= to {
+		if !in(e) {
 			continue
 		}
 		s.n++

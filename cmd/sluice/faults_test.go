@@ -25,13 +25,13 @@ import (
 var faultBounds = struct {
 	// workers is the number of concurrent clients of the load.
 	workers int
-	// steady is how long the load runs before the fault, and settle how
-	// long it keeps running, after the recovery, with no decision
-	// degraded.
+	// steady is how long the load runs before the fault; settle, how
+	// long at least it runs after the recovery (after a partial fault,
+	// with no decision degraded).
 	steady, settle time.Duration
 	// recovery bounds the time from a fault's end to the first decision
-	// that is not degraded, for one redis-server; topology (Cluster,
-	// Sentinel) the same for a Cluster or Sentinel.
+	// that is not degraded, with one redis-server; topology, with a
+	// Cluster or Sentinel.
 	recovery, topology time.Duration
 	// answer bounds the slowest answer while the store fails or hangs:
 	// the store deadline (sluice.DefaultStoreTimeout, the default of
@@ -47,19 +47,25 @@ var faultBounds = struct {
 	// deadline leaves one goroutine behind until Redis answers, so a
 	// deadline much shorter than the hang exceeds it.
 	hungGoroutines int
+	// healthyDegraded is the share of decisions that may degrade while
+	// Redis is healthy (before a fault, and throughout one the store
+	// absorbs): none with a store deadline of a second; a deadline near
+	// the p99 of a loaded machine may miss a few.
+	healthyDegraded float64
 	// exactLimit is the limit of rule exact, which must admit exactly
 	// that many of 3 x as many concurrent checks once Redis is back.
 	exactLimit int
 }{
-	workers:        32,
-	steady:         time.Second,
-	settle:         time.Second,
-	recovery:       5 * time.Second,
-	topology:       30 * time.Second,
-	answer:         sluice.DefaultStoreTimeout + 4*time.Second,
-	goroutineSlack: 64,
-	hungGoroutines: 8 * 32,
-	exactLimit:     20,
+	workers:         32,
+	steady:          time.Second,
+	settle:          time.Second,
+	recovery:        5 * time.Second,
+	topology:        30 * time.Second,
+	answer:          sluice.DefaultStoreTimeout + 4*time.Second,
+	goroutineSlack:  64,
+	hungGoroutines:  8 * 32, // 8 per worker
+	healthyDegraded: 0,
+	exactLimit:      20,
 }
 
 // faultPolicyFile is the policy file of every fault test, under the error
@@ -78,8 +84,8 @@ type faultRun struct {
 	fault  string // the summary row's name of the fault
 	policy string // redis.on_error
 	url    string // SLUICE_REDIS_URL
-	// down: Redis is unreachable when sluice starts; the fault phase
-	// begins with the load, and inject is not called.
+	// down: Redis is unreachable when sluice starts; the fault begins
+	// with the load, lasts steady + hold, and inject is not called.
 	down   bool
 	inject func(t *testing.T) // begins the fault (it may block, e.g. until a failover)
 	hold   time.Duration      // how long the fault lasts after inject returned
@@ -99,8 +105,13 @@ type faultRun struct {
 	partial bool
 }
 
-// runFault runs f: it starts sluice serve, the load, the fault, and checks
-// what must hold under f.policy, whatever the fault:
+// runFault runs f: it starts sluice serve and the load, injects the fault
+// after faultBounds.steady, ends it, and waits for the recovery. It logs
+// the clients' view of three phases: before (requests answered before the
+// fault began), during (requests in flight at some time of the fault) and
+// after (requests sent after it ended); the recovery; go_goroutines before
+// the fault, at most during it and after it, each under the load. It
+// checks what must hold under f.policy, whatever the fault:
 //   - no transport error and no answer other than 200, 429 or 503, ever;
 //   - 503 only under deny, each with Retry-After and code
 //     RATE_LIMITER_UNAVAILABLE;
@@ -123,22 +134,14 @@ func runFault(t *testing.T, f faultRun) {
 	}
 	load := startLoad(d, b.workers)
 	defer load.stop()
-	var injectAt time.Duration
-	var before int
-	var s *sampler
-	if f.down {
-		var err error
-		if before, err = goroutines(d); err != nil {
-			t.Fatal(err)
-		}
-		s = sampleGoroutines(d)
-	} else {
-		time.Sleep(b.steady)
-		var err error
-		if before, err = goroutines(d); err != nil {
-			t.Fatal(err)
-		}
-		s = sampleGoroutines(d)
+	time.Sleep(b.steady) // with f.down, Redis is still absent
+	before, err := goroutines(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sampleGoroutines(d)
+	var injectAt time.Duration // with f.down, the fault began with the load
+	if !f.down {
 		injectAt = load.now()
 		f.inject(t)
 	}
@@ -150,19 +153,20 @@ func runFault(t *testing.T, f faultRun) {
 		if !load.healed.Load() {
 			return fmt.Errorf("%s under %s: no decision that is not degraded since the fault ended", f.fault, f.policy)
 		}
-		if q := load.quietFor(); q < b.settle {
+		if q := load.quietFor(); f.partial && q < b.settle {
 			return fmt.Errorf("%s under %s: a decision degraded %v ago, want none for %v", f.fault, f.policy, q, b.settle)
+		}
+		if since := load.now() - healAt; since < b.settle {
+			return fmt.Errorf("%v since the fault ended, want %v", since, b.settle)
 		}
 		return nil
 	})
-	endAt := load.now()
-	load.stop()
+	// Goroutines are counted under the same load as before the fault.
 	after := waitGoroutines(t, d, before+b.goroutineSlack, 10*time.Second)
+	load.stop()
 
 	evs := load.all()
-	pre := stats(evs, 0, injectAt)
-	fault := stats(evs, injectAt, healAt)
-	post := stats(evs, healAt, endAt)
+	pre, fault, post := stats(evs, "before", injectAt, healAt), stats(evs, "during", injectAt, healAt), stats(evs, "after", injectAt, healAt)
 	first, ok, lastDegraded := recovery(evs, healAt)
 
 	// The limit is exact again: with Redis deciding, a fresh key admits
@@ -177,10 +181,10 @@ func runFault(t *testing.T, f faultRun) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Logf("FAULT | %s | on_error %s | before: %s | fault (%s): %s | after: %s | recovery %s (last degraded %s) | goroutines %d, max %d during, %d after | exact %d/%d admitted (try %d)",
+	t.Logf("FAULT | %s | on_error %s | before: %s | during (%s): %s | after: %s | recovery %s (last degraded %s) | goroutines %d, max %d during, %d after | exact %d/%d admitted (try %d)",
 		f.fault, f.policy, pre, round(healAt-injectAt), fault, post, round(first), round(lastDegraded), before, during, after, admitted, 3*b.exactLimit, tries)
 
-	for name, p := range map[string]phaseStats{"before": pre, "fault": fault, "after": post} {
+	for name, p := range map[string]phaseStats{"before": pre, "during": fault, "after": post} {
 		if p.transport != 0 || p.other() != 0 {
 			t.Errorf("%s phase: %d transport errors, %d answers neither 200, 429 nor 503: %s", name, p.transport, p.other(), p)
 		}
@@ -194,24 +198,17 @@ func runFault(t *testing.T, f faultRun) {
 			t.Errorf("%s phase: slowest answer %v, want within %v (the store deadline and slack): %s", name, p.max, b.answer, p)
 		}
 	}
-	// Before the fault, no decision degrades (those still in flight when
-	// it began may).
-	early := 0
-	for _, e := range evs {
-		if e.end < injectAt && e.degraded {
-			early++
-		}
-	}
-	if early != 0 {
-		t.Errorf("before the fault: %d degraded decisions, want none: %s", early, pre)
+	healthy := func(p phaseStats) int { return int(b.healthyDegraded * float64(p.n)) }
+	if pre.degraded > healthy(pre) {
+		t.Errorf("before the fault: %d degraded decisions, want at most %d: %s", pre.degraded, healthy(pre), pre)
 	}
 	switch {
 	case f.degrades && fault.degraded == 0:
 		t.Errorf("during the fault: no degraded decision; the test did not exercise %s: %s", f.fault, fault)
 	case f.degrades && f.policy == "deny" && fault.codes[503] == 0:
 		t.Errorf("during the fault under deny: no 503: %s", fault)
-	case f.absorbed && fault.degraded+post.degraded != 0:
-		t.Errorf("%s: %d degraded decisions during and %d after, want none (the store absorbs it)", f.fault, fault.degraded, post.degraded)
+	case f.absorbed && (fault.degraded > healthy(fault) || post.degraded > healthy(post)):
+		t.Errorf("%s: %d degraded decisions during and %d after, want at most %d and %d (the store absorbs it)", f.fault, fault.degraded, post.degraded, healthy(fault), healthy(post))
 	}
 	if !ok || first > f.recovery {
 		t.Errorf("recovery: first decision not degraded %v after the fault ended (found %v), want within %v", first, ok, f.recovery)
@@ -342,7 +339,8 @@ func noscripts(t *testing.T, srv *redistest.Server) int {
 }
 
 // TestFaultRedisLater: sluice starts before Redis exists; the error policy
-// decides until redis-server starts 1.5s later.
+// decides until redis-server starts, 1.5s after the load. sluice tries to
+// connect once a second.
 func TestFaultRedisLater(t *testing.T) {
 	for _, policy := range []string{"deny", "local"} {
 		t.Run(policy, func(t *testing.T) {
@@ -350,7 +348,7 @@ func TestFaultRedisLater(t *testing.T) {
 			srv.Stop()
 			runFault(t, faultRun{
 				fault: "sluice started before Redis exists, Redis up 1.5s later", policy: policy, url: "redis://" + srv.Addr,
-				down: true, hold: 1500 * time.Millisecond,
+				down: true, hold: 1500*time.Millisecond - faultBounds.steady,
 				heal: func(t *testing.T) { srv.Restart(t) }, degrades: true,
 			})
 		})
