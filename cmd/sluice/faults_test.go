@@ -368,6 +368,11 @@ func TestFaultClusterMasterKilled(t *testing.T) {
 		inject: func(t *testing.T) { c.KillNode(t, victim) }, hold: 2 * time.Second,
 		heal: func(t *testing.T) { c.RestartNode(t, victim) }, degrades: true, partial: true, recovery: faultBounds.topology,
 	})
+	// A master that restarts refuses commands for its first 2s
+	// (CLUSTERDOWN, Redis's CLUSTER_WRITABLE_DELAY): the recovery is
+	// Redis's own.
+	info, _ := c.Do(t, victim, "INFO", "errorstats").(string)
+	t.Logf("the restarted master's INFO errorstats: %q", strings.TrimSpace(info))
 }
 
 // TestFaultSentinelFailover: the primary of a Sentinel deployment SIGKILLed
