@@ -186,7 +186,7 @@ func schedule(ctx context.Context, s settings, l *load, r *redisServer) <-chan f
 // report prints a row every s.interval until the load is done, then one
 // for the rest.
 func report(ctx context.Context, s settings, l *load, d *daemon) {
-	fmt.Printf("%8s %7s %7s %7s %6s %8s %6s %9s %9s %9s %8s %5s  %s\n",
+	fmt.Printf("%8s %7s %7s %7s %6s %8s %6s %9s %9s %9s %8s %6s  %s\n",
 		"time", "answers", "200", "429", "errors", "degraded", "shed", "p50", "p99", "max", "RSS", "gorout", "events")
 	tick := time.NewTicker(s.interval)
 	defer tick.Stop()
@@ -213,9 +213,10 @@ func report(ctx context.Context, s settings, l *load, d *daemon) {
 		if n, err := d.goroutines(); err == nil {
 			g = fmt.Sprint(n)
 		}
-		fmt.Printf("%8s %7d %7d %7d %6d %8d %6d %9s %9s %9s %8s %5s  %s\n",
+		line := fmt.Sprintf("%8s %7d %7d %7d %6d %8d %6d %9s %9s %9s %8s %6s  %s",
 			l.now().Round(time.Second), st.n, st.ok, st.denied, st.errors, st.degraded, nShed,
 			short(st.p50), short(st.p99), short(st.max), mem, g, strings.Join(notes, "; "))
+		fmt.Println(strings.TrimRight(line, " "))
 	}
 	for {
 		select {
