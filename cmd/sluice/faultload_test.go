@@ -264,6 +264,7 @@ type sampler struct {
 	max  atomic.Int64
 	quit chan struct{}
 	done chan struct{}
+	once sync.Once
 }
 
 func sampleGoroutines(d *daemon) *sampler {
@@ -286,9 +287,10 @@ func sampleGoroutines(d *daemon) *sampler {
 	return s
 }
 
-// stop ends the sampling and returns the largest count seen.
+// stop ends the sampling and returns the largest count seen. It may be
+// called more than once.
 func (s *sampler) stop() int {
-	close(s.quit)
+	s.once.Do(func() { close(s.quit) })
 	<-s.done
 	return int(s.max.Load())
 }

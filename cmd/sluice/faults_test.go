@@ -140,6 +140,7 @@ func runFault(t *testing.T, f faultRun) {
 		t.Fatal(err)
 	}
 	s := sampleGoroutines(d)
+	defer s.stop()
 	var injectAt time.Duration // with f.down, the fault began with the load
 	if !f.down {
 		injectAt = load.now()
@@ -296,16 +297,22 @@ func TestFaultClientKill(t *testing.T) {
 	for _, policy := range []string{"deny", "local"} {
 		t.Run(policy, func(t *testing.T) {
 			srv := redistest.Start(t)
+			killed := int64(0)
 			runFault(t, faultRun{
 				fault: "CLIENT KILL TYPE normal x5, 200ms apart", policy: policy, url: "redis://" + srv.Addr,
 				inject: func(t *testing.T) {
 					for range 5 {
-						srv.Do(t, "CLIENT", "KILL", "TYPE", "normal")
+						n, _ := srv.Do(t, "CLIENT", "KILL", "TYPE", "normal").(int64)
+						killed += n
 						time.Sleep(200 * time.Millisecond)
 					}
 				},
 				heal: func(*testing.T) {},
 			})
+			if killed == 0 {
+				t.Error("CLIENT KILL closed no connection: the test did not exercise it")
+			}
+			t.Logf("CLIENT KILL closed %d connections in all", killed)
 		})
 	}
 }

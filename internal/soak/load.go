@@ -47,8 +47,8 @@ type load struct {
 	notes  []string        // what the fault schedule did, for the report
 }
 
-// newLoad starts the load on base.
-func newLoad(base string, s settings) *load {
+// newLoad starts the load on base; it ends early when ctx does.
+func newLoad(ctx context.Context, base string, s settings) *load {
 	l := &load{
 		base: base,
 		client: &http.Client{
@@ -65,7 +65,7 @@ func newLoad(base string, s settings) *load {
 		go func() {
 			defer wg.Done()
 			for j := range jobs {
-				l.send(j)
+				l.send(ctx, j)
 			}
 		}()
 	}
@@ -74,11 +74,17 @@ func newLoad(base string, s settings) *load {
 		for i := range n {
 			due := time.Duration(i * int64(time.Second) / int64(s.rate))
 			if wait := time.Until(l.t0.Add(due)); wait > 0 {
-				time.Sleep(wait)
+				select {
+				case <-time.After(wait):
+				case <-ctx.Done():
+				}
+			}
+			if ctx.Err() != nil {
+				break
 			}
 			select {
 			case jobs <- job{sched: due, key: int(i % int64(s.keys))}:
-			default: // every client is busy and the queue is full
+			default: // every client is busy, and as many requests wait
 				l.mu.Lock()
 				l.shed = append(l.shed, due)
 				l.mu.Unlock()
@@ -93,10 +99,15 @@ func newLoad(base string, s settings) *load {
 }
 
 // send sends one request and records what its client saw.
-func (l *load) send(j job) {
+func (l *load) send(ctx context.Context, j job) {
 	body := fmt.Sprintf(`{"rule":"soak","key":"k%d"}`, j.key)
 	e := event{sched: j.sched}
-	resp, err := l.client.Post(l.base+"/v1/check", "application/json", strings.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.base+"/v1/check", strings.NewReader(body))
+	var resp *http.Response
+	if err == nil { // else a URL that does not parse: a transport error
+		req.Header.Set("Content-Type", "application/json")
+		resp, err = l.client.Do(req)
+	}
 	if err == nil {
 		b, rerr := io.ReadAll(resp.Body)
 		resp.Body.Close()

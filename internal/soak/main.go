@@ -15,9 +15,10 @@
 //
 // The load is open-loop: requests are scheduled at -rate per second
 // whatever the answers, and sent by at most -workers clients at once; a
-// request whose turn comes while every client is busy is not sent and is
-// counted as shed. Latency is measured from a request's scheduled time,
-// so time spent waiting for a free client counts.
+// request whose turn comes while every client is busy waits, unless as
+// many requests wait already: then it is not sent, and is counted as
+// shed. Latency is measured from a request's scheduled time, so time spent
+// waiting for a free client counts.
 //
 // It starts every process on loopback and stops each by its pid (the
 // kernel kills them too if soak dies: they die with their parent).
@@ -142,7 +143,7 @@ func soak(ctx context.Context, s settings) (int, error) {
 	fmt.Printf("soak: %v at %d requests/s, at most %d clients, %d keys of 4/s each; Redis restarted at %v and %v, hung for %v at %v\n\n",
 		s.duration, s.rate, s.workers, s.keys, at(s, restart1), at(s, restart2), s.hang, at(s, hangAt))
 
-	l := newLoad(d.base, s)
+	l := newLoad(ctx, d.base, s)
 	rssStart, _ := rss(d.pid())
 	goStart, _ := d.goroutines()
 	faults := schedule(ctx, s, l, r)
