@@ -69,8 +69,8 @@ var faultBounds = struct {
 }
 
 // faultPolicyFile is the policy file of every fault test, under the error
-// policy %s: rule load (never denies, the load's) and rule exact (exactly
-// 20 per hour, in a sliding log).
+// policy of its first verb: rule load (the load's, which never denies) and
+// rule exact (faultBounds.exactLimit per hour, in a sliding log).
 const faultPolicyFile = `
 redis:
   on_error: %s
