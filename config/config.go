@@ -49,6 +49,10 @@ type Redis struct {
 	OnError string
 	// Timeout bounds every store call; default sluice.DefaultStoreTimeout.
 	Timeout time.Duration
+	// Replicas is the number of replicas that share the limits, whose
+	// share of each limit a replica enforces under on_error local; 0 (the
+	// default, "auto") learns it from the replicas' heartbeats in Redis.
+	Replicas int
 }
 
 // HTTP is the http section: what the middleware tells clients, and whom it

@@ -486,3 +486,39 @@ func decideSteps(t *testing.T, name string, set *policy.RuleSet, steps []step) {
 		}
 	}
 }
+
+// TestErrorPolicies: redis.replicas is auto (0) or a number, and a rule's
+// on_error becomes its policy, whose local fallback is the store's.
+func TestErrorPolicies(t *testing.T) {
+	for _, tt := range []struct {
+		redis string
+		want  int
+	}{
+		{"", 0},
+		{"redis: {replicas: auto}\n", 0},
+		{"redis: {replicas: 3}\n", 3},
+	} {
+		f, err := Parse("r.yaml", []byte(tt.redis+"rules:\n  - {name: a, limit: 1, period: 1h}\n"))
+		if err != nil {
+			t.Fatalf("%q: %v", tt.redis, err)
+		}
+		if f.Redis.Replicas != tt.want {
+			t.Errorf("%q: Replicas = %d, want %d", tt.redis, f.Redis.Replicas, tt.want)
+		}
+	}
+	f, err := Parse("r.yaml", []byte(`rules:
+  - {name: a, limit: 1, period: 1h}
+  - {name: login, match: POST /login, limit: 1, period: 1h, on_error: deny}
+  - {name: status, match: GET /status, limit: 1, period: 1h, on_error: allow}
+  - {name: search, match: GET /search, limit: 1, period: 1h, on_error: local}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []sluice.ErrorPolicy{{}, sluice.DenyOnError, sluice.AllowOnError, sluice.LocalOnError(nil)}
+	for i, r := range f.Rules {
+		if r.OnError != want[i] {
+			t.Errorf("rule %s: OnError %q, want %q", r.Name, r.OnError, want[i])
+		}
+	}
+}

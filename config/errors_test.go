@@ -48,12 +48,18 @@ var errorTests = []struct {
 		`redis.url: is not a Redis URL; write redis://[user:password@]host:port/db, rediss://... for TLS, or unix:///path/to/redis.sock (leave url out for the in-memory store) (sluice.yaml:4)`},
 	{"on_error", rule + "redis:\n  on_error: fail\n",
 		`redis.on_error: "fail" is not one of allow, deny, local (sluice.yaml:4)`},
+	{"replicas zero", rule + "redis:\n  replicas: 0\n",
+		`redis.replicas: must be auto or at least 1, got 0 (sluice.yaml:4)`},
+	{"replicas word", rule + "redis:\n  replicas: many\n",
+		`redis.replicas: "many" is not a whole number; auto (learned from the replicas' heartbeats in Redis), or the number of replicas sharing the limits (sluice.yaml:4)`},
+	{"rule on_error return", "rules:\n  - {name: a, limit: 1, period: 1s, on_error: return}\n",
+		`rules[0].on_error: "return" is not one of allow, deny, local (sluice.yaml:2)`},
 	{"timeout zero", rule + "redis:\n  timeout: 0s\n",
 		`redis.timeout: must be positive, got 0s; write a Go duration such as 500ms, 1s, 1m, 1h or 1h30m (sluice.yaml:4)`},
 	{"redis unknown field", rule + "redis:\n  adress: redis://h\n",
-		`redis.adress: unknown field; redis takes url, on_error, timeout (sluice.yaml:4)`},
+		`redis.adress: unknown field; redis takes url, on_error, timeout, replicas (sluice.yaml:4)`},
 	{"redis not a mapping", rule + "redis: redis://h\n",
-		`redis: must be a mapping with the keys url, on_error, timeout, not "redis://h" (sluice.yaml:3)`},
+		`redis: must be a mapping with the keys url, on_error, timeout, replicas, not "redis://h" (sluice.yaml:3)`},
 
 	// http.
 	{"headers", rule + "http:\n  headers: all\n",
@@ -77,9 +83,9 @@ var errorTests = []struct {
 
 	// A rule's own fields.
 	{"rule not a mapping", "rules:\n  - search\n",
-		`rules[0]: must be a mapping with the keys name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans, not "search" (sluice.yaml:2)`},
+		`rules[0]: must be a mapping with the keys name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, on_error, plans, not "search" (sluice.yaml:2)`},
 	{"unknown rule field", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    perod: 1m\n",
-		`rules[0].perod: unknown field (did you mean period?); a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans (sluice.yaml:5)`},
+		`rules[0].perod: unknown field (did you mean period?); a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, on_error, plans (sluice.yaml:5)`},
 	{"missing name", "rules:\n  - limit: 1\n    period: 1s\n",
 		`rules[0].name: is missing; every rule needs a name of letters, digits, '-', '_' and '.' (sluice.yaml:2)`},
 	{"bad name", "rules:\n  - name: my rule\n    limit: 1\n    period: 1s\n",
@@ -247,11 +253,11 @@ func TestTypoNeverDefaults(t *testing.T) {
 	_, err := Parse("sluice.yaml", []byte("rules:\n  - name: a\n    limit: 1\n    perod: 1s\n"))
 	checkErrs(t, err,
 		`rules[0].period: is missing; a rule needs limit and period, or a limits list (sluice.yaml:2)`,
-		`rules[0].perod: unknown field (did you mean period?); a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans (sluice.yaml:4)`,
+		`rules[0].perod: unknown field (did you mean period?); a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, on_error, plans (sluice.yaml:4)`,
 	)
 	_, err = Parse("sluice.yaml", []byte("rules:\n  - name: a\n    limit: 1\n    period: 1s\n    bursts: 5\n"))
 	checkErrs(t, err,
-		`rules[0].bursts: unknown field (did you mean burst?); a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans (sluice.yaml:5)`,
+		`rules[0].bursts: unknown field (did you mean burst?); a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, on_error, plans (sluice.yaml:5)`,
 	)
 }
 
@@ -292,7 +298,7 @@ rules:
 		`rules[0].period: is missing; a rule needs limit and period, or a limits list (bad.yaml:8)`,
 		`rules[0].algorithm: "token-bucket" is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra (bad.yaml:10)`,
 		`rules[0].limit: must be at least 1, got 0 (bad.yaml:11)`,
-		`rules[0].perod: unknown field (did you mean period?); a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans (bad.yaml:12)`,
+		`rules[0].perod: unknown field (did you mean period?); a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, on_error, plans (bad.yaml:12)`,
 		`rules[1].name: "search" is also the name of rules[0] (line 8); rule names are unique (bad.yaml:13)`,
 		`rules[1].match: "GET /api/search" is also the match of rules[0] (line 9); one rule per pattern (bad.yaml:14)`,
 		`rules[1].key: "cookie:sid" is not one of ip, global, header:<Name> or query:<name> (bad.yaml:15)`,

@@ -18,9 +18,9 @@ import (
 // The fields each mapping accepts, in documentation order.
 var (
 	fileFields  = []string{"redis", "http", "rules"}
-	redisFields = []string{"url", "on_error", "timeout"}
+	redisFields = []string{"url", "on_error", "timeout", "replicas"}
 	httpFields  = []string{"headers", "problem_json", "policy_key", "trusted_proxies", "ipv6_prefix"}
-	ruleFields  = []string{"name", "group", "match", "key", "missing_key", "algorithm", "limit", "period", "burst", "limits", "cost", "shadow", "plans"}
+	ruleFields  = []string{"name", "group", "match", "key", "missing_key", "algorithm", "limit", "period", "burst", "limits", "cost", "shadow", "on_error", "plans"}
 	limitFields = []string{"algorithm", "limit", "period", "burst"}
 	planFields  = []string{"name", "keys", "prefixes", "algorithm", "limit", "period", "burst", "limits"}
 )

@@ -44,6 +44,17 @@ func (p *parser) redis(f field) Redis {
 			}
 		}
 	}
+	if e, ok := m["replicas"]; ok {
+		if e.val.Value == "auto" {
+			r.Replicas = 0
+		} else if n, ok := p.integer(e, `auto (learned from the replicas' heartbeats in Redis), or the number of replicas sharing the limits`); ok {
+			if n < 1 {
+				p.errorf(e.val.Line, e.path, "must be auto or at least 1, got %d", n)
+			} else {
+				r.Replicas = n
+			}
+		}
+	}
 	return r
 }
 
