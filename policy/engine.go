@@ -69,6 +69,9 @@ func (e *Engine) Update(set *RuleSet) {
 // Rules returns the rules the engine decides under now.
 func (e *Engine) Rules() *RuleSet { return e.set.Load() }
 
+// Limiter returns the Limiter the engine decides with.
+func (e *Engine) Limiter() *sluice.Limiter { return e.lim }
+
 // Outcome is what one rule made of one request.
 type Outcome uint8
 

@@ -35,12 +35,13 @@ import (
 type Option func(*settings)
 
 type settings struct {
-	log      *slog.Logger
-	obs      policy.Observer
-	wrap     func(sluice.Store) sluice.Store
-	redis    func(config.Redis) config.Redis
-	rules    []policy.Option
-	onReload func(ok bool)
+	log       *slog.Logger
+	obs       policy.Observer
+	wrap      func(sluice.Store) sluice.Store
+	redis     func(config.Redis) config.Redis
+	rules     []policy.Option
+	onReload  func(ok bool)
+	onBreaker func(sluice.BreakerState, error)
 }
 
 // WithLogger sets where the store's changes of state, reloads and
@@ -73,6 +74,13 @@ func WithRuleOptions(opts ...policy.Option) Option {
 // WithReloadReport registers f to hear whether each reload succeeded (for
 // metrics).
 func WithReloadReport(f func(ok bool)) Option { return func(s *settings) { s.onReload = f } }
+
+// WithBreakerReport registers f to hear each change of the store's
+// circuit breaker (see sluice.WithBreakerHandler), for metrics; the
+// changes are logged anyway.
+func WithBreakerReport(f func(sluice.BreakerState, error)) Option {
+	return func(s *settings) { s.onBreaker = f }
+}
 
 // Policy is a policy file at work: its store, Limiter and engine. It is
 // safe for concurrent use. Create it with Open; Close it when done.
@@ -123,7 +131,7 @@ func newPolicy(f *config.File, fp fingerprint, opts []Option) (*Policy, error) {
 		return nil, err
 	}
 	p.running = p.set.redis(f.Redis)
-	if p.back, err = openBackend(p.running, p.set.wrap, p.set.log); err != nil {
+	if p.back, err = openBackend(p.running, p.set); err != nil {
 		return nil, err
 	}
 	p.engine = policy.New(p.back.Limiter, set, policy.WithObserver(p.set.obs), policy.WithLogger(p.set.log))
@@ -133,7 +141,8 @@ func newPolicy(f *config.File, fp fingerprint, opts []Option) (*Policy, error) {
 }
 
 func defaults() settings {
-	return settings{log: slog.Default(), obs: func(string, policy.Outcome) {}, redis: func(r config.Redis) config.Redis { return r }, onReload: func(bool) {}}
+	return settings{log: slog.Default(), obs: func(string, policy.Outcome) {}, redis: func(r config.Redis) config.Redis { return r }, onReload: func(bool) {},
+		onBreaker: func(sluice.BreakerState, error) {}}
 }
 
 // compile returns f's rules compiled and its response options.
@@ -160,8 +169,8 @@ func (p *Policy) Limiter() *sluice.Limiter { return p.back.Limiter }
 func (p *Policy) File() *config.File { return p.file.Load() }
 
 // Ready reports whether decisions can be made: under on_error: deny,
-// whether Redis answers; otherwise always nil, since the error policy
-// answers while it does not.
+// whether the store's breaker is closed and Redis runs decisions;
+// otherwise always nil, since the error policy answers while it does not.
 func (p *Policy) Ready(ctx context.Context) error { return p.back.Ready(ctx) }
 
 // Close releases the store's connections.

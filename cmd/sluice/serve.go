@@ -39,7 +39,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	path := df.path
 	m := metrics.New()
 	open := []policyfile.Option{policyfile.WithLogger(log), policyfile.WithRedis(df.storeSettings),
-		policyfile.WithStore(m.Store), policyfile.WithObserver(m.Decision), policyfile.WithReloadReport(m.Reload)}
+		policyfile.WithStore(m.Store), policyfile.WithObserver(m.Decision), policyfile.WithReloadReport(m.Reload),
+		policyfile.WithBreakerReport(m.Breaker)}
 	// A file written for envoyproxy/ratelimit configures the Envoy gRPC
 	// service; a sluice policy file, the HTTP API and Envoy's gRPC, both
 	// deciding through one engine.
