@@ -99,6 +99,7 @@ type breaker struct {
 	threshold int32
 	probe     time.Duration
 	start     time.Time // the zero of opened, for a monotonic clock
+	openErr   error     // the store error of the decisions it stops
 
 	state    atomic.Uint32 // a BreakerState
 	failures atomic.Int32  // consecutive, while closed
@@ -119,7 +120,10 @@ func newBreaker(b Breaker, onChange func(BreakerState, error)) *breaker {
 	if b.Probe <= 0 {
 		b.Probe = DefaultBreakerProbe
 	}
-	return &breaker{threshold: int32(min(b.Failures, 1<<30)), probe: b.Probe, start: time.Now(), onChange: onChange}
+	return &breaker{
+		threshold: int32(min(b.Failures, 1<<30)), probe: b.Probe, start: time.Now(), onChange: onChange,
+		openErr: fmt.Errorf("%w after %d consecutive failures", ErrBreakerOpen, b.Failures),
+	}
 }
 
 // ticket is what a call that the breaker let through must hand back to

@@ -183,7 +183,7 @@ func (l *Limiter) take(ctx context.Context, parts []Part) ([]Result, error) {
 	if b := l.breaker; b != nil {
 		ok := false
 		if t, ok = b.allow(); !ok {
-			return l.degrade(ctx, req, fmt.Errorf("%w after %d consecutive failures", ErrBreakerOpen, b.threshold))
+			return l.degrade(ctx, req, b.openErr)
 		}
 	}
 	rs, err := l.takeWithin(ctx, req)
