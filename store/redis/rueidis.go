@@ -63,9 +63,10 @@ func CheckURL(url string) error {
 	return err
 }
 
-// parseURL returns the rueidis options url describes. Its error never
-// quotes the URL, which may hold a password: net/url's errors do, so only
-// the cause inside them is kept.
+// parseURL returns the rueidis options url describes: those of
+// rueidis.ParseURL, then the TLS options (tls.go), with every query option
+// checked (checkOptions). Its error never quotes the URL, which may hold a
+// password: net/url's errors do, so only the cause inside them is kept.
 func parseURL(url string) (rueidis.ClientOption, error) {
 	opt, err := rueidis.ParseURL(url)
 	if err != nil {
@@ -73,6 +74,20 @@ func parseURL(url string) (rueidis.ClientOption, error) {
 		if errors.As(err, &uerr) {
 			err = uerr.Err
 		}
+		return opt, fmt.Errorf("invalid Redis URL: %w", err)
+	}
+	u, err := neturl.Parse(url) // rueidis parsed it: it parses
+	if err != nil {
+		return opt, errors.New("invalid Redis URL")
+	}
+	q, err := neturl.ParseQuery(u.RawQuery)
+	if err != nil {
+		return opt, fmt.Errorf("invalid Redis URL: query: %w", err)
+	}
+	if err := checkOptions(q); err != nil {
+		return opt, fmt.Errorf("invalid Redis URL: %w", err)
+	}
+	if err := applyTLS(&opt, q); err != nil {
 		return opt, fmt.Errorf("invalid Redis URL: %w", err)
 	}
 	return opt, nil
