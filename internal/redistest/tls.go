@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -140,20 +141,41 @@ func StartTLS(t testing.TB, extra ...string) (*Server, TLSFiles) {
 	t.Helper()
 	path := Need(t)
 	files := NewTLSFiles(t)
-	s := retryPorts(t, func(port int) (*Server, error) {
-		tlsPort, err := proc.FreePort()
+	return startTLS(t, path, files, "", extra...), files
+}
+
+// startTLS starts a redis-server at path for t with a plain port and a TLS
+// port serving files (see redisproc.Start for configFile and extra), and
+// stops it when t ends.
+func startTLS(t testing.TB, path string, files TLSFiles, configFile string, extra ...string) *Server {
+	t.Helper()
+	return retryPorts(t, func(port int) (*Server, error) {
+		p, err := freePorts(port, 1)
 		if err != nil {
 			return nil, err
 		}
-		if tlsPort == port {
-			return nil, fmt.Errorf("the kernel handed out port %d twice", port)
-		}
-		s, err := launch(path, t.TempDir(), port, "", append(files.serverArgs(tlsPort), extra...)...)
+		s, err := launch(path, t.TempDir(), port, configFile, append(files.serverArgs(p[0]), extra...)...)
 		if err != nil {
 			return nil, err
 		}
-		s.TLSAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
+		s.TLSAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(p[0]))
 		return s, nil
 	})
-	return s, files
+}
+
+// freePorts returns n free ports other than port, for the further ports
+// of a server on port (the cluster bus, TLS).
+func freePorts(port, n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for len(ports) < n {
+		p, err := proc.FreePort()
+		if err != nil {
+			return nil, err
+		}
+		if p == port || slices.Contains(ports, p) {
+			return nil, fmt.Errorf("the kernel handed out port %d twice", p)
+		}
+		ports = append(ports, p)
+	}
+	return ports, nil
 }

@@ -23,6 +23,15 @@ var aclCommands = []string{
 	"zadd", "zcount", "zrange", "zrangebyscore", "zremrangebyscore", "zrem",
 }
 
+// aclRules are the ACL rules permitting aclCommands.
+func aclRules() []string {
+	r := make([]string, len(aclCommands))
+	for i, c := range aclCommands {
+		r[i] = "+" + c
+	}
+	return r
+}
+
 // setUser creates (or replaces) the ACL user name with password pw and
 // the rules, through the admin client c.
 func setUser(t *testing.T, c rueidis.Client, name, pw string, rules ...string) {
@@ -61,7 +70,7 @@ func readyCtx(t *testing.T) context.Context {
 
 // TestReady: Ready runs a decision on the reserved key, which expires
 // within a second, through the script's SHA (reloading it after a SCRIPT
-// FLUSH), and fails once Redis is down.
+// FLUSH), and fails on a full server (OOM) and once Redis is down.
 func TestReady(t *testing.T) {
 	srv := redistest.Start(t)
 	admin := newRueidis(t, srv.Addr)
@@ -101,6 +110,21 @@ func TestReady(t *testing.T) {
 	}
 	if evals, shas := commandCalls(t, admin, "eval"), commandCalls(t, admin, "evalsha"); evals != 1 || shas != 3 {
 		t.Errorf("3 Ready after a flush sent EVAL %d times and EVALSHA %d times; want 1 and 3 (by SHA, the source once)", evals, shas)
+	}
+
+	// A full server (maxmemory reached, noeviction) refuses the write.
+	setConfig := func(v string) {
+		if err := admin.Do(ctx, admin.B().ConfigSet().ParameterValue().ParameterValue("maxmemory", v).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setConfig("1")
+	if err := s.Ready(readyCtx(t)); err == nil || !strings.Contains(err.Error(), "OOM") {
+		t.Errorf("Ready on a full server = %v, want OOM", err)
+	}
+	setConfig("0")
+	if err := s.Ready(readyCtx(t)); err != nil {
+		t.Errorf("Ready once the server has room again: %v", err)
 	}
 
 	srv.Stop()
@@ -210,6 +234,7 @@ func TestMinimalACL(t *testing.T) {
 		return r
 	}
 	setUser(t, admin, "sluice", "pw", rules(aclCommands)...)
+
 	s := openOrFail(t, "redis://sluice:pw@"+srv.Addr, sluiceredis.WithPrefix("app"))
 	if err := run(s, "all"); err != nil {
 		t.Fatalf("as a user permitted %v: %v", aclCommands, err)

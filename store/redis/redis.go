@@ -97,10 +97,24 @@
 // that a canceled request does not leave its consumption behind. Putting
 // first the part most likely to deny keeps denials cheap.
 //
+// # Readiness and permissions
+//
+// Ready runs a decision, with a write, on a key reserved for it (see
+// Ready), so that it fails wherever decisions fail; Ping only runs a
+// script that touches nothing. A Redis ACL user needs EVALSHA and EVAL
+// (sent once per script after a restart or SCRIPT FLUSH; the store never
+// sends SCRIPT), the commands the scripts run (GET, SET, DEL, PEXPIRE,
+// TIME, and for sliding_log ZADD, ZCOUNT, ZRANGE, ZRANGEBYSCORE,
+// ZREMRANGEBYSCORE and ZREM, the last in refunds only), and PING, which
+// rueidis sends on idle connections; SELECT for a database other than 0,
+// CLUSTER SHARDS and CLUSTER SLOTS on a Cluster, ROLE on a primary reached
+// through Sentinel. Store.TTL runs PTTL.
+//
 // # Clients
 //
 // Open connects with github.com/redis/rueidis (auto-pipelining) to a
-// standalone server, a Cluster (detected) or through Sentinel. FromRueidis
+// standalone server, a Cluster (detected) or through Sentinel, with TLS
+// and mutual TLS (see Open). FromRueidis
 // wraps a rueidis client you already have; package store/redis/goredis
 // wraps a github.com/redis/go-redis/v9 client; New takes any Client.
 package redis
