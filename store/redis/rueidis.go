@@ -34,9 +34,11 @@ import (
 //
 //	rediss://user:pass@redis:6380/0?tls_ca_file=ca.pem&tls_cert_file=client.pem&tls_key_file=client-key.pem
 //
-// Any other option, an option given twice (addr apart), an empty TLS
-// option or a TLS option (skip_verify too) on a URL without TLS is an
-// error that names it; Open and CheckURL read the files, and their errors
+// Any other option, an option given twice (addr apart), a value that
+// rueidis would ignore (protocol other than 2 or 3, client_cache other
+// than 0 or 1, max_retries other than 0), an empty TLS option or a TLS
+// option (skip_verify too) on a URL without TLS is an error that names
+// it; Open and CheckURL read the files, and their errors
 // name the option and the file's problem, never the URL. On a Cluster the
 // TLS options reach every node. Through Sentinel they reach the sentinels
 // as well as the primary (rueidis.ParseURL alone leaves the sentinels'

@@ -63,8 +63,20 @@ func checkOptions(q neturl.Values) error {
 		if n := len(q[k]); n > 1 && k != "addr" {
 			return fmt.Errorf("option %s given %d times", k, n)
 		}
+		if want, ok := optionValues[k]; ok && !slices.Contains(want, q.Get(k)) {
+			return fmt.Errorf("option %s is %q, want %s", k, q.Get(k), strings.Join(want, " or "))
+		}
 	}
 	return nil
+}
+
+// optionValues are the values of the rueidis options that rueidis.ParseURL
+// compares with one value, ignoring any other (protocol=resp2 would
+// silently mean RESP3).
+var optionValues = map[string][]string{
+	"protocol":     {"2", "3"},
+	"client_cache": {"0", "1"}, // the store never uses the cache
+	"max_retries":  {"0"},      // 0: never retry; rueidis's retries take no count
 }
 
 // applyTLS sets up the TLS of opt, which rueidis.ParseURL built from a URL

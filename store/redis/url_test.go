@@ -55,7 +55,7 @@ func TestURLOptions(t *testing.T) {
 		want []string // substrings of the error; nil: valid
 	}{
 		{"redis://h:1?addr=h:2&addr=h:3&client_cache=0&client_name=n&db=2&dial_timeout=1s&max_retries=0&protocol=2&write_timeout=1s", nil},
-		{"redis://h:1?master_set=m", nil},
+		{"redis://h:1?master_set=m&protocol=3&client_cache=1", nil},
 		{"rediss://h:1?skip_verify=true", nil},
 		{"rediss://h:1?" + tlsQuery + "&tls_server_name=redis.example", nil},
 		{"rediss://h:1?master_set=m&" + tlsQuery, nil},
@@ -77,6 +77,9 @@ func TestURLOptions(t *testing.T) {
 		{"rediss://h:1?tls_cert_file=" + pki.ClientCert + "&tls_key_file=" + pki.ServerKey, []string{"options tls_cert_file and tls_key_file:", "private key does not match public key"}},
 		{"rediss://h:1?tls_cert_file=" + notPEM + "&tls_key_file=" + pki.ClientKey, []string{"options tls_cert_file and tls_key_file:"}},
 		{"rediss://h:1?skip_verify=maybe", []string{"invalid skip verify"}},
+		{"redis://h:1?protocol=resp2", []string{`option protocol is "resp2", want 2 or 3`}},
+		{"redis://h:1?client_cache=", []string{`option client_cache is "", want 0 or 1`}},
+		{"redis://h:1?max_retries=3", []string{`option max_retries is "3", want 0`}},
 	} {
 		err := sluiceredis.CheckURL(tc.url)
 		if tc.want == nil {
