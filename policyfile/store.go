@@ -224,13 +224,15 @@ func (l *lazyRedis) Reset(ctx context.Context, key string, limits ...sluice.Limi
 	return s.Reset(ctx, key, limits...)
 }
 
-// Ready reports whether Redis runs decisions (redis.Store.Ping).
+// Ready reports whether Redis runs decisions (redis.Store.Ready: a
+// decision on a reserved key, so that an ACL that forbids the scripts'
+// writes or a read-only replica shows).
 func (l *lazyRedis) Ready(ctx context.Context) error {
 	s := l.store.Load()
 	if s == nil {
 		return errNotConnected
 	}
-	return s.Ping(ctx)
+	return s.Ready(ctx)
 }
 
 // Heartbeat records a heartbeat of member and returns the number of live

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/sluice-go/sluice/internal/proc"
 )
 
 // clusterSize is the number of masters of a Cluster; it has no replicas.
@@ -25,6 +23,9 @@ const clusterSize = 3
 type Cluster struct {
 	// Addrs are the masters' host:port on 127.0.0.1.
 	Addrs []string
+	// TLSAddrs are the host:port of the masters' TLS ports, in the order
+	// of Addrs, for a Cluster started with StartClusterTLS; else nil.
+	TLSAddrs []string
 
 	ids []string // node IDs, in the order of Addrs
 }
@@ -37,6 +38,23 @@ type Cluster struct {
 // does not form.
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
+	return startCluster(t, nil)
+}
+
+// StartClusterTLS is StartCluster with a TLS port on every master besides
+// its plain one (Addrs, which the helpers use), serving a certificate of
+// new TLSFiles, which it returns, and with the cluster bus over TLS
+// (tls-cluster yes): a client on a TLS port learns the other masters' TLS
+// ports.
+func StartClusterTLS(t testing.TB) (*Cluster, TLSFiles) {
+	t.Helper()
+	files := NewTLSFiles(t)
+	return startCluster(t, &files), files
+}
+
+// startCluster starts a Cluster, over TLS too when files is not nil.
+func startCluster(t testing.TB, files *TLSFiles) *Cluster {
+	t.Helper()
 	skipShort(t, "redis-server and redis-cli (a Redis Cluster)")
 	server := Need(t)
 	cli, err := exec.LookPath("redis-cli")
@@ -45,7 +63,11 @@ func StartCluster(t testing.TB) *Cluster {
 	}
 	c := &Cluster{}
 	for range clusterSize {
-		c.Addrs = append(c.Addrs, startClusterNode(t, server).Addr)
+		n := startClusterNode(t, server, files)
+		c.Addrs = append(c.Addrs, n.Addr)
+		if files != nil {
+			c.TLSAddrs = append(c.TLSAddrs, n.TLSAddr)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -69,23 +91,33 @@ func StartCluster(t testing.TB) *Cluster {
 // directory, and stops it when t ends. The cluster bus needs a second
 // port; by default it is the client port + 10000, which overflows for the
 // high ports the kernel hands out, so it gets a free port of its own.
-func startClusterNode(t testing.TB, path string) *Server {
+// With files, the node has a TLS port too, and its bus runs over TLS.
+func startClusterNode(t testing.TB, path string, files *TLSFiles) *Server {
 	t.Helper()
 	return retryPorts(t, func(port int) (*Server, error) {
-		bus, err := proc.FreePort()
+		n := 1 // the bus
+		if files != nil {
+			n = 2 // and TLS
+		}
+		ports, err := freePorts(port, n)
 		if err != nil {
 			return nil, err
 		}
-		if bus == port {
-			return nil, fmt.Errorf("the kernel handed out port %d twice", port)
-		}
 		dir := t.TempDir()
-		return launch(path, dir, port, "",
+		args := []string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
 			"--cluster-node-timeout", "5000",
-			"--cluster-port", strconv.Itoa(bus),
-		)
+			"--cluster-port", strconv.Itoa(ports[0]),
+		}
+		if files != nil {
+			args = append(append(args, files.serverArgs(ports[1])...), "--tls-cluster", "yes")
+		}
+		s, err := launch(path, dir, port, "", args...)
+		if err == nil && files != nil {
+			s.TLSAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))
+		}
+		return s, err
 	})
 }
 
