@@ -35,7 +35,7 @@ func TestLongKeys(t *testing.T) {
 	held := 0
 	for i := range s.shards {
 		for k := range s.shards[i].m {
-			held += len(k.key)
+			held += len(k)
 		}
 	}
 	if held > n*longkey.MaxLen {

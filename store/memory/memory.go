@@ -24,7 +24,9 @@ package memory
 
 import (
 	"context"
+	"encoding/binary"
 	"hash/maphash"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -34,32 +36,103 @@ import (
 	"github.com/sluice-go/sluice/internal/longkey"
 )
 
+// DefaultCapacity is the number of entries (client key × limit identity)
+// a Store holds at most unless WithCapacity says otherwise: 2^20, about
+// 110 MB of live heap at the measured cost of an entry with a key of up
+// to 16 bytes (see the package documentation).
+const DefaultCapacity = 1 << 20
+
+// minShardCapacity is the fewest entries a shard holds: a capacity below
+// minShardCapacity × shards is split over fewer shards, so that a small
+// store is still close to one LRU over all its keys.
+const minShardCapacity = 64
+
 // Store is an in-process sluice.Store. Create it with New; the zero value is
 // not usable.
 type Store struct {
-	shards []shard
-	seed   maphash.Seed
-	now    func() time.Time
+	shards   []shard
+	seed     maphash.Seed
+	now      func() time.Time
+	capacity int
 }
 
-// shard is one independently locked part of the map, padded so that two
-// shards never share a cache line.
+// shard is one independently locked part of the store, padded so that
+// two shards never share a cache line.
+//
+// Its entries live in nodes, a slab indexed by int32 (no pointer per
+// entry, nothing for the collector to trace but the key), and are linked
+// in a list from the most recently used to the least: nodes[0] is the
+// list's head, whose next is the most recently used entry and whose prev
+// the least. Free nodes are linked by next from free. m maps an entry's
+// key (entryKey's encoding) to its node.
 type shard struct {
-	mu  sync.Mutex
-	m   map[entryKey]*entry
-	ops uint64 // decisions, to space out eviction
-	_   [40]byte
+	mu        sync.Mutex
+	m         map[string]int32
+	nodes     []node
+	free      int32  // first free node, 0 if none
+	cap       int    // most entries held after a decision
+	peak      int    // most entries held since m was last built
+	ops       uint64 // decisions, to space out eviction
+	evictions uint64 // entries forgotten because the shard was full
+	_         [16]byte
 }
 
-// entryKey identifies one piece of state: a client key under a limit's
-// Identity (name, algorithm and period: algo.ID's identity, without
-// building a string), so that a limit whose Limit or Burst changes keeps
-// its state. The client key is bounded (longkey.Bound); hashed tells a
-// long key's hash from a short key that happens to equal it.
-type entryKey struct {
-	key    string
-	hashed bool
-	limit  sluice.Limit
+// node is one entry: the state of a client key under a limit identity.
+type node struct {
+	key        string   // the entry key; "" while the node is free
+	a, b, c    int64    // algo.State's A, B and C
+	expires    int64    // µs; the state is gone at and after this instant
+	log        *[]int64 // algo.State's Log (sliding_log only), or nil
+	prev, next int32
+}
+
+// state returns the algo.State n holds.
+func (n *node) state() algo.State {
+	st := algo.State{Set: true, A: n.a, B: n.b, C: n.c}
+	if n.log != nil {
+		st.Log = *n.log
+	}
+	return st
+}
+
+// set stores st in n, to expire at expires.
+func (n *node) set(st algo.State, expires int64) {
+	n.a, n.b, n.c, n.expires = st.A, st.B, st.C, expires
+	switch {
+	case n.log != nil:
+		*n.log = st.Log
+	case st.Log != nil:
+		l := st.Log
+		n.log = &l
+	}
+}
+
+// appendEntryKey appends to b the map key of client key ck's state under
+// l's identity (name, algorithm and period, so that a limit whose Limit or
+// Burst changes keeps its state): the algorithm as a byte (or spelled out
+// if unknown), the period, the name with its length, whether the client
+// key is a long key's hash (so that it differs from a short key equal to
+// that hash), and the client key, bounded by longkey.Bound. The encoding
+// is prefix-free up to the client key, so two entries share a map key only
+// if they share key and identity. It holds no more than the name and the
+// key: no copy of the Limit per entry.
+func appendEntryKey(b []byte, ck clientKey, l sluice.Limit) []byte {
+	id := l.Identity()
+	a := slices.Index(sluice.Algorithms, id.Algorithm) + 1
+	b = append(b, byte(a))
+	if a == 0 {
+		b = binary.AppendUvarint(b, uint64(len(id.Algorithm)))
+		b = append(b, id.Algorithm...)
+	}
+	b = binary.AppendVarint(b, int64(id.Period))
+	b = binary.AppendUvarint(b, uint64(len(id.Name)))
+	b = append(b, id.Name...)
+	if ck.hashed {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	return append(b, ck.key...)
 }
 
 // clientKey is a client key as the store keeps it: bounded, and whether
@@ -73,26 +146,22 @@ func newClientKey(key string) clientKey {
 	return clientKey{longkey.Bound(key), longkey.Hashed(key)}
 }
 
-// under returns the entryKey of k's state under l.
-func (k clientKey) under(l sluice.Limit) entryKey {
-	return entryKey{k.key, k.hashed, l.Identity()}
-}
-
-type entry struct {
-	st      algo.State
-	expires int64 // µs; the state is gone at and after this instant
-}
-
-// Every evictEvery-th decision in a shard inspects evictSample entries of
-// it, beyond the ones it touches, and deletes those expired for over
-// evictGrace: two per decision on average, which keeps such entries below
-// about half of the shard under any steady load, without starting a map
-// iteration on every decision.
+// Every evictEvery-th decision in a shard inspects up to evictSample
+// entries of it at the end of its least-recently-used list and as many
+// anywhere in it, beyond the ones it touches, and deletes those expired
+// for over evictGrace: that keeps such entries below about half of the
+// shard under any steady load, without starting a map iteration on every
+// decision.
 const (
 	evictEvery  = 8
 	evictSample = 2 * evictEvery
 	evictGrace  = int64(time.Minute / time.Microsecond) // how long expired state is kept
 )
+
+// A shard whose table has held at least shrinkMin entries is rebuilt at
+// its current size when it holds a quarter of its peak or less, so that
+// memory returns after a flood (a Go map never shrinks by itself).
+const shrinkMin = 256
 
 // Option configures a Store.
 type Option func(*Store)
@@ -104,7 +173,8 @@ func WithClock(now func() time.Time) Option {
 }
 
 // WithShards sets the number of independently locked shards (rounded up to
-// a power of two; default 256).
+// a power of two; default 256). A capacity too small to give every shard
+// 64 entries uses fewer shards (see WithCapacity).
 func WithShards(n int) Option {
 	return func(s *Store) {
 		p := 1
@@ -115,17 +185,44 @@ func WithShards(n int) Option {
 	}
 }
 
-// New returns an empty Store.
+// WithCapacity sets the most entries (client key × limit identity) the
+// store holds; below 1, DefaultCapacity. The capacity is split evenly over
+// the shards, using fewer of them if each would hold fewer than 64
+// entries: a shard holds at most ceil(n / shards) entries, so the store
+// holds at most n + shards − 1 (plus, for an instant, the new entries of
+// one decision), and a shard that is full forgets its least recently used
+// entry for each new one (see Evictions). Forgetting is what the store
+// does to state that expired: the key's next request starts afresh.
+func WithCapacity(n int) Option {
+	return func(s *Store) { s.capacity = n }
+}
+
+// New returns an empty Store that holds at most DefaultCapacity entries,
+// or the capacity of WithCapacity.
 func New(opts ...Option) *Store {
 	s := &Store{seed: maphash.MakeSeed(), now: time.Now}
 	for _, o := range opts {
 		o(s)
 	}
-	if s.shards == nil {
-		s.shards = make([]shard, 256)
+	if s.capacity < 1 {
+		s.capacity = DefaultCapacity
 	}
+	n := len(s.shards)
+	if n == 0 {
+		n = 256
+	}
+	for n > 1 && s.capacity/n < minShardCapacity {
+		n /= 2
+	}
+	if n != len(s.shards) {
+		s.shards = make([]shard, n)
+	}
+	per := min((s.capacity+n-1)/n, math.MaxInt32-1)
 	for i := range s.shards {
-		s.shards[i].m = make(map[entryKey]*entry)
+		sh := &s.shards[i]
+		sh.cap = per
+		sh.m = make(map[string]int32)
+		sh.nodes = make([]node, 1)
 	}
 	return s
 }
@@ -159,7 +256,8 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 		work = make([]decision, n)
 	}
 	var shards [4]int // most decisions lock a shard or two: no allocation
-	locked := s.lock(req.Parts, work, shards[:0])
+	var scratch [256]byte
+	keys, locked := s.lock(req.Parts, work, scratch[:0], shards[:0])
 	defer s.unlock(locked)
 
 	allowed := true
@@ -167,14 +265,18 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 	for _, p := range req.Parts {
 		for _, l := range p.Limits {
 			d := &work[i]
-			if d.e = d.sh.m[d.key]; d.e != nil && d.e.expires > now {
-				d.st = d.e.st
+			key := keys[d.k0:d.k1]
+			if d.i = d.sh.m[string(key)]; d.i != 0 {
+				if e := &d.sh.nodes[d.i]; e.expires > now {
+					d.st = e.state()
+				}
+				d.sh.touch(d.i)
 			}
 			if st, ttl, ok := algo.Convert(l, d.st, now); ok {
 				// State of another Limit: kept converted whatever the
 				// decision, as the Lua scripts keep it.
 				d.st = st
-				d.save(st, ttl, now)
+				d.save(key, st, ttl, now)
 			}
 			rs[i], d.next, d.ttl = algo.Check(l, d.st, now, int64(p.Cost))
 			allowed = allowed && rs[i].Allowed
@@ -184,7 +286,7 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 	if allowed {
 		for i := range work {
 			d := &work[i]
-			d.save(d.next, d.ttl, now)
+			d.save(keys[d.k0:d.k1], d.next, d.ttl, now)
 		}
 	} else {
 		// Nothing is consumed: the limits that would have admitted the
@@ -199,21 +301,28 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 			}
 		}
 	}
-	for i := range work {
-		if sh := work[i].sh; i == 0 || sh != work[i-1].sh {
-			if sh.ops++; sh.ops%evictEvery == 0 {
-				sh.evict(now, evictSample)
-			}
+	// The decision is done: the entries it touched are the most recently
+	// used of their shards, and no node index of work is used any more.
+	for _, x := range locked {
+		sh := &s.shards[x]
+		for len(sh.m) > sh.cap {
+			sh.remove(sh.nodes[0].prev)
+			sh.evictions++
+		}
+		if sh.ops++; sh.ops%evictEvery == 0 {
+			sh.evict(now, evictSample)
+			sh.shrink()
 		}
 	}
 	return rs, nil
 }
 
 // lock fills in the shard and entry key of every limit of parts in work,
-// locks the shards they live in, each once and in shard order (so that
-// two requests never wait for each other in a cycle), and returns their
-// indexes, appended to idx, for unlock.
-func (s *Store) lock(parts []sluice.Part, work []decision, idx []int) []int {
+// the keys appended to keys, locks the shards they live in, each once and
+// in shard order (so that two requests never wait for each other in a
+// cycle), and returns keys and the shards' indexes, appended to idx, for
+// unlock.
+func (s *Store) lock(parts []sluice.Part, work []decision, keys []byte, idx []int) ([]byte, []int) {
 	i := 0
 	for _, p := range parts {
 		ck := newClientKey(p.Key)
@@ -222,7 +331,10 @@ func (s *Store) lock(parts []sluice.Part, work []decision, idx []int) []int {
 			idx = append(idx, x)
 		}
 		for _, l := range p.Limits {
-			work[i].key, work[i].sh = ck.under(l), &s.shards[x]
+			d := &work[i]
+			d.sh, d.k0 = &s.shards[x], len(keys)
+			keys = appendEntryKey(keys, ck, l)
+			d.k1 = len(keys)
 			i++
 		}
 	}
@@ -230,7 +342,7 @@ func (s *Store) lock(parts []sluice.Part, work []decision, idx []int) []int {
 	for _, x := range idx {
 		s.shards[x].mu.Lock()
 	}
-	return idx
+	return keys, idx
 }
 
 // unlock unlocks the shards lock locked.
@@ -243,53 +355,138 @@ func (s *Store) unlock(idx []int) {
 // decision is the work of Take for one limit.
 type decision struct {
 	sh       *shard
-	key      entryKey
-	e        *entry // the stored entry, expired or not; nil if none
+	k0, k1   int   // the entry key, in Take's keys
+	i        int32 // the stored entry's node, expired or not; 0 if none
 	st, next algo.State
 	ttl      int64
 }
 
-// save stores st for ttl µs from now as the state of d (deletes it when
-// ttl <= 0).
-func (d *decision) save(st algo.State, ttl, now int64) {
+// save stores st for ttl µs from now as the state of d, whose entry key
+// is key (deletes it when ttl <= 0).
+func (d *decision) save(key []byte, st algo.State, ttl, now int64) {
+	sh := d.sh
+	if d.i == 0 || sh.nodes[d.i].key != string(key) {
+		// No entry, or one that another limit of the request, with the
+		// same key and identity against Request's rule, deleted.
+		d.i = sh.m[string(key)]
+	}
 	switch {
 	case ttl <= 0:
-		delete(d.sh.m, d.key)
-		d.e = nil
-	case d.e != nil:
-		d.e.st, d.e.expires = st, now+ttl
+		if d.i != 0 {
+			sh.remove(d.i)
+			d.i = 0
+		}
+	case d.i != 0:
+		sh.nodes[d.i].set(st, now+ttl)
 	default:
-		d.e = &entry{st: st, expires: now + ttl}
-		d.sh.m[d.key] = d.e
+		d.i = sh.insert(string(key))
+		sh.nodes[d.i].set(st, now+ttl)
 	}
 }
 
+// insert adds a node for key, as the most recently used, and returns it.
+func (sh *shard) insert(key string) int32 {
+	i := sh.free
+	if i != 0 {
+		sh.free = sh.nodes[i].next
+	} else {
+		i = int32(len(sh.nodes))
+		sh.nodes = append(sh.nodes, node{})
+	}
+	sh.nodes[i] = node{key: key}
+	sh.m[key] = i
+	sh.pushFront(i)
+	sh.peak = max(sh.peak, len(sh.m))
+	return i
+}
+
+// remove deletes node i and frees it.
+func (sh *shard) remove(i int32) {
+	n := &sh.nodes[i]
+	delete(sh.m, n.key)
+	sh.nodes[n.prev].next = n.next
+	sh.nodes[n.next].prev = n.prev
+	*n = node{next: sh.free}
+	sh.free = i
+}
+
+// touch makes node i the most recently used.
+func (sh *shard) touch(i int32) {
+	if sh.nodes[0].next == i {
+		return
+	}
+	n := &sh.nodes[i]
+	sh.nodes[n.prev].next = n.next
+	sh.nodes[n.next].prev = n.prev
+	sh.pushFront(i)
+}
+
+// pushFront links node i, unlinked, as the most recently used.
+func (sh *shard) pushFront(i int32) {
+	head := &sh.nodes[0]
+	n := &sh.nodes[i]
+	n.prev, n.next = 0, head.next
+	sh.nodes[head.next].prev = i
+	head.next = i
+}
+
 // evict deletes the entries expired for over evictGrace among up to n
-// entries of the shard. Map iteration starts at a random place, so this
-// samples the shard.
+// entries at the end of the least-recently-used list, and among up to n
+// others. Map iteration starts at a random place, so the latter samples
+// the shard.
 func (sh *shard) evict(now int64, n int) int {
 	deleted := 0
-	for k, e := range sh.m {
+	for range n {
+		i := sh.nodes[0].prev
+		if i == 0 || sh.nodes[i].expires > now-evictGrace {
+			break
+		}
+		sh.remove(i)
+		deleted++
+	}
+	for _, i := range sh.m {
 		if n == 0 {
 			break
 		}
 		n--
-		if e.expires <= now-evictGrace {
-			delete(sh.m, k)
+		if sh.nodes[i].expires <= now-evictGrace {
+			sh.remove(i)
 			deleted++
 		}
 	}
 	return deleted
 }
 
+// shrink rebuilds the shard's map and nodes at its current size when it
+// holds a quarter of its peak or less, keeping the order of use. Node
+// indexes change.
+func (sh *shard) shrink() {
+	if sh.peak < shrinkMin || len(sh.m) > sh.peak/4 {
+		return
+	}
+	old, n := sh.nodes, len(sh.m)
+	sh.m = make(map[string]int32, n)
+	sh.nodes = make([]node, 1, n+1)
+	sh.free, sh.peak = 0, 0
+	for i := old[0].prev; i != 0; i = old[i].prev {
+		e := &sh.nodes[sh.insert(old[i].key)]
+		prev, next := e.prev, e.next
+		*e = old[i]
+		e.prev, e.next = prev, next
+	}
+}
+
 // Reset implements sluice.Store.
 func (s *Store) Reset(_ context.Context, key string, limits ...sluice.Limit) error {
 	ck := newClientKey(key)
 	sh := s.shard(ck.key)
+	var scratch [256]byte
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	for _, l := range limits {
-		delete(sh.m, ck.under(l))
+		if i := sh.m[string(appendEntryKey(scratch[:0], ck, l))]; i != 0 {
+			sh.remove(i)
+		}
 	}
 	return nil
 }
@@ -300,15 +497,17 @@ func (s *Store) TTL(_ context.Context, key string, l sluice.Limit) (time.Duratio
 	now := s.micros(time.Time{})
 	ck := newClientKey(key)
 	sh := s.shard(ck.key)
+	var scratch [256]byte
+	k := appendEntryKey(scratch[:0], ck, l)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := sh.m[ck.under(l)]; e != nil && e.expires > now {
-		return time.Duration(e.expires-now) * time.Microsecond, nil
+	if i := sh.m[string(k)]; i != 0 && sh.nodes[i].expires > now {
+		return time.Duration(sh.nodes[i].expires-now) * time.Microsecond, nil
 	}
 	return 0, nil
 }
 
-// Len returns the number of pieces of state held, expired or not.
+// Len returns the number of entries held, expired or not.
 func (s *Store) Len() int {
 	n := 0
 	for i := range s.shards {
@@ -320,10 +519,32 @@ func (s *Store) Len() int {
 	return n
 }
 
+// Capacity returns the most entries the store holds after a decision:
+// the capacity of WithCapacity (or DefaultCapacity) rounded up to a
+// multiple of the number of shards.
+func (s *Store) Capacity() int {
+	return len(s.shards) * s.shards[0].cap
+}
+
+// Evictions returns the number of entries the store has forgotten because
+// their shard was full (not counting expired state, which is no loss).
+// Each may have made a client's counter start afresh.
+func (s *Store) Evictions() uint64 {
+	var n uint64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += sh.evictions
+		sh.mu.Unlock()
+	}
+	return n
+}
+
 // Sweep deletes every piece of state that has been expired for over a
-// minute and returns how many it deleted. Decisions evict such state as
-// they go; call Sweep periodically only to return memory after traffic
-// stops.
+// minute, rebuilds the shards that hold a quarter of their peak or less
+// (so that their memory returns), and returns how many entries it deleted.
+// Decisions do the same as they go; call Sweep periodically (SweepEvery)
+// to return memory after traffic stops.
 func (s *Store) Sweep() int {
 	now := s.micros(time.Time{})
 	n := 0
@@ -331,7 +552,26 @@ func (s *Store) Sweep() int {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		n += sh.evict(now, len(sh.m))
+		sh.shrink()
 		sh.mu.Unlock()
 	}
 	return n
+}
+
+// SweepEvery calls Sweep every interval until ctx is done; run it in a
+// goroutine of its own. A process that may go idle after a flood of keys
+// runs it so that the flood's memory returns without further traffic. An
+// interval below a second is a second.
+func (s *Store) SweepEvery(ctx context.Context, interval time.Duration) {
+	interval = max(interval, time.Second)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.Sweep()
+		}
+	}
 }
