@@ -15,11 +15,37 @@
 // so idle keys do not accumulate. The minute of grace keeps a clock that
 // steps back by less than that from handing out anything new: the state it
 // steps back into is still there, whichever entries eviction happened to
-// sample. It costs memory: the store holds every key that was active in
-// the last minute plus its state's lifetime (a flood of new keys, one per
-// client address, holds a minute of them). A client key longer than 128
-// bytes is kept as a fixed-length hash of itself, as the Redis store keeps
-// it, so that huge keys cannot bloat the store.
+// sample. A client key longer than 128 bytes is kept as a fixed-length hash
+// of itself, as the Redis store keeps it, so that huge keys cannot bloat
+// the store.
+//
+// # Memory
+//
+// The store holds at most a capacity of entries, one per client key and
+// limit identity (name, algorithm, period): DefaultCapacity (524,288)
+// unless WithCapacity says otherwise. Each shard holds its share of it
+// and, when full, forgets its least recently used entry for each new one;
+// Evictions counts them. Forgetting is what expiry does too, early: the
+// key's next request starts afresh, with a full quota. That is the worst
+// case a flood of distinct keys (one per client address, or keys the
+// clients choose) can cause: it cannot grow memory past the capacity, but
+// a real client whose key is not used while about capacity more distinct
+// keys arrive (at 50,000 new keys a second, about 10 s for the default)
+// loses its count and may be admitted up to its limit again. Size the
+// capacity above the number of keys active over the longest period your
+// limits use, and watch Evictions (sluice_memory_evictions_total).
+//
+// An entry costs about 150 bytes of live heap plus its client key and the
+// limit's name (measured with 8- to 11-byte keys and a 6-byte name: 150 at
+// 200,000 keys, 153 at the default capacity; BenchmarkFullStore and
+// TestHeapPerKey measure it), so a full store of the default capacity holds
+// about 77 MiB with such keys and at most about 133 MiB with 128-byte keys,
+// the longest kept as they are. A sliding_log entry also holds 8 bytes
+// (up to 16, with slice growth) per request it admitted within its period,
+// and the state expired for under a minute counts against the capacity
+// until it is evicted. Memory returns as entries go: a shard that falls to
+// a quarter of its peak rebuilds its tables. A process that may go idle
+// after a flood runs SweepEvery, since decisions do the evicting otherwise.
 package memory
 
 import (
@@ -40,7 +66,7 @@ import (
 // a Store holds at most unless WithCapacity says otherwise: 2^20, about
 // 110 MB of live heap at the measured cost of an entry with a key of up
 // to 16 bytes (see the package documentation).
-const DefaultCapacity = 1 << 20
+const DefaultCapacity = 1 << 19
 
 // minShardCapacity is the fewest entries a shard holds: a capacity below
 // minShardCapacity × shards is split over fewer shards, so that a small

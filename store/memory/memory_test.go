@@ -24,3 +24,12 @@ func TestConformanceOneShard(t *testing.T) {
 		return memory.New(memory.WithClock(now), memory.WithShards(1))
 	})
 }
+
+// TestConformanceCapped: a store whose capacity covers the working set of
+// every scenario (one shard, 64 entries) decides exactly as an unbounded
+// one. With a capacity of 1 this run fails in dozens of places.
+func TestConformanceCapped(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, now func() time.Time) sluice.Store {
+		return memory.New(memory.WithClock(now), memory.WithShards(1), memory.WithCapacity(64))
+	})
+}
