@@ -243,7 +243,11 @@ func New(opts ...Option) *Store {
 	if n != len(s.shards) {
 		s.shards = make([]shard, n)
 	}
-	per := min((s.capacity+n-1)/n, math.MaxInt32-1)
+	per := s.capacity / n
+	if s.capacity%n != 0 {
+		per++
+	}
+	per = min(per, math.MaxInt32-1, math.MaxInt/n) // node indexes are int32; Capacity fits an int
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.cap = per
