@@ -63,9 +63,8 @@ import (
 )
 
 // DefaultCapacity is the number of entries (client key × limit identity)
-// a Store holds at most unless WithCapacity says otherwise: 2^20, about
-// 110 MB of live heap at the measured cost of an entry with a key of up
-// to 16 bytes (see the package documentation).
+// a Store holds at most unless WithCapacity says otherwise: 2^19; see the
+// package documentation for what that costs.
 const DefaultCapacity = 1 << 19
 
 // minShardCapacity is the fewest entries a shard holds: a capacity below
@@ -85,23 +84,36 @@ type Store struct {
 // shard is one independently locked part of the store, padded so that
 // two shards never share a cache line.
 //
-// Its entries live in nodes, a slab indexed by int32 (no pointer per
-// entry, nothing for the collector to trace but the key), and are linked
-// in a list from the most recently used to the least: nodes[0] is the
-// list's head, whose next is the most recently used entry and whose prev
-// the least. Free nodes are linked by next from free. m maps an entry's
-// key (entryKey's encoding) to its node.
+// Its entries live in nodes, in chunks of chunkSize indexed by int32 (no
+// pointer per entry, nothing for the collector to trace but the key, and
+// no more than a chunk to spare), linked in a list from the most recently
+// used to the least: node 0 is the list's head, whose next is the most
+// recently used entry and whose prev the least. Free nodes are linked by
+// next from free. m maps the hash of an entry's key to its node; the rare
+// key whose hash m holds for another key is in dup instead.
 type shard struct {
 	mu        sync.Mutex
-	m         map[string]int32
-	nodes     []node
+	seed      maphash.Seed     // the Store's, to hash entry keys
+	m         map[uint64]int32 // maphash of an entry key -> its node
+	dup       map[string]int32 // entry key -> its node, for keys whose hash is taken; nil until needed
+	chunks    [][]node
+	used      int32  // nodes handed out, the head included
 	free      int32  // first free node, 0 if none
+	n         int    // entries held
 	cap       int    // most entries held after a decision
-	peak      int    // most entries held since m was last built
+	peak      int    // most entries held since the shard was last built
 	ops       uint64 // decisions, to space out eviction
 	evictions uint64 // entries forgotten because the shard was full
-	_         [16]byte
+	_         [8]byte
 }
+
+// Nodes come in chunks of chunkSize (8 KiB); the first chunk grows up to
+// that size as it fills, so that an idle shard costs little.
+const (
+	chunkBits = 7
+	chunkSize = 1 << chunkBits
+	chunkMask = chunkSize - 1
+)
 
 // node is one entry: the state of a client key under a limit identity.
 type node struct {
@@ -133,31 +145,40 @@ func (n *node) set(st algo.State, expires int64) {
 	}
 }
 
-// appendEntryKey appends to b the map key of client key ck's state under
-// l's identity (name, algorithm and period, so that a limit whose Limit or
-// Burst changes keeps its state): the algorithm as a byte (or spelled out
-// if unknown), the period, the name with its length, whether the client
-// key is a long key's hash (so that it differs from a short key equal to
-// that hash), and the client key, bounded by longkey.Bound. The encoding
-// is prefix-free up to the client key, so two entries share a map key only
-// if they share key and identity. It holds no more than the name and the
-// key: no copy of the Limit per entry.
+// appendEntryKey appends to b the key of client key ck's state under l's
+// identity (name, algorithm and period, so that a limit whose Limit or
+// Burst changes keeps its state). A first byte holds the algorithm's
+// index in sluice.Algorithms (0: unknown, spelled out after it), whether
+// the client key is a long key's hash (so that it differs from a short
+// key equal to that hash) and whether the period is a whole number of
+// microseconds, which follows (else nanoseconds); then the name with its
+// length, and the client key, bounded by longkey.Bound. The encoding is
+// prefix-free up to the client key, so two entries share a key only if
+// they share client key and identity. It holds no more than the name and
+// the client key and a few bytes: no copy of the Limit per entry.
 func appendEntryKey(b []byte, ck clientKey, l sluice.Limit) []byte {
 	id := l.Identity()
-	a := slices.Index(sluice.Algorithms, id.Algorithm) + 1
-	b = append(b, byte(a))
+	a := slices.Index(sluice.Algorithms, id.Algorithm) + 1 // 1 to 5, or 0
+	flags := byte(a)
+	if ck.hashed {
+		flags |= 1 << 3
+	}
+	micros := id.Period >= 0 && id.Period%time.Microsecond == 0
+	if !micros {
+		flags |= 1 << 4
+	}
+	b = append(b, flags)
 	if a == 0 {
 		b = binary.AppendUvarint(b, uint64(len(id.Algorithm)))
 		b = append(b, id.Algorithm...)
 	}
-	b = binary.AppendVarint(b, int64(id.Period))
+	if micros {
+		b = binary.AppendUvarint(b, uint64(id.Period/time.Microsecond))
+	} else {
+		b = binary.AppendVarint(b, int64(id.Period))
+	}
 	b = binary.AppendUvarint(b, uint64(len(id.Name)))
 	b = append(b, id.Name...)
-	if ck.hashed {
-		b = append(b, 1)
-	} else {
-		b = append(b, 0)
-	}
 	return append(b, ck.key...)
 }
 
@@ -249,12 +270,19 @@ func New(opts ...Option) *Store {
 	}
 	per = min(per, math.MaxInt32-1, math.MaxInt/n) // node indexes are int32; Capacity fits an int
 	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.cap = per
-		sh.m = make(map[string]int32)
-		sh.nodes = make([]node, 1)
+		s.shards[i].init(s.seed, per, 0)
 	}
 	return s
+}
+
+// init makes sh an empty shard of capacity per, with room for n entries.
+func (sh *shard) init(seed maphash.Seed, per, n int) {
+	sh.seed, sh.cap = seed, per
+	sh.m = make(map[uint64]int32, n)
+	sh.dup = nil
+	sh.chunks = make([][]node, 1, 1+(n+1)/chunkSize)
+	sh.chunks[0] = make([]node, 1, min(n+1, chunkSize))
+	sh.used, sh.free, sh.n, sh.peak = 1, 0, 0, 0
 }
 
 func (s *Store) shard(key string) *shard {
@@ -296,8 +324,8 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 		for _, l := range p.Limits {
 			d := &work[i]
 			key := keys[d.k0:d.k1]
-			if d.i = d.sh.m[string(key)]; d.i != 0 {
-				if e := &d.sh.nodes[d.i]; e.expires > now {
+			if d.i = d.sh.find(key, d.h); d.i != 0 {
+				if e := d.sh.at(d.i); e.expires > now {
 					d.st = e.state()
 				}
 				d.sh.touch(d.i)
@@ -335,8 +363,8 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 	// used of their shards, and no node index of work is used any more.
 	for _, x := range locked {
 		sh := &s.shards[x]
-		for len(sh.m) > sh.cap {
-			sh.remove(sh.nodes[0].prev)
+		for sh.n > sh.cap {
+			sh.remove(sh.at(0).prev)
 			sh.evictions++
 		}
 		if sh.ops++; sh.ops%evictEvery == 0 {
@@ -365,6 +393,7 @@ func (s *Store) lock(parts []sluice.Part, work []decision, keys []byte, idx []in
 			d.sh, d.k0 = &s.shards[x], len(keys)
 			keys = appendEntryKey(keys, ck, l)
 			d.k1 = len(keys)
+			d.h = maphash.Bytes(s.seed, keys[d.k0:d.k1])
 			i++
 		}
 	}
@@ -385,8 +414,9 @@ func (s *Store) unlock(idx []int) {
 // decision is the work of Take for one limit.
 type decision struct {
 	sh       *shard
-	k0, k1   int   // the entry key, in Take's keys
-	i        int32 // the stored entry's node, expired or not; 0 if none
+	k0, k1   int    // the entry key, in Take's keys
+	h        uint64 // its hash
+	i        int32  // the stored entry's node, expired or not; 0 if none
 	st, next algo.State
 	ttl      int64
 }
@@ -395,10 +425,10 @@ type decision struct {
 // is key (deletes it when ttl <= 0).
 func (d *decision) save(key []byte, st algo.State, ttl, now int64) {
 	sh := d.sh
-	if d.i == 0 || sh.nodes[d.i].key != string(key) {
+	if d.i == 0 || sh.at(d.i).key != string(key) {
 		// No entry, or one that another limit of the request, with the
 		// same key and identity against Request's rule, deleted.
-		d.i = sh.m[string(key)]
+		d.i = sh.find(key, d.h)
 	}
 	switch {
 	case ttl <= 0:
@@ -407,56 +437,96 @@ func (d *decision) save(key []byte, st algo.State, ttl, now int64) {
 			d.i = 0
 		}
 	case d.i != 0:
-		sh.nodes[d.i].set(st, now+ttl)
+		sh.at(d.i).set(st, now+ttl)
 	default:
-		d.i = sh.insert(string(key))
-		sh.nodes[d.i].set(st, now+ttl)
+		d.i = sh.insert(string(key), d.h)
+		sh.at(d.i).set(st, now+ttl)
 	}
 }
 
-// insert adds a node for key, as the most recently used, and returns it.
-func (sh *shard) insert(key string) int32 {
-	i := sh.free
-	if i != 0 {
-		sh.free = sh.nodes[i].next
-	} else {
-		i = int32(len(sh.nodes))
-		sh.nodes = append(sh.nodes, node{})
+// at returns node i.
+func (sh *shard) at(i int32) *node {
+	return &sh.chunks[i>>chunkBits][i&chunkMask]
+}
+
+// find returns the node of the entry key whose hash is h, or 0.
+func (sh *shard) find(key []byte, h uint64) int32 {
+	if i := sh.m[h]; i != 0 && sh.at(i).key == string(key) {
+		return i
 	}
-	sh.nodes[i] = node{key: key}
-	sh.m[key] = i
+	if sh.dup != nil {
+		return sh.dup[string(key)]
+	}
+	return 0
+}
+
+// insert adds a node for key, whose hash is h and which has none, as the
+// most recently used, and returns it.
+func (sh *shard) insert(key string, h uint64) int32 {
+	i := sh.free
+	switch {
+	case i != 0:
+		sh.free = sh.at(i).next
+	case sh.used < chunkSize:
+		i = sh.used
+		sh.chunks[0] = append(sh.chunks[0], node{})
+	default:
+		i = sh.used
+		if int(i>>chunkBits) == len(sh.chunks) {
+			sh.chunks = append(sh.chunks, make([]node, chunkSize))
+		}
+	}
+	if i == sh.used {
+		sh.used++
+	}
+	*sh.at(i) = node{key: key}
+	if _, taken := sh.m[h]; taken {
+		if sh.dup == nil {
+			sh.dup = make(map[string]int32)
+		}
+		sh.dup[key] = i
+	} else {
+		sh.m[h] = i
+	}
 	sh.pushFront(i)
-	sh.peak = max(sh.peak, len(sh.m))
+	sh.n++
+	sh.peak = max(sh.peak, sh.n)
 	return i
 }
 
 // remove deletes node i and frees it.
 func (sh *shard) remove(i int32) {
-	n := &sh.nodes[i]
-	delete(sh.m, n.key)
-	sh.nodes[n.prev].next = n.next
-	sh.nodes[n.next].prev = n.prev
+	n := sh.at(i)
+	if h := maphash.String(sh.seed, n.key); sh.m[h] == i {
+		delete(sh.m, h)
+	} else {
+		delete(sh.dup, n.key)
+	}
+	sh.at(n.prev).next = n.next
+	sh.at(n.next).prev = n.prev
 	*n = node{next: sh.free}
 	sh.free = i
+	sh.n--
 }
 
 // touch makes node i the most recently used.
 func (sh *shard) touch(i int32) {
-	if sh.nodes[0].next == i {
+	head := sh.at(0)
+	if head.next == i {
 		return
 	}
-	n := &sh.nodes[i]
-	sh.nodes[n.prev].next = n.next
-	sh.nodes[n.next].prev = n.prev
+	n := sh.at(i)
+	sh.at(n.prev).next = n.next
+	sh.at(n.next).prev = n.prev
 	sh.pushFront(i)
 }
 
 // pushFront links node i, unlinked, as the most recently used.
 func (sh *shard) pushFront(i int32) {
-	head := &sh.nodes[0]
-	n := &sh.nodes[i]
+	head := sh.at(0)
+	n := sh.at(i)
 	n.prev, n.next = 0, head.next
-	sh.nodes[head.next].prev = i
+	sh.at(head.next).prev = i
 	head.next = i
 }
 
@@ -467,8 +537,8 @@ func (sh *shard) pushFront(i int32) {
 func (sh *shard) evict(now int64, n int) int {
 	deleted := 0
 	for range n {
-		i := sh.nodes[0].prev
-		if i == 0 || sh.nodes[i].expires > now-evictGrace {
+		i := sh.at(0).prev
+		if i == 0 || sh.at(i).expires > now-evictGrace {
 			break
 		}
 		sh.remove(i)
@@ -479,7 +549,7 @@ func (sh *shard) evict(now int64, n int) int {
 			break
 		}
 		n--
-		if sh.nodes[i].expires <= now-evictGrace {
+		if sh.at(i).expires <= now-evictGrace {
 			sh.remove(i)
 			deleted++
 		}
@@ -487,21 +557,35 @@ func (sh *shard) evict(now int64, n int) int {
 	return deleted
 }
 
-// shrink rebuilds the shard's map and nodes at its current size when it
-// holds a quarter of its peak or less, keeping the order of use. Node
-// indexes change.
+// sweep deletes every entry expired for over evictGrace.
+func (sh *shard) sweep(now int64) int {
+	deleted := 0
+	for i := sh.at(0).prev; i != 0; {
+		n := sh.at(i)
+		prev := n.prev
+		if n.expires <= now-evictGrace {
+			sh.remove(i)
+			deleted++
+		}
+		i = prev
+	}
+	return deleted
+}
+
+// shrink rebuilds the shard at its current size when it holds a quarter
+// of its peak or less, keeping the order of use. Node indexes change.
 func (sh *shard) shrink() {
-	if sh.peak < shrinkMin || len(sh.m) > sh.peak/4 {
+	if sh.peak < shrinkMin || sh.n > sh.peak/4 {
 		return
 	}
-	old, n := sh.nodes, len(sh.m)
-	sh.m = make(map[string]int32, n)
-	sh.nodes = make([]node, 1, n+1)
-	sh.free, sh.peak = 0, 0
-	for i := old[0].prev; i != 0; i = old[i].prev {
-		e := &sh.nodes[sh.insert(old[i].key)]
+	chunks := sh.chunks
+	old := func(i int32) *node { return &chunks[i>>chunkBits][i&chunkMask] }
+	sh.init(sh.seed, sh.cap, sh.n)
+	for i := old(0).prev; i != 0; i = old(i).prev {
+		o := old(i)
+		e := sh.at(sh.insert(o.key, maphash.String(sh.seed, o.key)))
 		prev, next := e.prev, e.next
-		*e = old[i]
+		*e = *o
 		e.prev, e.next = prev, next
 	}
 }
@@ -514,7 +598,8 @@ func (s *Store) Reset(_ context.Context, key string, limits ...sluice.Limit) err
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	for _, l := range limits {
-		if i := sh.m[string(appendEntryKey(scratch[:0], ck, l))]; i != 0 {
+		k := appendEntryKey(scratch[:0], ck, l)
+		if i := sh.find(k, maphash.Bytes(s.seed, k)); i != 0 {
 			sh.remove(i)
 		}
 	}
@@ -529,10 +614,11 @@ func (s *Store) TTL(_ context.Context, key string, l sluice.Limit) (time.Duratio
 	sh := s.shard(ck.key)
 	var scratch [256]byte
 	k := appendEntryKey(scratch[:0], ck, l)
+	h := maphash.Bytes(s.seed, k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if i := sh.m[string(k)]; i != 0 && sh.nodes[i].expires > now {
-		return time.Duration(sh.nodes[i].expires-now) * time.Microsecond, nil
+	if i := sh.find(k, h); i != 0 && sh.at(i).expires > now {
+		return time.Duration(sh.at(i).expires-now) * time.Microsecond, nil
 	}
 	return 0, nil
 }
@@ -543,7 +629,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.m)
+		n += sh.n
 		sh.mu.Unlock()
 	}
 	return n
@@ -581,7 +667,7 @@ func (s *Store) Sweep() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += sh.evict(now, len(sh.m))
+		n += sh.sweep(now)
 		sh.shrink()
 		sh.mu.Unlock()
 	}
