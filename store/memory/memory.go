@@ -393,7 +393,7 @@ func (s *Store) lock(parts []sluice.Part, work []decision, keys []byte, idx []in
 			d.sh, d.k0 = &s.shards[x], len(keys)
 			keys = appendEntryKey(keys, ck, l)
 			d.k1 = len(keys)
-			d.h = maphash.Bytes(s.seed, keys[d.k0:d.k1])
+			d.h = entryHash(s.seed, keys[d.k0:d.k1])
 			i++
 		}
 	}
@@ -443,6 +443,20 @@ func (d *decision) save(key []byte, st algo.State, ttl, now int64) {
 		sh.at(d.i).set(st, now+ttl)
 	}
 }
+
+// entryHash returns the hash of entry key k by which a shard finds it.
+func entryHash(seed maphash.Seed, k []byte) uint64 {
+	return maphash.Bytes(seed, k) & hashMask
+}
+
+// entryHashString is entryHash of a key held as a string.
+func entryHashString(seed maphash.Seed, k string) uint64 {
+	return maphash.String(seed, k) & hashMask
+}
+
+// hashMask is all ones but in tests that make hashes collide, to run the
+// code for keys whose hash is taken (dup).
+var hashMask = ^uint64(0)
 
 // at returns node i.
 func (sh *shard) at(i int32) *node {
@@ -497,7 +511,7 @@ func (sh *shard) insert(key string, h uint64) int32 {
 // remove deletes node i and frees it.
 func (sh *shard) remove(i int32) {
 	n := sh.at(i)
-	if h := maphash.String(sh.seed, n.key); sh.m[h] == i {
+	if h := entryHashString(sh.seed, n.key); sh.m[h] == i {
 		delete(sh.m, h)
 	} else {
 		delete(sh.dup, n.key)
@@ -583,7 +597,7 @@ func (sh *shard) shrink() {
 	sh.init(sh.seed, sh.cap, sh.n)
 	for i := old(0).prev; i != 0; i = old(i).prev {
 		o := old(i)
-		e := sh.at(sh.insert(o.key, maphash.String(sh.seed, o.key)))
+		e := sh.at(sh.insert(o.key, entryHashString(sh.seed, o.key)))
 		prev, next := e.prev, e.next
 		*e = *o
 		e.prev, e.next = prev, next
@@ -599,7 +613,7 @@ func (s *Store) Reset(_ context.Context, key string, limits ...sluice.Limit) err
 	defer sh.mu.Unlock()
 	for _, l := range limits {
 		k := appendEntryKey(scratch[:0], ck, l)
-		if i := sh.find(k, maphash.Bytes(s.seed, k)); i != 0 {
+		if i := sh.find(k, entryHash(s.seed, k)); i != 0 {
 			sh.remove(i)
 		}
 	}
@@ -614,7 +628,7 @@ func (s *Store) TTL(_ context.Context, key string, l sluice.Limit) (time.Duratio
 	sh := s.shard(ck.key)
 	var scratch [256]byte
 	k := appendEntryKey(scratch[:0], ck, l)
-	h := maphash.Bytes(s.seed, k)
+	h := entryHash(s.seed, k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if i := sh.find(k, h); i != 0 && sh.at(i).expires > now {
