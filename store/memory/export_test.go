@@ -9,11 +9,16 @@ func CollideHashes(t testing.TB, mask uint64) {
 	t.Cleanup(func() { hashMask = ^uint64(0) })
 }
 
-// Tables returns the sizes of shard i's maps (by hash, and for taken
-// hashes) and the nodes it has handed out.
-func (s *Store) Tables(i int) (m, dup, nodes int) {
+// Tables returns the number of entries of shard i in its table, the
+// table's size and the nodes the shard has handed out.
+func (s *Store) Tables(i int) (entries, slots, nodes int) {
 	sh := &s.shards[i]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return len(sh.m), len(sh.dup), int(sh.used)
+	for _, s := range sh.tab {
+		if s != 0 {
+			entries++
+		}
+	}
+	return entries, len(sh.tab), int(sh.used)
 }

@@ -53,6 +53,7 @@ import (
 	"encoding/binary"
 	"hash/maphash"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -89,13 +90,15 @@ type Store struct {
 // no more than a chunk to spare), linked in a list from the most recently
 // used to the least: node 0 is the list's head, whose next is the most
 // recently used entry and whose prev the least. Free nodes are linked by
-// next from free. m maps the hash of an entry's key to its node; the rare
-// key whose hash m holds for another key is in dup instead.
+// next from free. tab finds an entry by its key: an open-addressing table
+// (linear probing) of slots, each the low 32 bits of the hash of an
+// entry's key (which also give its home slot) and the entry's node; 0 is
+// an empty slot. It costs 8 bytes a slot, 3/8 to 3/4 of them full, where a
+// Go map of the same would cost about 40 bytes an entry.
 type shard struct {
 	mu        sync.Mutex
-	seed      maphash.Seed     // the Store's, to hash entry keys
-	m         map[uint64]int32 // maphash of an entry key -> its node
-	dup       map[string]int32 // entry key -> its node, for keys whose hash is taken; nil until needed
+	seed      maphash.Seed // the Store's, to hash entry keys
+	tab       []uint64
 	chunks    [][]node
 	used      int32  // nodes handed out, the head included
 	free      int32  // first free node, 0 if none
@@ -278,8 +281,7 @@ func New(opts ...Option) *Store {
 // init makes sh an empty shard of capacity per, with room for n entries.
 func (sh *shard) init(seed maphash.Seed, per, n int) {
 	sh.seed, sh.cap = seed, per
-	sh.m = make(map[uint64]int32, n)
-	sh.dup = nil
+	sh.tab = make([]uint64, tableSize(n))
 	sh.chunks = make([][]node, 1, 1+(n+1)/chunkSize)
 	sh.chunks[0] = make([]node, 1, min(n+1, chunkSize))
 	sh.used, sh.free, sh.n, sh.peak = 1, 0, 0, 0
@@ -455,7 +457,7 @@ func entryHashString(seed maphash.Seed, k string) uint64 {
 }
 
 // hashMask is all ones but in tests that make hashes collide, to run the
-// code for keys whose hash is taken (dup).
+// code for long probe sequences.
 var hashMask = ^uint64(0)
 
 // at returns node i.
@@ -463,15 +465,44 @@ func (sh *shard) at(i int32) *node {
 	return &sh.chunks[i>>chunkBits][i&chunkMask]
 }
 
+// tableSize returns the number of slots for n entries: a power of two,
+// at least 8, at most 3/4 full.
+func tableSize(n int) int {
+	size := 8
+	for size*3/4 < n {
+		size *= 2
+	}
+	return size
+}
+
+// slot is tab's slot for node i of an entry whose key's hash is h.
+func slot(h uint64, i int32) uint64 { return uint64(uint32(h))<<32 | uint64(uint32(i)) }
+
 // find returns the node of the entry key whose hash is h, or 0.
 func (sh *shard) find(key []byte, h uint64) int32 {
-	if i := sh.m[h]; i != 0 && sh.at(i).key == string(key) {
-		return i
+	mask := uint32(len(sh.tab) - 1)
+	tag := uint32(h)
+	for p := tag & mask; ; p = (p + 1) & mask {
+		s := sh.tab[p]
+		if s == 0 {
+			return 0
+		}
+		if uint32(s>>32) == tag {
+			if i := int32(uint32(s)); sh.at(i).key == string(key) {
+				return i
+			}
+		}
 	}
-	if sh.dup != nil {
-		return sh.dup[string(key)]
+}
+
+// place puts s in the first empty slot of its probe sequence.
+func (sh *shard) place(s uint64) {
+	mask := uint32(len(sh.tab) - 1)
+	p := uint32(s>>32) & mask
+	for sh.tab[p] != 0 {
+		p = (p + 1) & mask
 	}
-	return 0
+	sh.tab[p] = s
 }
 
 // insert adds a node for key, whose hash is h and which has none, as the
@@ -494,14 +525,16 @@ func (sh *shard) insert(key string, h uint64) int32 {
 		sh.used++
 	}
 	*sh.at(i) = node{key: key}
-	if _, taken := sh.m[h]; taken {
-		if sh.dup == nil {
-			sh.dup = make(map[string]int32)
+	if (sh.n+1)*4 > len(sh.tab)*3 {
+		old := sh.tab
+		sh.tab = make([]uint64, 2*len(old))
+		for _, s := range old {
+			if s != 0 {
+				sh.place(s)
+			}
 		}
-		sh.dup[key] = i
-	} else {
-		sh.m[h] = i
 	}
+	sh.place(slot(h, i))
 	sh.pushFront(i)
 	sh.n++
 	sh.peak = max(sh.peak, sh.n)
@@ -511,11 +544,23 @@ func (sh *shard) insert(key string, h uint64) int32 {
 // remove deletes node i and frees it.
 func (sh *shard) remove(i int32) {
 	n := sh.at(i)
-	if h := entryHashString(sh.seed, n.key); sh.m[h] == i {
-		delete(sh.m, h)
-	} else {
-		delete(sh.dup, n.key)
+	mask := uint32(len(sh.tab) - 1)
+	want := slot(entryHashString(sh.seed, n.key), i)
+	p := uint32(want>>32) & mask
+	for sh.tab[p] != want {
+		p = (p + 1) & mask
 	}
+	// Close the hole at p: move back every later slot of the run whose
+	// home is not between the hole and it (Knuth's algorithm R).
+	for q := (p + 1) & mask; sh.tab[q] != 0; q = (q + 1) & mask {
+		home := uint32(sh.tab[q]>>32) & mask
+		if p <= q && p < home && home <= q || p > q && (p < home || home <= q) {
+			continue // still reachable from its home
+		}
+		sh.tab[p] = sh.tab[q]
+		p = q
+	}
+	sh.tab[p] = 0
 	sh.at(n.prev).next = n.next
 	sh.at(n.next).prev = n.prev
 	*n = node{next: sh.free}
@@ -546,8 +591,8 @@ func (sh *shard) pushFront(i int32) {
 
 // evict deletes the entries expired for over evictGrace among up to n
 // entries at the end of the least-recently-used list, and among up to n
-// others. Map iteration starts at a random place, so the latter samples
-// the shard.
+// others, from a random place in the table (looking at no more than 4n
+// slots).
 func (sh *shard) evict(now int64, n int) int {
 	deleted := 0
 	for range n {
@@ -558,14 +603,19 @@ func (sh *shard) evict(now int64, n int) int {
 		sh.remove(i)
 		deleted++
 	}
-	for _, i := range sh.m {
+	mask := uint32(len(sh.tab) - 1)
+	p := rand.Uint32()
+	for range 4 * n {
 		if n == 0 {
 			break
 		}
-		n--
-		if sh.at(i).expires <= now-evictGrace {
-			sh.remove(i)
-			deleted++
+		p = (p + 1) & mask
+		if s := sh.tab[p]; s != 0 {
+			n--
+			if i := int32(uint32(s)); sh.at(i).expires <= now-evictGrace {
+				sh.remove(i) // may move a later slot back to p: looked at next time
+				deleted++
+			}
 		}
 	}
 	return deleted
