@@ -7,7 +7,7 @@
 // Use the Redis store (package store/redis) when more than one process
 // serves the traffic.
 //
-// The store is safe for concurrent use. Its map is split into shards locked
+// The store is safe for concurrent use. Its state is split into shards locked
 // independently; all limits of one key live in one shard, so a multi-limit
 // decision is atomic. Every piece of state carries the shortest sufficient
 // lifetime (until it would be equivalent to no state at all), and state
@@ -21,11 +21,12 @@
 //
 // # Memory
 //
-// The store holds at most a capacity of entries, one per client key and
+// The store holds at most its capacity of entries, one per client key and
 // limit identity (name, algorithm, period): DefaultCapacity (524,288)
 // unless WithCapacity says otherwise. Each shard holds its share of it
 // and, when full, forgets its least recently used entry for each new one;
-// Evictions counts them. Forgetting is what expiry does too, early: the
+// Evictions counts them. A shard may fill before the store does (500,000
+// distinct keys into the default store evicted a few dozen). Forgetting is what expiry does too, early: the
 // key's next request starts afresh, with a full quota. That is the worst
 // case a flood of distinct keys (one per client address, or keys the
 // clients choose) can cause: it cannot grow memory past the capacity, but
@@ -42,8 +43,8 @@
 // (BenchmarkFullStore; TestHeapPerKey measures 117 to 130 at 100,000 to
 // 500,000 keys, where the store kept 207 to 281 before it was bounded). A
 // full store of the default capacity thus holds about 60 MiB of live heap
-// with address-sized keys and 120 MiB at most with 128-byte keys (names of
-// up to 16 bytes), and the process's RSS, with the collector's headroom
+// with address-sized keys and 120 MiB with 128-byte keys and a short name
+// (a longer name adds its length to every entry), and the process's RSS, with the collector's headroom
 // (GOGC), about twice that: 127 MiB measured after 2,000,000 distinct
 // keys, where the unbounded store held 698 MiB. A sliding_log entry also
 // holds 8 bytes (up to 16, with slice growth) per request it admitted
