@@ -1,6 +1,9 @@
 package memory
 
-import "testing"
+import (
+	"testing"
+	"unsafe"
+)
 
 // CollideHashes makes entry keys' hashes collide (mask keeps a few of
 // their bits) until the test ends.
@@ -22,3 +25,6 @@ func (s *Store) Tables(i int) (entries, slots, nodes int) {
 	}
 	return entries, len(sh.tab), int(sh.used)
 }
+
+// ShardSize is the size of a shard in bytes.
+const ShardSize = unsafe.Sizeof(shard{})

@@ -115,7 +115,7 @@ type shard struct {
 	peak      int    // most entries held since the shard was last built
 	ops       uint64 // decisions, to space out eviction
 	evictions uint64 // entries forgotten because the shard was full
-	_         [8]byte
+	_         [16]byte
 }
 
 // Nodes come in chunks of chunkSize (8 KiB); the first chunk grows up to
@@ -208,7 +208,7 @@ func newClientKey(key string) clientKey {
 // entries of it at the end of its least-recently-used list and as many
 // anywhere in it, beyond the ones it touches, and deletes those expired
 // for over evictGrace: that keeps such entries below about half of the
-// shard under any steady load, without starting a map iteration on every
+// shard under any steady load, without scanning the table on every
 // decision.
 const (
 	evictEvery  = 8
@@ -218,7 +218,7 @@ const (
 
 // A shard whose table has held at least shrinkMin entries is rebuilt at
 // its current size when it holds a quarter of its peak or less, so that
-// memory returns after a flood (a Go map never shrinks by itself).
+// memory returns after a flood (its table and chunks only grow otherwise).
 const shrinkMin = 256
 
 // Option configures a Store.
