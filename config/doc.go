@@ -18,6 +18,9 @@
 //	  url: redis://127.0.0.1:6379/0  # redis://, rediss:// or unix://; absent: in-memory (one replica only)
 //	  on_error: local            # allow | deny | local (default): what to do while the store fails
 //	  timeout: 1s                # bound on every store call (default 1s)
+//	memory:                      # optional: the in-memory store (no url, or the on_error: local fallback)
+//	  max_keys: 524288           # most entries (client key x limit) held, >= 1 (default 524288, about 60 MiB);
+//	                             # when full, the least recently used is forgotten and starts afresh
 //	http:                        # optional
 //	  headers: both              # both (default) | ietf | legacy | none
 //	  problem_json: false        # 429 body as RFC 9457 application/problem+json
