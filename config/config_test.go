@@ -129,9 +129,10 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &File{
-		Path:  "min.yaml",
-		Redis: Redis{OnError: "local", Timeout: sluice.DefaultStoreTimeout},
-		HTTP:  HTTP{Headers: "both", IPv6Prefix: policy.DefaultIPv6Prefix},
+		Path:   "min.yaml",
+		Redis:  Redis{OnError: "local", Timeout: sluice.DefaultStoreTimeout},
+		Memory: Memory{MaxKeys: memory.DefaultCapacity},
+		HTTP:   HTTP{Headers: "both", IPv6Prefix: policy.DefaultIPv6Prefix},
 		Rules: []policy.Rule{{
 			Name: "a", Key: policy.Key{Source: policy.KeyIP}, Cost: 1,
 			Limits: []sluice.Limit{{Algorithm: sluice.TokenBucket, Limit: 3, Period: time.Minute, Name: "a-1m"}},
@@ -409,6 +410,27 @@ rules:
 		}
 		if !reflect.DeepEqual(names, tt.want) {
 			t.Errorf("%s %s: applied %q, want %q", tt.method, tt.target, names, tt.want)
+		}
+	}
+}
+
+func TestMemory(t *testing.T) {
+	for _, tt := range []struct {
+		memory string
+		want   int
+	}{
+		{"", memory.DefaultCapacity},
+		{"memory:\n", memory.DefaultCapacity},
+		{"memory: {}\n", memory.DefaultCapacity},
+		{"memory: {max_keys: 1}\n", 1},
+		{"memory:\n  max_keys: 2000000\n", 2_000_000},
+	} {
+		f, err := Parse("mem.yaml", []byte(tt.memory+"rules:\n  - {name: a, limit: 1, period: 1h}\n"))
+		if err != nil {
+			t.Fatalf("%q: %v", tt.memory, err)
+		}
+		if f.Memory.MaxKeys != tt.want {
+			t.Errorf("%q: MaxKeys = %d, want %d", tt.memory, f.Memory.MaxKeys, tt.want)
 		}
 	}
 }

@@ -19,6 +19,9 @@
 //	  on_error: local            # allow | deny | local (default): what to do while the store fails
 //	  timeout: 100ms             # bound on every store call (default 100ms)
 //	  replicas: auto             # replicas sharing the limits, whose share each enforces under local: auto (default: learned from heartbeats) or a number
+//	memory:                      # optional: the in-memory store (no url, or the on_error: local fallback)
+//	  max_keys: 524288           # most entries (client key x limit) held, >= 1 (default 524288, about 60 MiB);
+//	                             # when full, the least recently used is forgotten and starts afresh
 //	http:                        # optional
 //	  headers: both              # both (default) | ietf | legacy | none
 //	  problem_json: false        # 429 body as RFC 9457 application/problem+json

@@ -29,7 +29,7 @@ var errorTests = []struct {
 	{"comments only", "# nothing yet\n",
 		`rules: is missing: the file is empty, and a policy file needs at least one rule (sluice.yaml)`},
 	{"not a mapping", "- name: a\n",
-		`the file must be a mapping with the keys redis, http, rules, not a list (sluice.yaml:1)`},
+		`the file must be a mapping with the keys redis, memory, http, rules, not a list (sluice.yaml:1)`},
 	{"two documents", rule + "---\n" + rule,
 		`a second YAML document (---) starts here; a policy file is one document (sluice.yaml:3)`},
 	{"no rules", "redis:\n  on_error: deny\n",
@@ -39,7 +39,7 @@ var errorTests = []struct {
 	{"rules not a list", "rules:\n  name: a\n",
 		`rules: must be a list of rules, not a mapping (sluice.yaml:2)`},
 	{"unknown top-level field", rule + "redsi:\n  url: redis://h\n",
-		`redsi: unknown field (did you mean redis?); the file takes redis, http, rules, and x-... fields to hold anchors (sluice.yaml:3)`},
+		`redsi: unknown field (did you mean redis?); the file takes redis, memory, http, rules, and x-... fields to hold anchors (sluice.yaml:3)`},
 	{"duplicate key", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    limit: 2\n",
 		`rules[0].limit: appears twice (first at line 3); keep one (sluice.yaml:5)`},
 
@@ -60,6 +60,20 @@ var errorTests = []struct {
 		`redis.adress: unknown field; redis takes url, on_error, timeout, replicas (sluice.yaml:4)`},
 	{"redis not a mapping", rule + "redis: redis://h\n",
 		`redis: must be a mapping with the keys url, on_error, timeout, replicas, not "redis://h" (sluice.yaml:3)`},
+
+	// memory.
+	{"max_keys zero", rule + "memory:\n  max_keys: 0\n",
+		`memory.max_keys: must be at least 1, got 0; leave it out for the default, 524288 (sluice.yaml:4)`},
+	{"max_keys negative", rule + "memory:\n  max_keys: -1\n",
+		`memory.max_keys: must be at least 1, got -1; leave it out for the default, 524288 (sluice.yaml:4)`},
+	{"max_keys with a unit", rule + "memory:\n  max_keys: 100MB\n",
+		`memory.max_keys: "100MB" is not a whole number; the most entries (client key × limit) the in-memory store holds, at least 1 (sluice.yaml:4)`},
+	{"max_keys too large", rule + "memory:\n  max_keys: 9223372036854775808\n",
+		`memory.max_keys: 9223372036854775808 is out of range; the most entries (client key × limit) the in-memory store holds, at least 1 (sluice.yaml:4)`},
+	{"memory unknown field", rule + "memory:\n  max_bytes: 100\n",
+		`memory.max_bytes: unknown field; memory takes max_keys (sluice.yaml:4)`},
+	{"memory not a mapping", rule + "memory: 1000\n",
+		`memory: must be a mapping with the keys max_keys, not 1000 (sluice.yaml:3)`},
 
 	// http.
 	{"headers", rule + "http:\n  headers: all\n",
