@@ -29,6 +29,7 @@ import (
 	"github.com/sluice-go/sluice/config"
 	"github.com/sluice-go/sluice/httplimit"
 	"github.com/sluice-go/sluice/policy"
+	"github.com/sluice-go/sluice/store/memory"
 )
 
 // Option configures Open.
@@ -42,6 +43,7 @@ type settings struct {
 	rules     []policy.Option
 	onReload  func(ok bool)
 	onBreaker func(sluice.BreakerState, error)
+	onMemory  func(*memory.Store)
 }
 
 // WithLogger sets where the store's changes of state, reloads and
@@ -82,6 +84,13 @@ func WithBreakerReport(f func(sluice.BreakerState, error)) Option {
 	return func(s *settings) { s.onBreaker = f }
 }
 
+// WithMemoryStore registers f to be handed the in-memory store the file
+// configures, the store itself or Redis's local fallback, when it is
+// opened: metrics.Metrics.MemoryStore exports its size and evictions.
+func WithMemoryStore(f func(*memory.Store)) Option {
+	return func(s *settings) { s.onMemory = f }
+}
+
 // Policy is a policy file at work: its store, Limiter and engine. It is
 // safe for concurrent use. Create it with Open; Close it when done.
 type Policy struct {
@@ -89,7 +98,8 @@ type Policy struct {
 	set     settings
 	back    *Backend
 	engine  *policy.Engine
-	running config.Redis // the redis section the store was opened with
+	running config.Redis  // the redis section the store was opened with
+	memory  config.Memory // the memory section it was opened with
 
 	mu   sync.Mutex  // serializes reloads
 	read fingerprint // the version of the file last read, for Watch; under mu
@@ -131,7 +141,8 @@ func newPolicy(f *config.File, fp fingerprint, opts []Option) (*Policy, error) {
 		return nil, err
 	}
 	p.running = p.set.redis(f.Redis)
-	if p.back, err = openBackend(p.running, p.set); err != nil {
+	p.memory = f.Memory
+	if p.back, err = openBackend(p.running, p.memory, p.set); err != nil {
 		return nil, err
 	}
 	p.engine = policy.New(p.back.Limiter, set, policy.WithObserver(p.set.obs), policy.WithLogger(p.set.log))
@@ -142,7 +153,7 @@ func newPolicy(f *config.File, fp fingerprint, opts []Option) (*Policy, error) {
 
 func defaults() settings {
 	return settings{log: slog.Default(), obs: func(string, policy.Outcome) {}, redis: func(r config.Redis) config.Redis { return r }, onReload: func(bool) {},
-		onBreaker: func(sluice.BreakerState, error) {}}
+		onBreaker: func(sluice.BreakerState, error) {}, onMemory: func(*memory.Store) {}}
 }
 
 // compile returns f's rules compiled and its response options.
@@ -217,6 +228,9 @@ func (p *Policy) Reload() error {
 			if p.set.redis(f.Redis) != p.running {
 				// Never log the URLs: they may hold a password.
 				p.set.log.Warn("the redis section changed; the store keeps its old settings until a restart", "config", p.path)
+			}
+			if f.Memory != p.memory {
+				p.set.log.Warn("the memory section changed; the store keeps its old settings until a restart", "config", p.path)
 			}
 		}
 	}

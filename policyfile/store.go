@@ -29,43 +29,56 @@ type Backend struct {
 }
 
 // OpenBackend builds the Limiter that the redis section r asks for, as
-// Open does, with the logger, store wrapper and breaker report of opts
-// (other options do not apply). Without a URL it is the in-memory store,
-// said once in the log, since its limits hold per process.
+// Open does, with the logger, store wrapper, breaker report and memory
+// store report of opts (other options do not apply), and in-memory stores
+// of memory.DefaultCapacity. Without a URL it is the in-memory store, said
+// once in the log, since its limits hold per process.
 func OpenBackend(r config.Redis, opts ...Option) (*Backend, error) {
 	st := defaults()
 	for _, o := range opts {
 		o(&st)
 	}
-	return openBackend(r, st)
+	return openBackend(r, config.Memory{MaxKeys: memory.DefaultCapacity}, st)
 }
+
+// sweepEvery is how often an in-memory store drops expired state even
+// when no traffic comes, so that a flood's memory returns.
+const sweepEvery = time.Minute
 
 // fleetTTL is how long a replica's heartbeat counts it among the replicas
 // sharing the limits; it beats three times as often.
 const fleetTTL = 3 * time.Second
 
-func openBackend(r config.Redis, st settings) (*Backend, error) {
+func openBackend(r config.Redis, m config.Memory, st settings) (*Backend, error) {
 	wrap, log := st.wrap, st.log
 	if wrap == nil {
 		wrap = func(s sluice.Store) sluice.Store { return s }
 	}
+	// The in-memory store: the store, or Redis's local fallback.
+	mem := func(ctx context.Context) *memory.Store {
+		s := memory.New(memory.WithCapacity(m.MaxKeys))
+		go s.SweepEvery(ctx, sweepEvery)
+		st.onMemory(s)
+		return s
+	}
 	if r.URL == "" {
-		log.Warn("no Redis configured: using the in-memory store, whose limits hold per process (N replicas admit N x the limit)")
+		log.Warn("no Redis configured: using the in-memory store, whose limits hold per process (N replicas admit N x the limit)", "max_keys", m.MaxKeys)
+		ctx, cancel := context.WithCancel(context.Background())
 		return &Backend{
-			Limiter: sluice.New(wrap(memory.New())),
+			Limiter: sluice.New(wrap(mem(ctx))),
 			Ready:   func(context.Context) error { return nil },
-			Close:   func() {},
+			Close:   cancel,
 		}, nil
 	}
-	policy, err := sluice.ParseErrorPolicy(r.OnError, memory.New())
-	if err != nil {
+	if _, err := sluice.ParseErrorPolicy(r.OnError, nil); err != nil {
 		return nil, err
 	}
 	if err := redis.CheckURL(r.URL); err != nil {
 		return nil, err
 	}
-	store := &lazyRedis{url: r.URL, log: log}
 	ctx, cancel := context.WithCancel(context.Background())
+	policy, _ := sluice.ParseErrorPolicy(r.OnError, mem(ctx))
+	store := &lazyRedis{url: r.URL, log: log}
 	store.connect(ctx)
 	fleet := &fleet{n: r.Replicas}
 	if r.Replicas == 0 {

@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-go/sluice/config"
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/policyfile"
+	"github.com/sluice-go/sluice/store/memory"
 )
 
 // TestOpenBackend: OpenBackend builds the store of a redis section, in
@@ -158,6 +159,23 @@ func TestFleetShare(t *testing.T) {
 		}
 		if admitted != tt.want {
 			t.Errorf("%s: the replicas admitted %d of a limit of 10 with Redis down, want %d", tt.name, admitted, tt.want)
+		}
+	}
+}
+
+// TestMemorySection: memory.max_keys bounds the in-memory store, the store
+// itself or Redis's local fallback, which WithMemoryStore is handed.
+func TestMemorySection(t *testing.T) {
+	srv := redistest.Start(t)
+	for name, redisSection := range map[string]string{
+		"store":    "",
+		"fallback": "redis: {url: redis://" + srv.Addr + ", on_error: local}\n",
+	} {
+		var got *memory.Store
+		open(t, writeFile(t, redisSection+"memory: {max_keys: 1000}\n"+limitRules(5)), nil,
+			policyfile.WithMemoryStore(func(s *memory.Store) { got = s }))
+		if got == nil || got.Capacity() < 1000 || got.Capacity() > 1100 {
+			t.Errorf("%s: WithMemoryStore got %v, want a store of about 1000 entries", name, got)
 		}
 	}
 }
