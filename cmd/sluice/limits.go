@@ -194,7 +194,7 @@ func (l *listenFlags) grpcServer(log *slog.Logger) *grpc.Server {
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: *l.idle, Time: *l.idle, Timeout: grpcPingTimeout}),
 	}
 	if n := *l.inflight; n > 0 {
-		c := newInflight(n, log)
+		c := newInflight("grpc", n, log)
 		opts = append(opts, grpc.MaxConcurrentStreams(uint32(min(int64(n), math.MaxUint32))),
 			grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
 				if !c.enter() {
@@ -210,6 +210,7 @@ func (l *listenFlags) grpcServer(log *slog.Logger) *grpc.Server {
 // inflight counts the requests one listener works on, up to its cap, and
 // logs, at most every busyLogEvery, how many it refused.
 type inflight struct {
+	name    string // of the listener, for the log
 	slots   chan struct{}
 	log     *slog.Logger
 	refused atomic.Int64 // since the last log line
@@ -217,8 +218,10 @@ type inflight struct {
 	logged  time.Time
 }
 
-func newInflight(n int, log *slog.Logger) *inflight {
-	return &inflight{slots: make(chan struct{}, n), log: log}
+// newInflight returns the count of listener name (http or grpc), for a
+// cap of n.
+func newInflight(name string, n int, log *slog.Logger) *inflight {
+	return &inflight{name: name, slots: make(chan struct{}, n), log: log}
 }
 
 // enter takes a slot, or reports false at once when none is free.
@@ -232,7 +235,7 @@ func (c *inflight) enter() bool {
 	c.mu.Lock()
 	if now := time.Now(); now.Sub(c.logged) >= busyLogEvery {
 		c.logged = now
-		c.log.Warn("requests refused at --max-inflight", "max_inflight", cap(c.slots), "refused", c.refused.Swap(0))
+		c.log.Warn("requests refused at --max-inflight", "listener", c.name, "max_inflight", cap(c.slots), "refused", c.refused.Swap(0))
 	}
 	c.mu.Unlock()
 	return false
@@ -248,7 +251,7 @@ func capInflight(h http.Handler, n int, exempt func(*http.Request) bool, log *sl
 	if n <= 0 {
 		return h
 	}
-	c := newInflight(n, log)
+	c := newInflight("http", n, log)
 	retry := strconv.Itoa(int(busyRetryAfter / time.Second))
 	msg := fmt.Sprintf("the server is at its limit of %d requests in flight; retry later", n)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
