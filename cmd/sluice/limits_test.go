@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-go/sluice/envoy"
+	"github.com/sluice-go/sluice/internal/redistest"
 )
 
 // openRules is a policy file whose one rule no test here exhausts.
@@ -446,6 +447,80 @@ func TestServeGRPCLimits(t *testing.T) {
 	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("after the refused requests: %v %v, want OK", resp, err)
 	}
+}
+
+// TestServeGRPCInflight: serve's gRPC listener working on --max-inflight
+// calls, held by a paused Redis (CLIENT PAUSE), answers one more with
+// Unavailable at once.
+func TestServeGRPCInflight(t *testing.T) {
+	srv := redistest.Start(t)
+	d := startServe(t, nil, "--max-inflight", "1", "--config",
+		writeFile(t, "redis: {url: redis://"+srv.Addr+", on_error: allow}\nrules:\n  - {name: api, key: ip, limit: 1000000, period: 1s}\n"))
+	// Two connections: on one, the client would wait for the stream
+	// --max-inflight also allows per connection.
+	clients := make([]rlsv3.RateLimitServiceClient, 2)
+	for i := range clients {
+		conn, err := grpc.NewClient(d.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		clients[i] = rlsv3.NewRateLimitServiceClient(conn)
+	}
+	call := func(i int) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := clients[i].ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{{
+			Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "rule", Value: "api"}, {Key: "remote_address", Value: "192.0.2.1"}}}}})
+		return err
+	}
+	if err := call(0); err != nil {
+		t.Fatalf("with Redis answering: %v", err)
+	}
+	pause := func() {
+		rc, err := net.DialTimeout("tcp", srv.Addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		reply := make([]byte, 5)
+		if _, err := io.WriteString(rc, "CLIENT PAUSE 3000\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(rc, reply); err != nil || string(reply) != "+OK\r\n" {
+			t.Fatalf("CLIENT PAUSE: %q %v", reply, err)
+		}
+	}
+	// One goroutine keeps a call waiting on the paused Redis, up to the
+	// store's deadline, while the test's own calls look for the refusal.
+	stop := make(chan struct{})
+	held := make(chan struct{})
+	defer func() { close(stop); <-held }()
+	go func() {
+		defer close(held)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = call(1)
+		}
+	}()
+	pause()
+	paused := time.Now()
+	waitUntil(t, 10*time.Second, func() error {
+		if time.Since(paused) > 2*time.Second {
+			pause()
+			paused = time.Now()
+		}
+		err := call(0)
+		if status.Code(err) == codes.Unavailable && strings.Contains(err.Error(), "limit of 1 calls in flight") {
+			return nil
+		}
+		return fmt.Errorf("one call over the cap: %v, want Unavailable naming the cap", err)
+	})
+	d.waitLog(t, "requests refused at --max-inflight")
 }
 
 // TestMaxHeaderBytes: headers over --max-header-bytes are answered 431.
