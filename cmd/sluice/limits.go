@@ -113,7 +113,7 @@ func addListenFlags(fs *cmdFlags) *listenFlags {
 // addServeBodyFlag defines serve's --body-timeout on fs.
 func (l *listenFlags) addServeBodyFlag(fs *cmdFlags) {
 	l.bodyFlag = "--body-timeout"
-	l.body = fs.duration("body-timeout", "SLUICE_BODY_TIMEOUT", defaultBodyTimeout, "how long a client may take to send a request body, in all, after its headers; then the connection is closed")
+	l.body = fs.duration("body-timeout", "SLUICE_BODY_TIMEOUT", defaultBodyTimeout, "how long a client may take to send a request body, in all, after its headers; then the request fails and the connection is closed")
 }
 
 // addProxyBodyFlags defines proxy's --body-idle-timeout and
