@@ -69,8 +69,17 @@ func TestParseErrorPolicy(t *testing.T) {
 	if p, err := ParseErrorPolicy("local", fallback); err != nil || p != LocalOnError(fallback) || p.String() != "local" {
 		t.Errorf(`ParseErrorPolicy("local", fallback) = %v, %v`, p, err)
 	}
-	if _, err := ParseErrorPolicy("local", nil); err == nil || err.Error() != `sluice: error policy "local" needs a fallback store` {
-		t.Errorf(`ParseErrorPolicy("local", nil) error = %v, want a policy with no fallback store refused`, err)
+	// For a Part, a local policy without a fallback of its own (the
+	// Limiter's decides).
+	if p, err := ParseErrorPolicy("local", nil); err != nil || p != LocalOnError(nil) {
+		t.Errorf(`ParseErrorPolicy("local", nil) = %v, %v, want LocalOnError(nil)`, p, err)
+	}
+	// The fallback is kept under every policy, for parts whose own is local.
+	if p, err := ParseErrorPolicy("deny", fallback); err != nil || p.String() != "deny" || p.fallback != fallback {
+		t.Errorf(`ParseErrorPolicy("deny", fallback) = %v, %v, want deny keeping the fallback`, p, err)
+	}
+	if s := (ErrorPolicy{}).String(); s != "" {
+		t.Errorf("the zero ErrorPolicy is %q, want \"\"", s)
 	}
 	_, err := ParseErrorPolicy("open", nil)
 	if want := `sluice: error policy "open" is not one of return, allow, deny, local`; err == nil || err.Error() != want {

@@ -52,6 +52,12 @@ type Part struct {
 	// Cost is how much the request consumes; 0 asks for the state without
 	// consuming anything.
 	Cost int
+	// OnError, unless it is the zero ErrorPolicy, answers for this part's
+	// limits in place of the Limiter's policy when the store fails (see
+	// ErrorPolicy). A LocalOnError here decides with the Limiter's
+	// fallback store (ParseErrorPolicy keeps one under every policy);
+	// stores ignore it.
+	OnError ErrorPolicy
 }
 
 // Len returns the number of limits of req, the number of Results Take

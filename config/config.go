@@ -15,6 +15,9 @@ type File struct {
 	Path string
 	// Redis configures the store.
 	Redis Redis
+	// Memory bounds the in-memory store (the store without Redis, and the
+	// local fallback under on_error: local).
+	Memory Memory
 	// HTTP configures the middleware's responses.
 	HTTP HTTP
 	// Rules are the rules in file order; there is at least one. Their
@@ -49,6 +52,19 @@ type Redis struct {
 	OnError string
 	// Timeout bounds every store call; default sluice.DefaultStoreTimeout.
 	Timeout time.Duration
+	// Replicas is the number of replicas that share the limits, whose
+	// share of each limit a replica enforces under on_error local; 0 (the
+	// default, "auto") learns it from the replicas' heartbeats in Redis.
+	Replicas int
+}
+
+// Memory is the memory section: how much the in-memory store holds.
+type Memory struct {
+	// MaxKeys is the most entries (client key × limit) the in-memory
+	// store holds, at least 1 (memory.WithCapacity); when it is full, the
+	// least recently used entry is forgotten and that client starts
+	// afresh. Default memory.DefaultCapacity.
+	MaxKeys int
 }
 
 // HTTP is the http section: what the middleware tells clients, and whom it

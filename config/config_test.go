@@ -129,9 +129,10 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &File{
-		Path:  "min.yaml",
-		Redis: Redis{OnError: "local", Timeout: sluice.DefaultStoreTimeout},
-		HTTP:  HTTP{Headers: "both", IPv6Prefix: policy.DefaultIPv6Prefix},
+		Path:   "min.yaml",
+		Redis:  Redis{OnError: "local", Timeout: sluice.DefaultStoreTimeout},
+		Memory: Memory{MaxKeys: memory.DefaultCapacity},
+		HTTP:   HTTP{Headers: "both", IPv6Prefix: policy.DefaultIPv6Prefix},
 		Rules: []policy.Rule{{
 			Name: "a", Key: policy.Key{Source: policy.KeyIP}, Cost: 1,
 			Limits: []sluice.Limit{{Algorithm: sluice.TokenBucket, Limit: 3, Period: time.Minute, Name: "a-1m"}},
@@ -413,6 +414,27 @@ rules:
 	}
 }
 
+func TestMemory(t *testing.T) {
+	for _, tt := range []struct {
+		memory string
+		want   int
+	}{
+		{"", memory.DefaultCapacity},
+		{"memory:\n", memory.DefaultCapacity},
+		{"memory: {}\n", memory.DefaultCapacity},
+		{"memory: {max_keys: 1}\n", 1},
+		{"memory:\n  max_keys: 2000000\n", 2_000_000},
+	} {
+		f, err := Parse("mem.yaml", []byte(tt.memory+"rules:\n  - {name: a, limit: 1, period: 1h}\n"))
+		if err != nil {
+			t.Fatalf("%q: %v", tt.memory, err)
+		}
+		if f.Memory.MaxKeys != tt.want {
+			t.Errorf("%q: MaxKeys = %d, want %d", tt.memory, f.Memory.MaxKeys, tt.want)
+		}
+	}
+}
+
 func TestIPv6Prefix(t *testing.T) {
 	for _, tt := range []struct {
 		http string
@@ -483,6 +505,42 @@ func decideSteps(t *testing.T, name string, set *policy.RuleSet, steps []step) {
 		}
 		if d.Allowed != tt.want {
 			t.Errorf("%s, step %d: %s allowed = %v, want %v", name, i, tt.remote, d.Allowed, tt.want)
+		}
+	}
+}
+
+// TestErrorPolicies: redis.replicas is auto (0) or a number, and a rule's
+// on_error becomes its policy, whose local fallback is the store's.
+func TestErrorPolicies(t *testing.T) {
+	for _, tt := range []struct {
+		redis string
+		want  int
+	}{
+		{"", 0},
+		{"redis: {replicas: auto}\n", 0},
+		{"redis: {replicas: 3}\n", 3},
+	} {
+		f, err := Parse("r.yaml", []byte(tt.redis+"rules:\n  - {name: a, limit: 1, period: 1h}\n"))
+		if err != nil {
+			t.Fatalf("%q: %v", tt.redis, err)
+		}
+		if f.Redis.Replicas != tt.want {
+			t.Errorf("%q: Replicas = %d, want %d", tt.redis, f.Redis.Replicas, tt.want)
+		}
+	}
+	f, err := Parse("r.yaml", []byte(`rules:
+  - {name: a, limit: 1, period: 1h}
+  - {name: login, match: POST /login, limit: 1, period: 1h, on_error: deny}
+  - {name: status, match: GET /status, limit: 1, period: 1h, on_error: allow}
+  - {name: search, match: GET /search, limit: 1, period: 1h, on_error: local}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []sluice.ErrorPolicy{{}, sluice.DenyOnError, sluice.AllowOnError, sluice.LocalOnError(nil)}
+	for i, r := range f.Rules {
+		if r.OnError != want[i] {
+			t.Errorf("rule %s: OnError %q, want %q", r.Name, r.OnError, want[i])
 		}
 	}
 }

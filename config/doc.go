@@ -17,7 +17,11 @@
 //	redis:                       # optional; absent: the in-memory store
 //	  url: redis://127.0.0.1:6379/0  # redis://, rediss:// or unix://; absent: in-memory (one replica only)
 //	  on_error: local            # allow | deny | local (default): what to do while the store fails
-//	  timeout: 1s                # bound on every store call (default 1s)
+//	  timeout: 100ms             # bound on every store call (default 100ms)
+//	  replicas: auto             # replicas sharing the limits, whose share each enforces under local: auto (default: learned from heartbeats) or a number
+//	memory:                      # optional: the in-memory store (no url, or the on_error: local fallback)
+//	  max_keys: 524288           # most entries (client key x limit) held, >= 1 (default 524288, about 60 MiB);
+//	                             # when full, the least recently used is forgotten and starts afresh
 //	http:                        # optional
 //	  headers: both              # both (default) | ietf | legacy | none
 //	  problem_json: false        # 429 body as RFC 9457 application/problem+json
@@ -36,6 +40,7 @@
 //	    burst: 20                # token_bucket and gcra only; default = limit
 //	    cost: 1                  # what one request spends (default 1)
 //	    shadow: false            # evaluate and report, never block
+//	    on_error: deny           # allow | deny | local: this rule's answer while the store fails; absent: redis.on_error
 //	    plans:                   # per-key overrides, first match wins
 //	      - name: pro            # required, unique in the rule
 //	        keys: [key-1]        # exact client keys, and/or

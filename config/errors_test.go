@@ -29,7 +29,7 @@ var errorTests = []struct {
 	{"comments only", "# nothing yet\n",
 		`rules: is missing: the file is empty, and a policy file needs at least one rule (sluice.yaml)`},
 	{"not a mapping", "- name: a\n",
-		`the file must be a mapping with the keys redis, http, rules, not a list (sluice.yaml:1)`},
+		`the file must be a mapping with the keys redis, memory, http, rules, not a list (sluice.yaml:1)`},
 	{"two documents", rule + "---\n" + rule,
 		`a second YAML document (---) starts here; a policy file is one document (sluice.yaml:3)`},
 	{"no rules", "redis:\n  on_error: deny\n",
@@ -39,7 +39,7 @@ var errorTests = []struct {
 	{"rules not a list", "rules:\n  name: a\n",
 		`rules: must be a list of rules, not a mapping (sluice.yaml:2)`},
 	{"unknown top-level field", rule + "redsi:\n  url: redis://h\n",
-		`redsi: unknown field (did you mean redis?); the file takes redis, http, rules, and x-... fields to hold anchors (sluice.yaml:3)`},
+		`redsi: unknown field (did you mean redis?); the file takes redis, memory, http, rules, and x-... fields to hold anchors (sluice.yaml:3)`},
 	{"duplicate key", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    limit: 2\n",
 		`rules[0].limit: appears twice (first at line 3); keep one (sluice.yaml:5)`},
 
@@ -48,12 +48,32 @@ var errorTests = []struct {
 		`redis.url: is not a Redis URL; write redis://[user:password@]host:port/db, rediss://... for TLS, or unix:///path/to/redis.sock (leave url out for the in-memory store) (sluice.yaml:4)`},
 	{"on_error", rule + "redis:\n  on_error: fail\n",
 		`redis.on_error: "fail" is not one of allow, deny, local (sluice.yaml:4)`},
+	{"replicas zero", rule + "redis:\n  replicas: 0\n",
+		`redis.replicas: must be auto or at least 1, got 0 (sluice.yaml:4)`},
+	{"replicas word", rule + "redis:\n  replicas: many\n",
+		`redis.replicas: "many" is not a whole number; auto (learned from the replicas' heartbeats in Redis), or the number of replicas sharing the limits (sluice.yaml:4)`},
+	{"rule on_error return", "rules:\n  - {name: a, limit: 1, period: 1s, on_error: return}\n",
+		`rules[0].on_error: "return" is not one of allow, deny, local (sluice.yaml:2)`},
 	{"timeout zero", rule + "redis:\n  timeout: 0s\n",
 		`redis.timeout: must be positive, got 0s; write a Go duration such as 500ms, 1s, 1m, 1h or 1h30m (sluice.yaml:4)`},
 	{"redis unknown field", rule + "redis:\n  adress: redis://h\n",
-		`redis.adress: unknown field; redis takes url, on_error, timeout (sluice.yaml:4)`},
+		`redis.adress: unknown field; redis takes url, on_error, timeout, replicas (sluice.yaml:4)`},
 	{"redis not a mapping", rule + "redis: redis://h\n",
-		`redis: must be a mapping with the keys url, on_error, timeout, not "redis://h" (sluice.yaml:3)`},
+		`redis: must be a mapping with the keys url, on_error, timeout, replicas, not "redis://h" (sluice.yaml:3)`},
+
+	// memory.
+	{"max_keys zero", rule + "memory:\n  max_keys: 0\n",
+		`memory.max_keys: must be at least 1, got 0; leave it out for the default, 524288 (sluice.yaml:4)`},
+	{"max_keys negative", rule + "memory:\n  max_keys: -1\n",
+		`memory.max_keys: must be at least 1, got -1; leave it out for the default, 524288 (sluice.yaml:4)`},
+	{"max_keys with a unit", rule + "memory:\n  max_keys: 100MB\n",
+		`memory.max_keys: "100MB" is not a whole number; the most entries (client key × limit) the in-memory store holds, at least 1 (sluice.yaml:4)`},
+	{"max_keys too large", rule + "memory:\n  max_keys: 9223372036854775808\n",
+		`memory.max_keys: 9223372036854775808 is out of range; the most entries (client key × limit) the in-memory store holds, at least 1 (sluice.yaml:4)`},
+	{"memory unknown field", rule + "memory:\n  max_bytes: 100\n",
+		`memory.max_bytes: unknown field; memory takes max_keys (sluice.yaml:4)`},
+	{"memory not a mapping", rule + "memory: 1000\n",
+		`memory: must be a mapping with the keys max_keys, not 1000 (sluice.yaml:3)`},
 
 	// http.
 	{"headers", rule + "http:\n  headers: all\n",
@@ -77,9 +97,9 @@ var errorTests = []struct {
 
 	// A rule's own fields.
 	{"rule not a mapping", "rules:\n  - search\n",
-		`rules[0]: must be a mapping with the keys name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans, not "search" (sluice.yaml:2)`},
+		`rules[0]: must be a mapping with the keys name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, on_error, plans, not "search" (sluice.yaml:2)`},
 	{"unknown rule field", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    perod: 1m\n",
-		`rules[0].perod: unknown field (did you mean period?); a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans (sluice.yaml:5)`},
+		`rules[0].perod: unknown field (did you mean period?); a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, on_error, plans (sluice.yaml:5)`},
 	{"missing name", "rules:\n  - limit: 1\n    period: 1s\n",
 		`rules[0].name: is missing; every rule needs a name of letters, digits, '-', '_' and '.' (sluice.yaml:2)`},
 	{"bad name", "rules:\n  - name: my rule\n    limit: 1\n    period: 1s\n",
@@ -247,11 +267,11 @@ func TestTypoNeverDefaults(t *testing.T) {
 	_, err := Parse("sluice.yaml", []byte("rules:\n  - name: a\n    limit: 1\n    perod: 1s\n"))
 	checkErrs(t, err,
 		`rules[0].period: is missing; a rule needs limit and period, or a limits list (sluice.yaml:2)`,
-		`rules[0].perod: unknown field (did you mean period?); a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans (sluice.yaml:4)`,
+		`rules[0].perod: unknown field (did you mean period?); a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, on_error, plans (sluice.yaml:4)`,
 	)
 	_, err = Parse("sluice.yaml", []byte("rules:\n  - name: a\n    limit: 1\n    period: 1s\n    bursts: 5\n"))
 	checkErrs(t, err,
-		`rules[0].bursts: unknown field (did you mean burst?); a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans (sluice.yaml:5)`,
+		`rules[0].bursts: unknown field (did you mean burst?); a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, on_error, plans (sluice.yaml:5)`,
 	)
 }
 
@@ -292,7 +312,7 @@ rules:
 		`rules[0].period: is missing; a rule needs limit and period, or a limits list (bad.yaml:8)`,
 		`rules[0].algorithm: "token-bucket" is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra (bad.yaml:10)`,
 		`rules[0].limit: must be at least 1, got 0 (bad.yaml:11)`,
-		`rules[0].perod: unknown field (did you mean period?); a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, plans (bad.yaml:12)`,
+		`rules[0].perod: unknown field (did you mean period?); a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, on_error, plans (bad.yaml:12)`,
 		`rules[1].name: "search" is also the name of rules[0] (line 8); rule names are unique (bad.yaml:13)`,
 		`rules[1].match: "GET /api/search" is also the match of rules[0] (line 9); one rule per pattern (bad.yaml:14)`,
 		`rules[1].key: "cookie:sid" is not one of ip, global, header:<Name> or query:<name> (bad.yaml:15)`,

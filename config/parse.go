@@ -17,12 +17,13 @@ import (
 
 // The fields each mapping accepts, in documentation order.
 var (
-	fileFields  = []string{"redis", "http", "rules"}
-	redisFields = []string{"url", "on_error", "timeout"}
-	httpFields  = []string{"headers", "problem_json", "policy_key", "trusted_proxies", "ipv6_prefix"}
-	ruleFields  = []string{"name", "group", "match", "key", "missing_key", "algorithm", "limit", "period", "burst", "limits", "cost", "shadow", "plans"}
-	limitFields = []string{"algorithm", "limit", "period", "burst"}
-	planFields  = []string{"name", "keys", "prefixes", "algorithm", "limit", "period", "burst", "limits"}
+	fileFields   = []string{"redis", "memory", "http", "rules"}
+	redisFields  = []string{"url", "on_error", "timeout", "replicas"}
+	memoryFields = []string{"max_keys"}
+	httpFields   = []string{"headers", "problem_json", "policy_key", "trusted_proxies", "ipv6_prefix"}
+	ruleFields   = []string{"name", "group", "match", "key", "missing_key", "algorithm", "limit", "period", "burst", "limits", "cost", "shadow", "on_error", "plans"}
+	limitFields  = []string{"algorithm", "limit", "period", "burst"}
+	planFields   = []string{"name", "keys", "prefixes", "algorithm", "limit", "period", "burst", "limits"}
 )
 
 // parser walks the YAML node tree of one file, collecting every error.
@@ -98,8 +99,9 @@ func (p *parser) parse(data []byte) *File {
 	}
 	m := p.fields(root, "", "the file", fileFields)
 	f := &File{
-		Redis: p.redis(m["redis"]),
-		HTTP:  p.http(m["http"]),
+		Redis:  p.redis(m["redis"]),
+		Memory: p.memory(m["memory"]),
+		HTTP:   p.http(m["http"]),
 	}
 	if e, ok := m["rules"]; ok {
 		f.Rules, f.Lines = p.rules(e)

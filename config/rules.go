@@ -162,6 +162,12 @@ func (p *parser) rule(f field) (policy.Rule, ruleInfo) {
 	if e, ok := m["shadow"]; ok {
 		r.Shadow, _ = p.boolean(e)
 	}
+	if e, ok := m["on_error"]; ok {
+		if s, ok := p.oneOf(e, sluice.OutagePolicies...); ok {
+			// Its local fallback is the store's (see sluice.Part.OnError).
+			r.OnError, _ = sluice.ParseErrorPolicy(s, nil)
+		}
+	}
 	var plans []planInfo
 	if e, ok := m["plans"]; ok {
 		items, _ := p.list(e, "plans")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/policy"
+	"github.com/sluice-go/sluice/store/memory"
 )
 
 // redis returns the redis section, with defaults.
@@ -44,6 +45,17 @@ func (p *parser) redis(f field) Redis {
 			}
 		}
 	}
+	if e, ok := m["replicas"]; ok {
+		if e.val.Value == "auto" {
+			r.Replicas = 0
+		} else if n, ok := p.integer(e, `auto (learned from the replicas' heartbeats in Redis), or the number of replicas sharing the limits`); ok {
+			if n < 1 {
+				p.errorf(e.val.Line, e.path, "must be auto or at least 1, got %d", n)
+			} else {
+				r.Replicas = n
+			}
+		}
+	}
 	return r
 }
 
@@ -59,6 +71,29 @@ func validRedisURL(s string) bool {
 		return u.Path != ""
 	}
 	return false
+}
+
+// memory returns the memory section, with defaults.
+func (p *parser) memory(f field) Memory {
+	mem := Memory{MaxKeys: memory.DefaultCapacity}
+	if f.val == nil {
+		return mem
+	}
+	m, ok := p.mapping(f, "memory", memoryFields, true)
+	if !ok {
+		return mem
+	}
+	if e, ok := m["max_keys"]; ok {
+		const want = "the most entries (client key × limit) the in-memory store holds, at least 1"
+		if n, ok := p.integer(e, want); ok {
+			if n < 1 {
+				p.errorf(e.val.Line, e.path, "must be at least 1, got %d; leave it out for the default, %d", n, memory.DefaultCapacity)
+			} else {
+				mem.MaxKeys = n
+			}
+		}
+	}
+	return mem
 }
 
 // http returns the http section, with defaults.

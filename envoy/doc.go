@@ -103,8 +103,8 @@
 // fields RateLimit-Policy and RateLimit, one item per matched, counted
 // descriptor, in the format of package httplimit.
 //
-// Invalid requests — an empty or unknown domain, no descriptors, a
-// descriptor without entries or with an empty key, a limit override with an
+// Invalid requests — an empty or unknown domain, no descriptors or more
+// than MaxDescriptors (for RulesService too), a descriptor without entries or with an empty key, a limit override with an
 // unsupported unit — fail with codes.InvalidArgument. A store failure the
 // Limiter's ErrorPolicy returns as an error fails with codes.Unavailable,
 // leaving the choice to Envoy's failure_mode_deny; a call that its caller

@@ -70,8 +70,8 @@ func (s *RulesService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 	if req.GetDomain() == "" {
 		return nil, status.Error(codes.InvalidArgument, "domain is empty")
 	}
-	if len(req.GetDescriptors()) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "no descriptors")
+	if err := checkDescriptors(len(req.GetDescriptors())); err != nil {
+		return nil, err
 	}
 	checks := make([]policy.Check, len(req.GetDescriptors()))
 	for i, d := range req.GetDescriptors() {

@@ -29,6 +29,8 @@ type Metrics struct {
 	storeErrors  *prometheus.CounterVec
 	fallbacks    prometheus.Counter
 	reloads      *prometheus.CounterVec
+	breakerOpen  prometheus.Gauge
+	breakerOpens prometheus.Counter
 }
 
 // New returns Metrics registered in a new registry, with the Go runtime
@@ -57,8 +59,16 @@ func New() *Metrics {
 			Name: "sluice_config_reloads_total",
 			Help: "Policy file reloads by result (ok, rejected).",
 		}, []string{"result"}),
+		breakerOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_breaker_open",
+			Help: "1 while the store's circuit breaker is open (the error policy decides without calling the store), else 0.",
+		}),
+		breakerOpens: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_breaker_opens_total",
+			Help: "Times the store's circuit breaker opened.",
+		}),
 	}
-	m.reg.MustRegister(m.decisions, m.storeSeconds, m.storeErrors, m.fallbacks, m.reloads,
+	m.reg.MustRegister(m.decisions, m.storeSeconds, m.storeErrors, m.fallbacks, m.reloads, m.breakerOpen, m.breakerOpens,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -75,6 +85,17 @@ func (m *Metrics) Decision(rule string, o policy.Outcome) {
 		m.fallbacks.Inc()
 	}
 	m.decisions.WithLabelValues(rule, o.String()).Inc()
+}
+
+// Breaker records a change of the store's circuit breaker: a
+// sluice.WithBreakerHandler (policyfile.WithBreakerReport).
+func (m *Metrics) Breaker(state sluice.BreakerState, _ error) {
+	if state == sluice.BreakerOpen {
+		m.breakerOpens.Inc()
+		m.breakerOpen.Set(1)
+		return
+	}
+	m.breakerOpen.Set(0)
 }
 
 // Reload counts a policy file reload.

@@ -1,11 +1,13 @@
 package metrics_test
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/config"
@@ -125,5 +127,45 @@ func TestDecision(t *testing.T) {
 	}
 	if want := "sluice_fallbacks_total 2"; !strings.Contains(text, want) {
 		t.Errorf("metrics lack %s", want)
+	}
+}
+
+// TestBreaker: the breaker's changes show as sluice_breaker_open and
+// sluice_breaker_opens_total.
+func TestBreaker(t *testing.T) {
+	m := metrics.New()
+	srv := redistest.Start(t)
+	rs, err := redis.Open("redis://" + srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	lim := sluice.New(rs, sluice.WithErrorPolicy(sluice.AllowOnError), sluice.WithBreakerHandler(m.Breaker),
+		sluice.WithBreaker(sluice.Breaker{Failures: 2, Probe: time.Millisecond}))
+	allow := func() {
+		if _, err := lim.Allow(context.Background(), "k", sluice.PerMinute(100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if text := scrape(t, m); !strings.Contains(text, "sluice_breaker_open 0") {
+		t.Errorf("before any failure, metrics lack sluice_breaker_open 0")
+	}
+	srv.Stop()
+	allow()
+	allow()
+	text := scrape(t, m)
+	for _, want := range []string{"sluice_breaker_open 1", "sluice_breaker_opens_total 1"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("with Redis down, metrics lack %s", want)
+		}
+	}
+	srv.Restart(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for lim.Breaker() != sluice.BreakerClosed && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+		allow()
+	}
+	if text := scrape(t, m); !strings.Contains(text, "sluice_breaker_open 0") || !strings.Contains(text, "sluice_breaker_opens_total 1") {
+		t.Errorf("after Redis came back, metrics lack sluice_breaker_open 0 and sluice_breaker_opens_total 1")
 	}
 }

@@ -85,8 +85,8 @@ func (ruleHandler) ServeHTTP(http.ResponseWriter, *http.Request) {}
 // invalid limit, a cost that a limit could never admit, two rules whose
 // limits get one name, a key source without a name, a malformed pattern,
 // two default rules or two rules with one pattern in a group, patterns of
-// one group that http.ServeMux finds in conflict, an IPv6 prefix out of
-// range, and a WithKey naming no rule.
+// one group that http.ServeMux finds in conflict, a rule whose OnError is
+// ReturnErrors, an IPv6 prefix out of range, and a WithKey naming no rule.
 func Compile(rules []Rule, opts ...Option) (*RuleSet, error) {
 	s := &RuleSet{byName: map[string]*Rule{}, ipv6Bits: DefaultIPv6Prefix, funcs: map[string]KeyFunc{}}
 	for _, o := range opts {
@@ -177,6 +177,9 @@ func checkRule(r *Rule) []error {
 	}
 	if r.Cost < 0 {
 		bad("cost must be at least 1, got %d", r.Cost)
+	}
+	if r.OnError == sluice.ReturnErrors {
+		bad("on_error %q is not allowed for a rule; write one of %s, or leave it out for the store's", r.OnError, strings.Join(sluice.OutagePolicies, ", "))
 	}
 	check := func(what string, ls []sluice.Limit) {
 		if len(ls) == 0 {

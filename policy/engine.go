@@ -69,6 +69,9 @@ func (e *Engine) Update(set *RuleSet) {
 // Rules returns the rules the engine decides under now.
 func (e *Engine) Rules() *RuleSet { return e.set.Load() }
 
+// Limiter returns the Limiter the engine decides with.
+func (e *Engine) Limiter() *sluice.Limiter { return e.lim }
+
 // Outcome is what one rule made of one request.
 type Outcome uint8
 
@@ -392,7 +395,7 @@ func (e *Engine) decide(ctx context.Context, d *Decision) error {
 	if d.enforced > 0 {
 		parts := make([]sluice.Part, d.enforced)
 		for i, a := range d.Applied[:d.enforced] {
-			parts[i] = sluice.Part{Key: a.stored, Limits: a.Limits, Cost: a.spend}
+			parts[i] = sluice.Part{Key: a.stored, Limits: a.Limits, Cost: a.spend, OnError: a.Rule.OnError}
 		}
 		res, err := e.lim.AllowParts(ctx, parts...)
 		if err != nil {
@@ -418,7 +421,7 @@ func (e *Engine) decide(ctx context.Context, d *Decision) error {
 	kept := d.enforced
 	for i := d.enforced; i < len(d.Applied); i++ {
 		a := &d.Applied[i]
-		res, err := e.lim.AllowAll(ctx, a.stored, a.spend, a.Limits...)
+		res, err := e.lim.AllowParts(ctx, sluice.Part{Key: a.stored, Limits: a.Limits, Cost: a.spend, OnError: a.Rule.OnError})
 		if err != nil {
 			// A shadow rule never blocks, nor fails a request: one the
 			// store could not decide is left out, as one a denied

@@ -137,3 +137,60 @@ func TestStoreDown(t *testing.T) {
 		t.Errorf("a canceled request was logged as a failure:\n%s", f.logs.String())
 	}
 }
+
+// TestRuleErrorPolicy: with Redis down, each rule answers by its own
+// on_error, or the store's: the login rule fails closed, the status rule
+// open, the search rule decides locally, and a stacked request is denied
+// by its strictest part without spending locally.
+func TestRuleErrorPolicy(t *testing.T) {
+	store, srv := openRedis(t)
+	fallback := memory.New()
+	policyAllow, err := sluice.ParseErrorPolicy("allow", fallback)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := sluice.New(store, sluice.WithErrorPolicy(policyAllow))
+	deny, _ := sluice.ParseErrorPolicy("deny", nil)
+	local, _ := sluice.ParseErrorPolicy("local", nil)
+	hour := func(n int) []sluice.Limit { return []sluice.Limit{sluice.PerHour(n)} }
+	f := newFixtureOn(t, lim, nil, []policy.Rule{
+		{Name: "per-ip", Group: "ip", Limits: hour(100)},
+		{Name: "login", Match: "POST /login", Limits: hour(5), OnError: deny},
+		{Name: "search", Match: "GET /search", Limits: hour(2), OnError: local},
+		{Name: "status", Match: "GET /status", Limits: hour(5)},
+	})
+	srv.Stop()
+	for _, tt := range []struct {
+		method, path string
+		allowed      []bool
+		degraded     sluice.Degradation
+	}{
+		{"POST", "/login", []bool{false, false}, sluice.DegradedDeny},
+		{"GET", "/status", []bool{true, true, true}, sluice.DegradedAllow},
+		{"GET", "/search", []bool{true, true, false}, sluice.DegradedLocal},
+	} {
+		for i, want := range tt.allowed {
+			d := f.decide(request(tt.method, tt.path, "192.0.2.1"))
+			if d.Allowed != want {
+				t.Errorf("%s %s #%d with Redis down: allowed %v, want %v", tt.method, tt.path, i, d.Allowed, want)
+			}
+			if i == 0 && d.Degraded == sluice.NotDegraded {
+				t.Errorf("%s %s with Redis down: not degraded", tt.method, tt.path)
+			}
+			for _, a := range d.Applied {
+				if a.Rule.Name != "per-ip" && a.Results[0].Degraded != tt.degraded {
+					t.Errorf("%s %s: rule %s degraded %v, want %v", tt.method, tt.path, a.Rule.Name, a.Results[0].Degraded, tt.degraded)
+				}
+			}
+		}
+	}
+	// Nothing the denied logins asked was spent anywhere: the local
+	// fallback holds only the searches.
+	look, err := fallback.Take(context.Background(), sluice.Request{Parts: []sluice.Part{{Key: "ip:192.0.2.1", Limits: []sluice.Limit{sluice.PerHour(2).Named("search-1h")}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if look[0].Remaining != 0 {
+		t.Errorf("the local search count has %d left, want 0 (two spent)", look[0].Remaining)
+	}
+}

@@ -40,6 +40,12 @@ type Rule struct {
 	Cost int
 	// Shadow makes the rule evaluate and report but never block.
 	Shadow bool
+	// OnError, unless it is the zero ErrorPolicy, answers for the rule
+	// when the store fails, in place of the Limiter's policy (see
+	// sluice.Part.OnError): a login rule that fails closed, a status
+	// endpoint that fails open. sluice.ReturnErrors is not allowed: a
+	// rule's outage is answered, not returned.
+	OnError sluice.ErrorPolicy
 	// Plans override Limits for listed client keys; the first matching
 	// plan wins.
 	Plans []Plan

@@ -29,18 +29,21 @@ import (
 	"github.com/sluice-go/sluice/config"
 	"github.com/sluice-go/sluice/httplimit"
 	"github.com/sluice-go/sluice/policy"
+	"github.com/sluice-go/sluice/store/memory"
 )
 
 // Option configures Open.
 type Option func(*settings)
 
 type settings struct {
-	log      *slog.Logger
-	obs      policy.Observer
-	wrap     func(sluice.Store) sluice.Store
-	redis    func(config.Redis) config.Redis
-	rules    []policy.Option
-	onReload func(ok bool)
+	log       *slog.Logger
+	obs       policy.Observer
+	wrap      func(sluice.Store) sluice.Store
+	redis     func(config.Redis) config.Redis
+	rules     []policy.Option
+	onReload  func(ok bool)
+	onBreaker func(sluice.BreakerState, error)
+	onMemory  func(*memory.Store)
 }
 
 // WithLogger sets where the store's changes of state, reloads and
@@ -74,6 +77,20 @@ func WithRuleOptions(opts ...policy.Option) Option {
 // metrics).
 func WithReloadReport(f func(ok bool)) Option { return func(s *settings) { s.onReload = f } }
 
+// WithBreakerReport registers f to hear each change of the store's
+// circuit breaker (see sluice.WithBreakerHandler), for metrics; the
+// changes are logged anyway.
+func WithBreakerReport(f func(sluice.BreakerState, error)) Option {
+	return func(s *settings) { s.onBreaker = f }
+}
+
+// WithMemoryStore registers f to be handed the in-memory store the file
+// configures, the store itself or Redis's local fallback, when it is
+// opened: metrics.Metrics.MemoryStore exports its size and evictions.
+func WithMemoryStore(f func(*memory.Store)) Option {
+	return func(s *settings) { s.onMemory = f }
+}
+
 // Policy is a policy file at work: its store, Limiter and engine. It is
 // safe for concurrent use. Create it with Open; Close it when done.
 type Policy struct {
@@ -81,7 +98,8 @@ type Policy struct {
 	set     settings
 	back    *Backend
 	engine  *policy.Engine
-	running config.Redis // the redis section the store was opened with
+	running config.Redis  // the redis section the store was opened with
+	memory  config.Memory // the memory section it was opened with
 
 	mu   sync.Mutex  // serializes reloads
 	read fingerprint // the version of the file last read, for Watch; under mu
@@ -123,7 +141,8 @@ func newPolicy(f *config.File, fp fingerprint, opts []Option) (*Policy, error) {
 		return nil, err
 	}
 	p.running = p.set.redis(f.Redis)
-	if p.back, err = openBackend(p.running, p.set.wrap, p.set.log); err != nil {
+	p.memory = f.Memory
+	if p.back, err = openBackend(p.running, p.memory, p.set); err != nil {
 		return nil, err
 	}
 	p.engine = policy.New(p.back.Limiter, set, policy.WithObserver(p.set.obs), policy.WithLogger(p.set.log))
@@ -133,7 +152,8 @@ func newPolicy(f *config.File, fp fingerprint, opts []Option) (*Policy, error) {
 }
 
 func defaults() settings {
-	return settings{log: slog.Default(), obs: func(string, policy.Outcome) {}, redis: func(r config.Redis) config.Redis { return r }, onReload: func(bool) {}}
+	return settings{log: slog.Default(), obs: func(string, policy.Outcome) {}, redis: func(r config.Redis) config.Redis { return r }, onReload: func(bool) {},
+		onBreaker: func(sluice.BreakerState, error) {}, onMemory: func(*memory.Store) {}}
 }
 
 // compile returns f's rules compiled and its response options.
@@ -160,8 +180,8 @@ func (p *Policy) Limiter() *sluice.Limiter { return p.back.Limiter }
 func (p *Policy) File() *config.File { return p.file.Load() }
 
 // Ready reports whether decisions can be made: under on_error: deny,
-// whether Redis answers; otherwise always nil, since the error policy
-// answers while it does not.
+// whether the store's breaker is closed and Redis runs decisions;
+// otherwise always nil, since the error policy answers while it does not.
 func (p *Policy) Ready(ctx context.Context) error { return p.back.Ready(ctx) }
 
 // Close releases the store's connections.
@@ -208,6 +228,9 @@ func (p *Policy) Reload() error {
 			if p.set.redis(f.Redis) != p.running {
 				// Never log the URLs: they may hold a password.
 				p.set.log.Warn("the redis section changed; the store keeps its old settings until a restart", "config", p.path)
+			}
+			if f.Memory != p.memory {
+				p.set.log.Warn("the memory section changed; the store keeps its old settings until a restart", "config", p.path)
 			}
 		}
 	}

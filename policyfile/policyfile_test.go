@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -280,5 +282,30 @@ func TestWithRuleOptions(t *testing.T) {
 		if got := serve("cy"); got != want {
 			t.Errorf("request %d as cy after the reload to 2: %d, want %d", i, got, want)
 		}
+	}
+}
+
+// TestReadyACL: under on_error: deny a Policy whose Redis user may run
+// scripts but not write is not ready, although Redis answers PING: Ready
+// runs a decision.
+func TestReadyACL(t *testing.T) {
+	srv := redistest.Start(t)
+	host, port, _ := net.SplitHostPort(srv.Addr)
+	if out, err := exec.Command("redis-cli", "-h", host, "-p", port, "ACL", "SETUSER", "nowrite", "on", ">pw", "~*", "+@all", "-@write").CombinedOutput(); err != nil {
+		t.Fatalf("ACL SETUSER: %v: %s", err, out)
+	}
+	p := open(t, writeFile(t, "redis: {url: redis://nowrite:pw@"+srv.Addr+", on_error: deny}\n"+limitRules(5)), nil)
+	var err error
+	waitFor(t, func() error {
+		if err = p.Ready(context.Background()); err == nil {
+			return errors.New("ready, with a user that may not write")
+		}
+		if !strings.Contains(err.Error(), "NOPERM") {
+			return fmt.Errorf("not ready for another reason: %v", err)
+		}
+		return nil
+	})
+	if d := check(t, p, "r", "192.0.2.1"); d.Allowed {
+		t.Errorf("a decision as a user that may not write was admitted under deny")
 	}
 }

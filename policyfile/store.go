@@ -3,7 +3,10 @@ package policyfile
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -26,47 +29,139 @@ type Backend struct {
 }
 
 // OpenBackend builds the Limiter that the redis section r asks for, as
-// Open does, with the logger and store wrapper of opts (other options do
-// not apply). Without a URL it is the in-memory store, said once in the
-// log, since its limits hold per process.
+// Open does, with the logger, store wrapper, breaker report and memory
+// store report of opts (other options do not apply), and in-memory stores
+// of memory.DefaultCapacity. Without a URL it is the in-memory store, said
+// once in the log, since its limits hold per process.
 func OpenBackend(r config.Redis, opts ...Option) (*Backend, error) {
 	st := defaults()
 	for _, o := range opts {
 		o(&st)
 	}
-	return openBackend(r, st.wrap, st.log)
+	return openBackend(r, config.Memory{MaxKeys: memory.DefaultCapacity}, st)
 }
 
-func openBackend(r config.Redis, wrap func(sluice.Store) sluice.Store, log *slog.Logger) (*Backend, error) {
+// sweepEvery is how often an in-memory store drops expired state even
+// when no traffic comes, so that a flood's memory returns.
+const sweepEvery = time.Minute
+
+// fleetTTL is how long a replica's heartbeat counts it among the replicas
+// sharing the limits; it beats three times as often.
+const fleetTTL = 3 * time.Second
+
+func openBackend(r config.Redis, m config.Memory, st settings) (*Backend, error) {
+	wrap, log := st.wrap, st.log
 	if wrap == nil {
 		wrap = func(s sluice.Store) sluice.Store { return s }
 	}
+	// The in-memory store: the store, or Redis's local fallback.
+	mem := func(ctx context.Context) *memory.Store {
+		s := memory.New(memory.WithCapacity(m.MaxKeys))
+		go s.SweepEvery(ctx, sweepEvery)
+		st.onMemory(s)
+		return s
+	}
 	if r.URL == "" {
-		log.Warn("no Redis configured: using the in-memory store, whose limits hold per process (N replicas admit N x the limit)")
+		log.Warn("no Redis configured: using the in-memory store, whose limits hold per process (N replicas admit N x the limit)", "max_keys", m.MaxKeys)
+		ctx, cancel := context.WithCancel(context.Background())
 		return &Backend{
-			Limiter: sluice.New(wrap(memory.New())),
+			Limiter: sluice.New(wrap(mem(ctx))),
 			Ready:   func(context.Context) error { return nil },
-			Close:   func() {},
+			Close:   cancel,
 		}, nil
 	}
-	policy, err := sluice.ParseErrorPolicy(r.OnError, memory.New())
-	if err != nil {
+	if _, err := sluice.ParseErrorPolicy(r.OnError, nil); err != nil {
 		return nil, err
 	}
 	if err := redis.CheckURL(r.URL); err != nil {
 		return nil, err
 	}
-	store := &lazyRedis{url: r.URL, log: log}
 	ctx, cancel := context.WithCancel(context.Background())
+	policy, _ := sluice.ParseErrorPolicy(r.OnError, mem(ctx))
+	store := &lazyRedis{url: r.URL, log: log}
 	store.connect(ctx)
-	lim := sluice.New(wrap(&stateLog{next: store, log: log}), sluice.WithErrorPolicy(policy), sluice.WithStoreTimeout(r.Timeout))
-	log.Info("store", "kind", "redis", "on_error", policy.String(), "timeout", r.Timeout)
+	fleet := &fleet{n: r.Replicas}
+	if r.Replicas == 0 {
+		fleet.n = 1 // until a heartbeat says otherwise
+		go fleet.beat(ctx, store, log)
+	}
+	var down atomic.Int64 // when the breaker opened, in Unix ns
+	lim := sluice.New(wrap(store), sluice.WithErrorPolicy(policy), sluice.WithStoreTimeout(r.Timeout),
+		sluice.WithReplicas(fleet.size),
+		sluice.WithBreakerHandler(func(state sluice.BreakerState, err error) {
+			// Once per change of state, not per failed decision.
+			if state == sluice.BreakerOpen {
+				down.Store(time.Now().UnixNano())
+				log.Warn("store failing; the error policy decides until it recovers", "err", err, "on_error", policy.String(), "replicas", fleet.size())
+			} else {
+				log.Info("store recovered", "after", time.Since(time.Unix(0, down.Load())).Round(time.Millisecond))
+			}
+			st.onBreaker(state, err)
+		}))
+	log.Info("store", "kind", "redis", "on_error", policy.String(), "timeout", r.Timeout, "replicas", replicasSetting(r.Replicas))
 	ready := func(context.Context) error { return nil }
-	if policy == sluice.DenyOnError {
+	if policy.String() == "deny" {
 		// Under deny every decision fails while Redis does: not ready.
-		ready = store.Ping
+		ready = func(ctx context.Context) error {
+			if lim.Breaker() == sluice.BreakerOpen {
+				return errors.New("redis store failing: circuit breaker open")
+			}
+			return store.Ready(ctx)
+		}
 	}
 	return &Backend{Limiter: lim, Ready: ready, Close: func() { cancel(); store.Close() }}, nil
+}
+
+// replicasSetting is how the log shows redis.replicas.
+func replicasSetting(n int) any {
+	if n == 0 {
+		return "auto"
+	}
+	return n
+}
+
+// fleet is the number of replicas sharing the limits, configured or
+// learned from heartbeats in Redis.
+type fleet struct {
+	n      int // configured, or until the first heartbeat
+	learnt atomic.Int64
+}
+
+// size returns the number of replicas: the last a heartbeat counted (kept
+// while Redis fails), or the configured number.
+func (f *fleet) size() int {
+	if n := f.learnt.Load(); n > 0 {
+		return int(n)
+	}
+	return f.n
+}
+
+// beat sends a heartbeat every fleetTTL/3 until ctx ends, logging each
+// change of the count.
+func (f *fleet) beat(ctx context.Context, store *lazyRedis, log *slog.Logger) {
+	member := replicaName()
+	t := time.NewTicker(fleetTTL / 3)
+	defer t.Stop()
+	for {
+		beatCtx, cancel := context.WithTimeout(ctx, fleetTTL/3)
+		n, err := store.Heartbeat(beatCtx, member, fleetTTL)
+		cancel()
+		if err == nil && int64(n) != f.learnt.Swap(int64(n)) {
+			log.Info("replicas sharing the limits", "replicas", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// replicaName names this process among the replicas: host, pid and a
+// random part, so that a restarted process is a new member.
+func replicaName() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s:%d:%08x", host, os.Getpid(), rand.Uint32())
 }
 
 // errNotConnected is the store error while Redis has not been reached yet.
@@ -142,13 +237,25 @@ func (l *lazyRedis) Reset(ctx context.Context, key string, limits ...sluice.Limi
 	return s.Reset(ctx, key, limits...)
 }
 
-// Ping reports whether Redis answers.
-func (l *lazyRedis) Ping(ctx context.Context) error {
+// Ready reports whether Redis runs decisions (redis.Store.Ready: a
+// decision on a reserved key, so that an ACL that forbids the scripts'
+// writes or a read-only replica shows).
+func (l *lazyRedis) Ready(ctx context.Context) error {
 	s := l.store.Load()
 	if s == nil {
 		return errNotConnected
 	}
-	return s.Ping(ctx)
+	return s.Ready(ctx)
+}
+
+// Heartbeat records a heartbeat of member and returns the number of live
+// replicas (redis.Store.Heartbeat), or fails with errNotConnected.
+func (l *lazyRedis) Heartbeat(ctx context.Context, member string, ttl time.Duration) (int, error) {
+	s := l.store.Load()
+	if s == nil {
+		return 0, errNotConnected
+	}
+	return s.Heartbeat(ctx, member, ttl)
 }
 
 // Close closes the connection, if there is one, once.
@@ -156,37 +263,4 @@ func (l *lazyRedis) Close() {
 	if s := l.store.Swap(nil); s != nil {
 		s.Close()
 	}
-}
-
-// stateLog logs the store's state changes, one line each: when it starts
-// failing (the error policy decides from then on) and when it recovers.
-type stateLog struct {
-	next    sluice.Store
-	log     *slog.Logger
-	failing atomic.Bool
-}
-
-// observe logs the store's change of state, if err makes one.
-func (s *stateLog) observe(err error) {
-	switch {
-	case err != nil && !errors.Is(err, context.Canceled) && s.failing.CompareAndSwap(false, true):
-		s.log.Warn("store failing; the error policy decides until it recovers", "err", err)
-	case err == nil && s.failing.CompareAndSwap(true, false):
-		s.log.Info("store recovered")
-	}
-}
-
-// Take decides with the next store, logging a change of its state.
-func (s *stateLog) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
-	rs, err := s.next.Take(ctx, req)
-	s.observe(err)
-	return rs, err
-}
-
-// Reset resets key's limits in the next store, logging a change of its
-// state.
-func (s *stateLog) Reset(ctx context.Context, key string, limits ...sluice.Limit) error {
-	err := s.next.Reset(ctx, key, limits...)
-	s.observe(err)
-	return err
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-go/sluice/config"
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/policyfile"
+	"github.com/sluice-go/sluice/store/memory"
 )
 
 // TestOpenBackend: OpenBackend builds the store of a redis section, in
@@ -72,9 +73,11 @@ func (c countStore) Take(ctx context.Context, req sluice.Request) ([]sluice.Resu
 	return c.Store.Take(ctx, req)
 }
 
-// TestStoreStateLog: the store's changes of state are logged once each:
-// failing when Redis goes away (the error policy decides meanwhile) and
-// recovered when it is back. WithStore sees every call.
+// TestStoreStateLog: the store's changes of state are logged once each,
+// however many decisions fail: failing when Redis goes away and the
+// breaker opens (the error policy decides meanwhile, without calling the
+// store) and recovered when it is back. WithStore sees the calls that
+// reach the store.
 func TestStoreStateLog(t *testing.T) {
 	srv := redistest.Start(t)
 	path := writeFile(t, "redis: {url: redis://"+srv.Addr+", on_error: allow}\n"+limitRules(100))
@@ -83,13 +86,20 @@ func TestStoreStateLog(t *testing.T) {
 	p := open(t, path, log, policyfile.WithStore(func(s sluice.Store) sluice.Store { return countStore{s, &takes} }))
 	run(t, p, []step{{"192.0.2.1", true, 99}})
 	srv.Stop()
-	for i := range 3 {
+	before := takes.Load()
+	for i := range 50 {
 		if d := check(t, p, "r", "192.0.2.1"); !d.Allowed || d.Degraded != sluice.DegradedAllow {
 			t.Errorf("decision %d with Redis down: allowed %v, degraded %q; want admitted by allow", i+1, d.Allowed, d.Degraded)
 		}
 	}
 	if es := log.entries(t, "store failing"); len(es) != 1 || es[0]["level"] != "WARN" {
 		t.Errorf("logged %v while Redis is down, want one warning", es)
+	}
+	if p.Limiter().Breaker() == sluice.BreakerClosed {
+		t.Errorf("breaker closed after 50 failed decisions, want open")
+	}
+	if n := takes.Load() - before; n >= 50 {
+		t.Errorf("%d of 50 decisions with Redis down reached the store, want the breaker to stop most", n)
 	}
 	srv.Restart(t)
 	waitFor(t, func() error {
@@ -101,7 +111,71 @@ func TestStoreStateLog(t *testing.T) {
 	if es := log.entries(t, "store recovered"); len(es) != 1 {
 		t.Errorf("logged %v after Redis came back, want one line", es)
 	}
-	if n := takes.Load(); n < 5 {
-		t.Errorf("WithStore's wrapper saw %d calls, want every one (at least 5)", n)
+	if es := log.entries(t, "store failing"); len(es) != 1 {
+		t.Errorf("logged %v in all, want one warning", es)
+	}
+}
+
+// TestFleetShare: replicas on one Redis learn from their heartbeats how
+// many they are, and while Redis is down each enforces its share of the
+// limit under on_error local, so that the fleet admits the limit, not
+// replicas × limit; a configured redis.replicas needs no heartbeat.
+func TestFleetShare(t *testing.T) {
+	srv := redistest.Start(t)
+	rules := "rules:\n  - {name: r, key: ip, algorithm: fixed_window, limit: 10, period: 1h}\n"
+	auto := writeFile(t, "redis: {url: redis://"+srv.Addr+", on_error: local}\n"+rules)
+	logA, logB := &logs{}, &logs{}
+	a, b := open(t, auto, logA), open(t, auto, logB)
+	waitFor(t, func() error {
+		for _, l := range []*logs{logA, logB} {
+			es := l.entries(t, "replicas sharing the limits")
+			if len(es) == 0 || es[len(es)-1]["replicas"] != float64(2) {
+				return fmt.Errorf("replicas logged %v, want 2 last", es)
+			}
+		}
+		return nil
+	})
+	fixed := open(t, writeFile(t, "redis: {url: redis://"+srv.Addr+", on_error: local, replicas: 5}\n"+rules), nil)
+	srv.Stop()
+	for _, tt := range []struct {
+		name string
+		ps   []*policyfile.Policy
+		want int
+	}{
+		{"two replicas learnt", []*policyfile.Policy{a, b}, 10},
+		{"one of five configured", []*policyfile.Policy{fixed}, 2},
+	} {
+		admitted := 0
+		for _, p := range tt.ps {
+			for range 20 {
+				d := check(t, p, "r", "192.0.2.9")
+				if d.Degraded != sluice.DegradedLocal {
+					t.Fatalf("%s: decision with Redis down degraded %q, want local", tt.name, d.Degraded)
+				}
+				if d.Allowed {
+					admitted++
+				}
+			}
+		}
+		if admitted != tt.want {
+			t.Errorf("%s: the replicas admitted %d of a limit of 10 with Redis down, want %d", tt.name, admitted, tt.want)
+		}
+	}
+}
+
+// TestMemorySection: memory.max_keys bounds the in-memory store, the store
+// itself or Redis's local fallback, which WithMemoryStore is handed.
+func TestMemorySection(t *testing.T) {
+	srv := redistest.Start(t)
+	for name, redisSection := range map[string]string{
+		"store":    "",
+		"fallback": "redis: {url: redis://" + srv.Addr + ", on_error: local}\n",
+	} {
+		var got *memory.Store
+		open(t, writeFile(t, redisSection+"memory: {max_keys: 1000}\n"+limitRules(5)), nil,
+			policyfile.WithMemoryStore(func(s *memory.Store) { got = s }))
+		if got == nil || got.Capacity() < 1000 || got.Capacity() > 1100 {
+			t.Errorf("%s: WithMemoryStore got %v, want a store of about 1000 entries", name, got)
+		}
 	}
 }

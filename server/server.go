@@ -120,16 +120,20 @@ func (s *Server) jsonBody(w http.ResponseWriter, r *http.Request) bool {
 type statusBody struct {
 	Status string `json:"status"`
 	Error  string `json:"error,omitempty"`
+	// Breaker is the state of the store's circuit breaker (readyz only):
+	// closed, open (the error policy decides) or half_open.
+	Breaker string `json:"breaker,omitempty"`
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	breaker := s.engine.Limiter().Breaker().String()
 	if s.ready != nil {
 		if err := s.ready(r.Context()); err != nil {
-			httpjson.Write(w, http.StatusServiceUnavailable, "application/json", statusBody{Status: "unavailable", Error: err.Error()})
+			httpjson.Write(w, http.StatusServiceUnavailable, "application/json", statusBody{Status: "unavailable", Error: err.Error(), Breaker: breaker})
 			return
 		}
 	}
-	httpjson.Write(w, http.StatusOK, "application/json", statusBody{Status: "ok"})
+	httpjson.Write(w, http.StatusOK, "application/json", statusBody{Status: "ok", Breaker: breaker})
 }
 
 // checkRequest is the body of /v1/check and one check of a batch.

@@ -634,8 +634,8 @@ func TestHealth(t *testing.T) {
 	}{
 		{"/healthz", false, 200, `{"status":"ok"}`},
 		{"/healthz", true, 200, `{"status":"ok"}`},
-		{"/readyz", false, 200, `{"status":"ok"}`},
-		{"/readyz", true, 503, `{"status":"unavailable","error":"redis: connection refused"}`},
+		{"/readyz", false, 200, `{"status":"ok","breaker":"closed"}`},
+		{"/readyz", true, 503, `{"status":"unavailable","error":"redis: connection refused","breaker":"closed"}`},
 	} {
 		failing.Store(tt.fail)
 		if w := f.do("GET", tt.path, "", ""); w.Code != tt.code || body(w) != tt.body {

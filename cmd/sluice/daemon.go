@@ -24,6 +24,7 @@ import (
 type daemonFlags struct {
 	path, redisURL, listen, logFormat, onError *string
 	drain, reloadEvery                         *time.Duration
+	limits                                     *listenFlags // the listeners' bounds
 }
 
 // The default --listen addresses. serve's is the decision service's
@@ -46,6 +47,7 @@ func addDaemonFlags(fs *cmdFlags, listen string) *daemonFlags {
 		onError:     fs.string("on-error", "SLUICE_ON_ERROR", "", "what to do while Redis fails: "+strings.Join(sluice.OutagePolicies, ", ")+"; overrides the file's redis.on_error (an envoyproxy/ratelimit file has none: default local)"),
 		drain:       fs.duration("shutdown-timeout", "SLUICE_SHUTDOWN_TIMEOUT", 10*time.Second, "how long SIGTERM waits for in-flight requests"),
 		reloadEvery: fs.duration("reload-interval", "SLUICE_RELOAD_INTERVAL", time.Second, "how often to check the policy file for changes (0: only on SIGHUP)"),
+		limits:      addListenFlags(fs),
 	}
 }
 
@@ -57,6 +59,9 @@ func (d *daemonFlags) start(stderr io.Writer) (log *slog.Logger, hup chan os.Sig
 	}
 	if *d.onError != "" && !slices.Contains(sluice.OutagePolicies, *d.onError) {
 		return nil, nil, nil, usageError{fmt.Errorf("--on-error %q is not one of %s", *d.onError, strings.Join(sluice.OutagePolicies, ", "))}
+	}
+	if err := d.limits.check(); err != nil {
+		return nil, nil, nil, usageError{err}
 	}
 	if log, err = newLogger(stderr, *d.logFormat); err != nil {
 		return nil, nil, nil, usageError{err}

@@ -56,8 +56,17 @@ type daemon struct {
 // ready, which names its addresses. The process is killed when t ends.
 func startDaemon(t *testing.T, ready string, env []string, args ...string) *daemon {
 	t.Helper()
+	return startDaemonVia(t, nil, ready, env, args...)
+}
+
+// startDaemonVia is startDaemon running the binary through via, a command
+// that execs its last arguments (the binary and its flags): with
+// sh -c 'ulimit -n 256; exec "$0" "$@"', under a lower limit.
+func startDaemonVia(t *testing.T, via []string, ready string, env []string, args ...string) *daemon {
+	t.Helper()
 	flags := append([]string{args[0], "--listen", "127.0.0.1:0", "--log-format", "json"}, args[1:]...)
-	cmd := exec.Command(binary, flags...)
+	argv := append(append(append([]string(nil), via...), binary), flags...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

@@ -12,7 +12,6 @@ import (
 	"net/netip"
 	"net/url"
 	"sync/atomic"
-	"time"
 
 	"github.com/sluice-go/sluice/internal/httpjson"
 	"github.com/sluice-go/sluice/policy"
@@ -23,6 +22,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flagSet("proxy", "Run a rate-limiting reverse proxy: requests within the policy file's limits\nare forwarded to the upstream, the others get 429.", stdout)
 	df := addDaemonFlags(fs, proxyListen)
 	upstreamFlag := fs.string("upstream", "SLUICE_UPSTREAM", "", "upstream URL, such as http://127.0.0.1:3000 (required)")
+	df.limits.addProxyBodyFlags(fs)
 	if err := fs.parse(args); err != nil {
 		return err
 	}
@@ -61,11 +61,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	ctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	p.Watch(ctx, *df.reloadEvery, hup)
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 5 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	srv := df.limits.proxyServer(h, log)
 	log.Info("proxying", "http", ln.Addr().String(), "upstream", upstream.Redacted(), "config", *df.path, "rules", len(p.File().Rules))
 	return serveUntil(ctx, srv, ln, make(chan error, 1), *df.drain, log, nil)
 }
@@ -118,6 +114,14 @@ func newReverseProxy(upstream *url.URL, trusted []netip.Prefix, log *slog.Logger
 		FlushInterval: -1, // flush every write: server-sent events and chunked responses stream
 		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if b, ok := stalledBody(r); ok {
+				// The client's upload stopped, or crawled below
+				// --min-body-rate: the request is cut, as nginx does.
+				log.Info("request body stalled: cut", "method", r.Method, "path", r.URL.Path, "read_bytes", b.read.Load())
+				w.Header().Set("Connection", "close")
+				httpjson.Error(w, http.StatusRequestTimeout, "REQUEST_TIMEOUT", "the request body stopped arriving")
+				return
+			}
 			if r.Context().Err() != nil {
 				// The client went away: nobody to answer.
 				log.Debug("client gone before the upstream answered", "method", r.Method, "path", r.URL.Path, "error", err)

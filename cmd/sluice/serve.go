@@ -28,6 +28,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flagSet("serve", "Serve rate-limit decisions over HTTP: POST /v1/check, POST /v1/check/batch,\nGET /healthz and GET /readyz. SIGHUP, or a change to the policy file, reloads the rules.", stdout)
 	df := addDaemonFlags(fs, serveListen)
 	grpcListen := fs.string("grpc-listen", "SLUICE_GRPC_LISTEN", "127.0.0.1:8081", "gRPC address of Envoy's rate-limit service (empty: off)")
+	df.limits.addServeBodyFlag(fs)
 	if err := fs.parse(args); err != nil {
 		return err
 	}
@@ -39,7 +40,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	path := df.path
 	m := metrics.New()
 	open := []policyfile.Option{policyfile.WithLogger(log), policyfile.WithRedis(df.storeSettings),
-		policyfile.WithStore(m.Store), policyfile.WithObserver(m.Decision), policyfile.WithReloadReport(m.Reload)}
+		policyfile.WithStore(m.Store), policyfile.WithObserver(m.Decision), policyfile.WithReloadReport(m.Reload),
+		policyfile.WithBreakerReport(m.Breaker), policyfile.WithMemoryStore(m.MemoryStore)}
 	// A file written for envoyproxy/ratelimit configures the Envoy gRPC
 	// service; a sluice policy file, the HTTP API and Envoy's gRPC, both
 	// deciding through one engine.
@@ -79,10 +81,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	} else {
 		mux.Handle("/", server.New(policy.New(back.Limiter, nil), server.WithReady(back.Ready)))
 	}
-	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 5 * time.Second,
-	}
+	// The probes and the metrics answer whatever the load: an orchestrator
+	// that saw them fail at --max-inflight would restart a busy replica,
+	// or stop watching it, when it is needed most.
+	srv := df.limits.serveServer(mux, func(r *http.Request) bool {
+		switch r.URL.Path {
+		case "/healthz", "/readyz", "/metrics":
+			return true
+		}
+		return false
+	}, log)
 	ctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	errc := make(chan error, 2)
@@ -93,7 +101,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
-		g = grpc.NewServer()
+		g = df.limits.grpcServer(log)
 		if ecfg != nil {
 			svc := envoy.NewService(back.Limiter, ecfg, envoy.WithResponseHeaders(), envoy.WithObserver(m.Decision))
 			envoy.Register(g, svc)

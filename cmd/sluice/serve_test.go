@@ -90,10 +90,22 @@ rules:
 	if resp.StatusCode != 503 {
 		t.Errorf("/readyz with Redis down under deny: %d, want 503", resp.StatusCode)
 	}
-	if code, _, _ := d.post(t, "/v1/check", `{"rule":"login","key":"192.0.2.1"}`); code != 503 {
-		t.Errorf("check with Redis down under deny: %d, want 503", code)
+	for range 5 {
+		if code, _, _ := d.post(t, "/v1/check", `{"rule":"login","key":"192.0.2.1"}`); code != 503 {
+			t.Errorf("check with Redis down under deny: %d, want 503", code)
+		}
 	}
+	// Five failures in a row open the breaker: logged once, and shown.
 	d.waitLog(t, "store failing")
+	resp, err = http.Get(d.base + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || !strings.Contains(string(ready), `"breaker":"open"`) {
+		t.Errorf("/readyz with the breaker open: %d %s, want 503 saying the breaker is open", resp.StatusCode, ready)
+	}
 	// SIGTERM: a clean exit.
 	if code := d.terminate(t); code != 0 {
 		t.Errorf("exit code after SIGTERM: %d, want 0", code)

@@ -12,8 +12,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/sluice-go/sluice/internal/proc"
 )
 
 // clusterSize is the number of masters of a Cluster; it has no replicas.
@@ -26,6 +24,9 @@ const clusterSize = 3
 type Cluster struct {
 	// Addrs are the masters' host:port on 127.0.0.1.
 	Addrs []string
+	// TLSAddrs are the host:port of the masters' TLS ports, in the order
+	// of Addrs, for a Cluster started with StartClusterTLS; else nil.
+	TLSAddrs []string
 
 	ids []string // node IDs, in the order of Addrs
 
@@ -34,12 +35,13 @@ type Cluster struct {
 }
 
 // clusterNode is one master's process and what it takes to start it again
-// as the same node: its directory (nodes.conf) and cluster bus port.
+// as the same node: its directory (nodes.conf), port and arguments (the
+// cluster bus port, TLS).
 type clusterNode struct {
 	srv  *Server
 	dir  string
 	port int
-	bus  int
+	args []string
 }
 
 // StartCluster starts three cluster-enabled redis-servers for t, joins them
@@ -50,6 +52,23 @@ type clusterNode struct {
 // does not form.
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
+	return startCluster(t, nil)
+}
+
+// StartClusterTLS is StartCluster with a TLS port on every master besides
+// its plain one (Addrs, which the helpers use), serving a certificate of
+// new TLSFiles, which it returns, and with the cluster bus over TLS
+// (tls-cluster yes): a client on a TLS port learns the other masters' TLS
+// ports.
+func StartClusterTLS(t testing.TB) (*Cluster, TLSFiles) {
+	t.Helper()
+	files := NewTLSFiles(t)
+	return startCluster(t, &files), files
+}
+
+// startCluster starts a Cluster, over TLS too when files is not nil.
+func startCluster(t testing.TB, files *TLSFiles) *Cluster {
+	t.Helper()
 	skipShort(t, "redis-server and redis-cli (a Redis Cluster)")
 	server := Need(t)
 	cli, err := exec.LookPath("redis-cli")
@@ -58,9 +77,12 @@ func StartCluster(t testing.TB) *Cluster {
 	}
 	c := &Cluster{}
 	for range clusterSize {
-		n := startClusterNode(t, server)
+		n := startClusterNode(t, server, files)
 		c.nodes = append(c.nodes, n)
 		c.Addrs = append(c.Addrs, n.srv.Addr)
+		if files != nil {
+			c.TLSAddrs = append(c.TLSAddrs, n.srv.TLSAddr)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -84,31 +106,45 @@ func StartCluster(t testing.TB) *Cluster {
 // directory, and stops it when t ends. The cluster bus needs a second
 // port; by default it is the client port + 10000, which overflows for the
 // high ports the kernel hands out, so it gets a free port of its own.
-func startClusterNode(t testing.TB, path string) *clusterNode {
+// With files, the node has a TLS port too, and its bus runs over TLS.
+func startClusterNode(t testing.TB, path string, files *TLSFiles) *clusterNode {
 	t.Helper()
-	n := &clusterNode{}
-	n.srv = retryPorts(t, func(port int) (*Server, error) {
-		bus, err := proc.FreePort()
+	node := &clusterNode{}
+	node.srv = retryPorts(t, func(port int) (*Server, error) {
+		n := 1 // the bus
+		if files != nil {
+			n = 2 // and TLS
+		}
+		ports, err := freePorts(port, n)
 		if err != nil {
 			return nil, err
 		}
-		if bus == port {
-			return nil, fmt.Errorf("the kernel handed out port %d twice", port)
+		dir := t.TempDir()
+		args := []string{
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
+			"--cluster-node-timeout", "5000",
+			"--cluster-port", strconv.Itoa(ports[0]),
 		}
-		n.dir, n.port, n.bus = t.TempDir(), port, bus
-		return n.launch(path)
+		tlsAddr := ""
+		if files != nil {
+			args = append(append(args, files.serverArgs(ports[1])...), "--tls-cluster", "yes")
+			tlsAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))
+		}
+		node.dir, node.port, node.args = dir, port, args
+		return node.launch(path, tlsAddr)
 	})
-	return n
+	return node
 }
 
-// launch starts the node's redis-server with its directory and ports.
-func (n *clusterNode) launch(path string) (*Server, error) {
-	return launch(path, n.dir, n.port, "",
-		"--cluster-enabled", "yes",
-		"--cluster-config-file", filepath.Join(n.dir, "nodes.conf"),
-		"--cluster-node-timeout", "5000",
-		"--cluster-port", strconv.Itoa(n.bus),
-	)
+// launch starts the node's redis-server with its directory, port and
+// arguments; tlsAddr is its TLS address, or "".
+func (n *clusterNode) launch(path, tlsAddr string) (*Server, error) {
+	s, err := launch(path, n.dir, n.port, "", n.args...)
+	if err == nil {
+		s.TLSAddr = tlsAddr
+	}
+	return s, err
 }
 
 // node returns the node at addr, failing t if there is none.
@@ -132,9 +168,9 @@ func (c *Cluster) KillNode(t testing.TB, addr string) {
 }
 
 // RestartNode starts the master at addr again, as the same node (its
-// nodes.conf and ports) but empty, and stops it when t ends. It returns
-// once the node answers PING, without waiting for the other nodes to see
-// it back: a test measures that recovery.
+// nodes.conf, ports and TLS) but empty, and stops it when t ends. It
+// returns once the node answers PING, without waiting for the other nodes
+// to see it back: a test measures that recovery.
 func (c *Cluster) RestartNode(t testing.TB, addr string) {
 	t.Helper()
 	path := Need(t)
@@ -143,7 +179,7 @@ func (c *Cluster) RestartNode(t testing.TB, addr string) {
 	var lastErr error
 	started := false
 	for range 50 { // the old process's ports may take a moment to be free
-		s, err := n.launch(path)
+		s, err := n.launch(path, n.srv.TLSAddr)
 		if err == nil {
 			n.srv, started = s, true
 			t.Cleanup(s.Stop)

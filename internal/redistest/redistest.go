@@ -22,6 +22,9 @@ import (
 type Server struct {
 	// Addr is the server's host:port on 127.0.0.1.
 	Addr string
+	// TLSAddr is the host:port of its TLS port, for a server started
+	// with TLS (StartTLS), or "".
+	TLSAddr string
 
 	proc *redisproc.Process
 }

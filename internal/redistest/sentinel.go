@@ -36,9 +36,13 @@ type Sentinel struct {
 	MasterName string
 	// Addrs holds the three sentinels' host:port on 127.0.0.1.
 	Addrs []string
+	// TLSAddrs holds the sentinels' TLS host:port, in the order of Addrs,
+	// for a Sentinel started with StartSentinelTLS; else nil.
+	TLSAddrs []string
 
+	tls       *TLSFiles // nil: no TLS
 	mu        sync.Mutex
-	nodes     map[string]*Server // the primary and the replica, by address
+	nodes     map[string]*Server // the primary and the replica, by the address the sentinels know (known)
 	sentinels []*Server
 }
 
@@ -49,8 +53,29 @@ type Sentinel struct {
 // It skips t under -short (see Need).
 func StartSentinel(t testing.TB) *Sentinel {
 	t.Helper()
+	return startSentinel(t, nil)
+}
+
+// StartSentinelTLS is StartSentinel with a TLS port on every process
+// besides its plain one (which the helpers use), serving a certificate of
+// new TLSFiles, which it returns. Replication and the sentinels' links to
+// the primary and the replica run over TLS (tls-replication yes), so the
+// sentinels know and name the nodes by their TLS ports: Primary,
+// KillPrimary and WaitFailover take and return those addresses, and URL
+// is a rediss:// URL of the sentinels' TLS ports, to which the caller adds
+// the TLS options.
+func StartSentinelTLS(t testing.TB) (*Sentinel, TLSFiles) {
+	t.Helper()
+	files := NewTLSFiles(t)
+	return startSentinel(t, &files), files
+}
+
+// startSentinel starts a Sentinel deployment, over TLS too when files is
+// not nil.
+func startSentinel(t testing.TB, files *TLSFiles) *Sentinel {
+	t.Helper()
 	path := Need(t)
-	s := &Sentinel{MasterName: "sluice", nodes: make(map[string]*Server)}
+	s := &Sentinel{MasterName: "sluice", nodes: make(map[string]*Server), tls: files}
 	// Each process is stopped by its own cleanup, registered once it
 	// started, after its directory was created: it stops before the
 	// directory is removed. This one, registered first, runs last.
@@ -60,7 +85,7 @@ func StartSentinel(t testing.TB) *Sentinel {
 	// a diskless transfer), and either node may end up the primary.
 	node := []string{"--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"}
 	primary := s.startNode(t, path, node...)
-	replica := s.startNode(t, path, append(node, "--replicaof", "127.0.0.1", port(primary.Addr))...)
+	replica := s.startNode(t, path, append(node, "--replicaof", "127.0.0.1", port(s.known(primary)))...)
 	deadline := time.Now().Add(30 * time.Second)
 	waitFor(t, deadline, "the replica to sync with the primary", func() error {
 		info, err := command(replica.Addr, "INFO", "replication")
@@ -76,26 +101,43 @@ func StartSentinel(t testing.TB) *Sentinel {
 	// The sentinels start after the sync, so that the first INFO each
 	// sends the primary lists the replica (the next comes 10s later).
 	for range 3 {
-		sn := s.startSentinel(t, path, primary.Addr)
+		sn := s.startSentinel(t, path, s.known(primary))
 		s.sentinels = append(s.sentinels, sn)
 		s.Addrs = append(s.Addrs, sn.Addr)
+		if files != nil {
+			s.TLSAddrs = append(s.TLSAddrs, sn.TLSAddr)
+		}
 	}
 	for _, addr := range s.Addrs {
 		waitFor(t, deadline, "sentinel "+addr+" to know the replica and the other sentinels", func() error {
-			return s.ready(addr, replica.Addr)
+			return s.ready(addr, s.known(replica))
 		})
 	}
 	return s
 }
 
 // URL returns the Redis URL that connects through the sentinels, as
-// sluice's redis.Open takes it.
+// sluice's redis.Open takes it: with TLS (StartSentinelTLS), a rediss://
+// URL of their TLS ports, without the TLS options.
 func (s *Sentinel) URL() string {
-	u := "redis://" + s.Addrs[0] + "?"
-	for _, a := range s.Addrs[1:] {
+	scheme, addrs := "redis://", s.Addrs
+	if s.tls != nil {
+		scheme, addrs = "rediss://", s.TLSAddrs
+	}
+	u := scheme + addrs[0] + "?"
+	for _, a := range addrs[1:] {
 		u += "addr=" + a + "&"
 	}
 	return u + "master_set=" + s.MasterName
+}
+
+// known returns the address by which the sentinels know the data node n:
+// its TLS address under TLS, else its address.
+func (s *Sentinel) known(n *Server) string {
+	if s.tls != nil {
+		return n.TLSAddr
+	}
+	return n.Addr
 }
 
 // Primary returns the primary's address according to the first sentinel
@@ -148,7 +190,7 @@ func (s *Sentinel) WaitFailover(t testing.TB, old string, within time.Duration) 
 			case addr == old:
 				lastErr = fmt.Errorf("sentinel %s still names %s", a, old)
 			default:
-				if err := isMaster(addr); err != nil {
+				if err := s.isMaster(addr); err != nil {
 					lastErr = err
 					continue
 				}
@@ -161,15 +203,45 @@ func (s *Sentinel) WaitFailover(t testing.TB, old string, within time.Duration) 
 	return found
 }
 
+// NodeAddrs returns the plain addresses of the data nodes, the primary
+// and the replica, in no particular order.
+func (s *Sentinel) NodeAddrs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	addrs := make([]string, 0, len(s.nodes))
+	for _, n := range s.nodes {
+		addrs = append(addrs, n.Addr)
+	}
+	return addrs
+}
+
+// Node returns the data node (the primary or the replica) that the
+// sentinels know as addr, failing t if this Sentinel started none such.
+func (s *Sentinel) Node(t testing.TB, addr string) *Server {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.nodes[addr]
+	if n == nil {
+		t.Fatalf("redistest: %s is not a node this Sentinel started", addr)
+	}
+	return n
+}
+
 // startNode starts a data node on a free port, retrying when the port was
 // taken meanwhile, and stops it when t ends.
 func (s *Sentinel) startNode(t testing.TB, path string, extra ...string) *Server {
 	t.Helper()
-	n := retryPorts(t, func(port int) (*Server, error) {
-		return launch(path, t.TempDir(), port, "", extra...)
-	})
+	var n *Server
+	if s.tls != nil {
+		n = startTLS(t, path, *s.tls, "", append(extra, "--tls-replication", "yes")...)
+	} else {
+		n = retryPorts(t, func(port int) (*Server, error) {
+			return launch(path, t.TempDir(), port, "", extra...)
+		})
+	}
 	s.mu.Lock()
-	s.nodes[n.Addr] = n
+	s.nodes[s.known(n)] = n
 	s.mu.Unlock()
 	return n
 }
@@ -197,6 +269,9 @@ func (s *Sentinel) startSentinel(t testing.TB, path, primary string) *Server {
 	}, "\n")
 	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 		t.Fatalf("redistest: %v", err)
+	}
+	if s.tls != nil {
+		return startTLS(t, path, *s.tls, conf, "--sentinel", "--tls-replication", "yes")
 	}
 	return retryPorts(t, func(port int) (*Server, error) {
 		return launch(path, dir, port, conf, "--sentinel")
@@ -260,10 +335,16 @@ func (s *Sentinel) logOnFailure(t testing.TB) {
 	}
 }
 
-// isMaster reports why the server at addr is not a reachable primary, or
-// nil.
-func isMaster(addr string) error {
-	r, err := command(addr, "INFO", "replication")
+// isMaster reports why the data node the sentinels know as addr is not a
+// reachable primary, or nil.
+func (s *Sentinel) isMaster(addr string) error {
+	s.mu.Lock()
+	n := s.nodes[addr]
+	s.mu.Unlock()
+	if n == nil {
+		return fmt.Errorf("%s is not a node this Sentinel started", addr)
+	}
+	r, err := command(n.Addr, "INFO", "replication")
 	if err != nil {
 		return err
 	}

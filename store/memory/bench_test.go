@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/store/memory"
+	"github.com/sluice-go/sluice/storetest"
 )
 
 // benchKeys is the number of distinct keys the benchmarks cycle through.
@@ -64,4 +65,22 @@ func benchLimit(a sluice.Algorithm) sluice.Limit {
 		return sluice.PerSecond(sluice.MaxLogLimit).Using(a)
 	}
 	return sluice.PerSecond(1_000_000).Using(a)
+}
+
+// BenchmarkNewKeys measures a flood: every decision a key never seen
+// before, into a store of DefaultCapacity that is full after 524,288 of
+// them and evicts from then on:
+//
+//	go test -run '^$' -bench NewKeys -benchtime 1000000x -benchmem ./store/memory/
+func BenchmarkNewKeys(b *testing.B) {
+	s := memory.New()
+	l := sluice.PerMinute(100).Named("search")
+	ctx := context.Background()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		req := sluice.Request{Parts: []sluice.Part{{Key: "k" + strconv.Itoa(i), Limits: []sluice.Limit{l}, Cost: 1}}, Now: storetest.Epoch}
+		if _, err := s.Take(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

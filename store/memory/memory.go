@@ -7,7 +7,7 @@
 // Use the Redis store (package store/redis) when more than one process
 // serves the traffic.
 //
-// The store is safe for concurrent use. Its map is split into shards locked
+// The store is safe for concurrent use. Its state is split into shards locked
 // independently; all limits of one key live in one shard, so a multi-limit
 // decision is atomic. Every piece of state carries the shortest sufficient
 // lifetime (until it would be equivalent to no state at all), and state
@@ -15,16 +15,54 @@
 // so idle keys do not accumulate. The minute of grace keeps a clock that
 // steps back by less than that from handing out anything new: the state it
 // steps back into is still there, whichever entries eviction happened to
-// sample. It costs memory: the store holds every key that was active in
-// the last minute plus its state's lifetime (a flood of new keys, one per
-// client address, holds a minute of them). A client key longer than 128
-// bytes is kept as a fixed-length hash of itself, as the Redis store keeps
-// it, so that huge keys cannot bloat the store.
+// sample. A client key longer than 128 bytes is kept as a fixed-length hash
+// of itself, as the Redis store keeps it, so that huge keys cannot bloat
+// the store.
+//
+// # Memory
+//
+// The store holds at most its capacity of entries, one per client key and
+// limit identity (name, algorithm, period): DefaultCapacity (524,288)
+// unless WithCapacity says otherwise. Each shard holds its share of it
+// and, when full, forgets its least recently used entry for each new one;
+// Evictions counts them. A shard may fill before the store does (500,000
+// distinct keys into the default store evicted a few dozen). Forgetting is what expiry does too, early: the
+// key's next request starts afresh, with a full quota. That is the worst
+// case a flood of distinct keys (one per client address, or keys the
+// clients choose) can cause: it cannot grow memory past the capacity, but
+// a real client whose key is not used while about capacity more distinct
+// keys arrive (at 50,000 new keys a second, about 10 s for the default)
+// loses its count and may be admitted up to its limit again. Size the
+// capacity above the number of keys active over the longest period your
+// limits use, and watch Evictions (sluice_memory_evictions_total).
+//
+// An entry costs about 100 bytes of live heap plus its key (the client
+// key, the limit's name and a few bytes, rounded up to an allocation size
+// class): 119 bytes an entry in all with 8- to 11-byte client keys and a
+// 6-byte name, 239 with 128-byte keys, the longest kept as they are
+// (BenchmarkFullStore; TestHeapPerKey measures 117 to 130 at 100,000 to
+// 500,000 keys, where the store kept 207 to 281 before it was bounded). A
+// full store of the default capacity thus holds about 60 MiB of live heap
+// with address-sized keys and 120 MiB with 128-byte keys and a short name
+// (a longer name adds its length to every entry), and the process's RSS, with the collector's headroom
+// (GOGC), about twice that: 127 MiB measured after 2,000,000 distinct
+// keys, where the unbounded store held 698 MiB. A sliding_log entry also
+// holds 8 bytes (up to 16, with slice growth) per request it admitted
+// within its period, and state expired for under a minute counts against
+// the capacity until it is evicted. Memory returns as entries go: a shard
+// that falls to a quarter of its peak rebuilds its tables (once a flood's
+// state had expired, Sweep took the live heap from 63 MiB to none and the
+// RSS fell from 131 MiB to 9 MiB within 5 s; the unbounded store kept 383
+// MiB of live heap). A process that may go idle after a flood runs
+// SweepEvery, since decisions do the evicting otherwise.
 package memory
 
 import (
 	"context"
+	"encoding/binary"
 	"hash/maphash"
+	"math"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -34,32 +72,126 @@ import (
 	"github.com/sluice-go/sluice/internal/longkey"
 )
 
+// DefaultCapacity is the number of entries (client key × limit identity)
+// a Store holds at most unless WithCapacity says otherwise: 2^19; see the
+// package documentation for what that costs.
+const DefaultCapacity = 1 << 19
+
+// minShardCapacity is the fewest entries a shard holds: a capacity below
+// minShardCapacity × shards is split over fewer shards, so that a small
+// store is still close to one LRU over all its keys.
+const minShardCapacity = 64
+
 // Store is an in-process sluice.Store. Create it with New; the zero value is
 // not usable.
 type Store struct {
-	shards []shard
-	seed   maphash.Seed
-	now    func() time.Time
+	shards   []shard
+	seed     maphash.Seed
+	now      func() time.Time
+	capacity int
 }
 
-// shard is one independently locked part of the map, padded so that two
-// shards never share a cache line.
+// shard is one independently locked part of the store, padded so that
+// two shards never share a cache line.
+//
+// Its entries live in nodes, in chunks of chunkSize indexed by int32 (no
+// pointer per entry, nothing for the collector to trace but the key, and
+// no more than a chunk to spare), linked in a list from the most recently
+// used to the least: node 0 is the list's head, whose next is the most
+// recently used entry and whose prev the least. Free nodes are linked by
+// next from free. tab finds an entry by its key: an open-addressing table
+// (linear probing) of slots, each the low 32 bits of the hash of an
+// entry's key (which also give its home slot) and the entry's node; 0 is
+// an empty slot. It costs 8 bytes a slot, 3/8 to 3/4 of them full, where a
+// Go map of the same would cost about 40 bytes an entry.
 type shard struct {
-	mu  sync.Mutex
-	m   map[entryKey]*entry
-	ops uint64 // decisions, to space out eviction
-	_   [40]byte
+	mu        sync.Mutex
+	seed      maphash.Seed // the Store's, to hash entry keys
+	tab       []uint64
+	chunks    [][]node
+	used      int32  // nodes handed out, the head included
+	free      int32  // first free node, 0 if none
+	n         int    // entries held
+	cap       int    // most entries held after a decision
+	peak      int    // most entries held since the shard was last built
+	ops       uint64 // decisions, to space out eviction
+	evictions uint64 // entries forgotten because the shard was full
+	_         [16]byte
 }
 
-// entryKey identifies one piece of state: a client key under a limit's
-// Identity (name, algorithm and period: algo.ID's identity, without
-// building a string), so that a limit whose Limit or Burst changes keeps
-// its state. The client key is bounded (longkey.Bound); hashed tells a
-// long key's hash from a short key that happens to equal it.
-type entryKey struct {
-	key    string
-	hashed bool
-	limit  sluice.Limit
+// Nodes come in chunks of chunkSize (8 KiB); the first chunk grows up to
+// that size as it fills, so that an idle shard costs little.
+const (
+	chunkBits = 7
+	chunkSize = 1 << chunkBits
+	chunkMask = chunkSize - 1
+)
+
+// node is one entry: the state of a client key under a limit identity.
+type node struct {
+	key        string   // the entry key; "" while the node is free
+	a, b, c    int64    // algo.State's A, B and C
+	expires    int64    // µs; the state is gone at and after this instant
+	log        *[]int64 // algo.State's Log (sliding_log only), or nil
+	prev, next int32
+}
+
+// state returns the algo.State n holds.
+func (n *node) state() algo.State {
+	st := algo.State{Set: true, A: n.a, B: n.b, C: n.c}
+	if n.log != nil {
+		st.Log = *n.log
+	}
+	return st
+}
+
+// set stores st in n, to expire at expires.
+func (n *node) set(st algo.State, expires int64) {
+	n.a, n.b, n.c, n.expires = st.A, st.B, st.C, expires
+	switch {
+	case n.log != nil:
+		*n.log = st.Log
+	case st.Log != nil:
+		l := st.Log
+		n.log = &l
+	}
+}
+
+// appendEntryKey appends to b the key of client key ck's state under l's
+// identity (name, algorithm and period, so that a limit whose Limit or
+// Burst changes keeps its state). A first byte holds the algorithm's
+// index in sluice.Algorithms (0: unknown, spelled out after it), whether
+// the client key is a long key's hash (so that it differs from a short
+// key equal to that hash) and whether the period is a whole number of
+// microseconds, which follows (else nanoseconds); then the name with its
+// length, and the client key, bounded by longkey.Bound. The encoding is
+// prefix-free up to the client key, so two entries share a key only if
+// they share client key and identity. It holds no more than the name and
+// the client key and a few bytes: no copy of the Limit per entry.
+func appendEntryKey(b []byte, ck clientKey, l sluice.Limit) []byte {
+	id := l.Identity()
+	a := slices.Index(sluice.Algorithms, id.Algorithm) + 1 // 1 to 5, or 0
+	flags := byte(a)
+	if ck.hashed {
+		flags |= 1 << 3
+	}
+	micros := id.Period >= 0 && id.Period%time.Microsecond == 0
+	if !micros {
+		flags |= 1 << 4
+	}
+	b = append(b, flags)
+	if a == 0 {
+		b = binary.AppendUvarint(b, uint64(len(id.Algorithm)))
+		b = append(b, id.Algorithm...)
+	}
+	if micros {
+		b = binary.AppendUvarint(b, uint64(id.Period/time.Microsecond))
+	} else {
+		b = binary.AppendVarint(b, int64(id.Period))
+	}
+	b = binary.AppendUvarint(b, uint64(len(id.Name)))
+	b = append(b, id.Name...)
+	return append(b, ck.key...)
 }
 
 // clientKey is a client key as the store keeps it: bounded, and whether
@@ -73,26 +205,22 @@ func newClientKey(key string) clientKey {
 	return clientKey{longkey.Bound(key), longkey.Hashed(key)}
 }
 
-// under returns the entryKey of k's state under l.
-func (k clientKey) under(l sluice.Limit) entryKey {
-	return entryKey{k.key, k.hashed, l.Identity()}
-}
-
-type entry struct {
-	st      algo.State
-	expires int64 // µs; the state is gone at and after this instant
-}
-
-// Every evictEvery-th decision in a shard inspects evictSample entries of
-// it, beyond the ones it touches, and deletes those expired for over
-// evictGrace: two per decision on average, which keeps such entries below
-// about half of the shard under any steady load, without starting a map
-// iteration on every decision.
+// Every evictEvery-th decision in a shard inspects up to evictSample
+// entries of it at the end of its least-recently-used list and as many
+// anywhere in it, beyond the ones it touches, and deletes those expired
+// for over evictGrace: that keeps such entries below about half of the
+// shard under any steady load, without scanning the table on every
+// decision.
 const (
 	evictEvery  = 8
 	evictSample = 2 * evictEvery
 	evictGrace  = int64(time.Minute / time.Microsecond) // how long expired state is kept
 )
+
+// A shard whose table has held at least shrinkMin entries is rebuilt at
+// its current size when it holds a quarter of its peak or less, so that
+// memory returns after a flood (its table and chunks only grow otherwise).
+const shrinkMin = 256
 
 // Option configures a Store.
 type Option func(*Store)
@@ -104,7 +232,8 @@ func WithClock(now func() time.Time) Option {
 }
 
 // WithShards sets the number of independently locked shards (rounded up to
-// a power of two; default 256).
+// a power of two; default 256). A capacity too small to give every shard
+// 64 entries uses fewer shards (see WithCapacity).
 func WithShards(n int) Option {
 	return func(s *Store) {
 		p := 1
@@ -115,19 +244,56 @@ func WithShards(n int) Option {
 	}
 }
 
-// New returns an empty Store.
+// WithCapacity sets the most entries (client key × limit identity) the
+// store holds; below 1, DefaultCapacity. The capacity is split evenly over
+// the shards, using fewer of them if each would hold fewer than 64
+// entries: a shard holds at most ceil(n / shards) entries, so the store
+// holds at most n + shards − 1 (plus, for an instant, the new entries of
+// one decision), and a shard that is full forgets its least recently used
+// entry for each new one (see Evictions). Forgetting is what the store
+// does to state that expired: the key's next request starts afresh.
+func WithCapacity(n int) Option {
+	return func(s *Store) { s.capacity = n }
+}
+
+// New returns an empty Store that holds at most DefaultCapacity entries,
+// or the capacity of WithCapacity.
 func New(opts ...Option) *Store {
 	s := &Store{seed: maphash.MakeSeed(), now: time.Now}
 	for _, o := range opts {
 		o(s)
 	}
-	if s.shards == nil {
-		s.shards = make([]shard, 256)
+	if s.capacity < 1 {
+		s.capacity = DefaultCapacity
 	}
+	n := len(s.shards)
+	if n == 0 {
+		n = 256
+	}
+	for n > 1 && s.capacity/n < minShardCapacity {
+		n /= 2
+	}
+	if n != len(s.shards) {
+		s.shards = make([]shard, n)
+	}
+	per := s.capacity / n
+	if s.capacity%n != 0 {
+		per++
+	}
+	per = min(per, math.MaxInt32-1, math.MaxInt/n) // node indexes are int32; Capacity fits an int
 	for i := range s.shards {
-		s.shards[i].m = make(map[entryKey]*entry)
+		s.shards[i].init(s.seed, per, 0)
 	}
 	return s
+}
+
+// init makes sh an empty shard of capacity per, with room for n entries.
+func (sh *shard) init(seed maphash.Seed, per, n int) {
+	sh.seed, sh.cap = seed, per
+	sh.tab = make([]uint64, tableSize(n))
+	sh.chunks = make([][]node, 1, 1+(n+1)/chunkSize)
+	sh.chunks[0] = make([]node, 1, min(n+1, chunkSize))
+	sh.used, sh.free, sh.n, sh.peak = 1, 0, 0, 0
 }
 
 func (s *Store) shard(key string) *shard {
@@ -159,7 +325,8 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 		work = make([]decision, n)
 	}
 	var shards [4]int // most decisions lock a shard or two: no allocation
-	locked := s.lock(req.Parts, work, shards[:0])
+	var scratch [256]byte
+	keys, locked := s.lock(req.Parts, work, scratch[:0], shards[:0])
 	defer s.unlock(locked)
 
 	allowed := true
@@ -167,14 +334,18 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 	for _, p := range req.Parts {
 		for _, l := range p.Limits {
 			d := &work[i]
-			if d.e = d.sh.m[d.key]; d.e != nil && d.e.expires > now {
-				d.st = d.e.st
+			key := keys[d.k0:d.k1]
+			if d.i = d.sh.find(key, d.h); d.i != 0 {
+				if e := d.sh.at(d.i); e.expires > now {
+					d.st = e.state()
+				}
+				d.sh.touch(d.i)
 			}
 			if st, ttl, ok := algo.Convert(l, d.st, now); ok {
 				// State of another Limit: kept converted whatever the
 				// decision, as the Lua scripts keep it.
 				d.st = st
-				d.save(st, ttl, now)
+				d.save(key, st, ttl, now)
 			}
 			rs[i], d.next, d.ttl = algo.Check(l, d.st, now, int64(p.Cost))
 			allowed = allowed && rs[i].Allowed
@@ -184,7 +355,7 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 	if allowed {
 		for i := range work {
 			d := &work[i]
-			d.save(d.next, d.ttl, now)
+			d.save(keys[d.k0:d.k1], d.next, d.ttl, now)
 		}
 	} else {
 		// Nothing is consumed: the limits that would have admitted the
@@ -199,21 +370,28 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 			}
 		}
 	}
-	for i := range work {
-		if sh := work[i].sh; i == 0 || sh != work[i-1].sh {
-			if sh.ops++; sh.ops%evictEvery == 0 {
-				sh.evict(now, evictSample)
-			}
+	// The decision is done: the entries it touched are the most recently
+	// used of their shards, and no node index of work is used any more.
+	for _, x := range locked {
+		sh := &s.shards[x]
+		for sh.n > sh.cap {
+			sh.remove(sh.at(0).prev)
+			sh.evictions++
+		}
+		if sh.ops++; sh.ops%evictEvery == 0 {
+			sh.evict(now, evictSample)
+			sh.shrink()
 		}
 	}
 	return rs, nil
 }
 
 // lock fills in the shard and entry key of every limit of parts in work,
-// locks the shards they live in, each once and in shard order (so that
-// two requests never wait for each other in a cycle), and returns their
-// indexes, appended to idx, for unlock.
-func (s *Store) lock(parts []sluice.Part, work []decision, idx []int) []int {
+// the keys appended to keys, locks the shards they live in, each once and
+// in shard order (so that two requests never wait for each other in a
+// cycle), and returns keys and the shards' indexes, appended to idx, for
+// unlock.
+func (s *Store) lock(parts []sluice.Part, work []decision, keys []byte, idx []int) ([]byte, []int) {
 	i := 0
 	for _, p := range parts {
 		ck := newClientKey(p.Key)
@@ -222,7 +400,11 @@ func (s *Store) lock(parts []sluice.Part, work []decision, idx []int) []int {
 			idx = append(idx, x)
 		}
 		for _, l := range p.Limits {
-			work[i].key, work[i].sh = ck.under(l), &s.shards[x]
+			d := &work[i]
+			d.sh, d.k0 = &s.shards[x], len(keys)
+			keys = appendEntryKey(keys, ck, l)
+			d.k1 = len(keys)
+			d.h = entryHash(s.seed, keys[d.k0:d.k1])
 			i++
 		}
 	}
@@ -230,7 +412,7 @@ func (s *Store) lock(parts []sluice.Part, work []decision, idx []int) []int {
 	for _, x := range idx {
 		s.shards[x].mu.Lock()
 	}
-	return idx
+	return keys, idx
 }
 
 // unlock unlocks the shards lock locked.
@@ -243,53 +425,256 @@ func (s *Store) unlock(idx []int) {
 // decision is the work of Take for one limit.
 type decision struct {
 	sh       *shard
-	key      entryKey
-	e        *entry // the stored entry, expired or not; nil if none
+	k0, k1   int    // the entry key, in Take's keys
+	h        uint64 // its hash
+	i        int32  // the stored entry's node, expired or not; 0 if none
 	st, next algo.State
 	ttl      int64
 }
 
-// save stores st for ttl µs from now as the state of d (deletes it when
-// ttl <= 0).
-func (d *decision) save(st algo.State, ttl, now int64) {
+// save stores st for ttl µs from now as the state of d, whose entry key
+// is key (deletes it when ttl <= 0).
+func (d *decision) save(key []byte, st algo.State, ttl, now int64) {
+	sh := d.sh
+	if d.i == 0 || sh.at(d.i).key != string(key) {
+		// No entry, or one that another limit of the request, with the
+		// same key and identity against Request's rule, deleted.
+		d.i = sh.find(key, d.h)
+	}
 	switch {
 	case ttl <= 0:
-		delete(d.sh.m, d.key)
-		d.e = nil
-	case d.e != nil:
-		d.e.st, d.e.expires = st, now+ttl
+		if d.i != 0 {
+			sh.remove(d.i)
+			d.i = 0
+		}
+	case d.i != 0:
+		sh.at(d.i).set(st, now+ttl)
 	default:
-		d.e = &entry{st: st, expires: now + ttl}
-		d.sh.m[d.key] = d.e
+		d.i = sh.insert(string(key), d.h)
+		sh.at(d.i).set(st, now+ttl)
 	}
 }
 
+// entryHash returns the hash of entry key k by which a shard finds it.
+func entryHash(seed maphash.Seed, k []byte) uint64 {
+	return maphash.Bytes(seed, k) & hashMask
+}
+
+// entryHashString is entryHash of a key held as a string.
+func entryHashString(seed maphash.Seed, k string) uint64 {
+	return maphash.String(seed, k) & hashMask
+}
+
+// hashMask is all ones but in tests that make hashes collide, to run the
+// code for long probe sequences.
+var hashMask = ^uint64(0)
+
+// at returns node i.
+func (sh *shard) at(i int32) *node {
+	return &sh.chunks[i>>chunkBits][i&chunkMask]
+}
+
+// tableSize returns the number of slots for n entries: a power of two,
+// at least 8, at most 3/4 full.
+func tableSize(n int) int {
+	size := 8
+	for size*3/4 < n {
+		size *= 2
+	}
+	return size
+}
+
+// slot is tab's slot for node i of an entry whose key's hash is h.
+func slot(h uint64, i int32) uint64 { return uint64(uint32(h))<<32 | uint64(uint32(i)) }
+
+// find returns the node of the entry key whose hash is h, or 0.
+func (sh *shard) find(key []byte, h uint64) int32 {
+	mask := uint32(len(sh.tab) - 1)
+	tag := uint32(h)
+	for p := tag & mask; ; p = (p + 1) & mask {
+		s := sh.tab[p]
+		if s == 0 {
+			return 0
+		}
+		if uint32(s>>32) == tag {
+			if i := int32(uint32(s)); sh.at(i).key == string(key) {
+				return i
+			}
+		}
+	}
+}
+
+// place puts s in the first empty slot of its probe sequence.
+func (sh *shard) place(s uint64) {
+	mask := uint32(len(sh.tab) - 1)
+	p := uint32(s>>32) & mask
+	for sh.tab[p] != 0 {
+		p = (p + 1) & mask
+	}
+	sh.tab[p] = s
+}
+
+// insert adds a node for key, whose hash is h and which has none, as the
+// most recently used, and returns it.
+func (sh *shard) insert(key string, h uint64) int32 {
+	i := sh.free
+	switch {
+	case i != 0:
+		sh.free = sh.at(i).next
+	case sh.used < chunkSize:
+		i = sh.used
+		sh.chunks[0] = append(sh.chunks[0], node{})
+	default:
+		i = sh.used
+		if int(i>>chunkBits) == len(sh.chunks) {
+			sh.chunks = append(sh.chunks, make([]node, chunkSize))
+		}
+	}
+	if i == sh.used {
+		sh.used++
+	}
+	*sh.at(i) = node{key: key}
+	if (sh.n+1)*4 > len(sh.tab)*3 {
+		old := sh.tab
+		sh.tab = make([]uint64, 2*len(old))
+		for _, s := range old {
+			if s != 0 {
+				sh.place(s)
+			}
+		}
+	}
+	sh.place(slot(h, i))
+	sh.pushFront(i)
+	sh.n++
+	sh.peak = max(sh.peak, sh.n)
+	return i
+}
+
+// remove deletes node i and frees it.
+func (sh *shard) remove(i int32) {
+	n := sh.at(i)
+	mask := uint32(len(sh.tab) - 1)
+	want := slot(entryHashString(sh.seed, n.key), i)
+	p := uint32(want>>32) & mask
+	for sh.tab[p] != want {
+		p = (p + 1) & mask
+	}
+	// Close the hole at p: move back every later slot of the run whose
+	// home is not between the hole and it (Knuth's algorithm R).
+	for q := (p + 1) & mask; sh.tab[q] != 0; q = (q + 1) & mask {
+		home := uint32(sh.tab[q]>>32) & mask
+		if p <= q && p < home && home <= q || p > q && (p < home || home <= q) {
+			continue // still reachable from its home
+		}
+		sh.tab[p] = sh.tab[q]
+		p = q
+	}
+	sh.tab[p] = 0
+	sh.at(n.prev).next = n.next
+	sh.at(n.next).prev = n.prev
+	*n = node{next: sh.free}
+	sh.free = i
+	sh.n--
+}
+
+// touch makes node i the most recently used.
+func (sh *shard) touch(i int32) {
+	head := sh.at(0)
+	if head.next == i {
+		return
+	}
+	n := sh.at(i)
+	sh.at(n.prev).next = n.next
+	sh.at(n.next).prev = n.prev
+	sh.pushFront(i)
+}
+
+// pushFront links node i, unlinked, as the most recently used.
+func (sh *shard) pushFront(i int32) {
+	head := sh.at(0)
+	n := sh.at(i)
+	n.prev, n.next = 0, head.next
+	sh.at(head.next).prev = i
+	head.next = i
+}
+
 // evict deletes the entries expired for over evictGrace among up to n
-// entries of the shard. Map iteration starts at a random place, so this
-// samples the shard.
+// entries at the end of the least-recently-used list, and among up to n
+// others, from a random place in the table (looking at no more than 4n
+// slots).
 func (sh *shard) evict(now int64, n int) int {
 	deleted := 0
-	for k, e := range sh.m {
+	for range n {
+		i := sh.at(0).prev
+		if i == 0 || sh.at(i).expires > now-evictGrace {
+			break
+		}
+		sh.remove(i)
+		deleted++
+	}
+	mask := uint32(len(sh.tab) - 1)
+	p := rand.Uint32()
+	for range 4 * n {
 		if n == 0 {
 			break
 		}
-		n--
-		if e.expires <= now-evictGrace {
-			delete(sh.m, k)
-			deleted++
+		p = (p + 1) & mask
+		if s := sh.tab[p]; s != 0 {
+			n--
+			if i := int32(uint32(s)); sh.at(i).expires <= now-evictGrace {
+				sh.remove(i) // may move a later slot back to p: looked at next time
+				deleted++
+			}
 		}
 	}
 	return deleted
+}
+
+// sweep deletes every entry expired for over evictGrace.
+func (sh *shard) sweep(now int64) int {
+	deleted := 0
+	for i := sh.at(0).prev; i != 0; {
+		n := sh.at(i)
+		prev := n.prev
+		if n.expires <= now-evictGrace {
+			sh.remove(i)
+			deleted++
+		}
+		i = prev
+	}
+	return deleted
+}
+
+// shrink rebuilds the shard at its current size when it holds a quarter
+// of its peak or less, keeping the order of use. Node indexes change.
+func (sh *shard) shrink() {
+	if sh.peak < shrinkMin || sh.n > sh.peak/4 {
+		return
+	}
+	chunks := sh.chunks
+	old := func(i int32) *node { return &chunks[i>>chunkBits][i&chunkMask] }
+	sh.init(sh.seed, sh.cap, sh.n)
+	for i := old(0).prev; i != 0; i = old(i).prev {
+		o := old(i)
+		e := sh.at(sh.insert(o.key, entryHashString(sh.seed, o.key)))
+		prev, next := e.prev, e.next
+		*e = *o
+		e.prev, e.next = prev, next
+	}
 }
 
 // Reset implements sluice.Store.
 func (s *Store) Reset(_ context.Context, key string, limits ...sluice.Limit) error {
 	ck := newClientKey(key)
 	sh := s.shard(ck.key)
+	var scratch [256]byte
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	for _, l := range limits {
-		delete(sh.m, ck.under(l))
+		k := appendEntryKey(scratch[:0], ck, l)
+		if i := sh.find(k, entryHash(s.seed, k)); i != 0 {
+			sh.remove(i)
+		}
 	}
 	return nil
 }
@@ -300,38 +685,82 @@ func (s *Store) TTL(_ context.Context, key string, l sluice.Limit) (time.Duratio
 	now := s.micros(time.Time{})
 	ck := newClientKey(key)
 	sh := s.shard(ck.key)
+	var scratch [256]byte
+	k := appendEntryKey(scratch[:0], ck, l)
+	h := entryHash(s.seed, k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := sh.m[ck.under(l)]; e != nil && e.expires > now {
-		return time.Duration(e.expires-now) * time.Microsecond, nil
+	if i := sh.find(k, h); i != 0 && sh.at(i).expires > now {
+		return time.Duration(sh.at(i).expires-now) * time.Microsecond, nil
 	}
 	return 0, nil
 }
 
-// Len returns the number of pieces of state held, expired or not.
+// Len returns the number of entries held, expired or not.
 func (s *Store) Len() int {
 	n := 0
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.m)
+		n += sh.n
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Capacity returns the most entries the store holds after a decision:
+// the capacity of WithCapacity (or DefaultCapacity) rounded up to a
+// multiple of the number of shards.
+func (s *Store) Capacity() int {
+	return len(s.shards) * s.shards[0].cap
+}
+
+// Evictions returns the number of entries the store has forgotten because
+// their shard was full (not counting expired state, which is no loss).
+// Each may have made a client's counter start afresh.
+func (s *Store) Evictions() uint64 {
+	var n uint64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += sh.evictions
 		sh.mu.Unlock()
 	}
 	return n
 }
 
 // Sweep deletes every piece of state that has been expired for over a
-// minute and returns how many it deleted. Decisions evict such state as
-// they go; call Sweep periodically only to return memory after traffic
-// stops.
+// minute, rebuilds the shards that hold a quarter of their peak or less
+// (so that their memory returns), and returns how many entries it deleted.
+// Decisions do the same as they go; call Sweep periodically (SweepEvery)
+// to return memory after traffic stops.
 func (s *Store) Sweep() int {
 	now := s.micros(time.Time{})
 	n := 0
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += sh.evict(now, len(sh.m))
+		n += sh.sweep(now)
+		sh.shrink()
 		sh.mu.Unlock()
 	}
 	return n
+}
+
+// SweepEvery calls Sweep every interval until ctx is done; run it in a
+// goroutine of its own. A process that may go idle after a flood of keys
+// runs it so that the flood's memory returns without further traffic. An
+// interval below a second is a second.
+func (s *Store) SweepEvery(ctx context.Context, interval time.Duration) {
+	interval = max(interval, time.Second)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.Sweep()
+		}
+	}
 }

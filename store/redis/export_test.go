@@ -39,3 +39,6 @@ func (s *Store) Refund(ctx context.Context, req sluice.Request, rs []sluice.Resu
 	}
 	return s.refund(ctx, clockArg(at), gs[0], taken{results: rs, now: req.Now.UnixMicro()})
 }
+
+// ParseURL returns the rueidis options Open builds from url (parseURL).
+var ParseURL = parseURL

@@ -97,10 +97,24 @@
 // that a canceled request does not leave its consumption behind. Putting
 // first the part most likely to deny keeps denials cheap.
 //
+// # Readiness and permissions
+//
+// Ready runs a decision, with a write, on a key reserved for it (see
+// Ready), so that it fails wherever decisions fail; Ping only runs a
+// script that touches nothing. A Redis ACL user needs EVALSHA and EVAL
+// (sent once per script after a restart or SCRIPT FLUSH; the store never
+// sends SCRIPT), the commands the scripts run (GET, SET, DEL, PEXPIRE,
+// TIME, and for sliding_log ZADD, ZCOUNT, ZRANGE, ZRANGEBYSCORE,
+// ZREMRANGEBYSCORE and ZREM, the last in refunds only), and PING, which
+// rueidis sends on idle connections; SELECT for a database other than 0,
+// CLUSTER SHARDS and CLUSTER SLOTS on a Cluster, ROLE on a primary reached
+// through Sentinel. Store.TTL runs PTTL.
+//
 // # Clients
 //
 // Open connects with github.com/redis/rueidis (auto-pipelining) to a
-// standalone server, a Cluster (detected) or through Sentinel. FromRueidis
+// standalone server, a Cluster (detected) or through Sentinel, with TLS
+// and mutual TLS (see Open). FromRueidis
 // wraps a rueidis client you already have; package store/redis/goredis
 // wraps a github.com/redis/go-redis/v9 client; New takes any Client.
 package redis
@@ -381,13 +395,63 @@ func (s *Store) Reset(ctx context.Context, key string, limits ...sluice.Limit) e
 	return nil
 }
 
-// Ping reports whether the server answers and runs scripts, for
-// readiness probes.
+// Ping reports whether the server answers and runs scripts. The script
+// it runs touches no key, so Ping passes where decisions fail (a user
+// without the permission to write, a read-only replica): a readiness probe
+// wants Ready.
 func (s *Store) Ping(ctx context.Context) error {
 	if _, err := s.run(ctx, pingScript, nil, nil); err != nil {
 		return fmt.Errorf("redis store: ping: %w", err)
 	}
 	return nil
+}
+
+// readyTag is the client key, as it appears in Redis keys (the hash tag),
+// of the decisions Ready runs. escape never produces it: it
+// percent-encodes '%' in client keys, and its own forms starting with
+// '%' are "%0" and "%H" and hex digits. So no client key, whatever the
+// policy engine makes of it, shares state with Ready.
+const readyTag = "%ready"
+
+// readyLimit is the limit of Ready's decisions: so high that they are
+// always admitted, so that each writes its key (a denied decision writes
+// nothing, and would not meet a refused write), which expires within a
+// second.
+var readyLimit = sluice.Limit{Algorithm: sluice.FixedWindow, Limit: 1 << 30, Period: time.Second}
+
+// Ready reports whether a decision can run now, for readiness probes: it
+// runs the decision script, as Take does (by SHA, sending the source on
+// NOSCRIPT), at the server's time, consuming 1 under a fixed window on
+// the reserved key <prefix>:{%ready}:fw:1000000, which no client key can
+// produce (readyTag) and which expires within a second. So it fails, with
+// Redis's answer as the cause, wherever decisions fail: Redis down or
+// unreachable, a user not permitted to run the script or the commands in
+// it (NOPERM), a read-only replica (READONLY), an out-of-memory server
+// (OOM). On a Cluster it checks the master of the reserved key's slot
+// only.
+func (s *Store) Ready(ctx context.Context) error {
+	limits := []sluice.Limit{readyLimit}
+	g := &group{keys: []string{s.prefix + ":{" + readyTag + "}:" + algo.ID(readyLimit)}, limits: limits, cost: 1}
+	t, err := s.take(ctx, "", g, false)
+	if err != nil && aclDenied(err) {
+		return fmt.Errorf("redis store: not ready: NOPERM: the Redis user may not run a command of the decision script (see the ACL the README lists): %w", err)
+	}
+	if err != nil {
+		return fmt.Errorf("redis store: not ready: %w", err)
+	}
+	if !t.results[0].Allowed {
+		return fmt.Errorf("redis store: not ready: the readiness decision on %s was denied", g.keys[0])
+	}
+	return nil
+}
+
+// aclDenied reports whether err is Redis refusing a command to the
+// connection's user: NOPERM, which Redis 7.0 answers, inside a script, as
+// "ERR The user executing the script can't run this command or
+// subcommand", without naming it.
+func aclDenied(err error) bool {
+	m := err.Error()
+	return strings.Contains(m, "NOPERM") || strings.Contains(m, "user executing the script can't run this command")
 }
 
 // TTL returns how long the state of key under l will live in Redis if

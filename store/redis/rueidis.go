@@ -19,10 +19,36 @@ import (
 //	rediss://...                                           TLS
 //	unix:///path/to/redis.sock
 //
-// The URL's further options are those of rueidis.ParseURL. Through
-// Sentinel, the store follows a failover on the sentinels' event and also
-// asks them for the primary every 5 seconds, so a missed event costs at most
-// that. Open fails when no server answers.
+// The URL's query options are those of rueidis.ParseURL (addr,
+// client_cache, client_name, db, dial_timeout, master_set, max_retries,
+// protocol, skip_verify, write_timeout) and, on a rediss:// URL, these:
+//
+//	tls_ca_file      PEM file of the CA certificates that verify the servers
+//	                 (default: the system's roots)
+//	tls_cert_file    PEM file of a client certificate (and its chain), for
+//	tls_key_file     mutual TLS, and its private key: one needs the other
+//	tls_server_name  the name every server's certificate must hold, also sent
+//	                 as SNI (default: the host each connection dials)
+//
+// for example
+//
+//	rediss://user:pass@redis:6380/0?tls_ca_file=ca.pem&tls_cert_file=client.pem&tls_key_file=client-key.pem
+//
+// Any other option, an option given twice (addr apart), a value that
+// rueidis would ignore (protocol other than 2 or 3, client_cache other
+// than 0 or 1, max_retries other than 0), an empty TLS option or a TLS
+// option (skip_verify too) on a URL without TLS is an error that names
+// it; Open and CheckURL read the files, and their errors
+// name the option and the file's problem, never the URL. On a Cluster the
+// TLS options reach every node. Through Sentinel they reach the sentinels
+// as well as the primary (rueidis.ParseURL alone leaves the sentinels'
+// TLS unset, dialing them in plain text): sentinels with a tls-port and
+// tls-replication yes name the nodes by their TLS ports. The URL's user
+// and password are sent to the data nodes only.
+//
+// Through Sentinel, the store follows a failover on the sentinels' event
+// and also asks them for the primary every 5 seconds, so a missed event
+// costs at most that. Open fails when no server answers.
 func Open(url string, opts ...Option) (*Store, error) {
 	opt, err := parseURL(url)
 	if err != nil {
@@ -57,15 +83,18 @@ func newClient(opt rueidis.ClientOption) (rueidis.Client, error) {
 const sentinelRefresh = 5 * time.Second
 
 // CheckURL reports whether url is a Redis URL Open accepts, without
-// connecting. Its error never quotes the URL, which may hold a password.
+// connecting: it returns the error Open would before connecting, reading
+// the files the TLS options name. Its error never quotes the URL, which
+// may hold a password.
 func CheckURL(url string) error {
 	_, err := parseURL(url)
 	return err
 }
 
-// parseURL returns the rueidis options url describes. Its error never
-// quotes the URL, which may hold a password: net/url's errors do, so only
-// the cause inside them is kept.
+// parseURL returns the rueidis options url describes: those of
+// rueidis.ParseURL, then the TLS options (tls.go), with every query option
+// checked (checkOptions). Its error never quotes the URL, which may hold a
+// password: net/url's errors do, so only the cause inside them is kept.
 func parseURL(url string) (rueidis.ClientOption, error) {
 	opt, err := rueidis.ParseURL(url)
 	if err != nil {
@@ -73,6 +102,20 @@ func parseURL(url string) (rueidis.ClientOption, error) {
 		if errors.As(err, &uerr) {
 			err = uerr.Err
 		}
+		return opt, fmt.Errorf("invalid Redis URL: %w", err)
+	}
+	u, err := neturl.Parse(url) // rueidis parsed it: it parses
+	if err != nil {
+		return opt, errors.New("invalid Redis URL")
+	}
+	q, err := neturl.ParseQuery(u.RawQuery)
+	if err != nil {
+		return opt, fmt.Errorf("invalid Redis URL: query: %w", err)
+	}
+	if err := checkOptions(q); err != nil {
+		return opt, fmt.Errorf("invalid Redis URL: %w", err)
+	}
+	if err := applyTLS(&opt, q); err != nil {
 		return opt, fmt.Errorf("invalid Redis URL: %w", err)
 	}
 	return opt, nil
