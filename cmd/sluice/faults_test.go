@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -55,6 +56,11 @@ var faultBounds = struct {
 	// exactLimit is the limit of rule exact, which must admit exactly
 	// that many of 3 x as many concurrent checks once Redis is back.
 	exactLimit int
+	// clusterIsolated: when one Cluster master fails, the keys of the
+	// other masters are still decided by Redis, none degraded. Not so
+	// while the circuit breaker is one per Limiter: the failures of one
+	// master open it for every key.
+	clusterIsolated bool
 }{
 	workers:         32,
 	steady:          time.Second,
@@ -66,16 +72,18 @@ var faultBounds = struct {
 	hungGoroutines:  8 * 32, // 8 per worker
 	healthyDegraded: 0,
 	exactLimit:      20,
+	clusterIsolated: false,
 }
 
 // faultPolicyFile is the policy file of every fault test, under the error
-// policy of its first verb: rule load (the load's, which never denies) and
-// rule exact (faultBounds.exactLimit per hour, in a sliding log).
+// policy of its first verb: rule load (the load's, which never denies; a
+// fixed window of an hour, so that its keys stay in Redis for a test to
+// find) and rule exact (faultBounds.exactLimit per hour, in a sliding log).
 const faultPolicyFile = `
 redis:
   on_error: %s
 rules:
-  - {name: load, match: /load, key: "header:X-Client", limit: 1000000, period: 1s}
+  - {name: load, match: /load, key: "header:X-Client", algorithm: fixed_window, limit: 1000000000, period: 1h}
   - {name: exact, match: /exact, key: "header:X-Client", limit: %d, period: 1h, algorithm: sliding_log}
 `
 
@@ -103,6 +111,9 @@ type faultRun struct {
 	// of the last degraded decision, not to the first decision not
 	// degraded (which a key on another master makes at once).
 	partial bool
+	// inspect, when set, is called last with the load's events (by
+	// worker) and the fault's start and end, for checks of its own.
+	inspect func(t *testing.T, byWorker [][]faultEvent, inject, heal time.Duration)
 }
 
 // runFault runs f: it starts sluice serve and the load, injects the fault
@@ -226,6 +237,9 @@ func runFault(t *testing.T, f faultRun) {
 	if degraded != 0 || len(others) != 0 || admitted != b.exactLimit || denied != 2*b.exactLimit {
 		t.Errorf("after the recovery, %d concurrent checks of a limit of %d: %d admitted, %d denied, %d degraded, others %q; want exactly %d admitted",
 			3*b.exactLimit, b.exactLimit, admitted, denied, degraded, others, b.exactLimit)
+	}
+	if f.inspect != nil {
+		f.inspect(t, load.events, injectAt, healAt)
 	}
 }
 
@@ -374,6 +388,40 @@ func TestFaultClusterMasterKilled(t *testing.T) {
 		url:    "redis://" + c.Addrs[1] + "?addr=" + c.Addrs[2],
 		inject: func(t *testing.T) { c.KillNode(t, victim) }, hold: 2 * time.Second,
 		heal: func(t *testing.T) { c.RestartNode(t, victim) }, degrades: true, partial: true, recovery: faultBounds.topology,
+		inspect: func(t *testing.T, byWorker [][]faultEvent, inject, heal time.Duration) {
+			// Which master holds each worker's key ({...w<i>} in its name).
+			onVictim := map[int]bool{}
+			tag := regexp.MustCompile(`w(\d+)\}`)
+			for _, addr := range c.Addrs {
+				keys, _ := c.Do(t, addr, "KEYS", "*").([]any)
+				for _, k := range keys {
+					if m := tag.FindStringSubmatch(fmt.Sprint(k)); m != nil {
+						i, _ := strconv.Atoi(m[1])
+						onVictim[i] = onVictim[i] || addr == victim
+					}
+				}
+			}
+			var victimKeys, others, othersDegraded int
+			for i, evs := range byWorker {
+				if onVictim[i] {
+					victimKeys++
+					continue
+				}
+				others++
+				for _, e := range evs {
+					if e.end >= inject && e.degraded {
+						othersDegraded++
+					}
+				}
+			}
+			t.Logf("%d of %d load keys live on the killed master; the keys of the other masters had %d degraded decisions during and after the fault", victimKeys, len(byWorker), othersDegraded)
+			if victimKeys == 0 || others == 0 {
+				t.Errorf("%d load keys on the killed master, %d on the others: want some on each", victimKeys, others)
+			}
+			if faultBounds.clusterIsolated && othersDegraded != 0 {
+				t.Errorf("the keys of the healthy masters had %d degraded decisions, want none: one master's failure is not theirs", othersDegraded)
+			}
+		},
 	})
 	// A master that restarts refuses commands for its first 2s
 	// (CLUSTERDOWN, Redis's CLUSTER_WRITABLE_DELAY): the recovery is
