@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -349,4 +350,19 @@ func waitGoroutines(t *testing.T, d *daemon, limit int, within time.Duration) in
 		}
 		time.Sleep(pollInterval)
 	}
+}
+
+// logValues returns, for each log line of d so far whose msg contains msg,
+// the value of its attribute key.
+func (d *daemon) logValues(msg, key string) []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []string
+	for _, line := range d.lines {
+		var entry map[string]any
+		if json.Unmarshal([]byte(line), &entry) == nil && strings.Contains(fmt.Sprint(entry["msg"]), msg) {
+			out = append(out, fmt.Sprint(entry[key]))
+		}
+	}
+	return out
 }
