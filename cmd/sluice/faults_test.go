@@ -39,6 +39,10 @@ var faultBounds = struct {
 	// redis.timeout) plus scheduling slack. A decision waits for the
 	// deadline at most, never for Redis.
 	answer time.Duration
+	// hungP99 bounds the p99 of the answers while Redis hangs: near the
+	// store deadline, not the hang (the breaker answers at once; what
+	// waits is the decisions before it opens, and its probes).
+	hungP99 time.Duration
 	// goroutineSlack is how many more goroutines than before the fault
 	// sluice may run once it has recovered (connection churn).
 	goroutineSlack int
@@ -72,6 +76,7 @@ var faultBounds = struct {
 	recovery:        5 * time.Second,
 	topology:        30 * time.Second,
 	answer:          sluice.DefaultStoreTimeout + 4*time.Second,
+	hungP99:         sluice.DefaultStoreTimeout + time.Second,
 	goroutineSlack:  64,
 	hungGoroutines:  8 * 32, // 8 per worker
 	healthyDegraded: 0.2,
@@ -133,8 +138,9 @@ type faultRun struct {
 //   - every answer within faultBounds.answer;
 //   - decisions degrade during the fault (f.degrades) or never (f.absorbed);
 //   - a decision not degraded within f.recovery of the fault's end;
-//   - goroutines back within goroutineSlack of before the fault, and
-//     within hungGoroutines during a hang;
+//   - during a hang, p99 within hungP99 and goroutines within
+//     hungGoroutines more than before;
+//   - goroutines back within goroutineSlack of before the fault;
 //   - rule exact admits exactly its limit of concurrent checks afterwards.
 func runFault(t *testing.T, f faultRun) {
 	t.Helper()
@@ -234,6 +240,9 @@ func runFault(t *testing.T, f faultRun) {
 	}
 	if f.partial && lastDegraded > f.recovery {
 		t.Errorf("recovery: last decision degraded %v after the fault ended, want within %v", lastDegraded, f.recovery)
+	}
+	if f.hung && fault.p99 > b.hungP99 {
+		t.Errorf("while Redis hung: p99 %v, want within %v (near the store deadline): %s", fault.p99, b.hungP99, fault)
 	}
 	if f.hung && during > before+b.hungGoroutines {
 		t.Errorf("while Redis hung: up to %d goroutines, %d before: more than %d more (one per abandoned request?)", during, before, b.hungGoroutines)
