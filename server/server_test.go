@@ -296,6 +296,17 @@ func TestBadRequests(t *testing.T) {
 			errBody("BAD_REQUEST", `checks[1]: rule "export": invalid cost: cost 2 exceeds the capacity 1 of export-1h: fixed_window 1/1h0m0s; it could never be admitted`), ""},
 		{"batch: unknown field", "POST", "/v1/check/batch", "application/json", `{"checks":[{"rule":"search","key":"a","n":1}]}`, 400,
 			errBody("BAD_REQUEST", `unknown field "n"; accepted fields: "checks", and in each check "rule", "key", "cost"`), ""},
+		// encoding/json would make both "a\ufffdb": one count for two keys.
+		{"key not UTF-8", "POST", "/v1/check", "application/json", "{\"rule\":\"search\",\"key\":\"a\xffb\"}", 400,
+			errBody("BAD_REQUEST", `field "key" is not valid UTF-8 (byte offset 25); JSON text must be UTF-8`), ""},
+		{"rule not UTF-8", "POST", "/v1/check", "application/json", "{\"rule\":\"se\xe2\x82arch\",\"key\":\"a\"}", 400,
+			errBody("BAD_REQUEST", `field "rule" is not valid UTF-8 (byte offset 11); JSON text must be UTF-8`), ""},
+		{"field name not UTF-8", "POST", "/v1/check", "application/json", "{\"rule\":\"search\",\"k\xffey\":\"a\"}", 400,
+			errBody("BAD_REQUEST", `a field name is not valid UTF-8 (byte offset 19); JSON text must be UTF-8`), ""},
+		{"not UTF-8 outside a string", "POST", "/v1/check", "application/json", "{\"rule\":\"search\",\"key\":5\xff}", 400,
+			errBody("BAD_REQUEST", `the body is not valid UTF-8 (byte offset 24); JSON text must be UTF-8`), ""},
+		{"batch: key not UTF-8", "POST", "/v1/check/batch", "application/json", "{\"checks\":[{\"rule\":\"search\",\"key\":\"a\"},{\"rule\":\"search\",\"key\":\"\xc3\"}]}", 400,
+			errBody("BAD_REQUEST", `field "checks[1].key" is not valid UTF-8 (byte offset 63); JSON text must be UTF-8`), ""},
 		{"batch: checks not an array", "POST", "/v1/check/batch", "application/json", `{"checks":{}}`, 400,
 			errBody("BAD_REQUEST", `field "checks" must be an array, got object`), ""},
 	} {
@@ -318,6 +329,15 @@ func TestBadRequests(t *testing.T) {
 	// Nothing above consumed anything.
 	if got := f.remaining("search", "a"); got != "2" {
 		t.Errorf("after the bad requests, search/a remaining %s, want 2", got)
+	}
+	// U+FFFD itself, escaped or not, is a key of its own: valid UTF-8.
+	for _, b := range []string{`{"rule":"search","key":"\ufffd"}`, "{\"rule\":\"search\",\"key\":\"\uFFFD\"}"} {
+		if w := f.post("/v1/check", b); w.Code != 200 {
+			t.Errorf("%s: %d %s", b, w.Code, w.Body)
+		}
+	}
+	if got := f.remaining("search", "\ufffd"); got != "0" {
+		t.Errorf("after two checks of the key U+FFFD, remaining %s, want 0", got)
 	}
 	// application/json with parameters, and no Content-Type at all, are accepted.
 	for _, ct := range []string{"application/json; charset=utf-8", ""} {
