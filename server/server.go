@@ -147,10 +147,8 @@ type batchRequest struct {
 
 // checkResult is the body of /v1/check and one result of a batch.
 type checkResult struct {
-	Allowed      bool           `json:"allowed"`
-	Limit        int            `json:"limit"`
-	Remaining    int            `json:"remaining"`
-	ResetAfterMS int64          `json:"reset_after_ms"`
+	Allowed bool `json:"allowed"`
+	state
 	RetryAfterMS int64          `json:"retry_after_ms"`
 	ShadowDenied bool           `json:"shadow_denied,omitempty"`
 	Degraded     bool           `json:"degraded,omitempty"`
@@ -159,12 +157,30 @@ type checkResult struct {
 
 // policyResult is one limit's part of a decision.
 type policyResult struct {
-	Name         string `json:"name"`
-	Allowed      bool   `json:"allowed"`
-	Limit        int    `json:"limit"`
-	Remaining    int    `json:"remaining"`
-	ResetAfterMS int64  `json:"reset_after_ms"`
-	RetryAfterMS int64  `json:"retry_after_ms"`
+	Name    string `json:"name"`
+	Allowed bool   `json:"allowed"`
+	state
+	RetryAfterMS int64 `json:"retry_after_ms"`
+}
+
+// state is a limit's numbers, or none (nil pointers, left out of the
+// body) when the store failed and sluice.AllowOnError or DenyOnError
+// decided in its place: those numbers would be made up. The local
+// fallback's (sluice.DegradedLocal) are real counts of this process's
+// store, and reported.
+type state struct {
+	Limit        *int   `json:"limit,omitempty"`
+	Remaining    *int   `json:"remaining,omitempty"`
+	ResetAfterMS *int64 `json:"reset_after_ms,omitempty"`
+}
+
+// stateOf returns r's numbers as a body reports them.
+func stateOf(r sluice.Result) state {
+	if r.Degraded == sluice.DegradedAllow || r.Degraded == sluice.DegradedDeny {
+		return state{}
+	}
+	reset := ceilMillis(r.ResetAfter)
+	return state{Limit: &r.Limit, Remaining: new(max(r.Remaining, 0)), ResetAfterMS: &reset}
 }
 
 // batchResponse is the body of /v1/check/batch.
@@ -292,9 +308,7 @@ func result(d *policy.Decision, a *policy.Applied) checkResult {
 		return out // a rule in shadow mode the denied request never reached
 	}
 	br := a.Result()
-	out.Limit = br.Limit
-	out.Remaining = max(br.Remaining, 0)
-	out.ResetAfterMS = ceilMillis(br.ResetAfter)
+	out.state = stateOf(br)
 	switch {
 	case !d.Allowed:
 		out.RetryAfterMS = ceilMillis(max(br.RetryAfter, d.Result().RetryAfter))
@@ -305,9 +319,7 @@ func result(d *policy.Decision, a *policy.Applied) checkResult {
 		out.Policies[i] = policyResult{
 			Name:         a.Limits[i].Name,
 			Allowed:      r.Allowed,
-			Limit:        r.Limit,
-			Remaining:    max(r.Remaining, 0),
-			ResetAfterMS: ceilMillis(r.ResetAfter),
+			state:        stateOf(r),
 			RetryAfterMS: ceilMillis(r.RetryAfter),
 		}
 	}
