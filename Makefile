@@ -57,6 +57,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 20000x ./config/
 	$(GO) test -run '^$$' -fuzz '^FuzzClientIP$$' -fuzztime 100000x ./policy/
 	$(GO) test -run '^$$' -fuzz '^FuzzBucketEqualsGCRA$$' -fuzztime 300000x ./internal/algo/
+	$(GO) test -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime 200000x ./server/
+	$(GO) test -run '^$$' -fuzz '^FuzzDescriptors$$' -fuzztime 50000x ./envoy/
 
 # Benchmarks of this module; peer comparisons live in bench/.
 bench: deps
