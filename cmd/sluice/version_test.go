@@ -132,6 +132,12 @@ func copyModule(t *testing.T, dir string) {
 			return err
 		}
 		rel, _ := filepath.Rel(root, path)
+		if rel == ".git" && !d.IsDir() {
+			// A linked worktree's .git is a file naming the real
+			// repository: copied, git init and commit below would act
+			// on it, committing onto the worktree's branch.
+			return nil
+		}
 		if d.IsDir() {
 			if rel == ".git" || rel == "bench" {
 				return filepath.SkipDir
