@@ -70,13 +70,15 @@ vuln:
 # A short run of each fuzz target beyond its seed corpus (which go test
 # runs anyway). Runs are counted in executions, not seconds: a time limit
 # that expires mid-input makes go test report "context deadline exceeded"
-# as a failure on a loaded machine.
+# as a failure on a loaded machine. Minimizing a new input is capped in
+# executions too where inputs can be 64 KiB: by default it may take a
+# minute, during which no execution is counted.
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 20000x ./config/
 	$(GO) test -run '^$$' -fuzz '^FuzzClientIP$$' -fuzztime 100000x ./policy/
 	$(GO) test -run '^$$' -fuzz '^FuzzBucketEqualsGCRA$$' -fuzztime 300000x ./internal/algo/
-	$(GO) test -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime 200000x ./server/
-	$(GO) test -run '^$$' -fuzz '^FuzzDescriptors$$' -fuzztime 50000x ./envoy/
+	$(GO) test -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime 100000x -fuzzminimizetime 500x ./server/
+	$(GO) test -run '^$$' -fuzz '^FuzzDescriptors$$' -fuzztime 40000x -fuzzminimizetime 500x ./envoy/
 
 # Benchmarks of this module; peer comparisons live in bench/.
 bench: deps
