@@ -69,12 +69,12 @@ func FromConfig(h config.HTTP) ([]Option, error) {
 //
 // A request lacking a rule's header or query key gets 401 (MISSING_KEY),
 // or 429 without Retry-After under policy.DenyMissing; one whose key is
-// not valid UTF-8 gets 400 (INVALID_KEY), whatever missing_key says. When the store
-// fails, the Limiter's ErrorPolicy decides, and responses carry no
-// rate-limit headers, since the numbers would be made up: a refusal by
-// DenyOnError is a 503 (the client exceeded nothing), a LocalOnError
-// fallback's denial a 429; under ReturnErrors the request passes (the
-// engine logs the error).
+// not valid UTF-8 gets 400 (INVALID_KEY), whatever missing_key says.
+// When the store fails, the Limiter's ErrorPolicy decides, and responses
+// carry no rate-limit headers, since the numbers would be made up: a
+// refusal by DenyOnError is a 503 (the client exceeded nothing), a
+// LocalOnError fallback's denial a 429; under ReturnErrors the request
+// passes (the engine logs the error).
 func New(e *policy.Engine, opts ...Option) func(http.Handler) http.Handler {
 	o := options{now: time.Now}
 	for _, opt := range opts {
