@@ -255,3 +255,50 @@ func TestEvictionConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestDecisionAboveCapacity: a decision that writes more entries to a
+// shard than the shard's capacity keeps them all until a later decision
+// needs the room: forgetting part of the decision it just made would let
+// every request through (each forgets the state of another of its
+// limits), and leave the state of a decision half written.
+func TestDecisionAboveCapacity(t *testing.T) {
+	hour := sluice.PerHour(2).Using(sluice.FixedWindow)
+	other := sluice.PerHour(3).Using(sluice.FixedWindow).Named("other")
+	for _, c := range []struct {
+		name     string
+		capacity int
+		parts    []sluice.Part
+	}{
+		{"two limits, capacity 1", 1, []sluice.Part{{Key: "k", Limits: []sluice.Limit{hour, other}, Cost: 1}}},
+		{"two parts, capacity 1", 1, []sluice.Part{{Key: "k", Limits: []sluice.Limit{hour}, Cost: 1}, {Key: "j", Limits: []sluice.Limit{hour}, Cost: 1}}},
+		{"three entries, capacity 2", 2, []sluice.Part{{Key: "k", Limits: []sluice.Limit{hour, other}, Cost: 1}, {Key: "j", Limits: []sluice.Limit{hour}, Cost: 1}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clock := storetest.NewClock()
+			s := memory.New(memory.WithClock(clock.Now), memory.WithCapacity(c.capacity))
+			admitted := 0
+			for range 10 {
+				rs, err := s.Take(context.Background(), sluice.Request{Parts: c.parts})
+				if err != nil {
+					t.Fatal(err)
+				}
+				all := true
+				for _, r := range rs {
+					all = all && r.Allowed
+				}
+				if all {
+					admitted++
+				}
+			}
+			if admitted != 2 {
+				t.Errorf("%d of 10 requests admitted under a limit of 2 per hour, want 2 (Len %d, Evictions %d)", admitted, s.Len(), s.Evictions())
+			}
+			// The next decision on other keys makes room: the store is
+			// back within its capacity.
+			take(t, s, "x", hour, clock.Now())
+			if s.Len() > s.Capacity() {
+				t.Errorf("Len() = %d after a decision of one entry, want at most the capacity %d", s.Len(), s.Capacity())
+			}
+		})
+	}
+}

@@ -249,8 +249,10 @@ func WithShards(n int) Option {
 // the shards, using fewer of them if each would hold fewer than 64
 // entries: a shard holds at most ceil(n / shards) entries, so the store
 // holds at most n + shards − 1 (plus, for an instant, the new entries of
-// one decision), and a shard that is full forgets its least recently used
-// entry for each new one (see Evictions). Forgetting is what the store
+// one decision; a decision with more entries in a shard than it holds
+// keeps them all until the shard's next decision), and a shard that is
+// full forgets its least recently used entry for each new one (see
+// Evictions). Forgetting is what the store
 // does to state that expired: the key's next request starts afresh.
 func WithCapacity(n int) Option {
 	return func(s *Store) { s.capacity = n }
@@ -372,9 +374,23 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 	}
 	// The decision is done: the entries it touched are the most recently
 	// used of their shards, and no node index of work is used any more.
+	// A shard keeps every entry of the decision even above its capacity
+	// (a later decision evicts them): forgetting some would undo part of
+	// the decision, and with a capacity below a request's limits, let
+	// every request through.
 	for _, x := range locked {
 		sh := &s.shards[x]
-		for sh.n > sh.cap {
+		keep := sh.cap
+		if len(work) > keep {
+			n := 0
+			for i := range work {
+				if work[i].sh == sh && work[i].i != 0 {
+					n++
+				}
+			}
+			keep = max(keep, n)
+		}
+		for sh.n > keep {
 			sh.remove(sh.at(0).prev)
 			sh.evictions++
 		}
