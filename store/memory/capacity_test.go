@@ -302,3 +302,32 @@ func TestDecisionAboveCapacity(t *testing.T) {
 		})
 	}
 }
+
+// TestExpiredNotCountedAsEvictions: a full store whose least recently
+// used entries have expired makes room by dropping them, and Evictions
+// does not count them: their keys lose nothing (their next request starts
+// afresh as it would have), and the metric must not ask for a capacity
+// that is not needed.
+func TestExpiredNotCountedAsEvictions(t *testing.T) {
+	clock := storetest.NewClock()
+	s := memory.New(memory.WithClock(clock.Now), memory.WithCapacity(64))
+	l := sluice.PerSecond(1).Using(sluice.FixedWindow) // state lives a second
+	for i := range 64 {
+		take(t, s, "old"+strconv.Itoa(i), l, clock.Now())
+	}
+	for _, at := range []time.Duration{2 * time.Second, 2 * time.Minute} { // expired; then expired for over the grace minute
+		clock.Set(at)
+		for i := range 64 {
+			take(t, s, strconv.Itoa(int(at))+":"+strconv.Itoa(i), l, clock.Now())
+		}
+		if s.Len() != 64 || s.Evictions() != 0 {
+			t.Errorf("64 new keys at %v into a full store of expired state: Len() = %d, Evictions() = %d; want 64 and 0", at, s.Len(), s.Evictions())
+		}
+	}
+	for i := range 64 { // live state forgotten: counted
+		take(t, s, "new"+strconv.Itoa(i), l, clock.Now())
+	}
+	if s.Evictions() != 64 {
+		t.Errorf("64 new keys into a full store of live state: Evictions() = %d, want 64", s.Evictions())
+	}
+}

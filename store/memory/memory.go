@@ -115,7 +115,7 @@ type shard struct {
 	cap       int    // most entries held after a decision
 	peak      int    // most entries held since the shard was last built
 	ops       uint64 // decisions, to space out eviction
-	evictions uint64 // entries forgotten because the shard was full
+	evictions uint64 // live entries forgotten because the shard was full
 	_         [16]byte
 }
 
@@ -391,8 +391,11 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 			keep = max(keep, n)
 		}
 		for sh.n > keep {
-			sh.remove(sh.at(0).prev)
-			sh.evictions++
+			i := sh.at(0).prev
+			if sh.at(i).expires > now { // expired state is no loss
+				sh.evictions++
+			}
+			sh.remove(i)
 		}
 		if sh.ops++; sh.ops%evictEvery == 0 {
 			sh.evict(now, evictSample)
