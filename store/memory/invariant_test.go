@@ -149,3 +149,13 @@ func TestShardInvariants(t *testing.T) {
 		})
 	}
 }
+
+// TestEntryKeyFlags: the first byte of an entry key holds an algorithm's
+// index in sluice.Algorithms plus one in its low three bits, below the
+// flags: an eighth algorithm would need a wider field, or two identities
+// would share a key.
+func TestEntryKeyFlags(t *testing.T) {
+	if n := len(sluice.Algorithms); n+1 > 1<<3 {
+		t.Fatalf("%d algorithms do not fit in appendEntryKey's three bits", n)
+	}
+}

@@ -50,10 +50,10 @@
 // holds 8 bytes (up to 16, with slice growth) per request it admitted
 // within its period, and state expired for under a minute counts against
 // the capacity until it is evicted. Memory returns as entries go: a shard
-// that falls to a quarter of its peak rebuilds its tables (once a flood's
-// state had expired, Sweep took the live heap from 63 MiB to none and the
-// RSS fell from 131 MiB to 9 MiB within 5 s; the unbounded store kept 383
-// MiB of live heap). A process that may go idle after a flood runs
+// that falls to a quarter of its peak (of 256 entries or more) rebuilds
+// its tables (once a flood's state had expired, Sweep took the live heap
+// from 63 MiB to none and the RSS fell from 131 MiB to 9 MiB within 5 s;
+// the unbounded store kept 383 MiB of live heap). A process that may go idle after a flood runs
 // SweepEvery, since decisions do the evicting otherwise.
 package memory
 
@@ -95,15 +95,16 @@ type Store struct {
 // two shards never share a cache line.
 //
 // Its entries live in nodes, in chunks of chunkSize indexed by int32 (no
-// pointer per entry, nothing for the collector to trace but the key, and
-// no more than a chunk to spare), linked in a list from the most recently
+// pointer per entry, nothing for the collector to trace but the key and a
+// sliding_log's log, and no more than a chunk to spare), linked in a list from the most recently
 // used to the least: node 0 is the list's head, whose next is the most
 // recently used entry and whose prev the least. Free nodes are linked by
 // next from free. tab finds an entry by its key: an open-addressing table
 // (linear probing) of slots, each the low 32 bits of the hash of an
 // entry's key (which also give its home slot) and the entry's node; 0 is
-// an empty slot. It costs 8 bytes a slot, 3/8 to 3/4 of them full, where a
-// Go map of the same would cost about 40 bytes an entry.
+// an empty slot. It costs 8 bytes a slot, at most 3/4 of them full (3/8
+// once the table doubles, fewer as entries go until the shard is rebuilt),
+// where a Go map of the same would cost about 40 bytes an entry.
 type shard struct {
 	mu        sync.Mutex
 	seed      maphash.Seed // the Store's, to hash entry keys
