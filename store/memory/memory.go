@@ -728,9 +728,10 @@ func (s *Store) Len() int {
 	return n
 }
 
-// Capacity returns the most entries the store holds after a decision:
-// the capacity of WithCapacity (or DefaultCapacity) rounded up to a
-// multiple of the number of shards.
+// Capacity returns the most entries the store holds after a decision
+// (unless the decision has more entries in a shard than the shard holds:
+// see WithCapacity): the capacity of WithCapacity (or DefaultCapacity)
+// rounded up to a multiple of the number of shards.
 func (s *Store) Capacity() int {
 	return len(s.shards) * s.shards[0].cap
 }
