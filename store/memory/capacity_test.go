@@ -331,3 +331,33 @@ func TestExpiredNotCountedAsEvictions(t *testing.T) {
 		t.Errorf("64 new keys into a full store of live state: Evictions() = %d, want 64", s.Evictions())
 	}
 }
+
+// TestSweepEvery: SweepEvery drops expired state with no traffic, at an
+// interval of at least a second, and returns once its context is done.
+func TestSweepEvery(t *testing.T) {
+	clock := storetest.NewClock()
+	s := memory.New(memory.WithClock(clock.Now))
+	l := sluice.PerMinute(1).Using(sluice.FixedWindow)
+	for i := range 100 {
+		take(t, s, "k"+strconv.Itoa(i), l, clock.Now())
+	}
+	clock.Set(2*time.Minute + time.Second) // expired for over the grace minute
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.SweepEvery(ctx, 0) // a second
+	}()
+	for start := time.Now(); s.Len() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Since(start) > 30*time.Second {
+			cancel()
+			t.Fatalf("Len() = %d 30s into SweepEvery, want 0", s.Len())
+		}
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("SweepEvery did not return 30s after its context was done")
+	}
+}
