@@ -1,6 +1,9 @@
 package config
 
 import (
+	"errors"
+	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"time"
@@ -88,14 +91,51 @@ type HTTP struct {
 	IPv6Prefix int
 }
 
-// Load reads the policy file at path and parses it with Parse. An error
-// reading the file is returned as os.ReadFile returns it.
+// Load reads the policy file at path with ReadFile and parses it with
+// Parse. An error reading the file is returned as ReadFile returns it: as
+// os.Open returns it, or wrapping ErrFileTooLarge.
 func Load(path string) (*File, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	return Parse(path, data)
+}
+
+// MaxFileBytes is the largest configuration file ReadFile reads: a policy
+// file (Load) or an envoyproxy/ratelimit one (envoy.LoadConfig). Real
+// files are a few kilobytes; the limit keeps a wrong path (a log, a disk
+// image) or a hostile file from taking the process's memory.
+const MaxFileBytes = 4 << 20 // 4 MiB
+
+// ErrFileTooLarge reports a file over MaxFileBytes.
+var ErrFileTooLarge = errors.New("file too large")
+
+// ReadFile returns the content of the file at path, or, for a file over
+// MaxFileBytes, an error wrapping ErrFileTooLarge that names the file and
+// the limit. It never reads more than MaxFileBytes+1 bytes: a regular
+// file is judged by its size before any is read, anything else (a pipe,
+// a device) by what it yields.
+func ReadFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	tooLarge := func(size string) error {
+		return fmt.Errorf("%s: %w: %s, over the limit of %d bytes (4 MiB)", path, ErrFileTooLarge, size, MaxFileBytes)
+	}
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > MaxFileBytes {
+		return nil, tooLarge(fmt.Sprintf("%d bytes", fi.Size()))
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxFileBytes {
+		return nil, tooLarge(fmt.Sprintf("more than %d bytes", MaxFileBytes))
+	}
+	return data, nil
 }
 
 // Parse parses and validates the policy file data; path names the file in

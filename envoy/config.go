@@ -3,7 +3,6 @@ package envoy
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/config"
 )
 
 // Config is a loaded envoyproxy/ratelimit configuration: one or more
@@ -95,9 +95,10 @@ type prefixNode struct {
 	n           *node
 }
 
-// LoadConfig reads and parses one envoyproxy/ratelimit YAML file.
+// LoadConfig reads and parses one envoyproxy/ratelimit YAML file; a file
+// over config.MaxFileBytes is refused (config.ErrFileTooLarge) unread.
 func LoadConfig(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := config.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("envoy: %w", err)
 	}

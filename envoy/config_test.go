@@ -1,6 +1,8 @@
 package envoy
 
 import (
+	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/config"
 )
 
 func mustLoad(t *testing.T, files ...string) *Config {
@@ -170,5 +173,23 @@ func TestUnits(t *testing.T) {
 		if _, ok := unitOfOverride(o); ok {
 			t.Errorf("unitOfOverride(%v) found a unit", o)
 		}
+	}
+}
+
+// TestLoadConfigTooLarge: a file over config.MaxFileBytes is refused by
+// its size, unread, naming the file.
+func TestLoadConfigTooLarge(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "huge.yaml")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(config.MaxFileBytes + 1); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	cfg, err := LoadConfig(path)
+	if !errors.Is(err, config.ErrFileTooLarge) || cfg != nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "over the limit of 4194304 bytes") {
+		t.Errorf("LoadConfig of %d bytes: %v, %v; want config.ErrFileTooLarge naming the file and the limit", config.MaxFileBytes+1, cfg, err)
 	}
 }

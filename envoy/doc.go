@@ -110,6 +110,22 @@
 // leaving the choice to Envoy's failure_mode_deny; a call that its caller
 // canceled meanwhile fails with codes.Canceled instead.
 //
+// Protobuf strings are UTF-8: a request whose descriptor key or value is
+// not (a header value of raw bytes that Envoy copied into a descriptor)
+// never reaches the service. grpc-go's unmarshaling refuses it with
+// codes.Internal ("string field contains invalid UTF-8"), before any
+// handler or interceptor runs, so nothing is decided and Envoy's
+// failure_mode_deny chooses, as for a store failure: set it to true where
+// clients must not get through unlimited this way. (The HTTP doors answer
+// such keys 400.)
+//
+// Under sluice.AllowOnError and DenyOnError a status decided while the
+// store failed carries only its code: no current_limit (from which Envoy
+// would write X-RateLimit headers with a remaining of 0), limit_remaining
+// or duration_until_reset, and no response headers; those numbers would
+// be made up. The local fallback's (LocalOnError) are real counts of this
+// process's store, and reported.
+//
 // # Sluice rules
 //
 // RulesService answers from a sluice policy file (package config) instead,

@@ -187,6 +187,9 @@ func descriptorStatus(a *policy.Applied) *rlsv3.RateLimitResponse_DescriptorStat
 		return st
 	}
 	l, r := a.Limits[a.Binding], a.Result()
+	if madeUp(r) {
+		return st
+	}
 	u, _ := unitOfPeriod(l.Period)
 	st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
 		Name:            l.Name + " (" + l.Named("").String() + ")",

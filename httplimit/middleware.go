@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"crypto/sha256"
+	"errors"
 	"net/http"
 	"time"
 
@@ -67,12 +68,13 @@ func FromConfig(h config.HTTP) ([]Option, error) {
 // never block, and add no headers.
 //
 // A request lacking a rule's header or query key gets 401 (MISSING_KEY),
-// or 429 without Retry-After under policy.DenyMissing. When the store
-// fails, the Limiter's ErrorPolicy decides, and responses carry no
-// rate-limit headers, since the numbers would be made up: a refusal by
-// DenyOnError is a 503 (the client exceeded nothing), a LocalOnError
-// fallback's denial a 429; under ReturnErrors the request passes (the
-// engine logs the error).
+// or 429 without Retry-After under policy.DenyMissing; one whose key is
+// not valid UTF-8 gets 400 (INVALID_KEY), whatever missing_key says.
+// When the store fails, the Limiter's ErrorPolicy decides, and responses
+// carry no rate-limit headers, since the numbers would be made up: a
+// refusal by DenyOnError is a 503 (the client exceeded nothing), a
+// LocalOnError fallback's denial a 429; under ReturnErrors the request
+// passes (the engine logs the error).
 func New(e *policy.Engine, opts ...Option) func(http.Handler) http.Handler {
 	o := options{now: time.Now}
 	for _, opt := range opts {
@@ -81,6 +83,11 @@ func New(e *policy.Engine, opts ...Option) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			d, err := e.Decide(r)
+			if errors.Is(err, policy.ErrInvalidKey) {
+				// Not a store failure: never let it through unlimited.
+				httpjson.Error(w, http.StatusBadRequest, "INVALID_KEY", err.Error())
+				return
+			}
 			if err != nil {
 				if r.Context().Err() == nil {
 					next.ServeHTTP(w, r) // ReturnErrors: unlimited, and logged

@@ -225,6 +225,22 @@ rules:
 			t.Errorf("missing header with missing_key deny: %d %v %s; want 429 MISSING_KEY without Retry-After", w.Code, w.Header(), w.Body)
 		}
 	})
+	t.Run("key not UTF-8", func(t *testing.T) {
+		// 400, never passed through unlimited, whatever missing_key says.
+		for _, q := range []req{
+			{target: "/h", header: map[string]string{"X-API-Key": "a\xff"}},
+			{target: "/q?api_key=%C3"},
+			{target: "/i", header: map[string]string{"X-API-Key": "\xfe"}},
+		} {
+			w := f.do(q)
+			var body struct {
+				Error struct{ Code, Message string }
+			}
+			if w.Code != 400 || json.Unmarshal(w.Body.Bytes(), &body) != nil || body.Error.Code != "INVALID_KEY" || !strings.Contains(body.Error.Message, "not valid UTF-8") {
+				t.Errorf("%s %v: %d %s; want 400 INVALID_KEY saying not valid UTF-8", q.target, q.header, w.Code, w.Body)
+			}
+		}
+	})
 	t.Run("custom key function", func(t *testing.T) {
 		type userKey struct{}
 		clock := storetest.NewClock()

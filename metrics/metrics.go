@@ -6,6 +6,14 @@
 //	sluice_store_errors_total{op}           failed store calls
 //	sluice_fallbacks_total                  decisions the error policy made while the store failed
 //	sluice_config_reloads_total{result}     ok | rejected
+//	sluice_breaker_open                     1 while the store's circuit breaker is open, else 0
+//	sluice_breaker_opens_total              times the breaker opened
+//	sluice_memory_evictions_total           in-memory entries forgotten because the store was full (MemoryStore)
+//	sluice_memory_keys                      in-memory entries held
+//	sluice_memory_capacity                  most in-memory entries held
+//
+// with the Go runtime's and the process's own (go_goroutines,
+// process_resident_memory_bytes...).
 package metrics
 
 import (

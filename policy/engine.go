@@ -222,7 +222,9 @@ func (d *Decision) Violated() []string {
 // refused without deciding anything (Decision.Missing).
 //
 // The error is the Limiter's: a store failure under sluice.ReturnErrors
-// (logged), or the context's error when the client went away.
+// (logged), or the context's error when the client went away; or, before
+// anything is decided, one wrapping ErrInvalidKey when a header or query
+// key is not valid UTF-8.
 func (e *Engine) Decide(r *http.Request) (*Decision, error) {
 	set := e.set.Load()
 	var buf [4]*Rule
@@ -233,7 +235,10 @@ func (e *Engine) Decide(r *http.Request) (*Decision, error) {
 	}
 	d.Applied = make([]Applied, 0, len(rules))
 	for _, rule := range rules {
-		key, stored, ok := set.httpKey(r, rule)
+		key, stored, ok, err := set.httpKey(r, rule)
+		if err != nil && !rule.Shadow {
+			return nil, err
+		}
 		if !ok {
 			if rule.Shadow {
 				continue // a shadow rule never refuses

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"unicode/utf8"
 )
 
 // ErrInvalidKey reports a client key that its rule's key source could not
@@ -65,17 +66,21 @@ func (s *RuleSet) addrKey(a netip.Addr) string {
 }
 
 // httpKey returns the client key of r under rule (before namespacing),
-// its storage key, or ok = false when r lacks the key the rule needs.
-func (s *RuleSet) httpKey(r *http.Request, rule *Rule) (key, stored string, ok bool) {
+// its storage key, or ok = false when r lacks the key the rule needs. A
+// header or query value that is not valid UTF-8 is an error wrapping
+// ErrInvalidKey: a key is text, the same through every door, and the JSON
+// API and gRPC cannot carry such bytes (encoding/json would replace them
+// with U+FFFD, making distinct keys share a count).
+func (s *RuleSet) httpKey(r *http.Request, rule *Rule) (key, stored string, ok bool, err error) {
 	if f := s.funcs[rule.Name]; f != nil {
 		if k, ok := f(r); ok {
-			return k, nsFunc + k, true
+			return k, nsFunc + k, true, nil
 		}
 		// Without a function key, the rule's own key source applies.
 	}
 	switch rule.Key.Source {
 	case KeyGlobal:
-		return globalNS, globalNS, true
+		return globalNS, globalNS, true, nil
 	case KeyHeader, KeyQuery:
 		var v string
 		if rule.Key.Source == KeyHeader {
@@ -84,26 +89,31 @@ func (s *RuleSet) httpKey(r *http.Request, rule *Rule) (key, stored string, ok b
 			v = r.URL.Query().Get(rule.Key.Name)
 		}
 		if v != "" {
-			return v, storageKey(rule.Key.Source, v), true
+			if !utf8.ValidString(v) {
+				return "", "", false, fmt.Errorf("%w: rule %q is keyed by %s, and its value is not valid UTF-8", ErrInvalidKey, rule.Name, rule.Key)
+			}
+			return v, storageKey(rule.Key.Source, v), true, nil
 		}
 		if rule.MissingKey == IPIfMissing {
 			ip := s.clientAddr(r)
-			return ip, storageKey(KeyIP, ip), true
+			return ip, storageKey(KeyIP, ip), true, nil
 		}
-		return "", "", false
+		return "", "", false, nil
 	}
 	ip := s.clientAddr(r)
-	return ip, storageKey(KeyIP, ip), true
+	return ip, storageKey(KeyIP, ip), true, nil
 }
 
 // checkKey returns the storage key of client key v given for rule by a
 // caller of Check: an address for a KeyIP rule (grouped by its IPv6
-// prefix, as requests are), any non-empty value for header and query
-// rules, anything (ignored) for a global rule.
+// prefix, as requests are), any non-empty valid UTF-8 value for header
+// and query rules, anything (ignored) for a global rule.
 func (s *RuleSet) checkKey(rule *Rule, v string, composite bool) (key, stored string, err error) {
 	switch {
 	case rule.Key.Source == KeyGlobal:
 		return globalNS, globalNS, nil
+	case !utf8.ValidString(v):
+		return "", "", fmt.Errorf("%w: rule %q: the key is not valid UTF-8", ErrInvalidKey, rule.Name)
 	case composite && rule.Key.Source == KeyIP:
 		return "", "", fmt.Errorf("%w: rule %q is keyed by ip, and a composite key names no single address", ErrInvalidKey, rule.Name)
 	case composite:

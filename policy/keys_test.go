@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"net/url"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sluice-go/sluice"
@@ -202,6 +203,9 @@ func TestCheckInvalidKey(t *testing.T) {
 		{"ip", "2001:db8::/64", []policy.Option{policy.WithIPv6Prefix(56)}}, // nor here
 		{"header", "", nil},
 		{"query", "", nil},
+		{"header", "ab\xffc", nil}, // not UTF-8: JSON would have made it "ab\ufffdc"
+		{"query", "\xc3", nil},
+		{"ip", "\xff", nil},
 	} {
 		f := newFixture(t, rules, tt.opts...)
 		d, err := f.e.Check(context.Background(), policy.Check{Rule: tt.rule, Key: tt.key})
@@ -212,9 +216,10 @@ func TestCheckInvalidKey(t *testing.T) {
 			t.Errorf("Check(%s, %q): observer told %q", tt.rule, tt.key, got)
 		}
 	}
-	// Keys a header or query rule takes as they are, addresses included.
+	// Keys a header or query rule takes as they are, addresses included,
+	// and U+FFFD itself, which is valid UTF-8.
 	f := newFixture(t, rules)
-	for _, key := range []string{"192.0.2.1", "alice", "unknown", "a b:{c}"} {
+	for _, key := range []string{"192.0.2.1", "alice", "unknown", "a b:{c}", "ab\ufffdc", "ключ"} {
 		if _, err := f.e.Check(context.Background(), policy.Check{Rule: "header", Key: key}); err != nil {
 			t.Errorf("Check(header, %q): %v", key, err)
 		}
@@ -253,5 +258,58 @@ func TestPlanKeys(t *testing.T) {
 	d := f.decide(request("GET", "/?api_key="+url.QueryEscape("a b&c"), "192.0.2.1"))
 	if got := limitNames(d); !slices.Equal(got, []string{"q-pro-1h"}) || d.Applied[0].Key != "a b&c" {
 		t.Errorf("query key: limits %q key %q, want [q-pro-1h] and %q", got, d.Applied[0].Key, "a b&c")
+	}
+}
+
+// TestDecideInvalidUTF8Key: a header or query key that is not valid UTF-8
+// is ErrInvalidKey, naming the rule and its key source, before anything
+// is decided, whatever missing_key says; a shadow rule ignores it.
+func TestDecideInvalidUTF8Key(t *testing.T) {
+	query := policy.Key{Source: policy.KeyQuery, Name: "k"}
+	for _, tt := range []struct {
+		name   string
+		rule   policy.Rule
+		target string
+		header []string
+		want   string // "" for no error
+	}{
+		{name: "header", rule: policy.Rule{Key: apiKey}, header: []string{"X-API-Key", "a\xffb"}, want: `rule "r" is keyed by header:X-Api-Key, and its value is not valid UTF-8`},
+		{name: "header, ip if missing", rule: policy.Rule{Key: apiKey, MissingKey: policy.IPIfMissing}, header: []string{"X-API-Key", "\xe2\x82"}, want: "not valid UTF-8"},
+		{name: "query, percent-encoded", rule: policy.Rule{Key: query}, target: "/?k=%FF%FE", want: `rule "r" is keyed by query:k, and its value is not valid UTF-8`},
+		{name: "header U+FFFD is a key", rule: policy.Rule{Key: apiKey}, header: []string{"X-API-Key", "a\ufffdb"}},
+		{name: "query U+FFFD is a key", rule: policy.Rule{Key: query}, target: "/?k=%EF%BF%BD"},
+		{name: "shadow", rule: policy.Rule{Key: apiKey, Shadow: true}, header: []string{"X-API-Key", "\xff"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rule := tt.rule
+			rule.Name, rule.Limits = "r", perHour(1)
+			f := newFixture(t, []policy.Rule{rule})
+			target := tt.target
+			if target == "" {
+				target = "/"
+			}
+			d, err := f.e.Decide(request("GET", target, "192.0.2.1", tt.header...))
+			if tt.want == "" {
+				if err != nil || !d.Allowed {
+					t.Fatalf("Decide: %+v, %v; want allowed", d, err)
+				}
+				return
+			}
+			if !errors.Is(err, policy.ErrInvalidKey) || d != nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Decide: %+v, %v; want ErrInvalidKey saying %q", d, err, tt.want)
+			}
+			if got := f.outcomes(); got != nil {
+				t.Errorf("observer told %q; nothing should be decided", got)
+			}
+		})
+	}
+	// Distinct invalid keys would have shared one bucket as U+FFFD; the
+	// valid U+FFFD key keeps its own count.
+	f := newFixture(t, []policy.Rule{{Name: "r", Key: apiKey, Limits: perHour(1)}})
+	if d := f.decide(request("GET", "/", "192.0.2.1", "X-API-Key", "\ufffd")); !d.Allowed {
+		t.Fatalf("first U+FFFD key denied")
+	}
+	if _, err := f.e.Decide(request("GET", "/", "192.0.2.1", "X-API-Key", "\xff")); !errors.Is(err, policy.ErrInvalidKey) {
+		t.Errorf("\\xff after U+FFFD: %v, want ErrInvalidKey", err)
 	}
 }

@@ -3,27 +3,44 @@ package policyfile
 import (
 	"context"
 	"crypto/sha256"
+	"io"
 	"os"
 	"time"
+
+	"github.com/sluice-go/sluice/config"
 )
 
 // fingerprint identifies one version of the policy file by its content's
 // SHA-256: a file touched or rewritten unchanged is the same version. A
-// missing or unreadable file has the zero sum with err set.
+// missing or unreadable file has the zero sum with err set; a regular
+// file over config.MaxFileBytes, which config.Load refuses unread, is
+// known by its size alone.
 type fingerprint struct {
-	sum [sha256.Size]byte
-	err string
+	sum  [sha256.Size]byte
+	size int64 // only for a file over config.MaxFileBytes
+	err  string
 }
 
-// fingerprintOf reads the file at path. It opens the path afresh, following
-// symbolic links, so a file replaced by rename (as editors and Kubernetes
-// ConfigMaps do) is seen as the new file.
+// fingerprintOf reads the file at path, at most config.MaxFileBytes+1
+// bytes of it. It opens the path afresh, following symbolic links, so a
+// file replaced by rename (as editors and Kubernetes ConfigMaps do) is
+// seen as the new file.
 func fingerprintOf(path string) fingerprint {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return fingerprint{err: err.Error()}
 	}
-	return fingerprint{sum: sha256.Sum256(data)}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > config.MaxFileBytes {
+		return fingerprint{size: fi.Size()}
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, io.LimitReader(f, config.MaxFileBytes+1)); err != nil {
+		return fingerprint{err: err.Error()}
+	}
+	var fp fingerprint
+	h.Sum(fp.sum[:0])
+	return fp
 }
 
 // WatchFile calls reload on every signal from hup and, when interval is

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-go/sluice/config"
 	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/policyfile"
 )
@@ -172,5 +173,64 @@ func TestRejected(t *testing.T) {
 		if msg, _ := e["error"].(string); strings.Contains(msg, "\n") {
 			t.Errorf("a line holds several errors: %q", msg)
 		}
+	}
+}
+
+// TestWatchTooLarge: a policy file grown over config.MaxFileBytes (here a
+// sparse terabyte, which reading would take the process's memory) is
+// rejected unread like an invalid one, by Reload and by Watch: the error
+// names the file and the limit, and the old rules keep serving; the next
+// valid file is loaded.
+func TestWatchTooLarge(t *testing.T) {
+	path := writeFile(t, oldRules)
+	log := &logs{}
+	reports := make(chan bool, 10)
+	p := open(t, path, log, policyfile.WithReloadReport(func(ok bool) { reports <- ok }))
+	grow := func() {
+		t.Helper()
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Truncate(1 << 40); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	grow()
+	if err := p.Reload(); !errors.Is(err, config.ErrFileTooLarge) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("Reload of a terabyte: %v, want config.ErrFileTooLarge naming the file", err)
+	}
+	<-reports
+	if p.Engine().Rules().Rule("old") == nil {
+		t.Fatal("a rejected file changed the rules")
+	}
+
+	rewrite(t, path, oldRules)
+	if err := p.Reload(); err != nil || !<-reports {
+		t.Fatalf("Reload of the old rules again: %v", err)
+	}
+	watch(t, p, 20*time.Millisecond, nil)
+	grow()
+	if ok := <-reports; ok {
+		t.Fatal("a file over the limit was reported as reloaded")
+	}
+	waitFor(t, func() error {
+		for _, e := range log.entries(t, "config rejected; the old rules keep serving") {
+			if msg, _ := e["error"].(string); e["trigger"] == "file changed" && strings.Contains(msg, "over the limit of 4194304 bytes (4 MiB)") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no rejection of the file changed names the limit: %v", log.entries(t, "config rejected; the old rules keep serving"))
+	})
+	if p.Engine().Rules().Rule("old") == nil {
+		t.Fatal("a rejected file changed the rules")
+	}
+	rewrite(t, path, newRules)
+	if ok := <-reports; !ok {
+		t.Fatal("the valid file after the large one was not reloaded")
+	}
+	if p.Engine().Rules().Rule("new") == nil {
+		t.Error("the valid file after the large one did not replace the rules")
 	}
 }

@@ -78,10 +78,21 @@
 // telling the real state, and no Retry-After.
 //
 // When the store fails, the Limiter's sluice.ErrorPolicy decides: the
-// answer carries "degraded":true and no rate-limit headers (its numbers
-// are estimates, not the store's). A degraded denial under the deny policy
-// answers 503 with code RATE_LIMITER_UNAVAILABLE and Retry-After; one
-// made by the local fallback is a real 429. Under the return policy a
+// answer carries "degraded":true and no rate-limit headers, which describe
+// the shared quota. Under the allow and deny policies, which decide
+// without counting, the body carries no limit, remaining or
+// reset_after_ms, at the top or in policies (those numbers would be made
+// up), only allowed, the policy names and retry_after_ms (0, or the deny
+// policy's wait, 1000):
+//
+//	{"allowed":true,"retry_after_ms":0,"degraded":true,
+//	 "policies":[{"name":"search-1m","allowed":true,"retry_after_ms":0}]}
+//
+// The local fallback's numbers are real counts, of this process's own
+// store rather than the shared one: they are reported, with
+// "degraded":true. A degraded denial under the deny policy answers 503
+// with code RATE_LIMITER_UNAVAILABLE and Retry-After; one made by the
+// local fallback is a real 429. Under the return policy a
 // store error answers 503 RATE_LIMITER_UNAVAILABLE, and the engine logs it
 // (policy.WithLogger); a rule in shadow mode, which never fails a check,
 // then answers 200 "allowed":true without numbers.
@@ -117,7 +128,7 @@
 // answers "allowed":false with no numbers and no policies).
 //
 // Under the deny policy a degraded denial is a result with "allowed":false
-// and "degraded":true, still in a 200. A store error under the return
+// and "degraded":true, without numbers but retry_after_ms, still in a 200. A store error under the return
 // policy answers 503 RATE_LIMITER_UNAVAILABLE for the whole batch.
 //
 // # Errors
@@ -125,7 +136,10 @@
 // Errors are JSON error bodies, {"error":{"code":...,"message":...}},
 // whose message says what is wrong:
 //
-//	400 BAD_REQUEST            malformed JSON (with the byte offset), an unknown field, a
+//	400 BAD_REQUEST            malformed JSON (with the byte offset), a body that is not
+//	                           valid UTF-8 (naming the field: "key", "checks[1].key";
+//	                           encoding/json would replace the bytes with U+FFFD, and
+//	                           distinct keys would share a count), an unknown field, a
 //	                           missing rule, a key the rule's key source could not yield
 //	                           (not an IP address for an ip rule, empty for a header or
 //	                           query rule), an unknown rule (listing the known ones when

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/httplimit"
@@ -150,10 +151,8 @@ type batchRequest struct {
 
 // checkResult is the body of /v1/check and one result of a batch.
 type checkResult struct {
-	Allowed      bool           `json:"allowed"`
-	Limit        int            `json:"limit"`
-	Remaining    int            `json:"remaining"`
-	ResetAfterMS int64          `json:"reset_after_ms"`
+	Allowed bool `json:"allowed"`
+	state
 	RetryAfterMS int64          `json:"retry_after_ms"`
 	ShadowDenied bool           `json:"shadow_denied,omitempty"`
 	Degraded     bool           `json:"degraded,omitempty"`
@@ -162,12 +161,30 @@ type checkResult struct {
 
 // policyResult is one limit's part of a decision.
 type policyResult struct {
-	Name         string `json:"name"`
-	Allowed      bool   `json:"allowed"`
-	Limit        int    `json:"limit"`
-	Remaining    int    `json:"remaining"`
-	ResetAfterMS int64  `json:"reset_after_ms"`
-	RetryAfterMS int64  `json:"retry_after_ms"`
+	Name    string `json:"name"`
+	Allowed bool   `json:"allowed"`
+	state
+	RetryAfterMS int64 `json:"retry_after_ms"`
+}
+
+// state is a limit's numbers, or none (nil pointers, left out of the
+// body) when the store failed and sluice.AllowOnError or DenyOnError
+// decided in its place: those numbers would be made up. The local
+// fallback's (sluice.DegradedLocal) are real counts of this process's
+// store, and reported.
+type state struct {
+	Limit        *int   `json:"limit,omitempty"`
+	Remaining    *int   `json:"remaining,omitempty"`
+	ResetAfterMS *int64 `json:"reset_after_ms,omitempty"`
+}
+
+// stateOf returns r's numbers as a body reports them.
+func stateOf(r sluice.Result) state {
+	if r.Degraded == sluice.DegradedAllow || r.Degraded == sluice.DegradedDeny {
+		return state{}
+	}
+	reset := ceilMillis(r.ResetAfter)
+	return state{Limit: &r.Limit, Remaining: new(max(r.Remaining, 0)), ResetAfterMS: &reset}
 }
 
 // batchResponse is the body of /v1/check/batch.
@@ -295,9 +312,7 @@ func result(d *policy.Decision, a *policy.Applied) checkResult {
 		return out // a rule in shadow mode the denied request never reached
 	}
 	br := a.Result()
-	out.Limit = br.Limit
-	out.Remaining = max(br.Remaining, 0)
-	out.ResetAfterMS = ceilMillis(br.ResetAfter)
+	out.state = stateOf(br)
 	switch {
 	case !d.Allowed:
 		out.RetryAfterMS = ceilMillis(max(br.RetryAfter, d.Result().RetryAfter))
@@ -308,9 +323,7 @@ func result(d *policy.Decision, a *policy.Applied) checkResult {
 		out.Policies[i] = policyResult{
 			Name:         a.Limits[i].Name,
 			Allowed:      r.Allowed,
-			Limit:        r.Limit,
-			Remaining:    max(r.Remaining, 0),
-			ResetAfterMS: ceilMillis(r.ResetAfter),
+			state:        stateOf(r),
 			RetryAfterMS: ceilMillis(r.RetryAfter),
 		}
 	}
@@ -353,6 +366,11 @@ func decode(w http.ResponseWriter, r *http.Request, v any, fields string) bool {
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
 		return bad("the request body is empty; send a JSON object")
+	}
+	if !utf8.Valid(data) {
+		// encoding/json would replace the bytes with U+FFFD, so that
+		// distinct keys would share a count.
+		return bad("%s", invalidUTF8(data))
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -397,4 +415,84 @@ func jsonType(kind string) string {
 		return "an object"
 	}
 	return "a " + kind
+}
+
+// invalidUTF8 says where data, which is not valid UTF-8, first is not:
+// the field whose string value holds the byte ("key", "checks[1].key"),
+// or a field name, or just the offset when the JSON breaks before it.
+func invalidUTF8(data []byte) string {
+	off := 0
+	for off < len(data) {
+		r, n := utf8.DecodeRune(data[off:])
+		if r == utf8.RuneError && n <= 1 {
+			break
+		}
+		off += n
+	}
+	// One frame per open object or array: the field or index inside it
+	// that the decoder is at.
+	type frame struct {
+		obj     bool
+		wantKey bool
+		key     string
+		idx     int
+	}
+	var stack []frame
+	done := func() { // a value ended inside the innermost frame
+		if len(stack) == 0 {
+			return
+		}
+		if f := &stack[len(stack)-1]; f.obj {
+			f.wantKey = true
+		} else {
+			f.idx++
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			break
+		}
+		str, isStr := tok.(string)
+		isKey := isStr && len(stack) > 0 && stack[len(stack)-1].obj && stack[len(stack)-1].wantKey
+		if int(dec.InputOffset()) > off {
+			// Punctuation and numbers are ASCII: the byte is in this string.
+			if !isStr {
+				break
+			}
+			if isKey {
+				return fmt.Sprintf("a field name is not valid UTF-8 (byte offset %d); JSON text must be UTF-8", off)
+			}
+			var path strings.Builder
+			for _, f := range stack {
+				switch {
+				case !f.obj:
+					fmt.Fprintf(&path, "[%d]", f.idx)
+				case path.Len() > 0:
+					path.WriteString("." + f.key)
+				default:
+					path.WriteString(f.key)
+				}
+			}
+			if path.Len() == 0 {
+				break
+			}
+			return fmt.Sprintf("field %q is not valid UTF-8 (byte offset %d); JSON text must be UTF-8", path.String(), off)
+		}
+		switch {
+		case isKey:
+			stack[len(stack)-1].key, stack[len(stack)-1].wantKey = str, false
+		case tok == json.Delim('{'):
+			stack = append(stack, frame{obj: true, wantKey: true})
+		case tok == json.Delim('['):
+			stack = append(stack, frame{})
+		case tok == json.Delim('}'), tok == json.Delim(']'):
+			stack = stack[:len(stack)-1]
+			done()
+		default:
+			done()
+		}
+	}
+	return fmt.Sprintf("the body is not valid UTF-8 (byte offset %d); JSON text must be UTF-8", off)
 }

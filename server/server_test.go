@@ -296,6 +296,17 @@ func TestBadRequests(t *testing.T) {
 			errBody("BAD_REQUEST", `checks[1]: rule "export": invalid cost: cost 2 exceeds the capacity 1 of export-1h: fixed_window 1/1h0m0s; it could never be admitted`), ""},
 		{"batch: unknown field", "POST", "/v1/check/batch", "application/json", `{"checks":[{"rule":"search","key":"a","n":1}]}`, 400,
 			errBody("BAD_REQUEST", `unknown field "n"; accepted fields: "checks", and in each check "rule", "key", "cost"`), ""},
+		// encoding/json would make both "a\ufffdb": one count for two keys.
+		{"key not UTF-8", "POST", "/v1/check", "application/json", "{\"rule\":\"search\",\"key\":\"a\xffb\"}", 400,
+			errBody("BAD_REQUEST", `field "key" is not valid UTF-8 (byte offset 25); JSON text must be UTF-8`), ""},
+		{"rule not UTF-8", "POST", "/v1/check", "application/json", "{\"rule\":\"se\xe2\x82arch\",\"key\":\"a\"}", 400,
+			errBody("BAD_REQUEST", `field "rule" is not valid UTF-8 (byte offset 11); JSON text must be UTF-8`), ""},
+		{"field name not UTF-8", "POST", "/v1/check", "application/json", "{\"rule\":\"search\",\"k\xffey\":\"a\"}", 400,
+			errBody("BAD_REQUEST", `a field name is not valid UTF-8 (byte offset 19); JSON text must be UTF-8`), ""},
+		{"not UTF-8 outside a string", "POST", "/v1/check", "application/json", "{\"rule\":\"search\",\"key\":5\xff}", 400,
+			errBody("BAD_REQUEST", `the body is not valid UTF-8 (byte offset 24); JSON text must be UTF-8`), ""},
+		{"batch: key not UTF-8", "POST", "/v1/check/batch", "application/json", "{\"checks\":[{\"rule\":\"search\",\"key\":\"a\"},{\"rule\":\"search\",\"key\":\"\xc3\"}]}", 400,
+			errBody("BAD_REQUEST", `field "checks[1].key" is not valid UTF-8 (byte offset 63); JSON text must be UTF-8`), ""},
 		{"batch: checks not an array", "POST", "/v1/check/batch", "application/json", `{"checks":{}}`, 400,
 			errBody("BAD_REQUEST", `field "checks" must be an array, got object`), ""},
 	} {
@@ -318,6 +329,15 @@ func TestBadRequests(t *testing.T) {
 	// Nothing above consumed anything.
 	if got := f.remaining("search", "a"); got != "2" {
 		t.Errorf("after the bad requests, search/a remaining %s, want 2", got)
+	}
+	// U+FFFD itself, escaped or not, is a key of its own: valid UTF-8.
+	for _, b := range []string{`{"rule":"search","key":"\ufffd"}`, "{\"rule\":\"search\",\"key\":\"\uFFFD\"}"} {
+		if w := f.post("/v1/check", b); w.Code != 200 {
+			t.Errorf("%s: %d %s", b, w.Code, w.Body)
+		}
+	}
+	if got := f.remaining("search", "\ufffd"); got != "0" {
+		t.Errorf("after two checks of the key U+FFFD, remaining %s, want 0", got)
 	}
 	// application/json with parameters, and no Content-Type at all, are accepted.
 	for _, ct := range []string{"application/json; charset=utf-8", ""} {
@@ -441,7 +461,7 @@ func TestBatchShadow(t *testing.T) {
 	f.check("export", "d", 1) // exhaust
 	w = f.post("/v1/check/batch", `{"checks":[{"rule":"shadowed","key":"d"},{"rule":"export","key":"d"}]}`)
 	want = `{"results":[` +
-		`{"allowed":false,"limit":0,"remaining":0,"reset_after_ms":0,"retry_after_ms":0,"policies":[]},` +
+		`{"allowed":false,"retry_after_ms":0,"policies":[]},` +
 		`{"allowed":false,"limit":1,"remaining":0,"reset_after_ms":3600000,"retry_after_ms":3600000,"policies":[{"name":"export-1h","allowed":false,"limit":1,"remaining":0,"reset_after_ms":3600000,"retry_after_ms":3600000}]}` +
 		`],"allowed":false}`
 	if w.Code != 200 || body(w) != want {
@@ -667,7 +687,8 @@ func TestStoreDown(t *testing.T) {
 		logged     bool
 	}{
 		{sluice.DenyOnError, 503, errBody("RATE_LIMITER_UNAVAILABLE", "the rate limiter's store is unavailable and the error policy is deny; retry later"), "1", false},
-		{sluice.AllowOnError, 200, `{"allowed":true,"limit":2,"remaining":0,"reset_after_ms":0,"retry_after_ms":0,"degraded":true,"policies":[{"name":"search-1m","allowed":true,"limit":2,"remaining":0,"reset_after_ms":0,"retry_after_ms":0}]}`, "", false},
+		// No numbers: the store made none, and the error policy's would be made up.
+		{sluice.AllowOnError, 200, `{"allowed":true,"retry_after_ms":0,"degraded":true,"policies":[{"name":"search-1m","allowed":true,"retry_after_ms":0}]}`, "", false},
 		{sluice.ReturnErrors, 503, errBody("RATE_LIMITER_UNAVAILABLE", "the rate limiter's store is unavailable; retry later"), "", true},
 	} {
 		t.Run(tt.policy.String(), func(t *testing.T) {
@@ -692,10 +713,23 @@ func TestStoreDown(t *testing.T) {
 				if w.Code != 503 {
 					t.Errorf("batch: %d %s, want 503", w.Code, w.Body)
 				}
-			default:
-				allowed := tt.policy == sluice.AllowOnError
-				if w.Code != 200 || !strings.Contains(body(w), `"degraded":true`) || !strings.HasSuffix(body(w), fmt.Sprintf(`"allowed":%v}`, allowed)) {
-					t.Errorf("batch: %d %s, want 200 degraded allowed=%v", w.Code, w.Body, allowed)
+			case sluice.AllowOnError:
+				want := `{"results":[` +
+					`{"allowed":true,"retry_after_ms":0,"degraded":true,"policies":[{"name":"search-1m","allowed":true,"retry_after_ms":0}]},` +
+					`{"allowed":true,"retry_after_ms":0,"degraded":true,"policies":[{"name":"export-1h","allowed":true,"retry_after_ms":0}]}` +
+					`],"allowed":true}`
+				if w.Code != 200 || body(w) != want {
+					t.Errorf("batch: %d %s\nwant 200 %s", w.Code, body(w), want)
+				}
+			case sluice.DenyOnError:
+				// The wait is the error policy's own (sluice.DegradedRetryAfter),
+				// as in the 503's Retry-After; no limit, remaining or reset.
+				want := `{"results":[` +
+					`{"allowed":false,"retry_after_ms":1000,"degraded":true,"policies":[{"name":"search-1m","allowed":false,"retry_after_ms":1000}]},` +
+					`{"allowed":false,"retry_after_ms":1000,"degraded":true,"policies":[{"name":"export-1h","allowed":false,"retry_after_ms":1000}]}` +
+					`],"allowed":false}`
+				if w.Code != 200 || body(w) != want {
+					t.Errorf("batch: %d %s\nwant 200 %s", w.Code, body(w), want)
 				}
 			}
 			// A rule in shadow mode never blocks, nor fails a check: it is
@@ -708,6 +742,24 @@ func TestStoreDown(t *testing.T) {
 				t.Errorf("shadow check: %d %v %s; want 200, allowed, degraded %v, without rate-limit headers", w.Code, w.Header(), w.Body, degraded)
 			}
 		})
+	}
+	// The local fallback's numbers are real counts of this process's store:
+	// reported, marked degraded, still without rate-limit headers (which
+	// describe the shared quota).
+	f := setupWith(t, sluice.New(store, sluice.WithErrorPolicy(sluice.LocalOnError(memory.New(memory.WithClock(c.Now)))), sluice.WithClock(c.Now)), c, rulesYAML)
+	for i, want := range []string{
+		`{"allowed":true,"limit":2,"remaining":1,"reset_after_ms":60000,"retry_after_ms":0,"degraded":true,"policies":[{"name":"search-1m","allowed":true,"limit":2,"remaining":1,"reset_after_ms":60000,"retry_after_ms":0}]}`,
+		`{"allowed":true,"limit":2,"remaining":0,"reset_after_ms":60000,"retry_after_ms":0,"degraded":true,"policies":[{"name":"search-1m","allowed":true,"limit":2,"remaining":0,"reset_after_ms":60000,"retry_after_ms":0}]}`,
+		`{"allowed":false,"limit":2,"remaining":0,"reset_after_ms":60000,"retry_after_ms":60000,"degraded":true,"policies":[{"name":"search-1m","allowed":false,"limit":2,"remaining":0,"reset_after_ms":60000,"retry_after_ms":60000}]}`,
+	} {
+		w := f.check("search", "a", 1)
+		code := 200
+		if i == 2 {
+			code = 429
+		}
+		if w.Code != code || body(w) != want || w.Header().Get("RateLimit") != "" || w.Header().Get("X-RateLimit-Remaining") != "" {
+			t.Errorf("local fallback, check %d: %d %v %s\nwant %d %s without rate-limit headers", i, w.Code, w.Header(), body(w), code, want)
+		}
 	}
 }
 

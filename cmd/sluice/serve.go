@@ -53,7 +53,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		rules  int
 	)
 	if isEnvoyConfig(*path) {
-		if loaded, err = os.ReadFile(*path); err != nil {
+		if loaded, err = config.ReadFile(*path); err != nil {
 			return err
 		}
 		if ecfg, err = envoy.ParseConfig(*path, loaded); err != nil {
@@ -142,7 +142,7 @@ func watchEnvoyConfig(ctx context.Context, path string, loaded []byte, interval 
 		log.Info("config reloaded", "config", path, "trigger", trigger)
 	}
 	policyfile.WatchFile(ctx, path, interval, hup, reload)
-	if now, err := os.ReadFile(path); err == nil && !bytes.Equal(now, loaded) {
+	if now, err := config.ReadFile(path); err == nil && !bytes.Equal(now, loaded) {
 		reload("file changed")
 	}
 }
@@ -150,7 +150,7 @@ func watchEnvoyConfig(ctx context.Context, path string, loaded []byte, interval 
 // isEnvoyConfig reports whether the file at path is written for
 // envoyproxy/ratelimit: a mapping with a top-level domain.
 func isEnvoyConfig(path string) bool {
-	data, err := os.ReadFile(path)
+	data, err := config.ReadFile(path)
 	if err != nil {
 		return false
 	}

@@ -255,3 +255,109 @@ func TestEvictionConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestDecisionAboveCapacity: a decision that writes more entries to a
+// shard than the shard's capacity keeps them all until a later decision
+// needs the room: forgetting part of the decision it just made would let
+// every request through (each forgets the state of another of its
+// limits), and leave the state of a decision half written.
+func TestDecisionAboveCapacity(t *testing.T) {
+	hour := sluice.PerHour(2).Using(sluice.FixedWindow)
+	other := sluice.PerHour(3).Using(sluice.FixedWindow).Named("other")
+	for _, c := range []struct {
+		name     string
+		capacity int
+		parts    []sluice.Part
+	}{
+		{"two limits, capacity 1", 1, []sluice.Part{{Key: "k", Limits: []sluice.Limit{hour, other}, Cost: 1}}},
+		{"two parts, capacity 1", 1, []sluice.Part{{Key: "k", Limits: []sluice.Limit{hour}, Cost: 1}, {Key: "j", Limits: []sluice.Limit{hour}, Cost: 1}}},
+		{"three entries, capacity 2", 2, []sluice.Part{{Key: "k", Limits: []sluice.Limit{hour, other}, Cost: 1}, {Key: "j", Limits: []sluice.Limit{hour}, Cost: 1}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clock := storetest.NewClock()
+			s := memory.New(memory.WithClock(clock.Now), memory.WithCapacity(c.capacity))
+			admitted := 0
+			for range 10 {
+				rs, err := s.Take(context.Background(), sluice.Request{Parts: c.parts})
+				if err != nil {
+					t.Fatal(err)
+				}
+				all := true
+				for _, r := range rs {
+					all = all && r.Allowed
+				}
+				if all {
+					admitted++
+				}
+			}
+			if admitted != 2 {
+				t.Errorf("%d of 10 requests admitted under a limit of 2 per hour, want 2 (Len %d, Evictions %d)", admitted, s.Len(), s.Evictions())
+			}
+			// The next decision on other keys makes room: the store is
+			// back within its capacity.
+			take(t, s, "x", hour, clock.Now())
+			if s.Len() > s.Capacity() {
+				t.Errorf("Len() = %d after a decision of one entry, want at most the capacity %d", s.Len(), s.Capacity())
+			}
+		})
+	}
+}
+
+// TestExpiredNotCountedAsEvictions: a full store whose least recently
+// used entries have expired makes room by dropping them, and Evictions
+// does not count them: their keys lose nothing (their next request starts
+// afresh as it would have), and the metric must not ask for a capacity
+// that is not needed.
+func TestExpiredNotCountedAsEvictions(t *testing.T) {
+	clock := storetest.NewClock()
+	s := memory.New(memory.WithClock(clock.Now), memory.WithCapacity(64))
+	l := sluice.PerSecond(1).Using(sluice.FixedWindow) // state lives a second
+	for i := range 64 {
+		take(t, s, "old"+strconv.Itoa(i), l, clock.Now())
+	}
+	for _, at := range []time.Duration{2 * time.Second, 2 * time.Minute} { // expired; then expired for over the grace minute
+		clock.Set(at)
+		for i := range 64 {
+			take(t, s, strconv.Itoa(int(at))+":"+strconv.Itoa(i), l, clock.Now())
+		}
+		if s.Len() != 64 || s.Evictions() != 0 {
+			t.Errorf("64 new keys at %v into a full store of expired state: Len() = %d, Evictions() = %d; want 64 and 0", at, s.Len(), s.Evictions())
+		}
+	}
+	for i := range 64 { // live state forgotten: counted
+		take(t, s, "new"+strconv.Itoa(i), l, clock.Now())
+	}
+	if s.Evictions() != 64 {
+		t.Errorf("64 new keys into a full store of live state: Evictions() = %d, want 64", s.Evictions())
+	}
+}
+
+// TestSweepEvery: SweepEvery drops expired state with no traffic, at an
+// interval of at least a second, and returns once its context is done.
+func TestSweepEvery(t *testing.T) {
+	clock := storetest.NewClock()
+	s := memory.New(memory.WithClock(clock.Now))
+	l := sluice.PerMinute(1).Using(sluice.FixedWindow)
+	for i := range 100 {
+		take(t, s, "k"+strconv.Itoa(i), l, clock.Now())
+	}
+	clock.Set(2*time.Minute + time.Second) // expired for over the grace minute
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.SweepEvery(ctx, 0) // a second
+	}()
+	for start := time.Now(); s.Len() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Since(start) > 30*time.Second {
+			cancel()
+			t.Fatalf("Len() = %d 30s into SweepEvery, want 0", s.Len())
+		}
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("SweepEvery did not return 30s after its context was done")
+	}
+}

@@ -50,10 +50,10 @@
 // holds 8 bytes (up to 16, with slice growth) per request it admitted
 // within its period, and state expired for under a minute counts against
 // the capacity until it is evicted. Memory returns as entries go: a shard
-// that falls to a quarter of its peak rebuilds its tables (once a flood's
-// state had expired, Sweep took the live heap from 63 MiB to none and the
-// RSS fell from 131 MiB to 9 MiB within 5 s; the unbounded store kept 383
-// MiB of live heap). A process that may go idle after a flood runs
+// that falls to a quarter of its peak (of 256 entries or more) rebuilds
+// its tables (once a flood's state had expired, Sweep took the live heap
+// from 63 MiB to none and the RSS fell from 131 MiB to 9 MiB within 5 s;
+// the unbounded store kept 383 MiB of live heap). A process that may go idle after a flood runs
 // SweepEvery, since decisions do the evicting otherwise.
 package memory
 
@@ -95,15 +95,16 @@ type Store struct {
 // two shards never share a cache line.
 //
 // Its entries live in nodes, in chunks of chunkSize indexed by int32 (no
-// pointer per entry, nothing for the collector to trace but the key, and
-// no more than a chunk to spare), linked in a list from the most recently
+// pointer per entry, nothing for the collector to trace but the key and a
+// sliding_log's log, and no more than a chunk to spare), linked in a list from the most recently
 // used to the least: node 0 is the list's head, whose next is the most
 // recently used entry and whose prev the least. Free nodes are linked by
 // next from free. tab finds an entry by its key: an open-addressing table
 // (linear probing) of slots, each the low 32 bits of the hash of an
 // entry's key (which also give its home slot) and the entry's node; 0 is
-// an empty slot. It costs 8 bytes a slot, 3/8 to 3/4 of them full, where a
-// Go map of the same would cost about 40 bytes an entry.
+// an empty slot. It costs 8 bytes a slot, at most 3/4 of them full (3/8
+// once the table doubles, fewer as entries go until the shard is rebuilt),
+// where a Go map of the same would cost about 40 bytes an entry.
 type shard struct {
 	mu        sync.Mutex
 	seed      maphash.Seed // the Store's, to hash entry keys
@@ -115,7 +116,7 @@ type shard struct {
 	cap       int    // most entries held after a decision
 	peak      int    // most entries held since the shard was last built
 	ops       uint64 // decisions, to space out eviction
-	evictions uint64 // entries forgotten because the shard was full
+	evictions uint64 // live entries forgotten because the shard was full
 	_         [16]byte
 }
 
@@ -249,8 +250,10 @@ func WithShards(n int) Option {
 // the shards, using fewer of them if each would hold fewer than 64
 // entries: a shard holds at most ceil(n / shards) entries, so the store
 // holds at most n + shards − 1 (plus, for an instant, the new entries of
-// one decision), and a shard that is full forgets its least recently used
-// entry for each new one (see Evictions). Forgetting is what the store
+// one decision; a decision with more entries in a shard than it holds
+// keeps them all until the shard's next decision), and a shard that is
+// full forgets its least recently used entry for each new one (see
+// Evictions). Forgetting is what the store
 // does to state that expired: the key's next request starts afresh.
 func WithCapacity(n int) Option {
 	return func(s *Store) { s.capacity = n }
@@ -372,11 +375,28 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 	}
 	// The decision is done: the entries it touched are the most recently
 	// used of their shards, and no node index of work is used any more.
+	// A shard keeps every entry of the decision even above its capacity
+	// (a later decision evicts them): forgetting some would undo part of
+	// the decision, and with a capacity below a request's limits, let
+	// every request through.
 	for _, x := range locked {
 		sh := &s.shards[x]
-		for sh.n > sh.cap {
-			sh.remove(sh.at(0).prev)
-			sh.evictions++
+		keep := sh.cap
+		if len(work) > keep {
+			n := 0
+			for i := range work {
+				if work[i].sh == sh && work[i].i != 0 {
+					n++
+				}
+			}
+			keep = max(keep, n)
+		}
+		for sh.n > keep {
+			i := sh.at(0).prev
+			if sh.at(i).expires > now { // expired state is no loss
+				sh.evictions++
+			}
+			sh.remove(i)
 		}
 		if sh.ops++; sh.ops%evictEvery == 0 {
 			sh.evict(now, evictSample)
@@ -708,9 +728,10 @@ func (s *Store) Len() int {
 	return n
 }
 
-// Capacity returns the most entries the store holds after a decision:
-// the capacity of WithCapacity (or DefaultCapacity) rounded up to a
-// multiple of the number of shards.
+// Capacity returns the most entries the store holds after a decision
+// (unless the decision has more entries in a shard than the shard holds:
+// see WithCapacity): the capacity of WithCapacity (or DefaultCapacity)
+// rounded up to a multiple of the number of shards.
 func (s *Store) Capacity() int {
 	return len(s.shards) * s.shards[0].cap
 }

@@ -416,7 +416,10 @@ func clusterTryAgain(t *testing.T, c *redistest.Cluster) {
 	for i, s := range stores {
 		ctx, cancel := context.WithCancel(context.Background())
 		stop := time.AfterFunc(100*time.Millisecond, cancel)
-		_, err := sluice.New(s, sluice.WithErrorPolicy(sluice.AllowOnError)).AllowAll(ctx, req.Parts[0].Key, 1, limits...)
+		// A store timeout longer than the caller's patience: it is the
+		// caller who gives up.
+		lim := sluice.New(s, sluice.WithErrorPolicy(sluice.AllowOnError), sluice.WithStoreTimeout(10*time.Second))
+		_, err := lim.AllowAll(ctx, req.Parts[0].Key, 1, limits...)
 		stop.Stop()
 		cancel()
 		if !errors.Is(err, context.Canceled) {
