@@ -10,15 +10,22 @@ import (
 
 // Breaker configures the circuit breaker between a Limiter and its store.
 // After Failures consecutive store calls fail (an error or the store
-// timeout), the breaker opens: decisions go straight to the ErrorPolicy
-// without touching the store, so that a hung Redis costs each request
-// nothing rather than the store timeout. Every Probe while it is open, one
-// decision goes to the store (the breaker is half-open meanwhile, and the
-// other decisions still go to the policy); the first that succeeds closes
-// the breaker. Only the probe closes it, and a call that began before the
-// breaker last opened counts for nothing when it ends, so a store that
-// fails and answers by turns opens and closes it once, not at every
-// answer.
+// timeout) over at least Span, with no call succeeding in between, the
+// breaker opens: decisions go straight to the ErrorPolicy without touching
+// the store, so that a hung Redis costs each request nothing rather than
+// the store timeout. Span keeps a store that only partly fails (one
+// Cluster master of three down, the connection of a few calls killed)
+// from opening it for every key: its failures come in short runs between
+// successes.
+//
+// Every Probe while it is open, the decision that arrives is answered by
+// the policy and, in the background, the same decision at cost 0 (which
+// consumes nothing) goes to the store as a probe; the breaker is half-open
+// meanwhile. The first probe that succeeds closes the breaker, so that no
+// client waits on a probe. Only a probe closes it, and a call that began
+// before the breaker last opened counts for nothing when it ends, so a
+// store that fails and answers by turns opens and closes it once, not at
+// every answer.
 //
 // Under every ErrorPolicy but ReturnErrors a Limiter has a breaker with
 // these defaults unless WithBreaker says otherwise.
@@ -27,16 +34,22 @@ type Breaker struct {
 	// breaker: 0 means DefaultBreakerFailures, a negative number no
 	// breaker.
 	Failures int
-	// Probe is how long the breaker stays open before it sends one
-	// decision to the store: 0 means DefaultBreakerProbe.
+	// Span is the least time the run of failures must last: 0 means
+	// DefaultBreakerSpan.
+	Span time.Duration
+	// Probe is how long the breaker stays open before it probes the
+	// store: 0 means DefaultBreakerProbe.
 	Probe time.Duration
 }
 
-// The breaker's defaults. DefaultBreakerProbe is short because a probe
-// costs one decision at most the store timeout, and because it bounds how
-// long decisions stay degraded after the store comes back.
+// The breaker's defaults. DefaultBreakerSpan is half the default store
+// timeout, so that a hung store opens the breaker within about 1.5 store
+// timeouts of hanging. DefaultBreakerProbe is short because a probe costs
+// one background call of at most the store timeout, and because it bounds
+// how long decisions stay degraded after the store comes back.
 const (
 	DefaultBreakerFailures = 5
+	DefaultBreakerSpan     = 50 * time.Millisecond
 	DefaultBreakerProbe    = 50 * time.Millisecond
 )
 
@@ -53,8 +66,8 @@ const (
 	BreakerClosed BreakerState = iota
 	// BreakerOpen: decisions go to the ErrorPolicy.
 	BreakerOpen
-	// BreakerHalfOpen: one decision, the probe, is at the store; the
-	// others go to the ErrorPolicy.
+	// BreakerHalfOpen: a probe is at the store; decisions go to the
+	// ErrorPolicy.
 	BreakerHalfOpen
 )
 
@@ -96,15 +109,16 @@ func (l *Limiter) Breaker() BreakerState {
 // breaker is the Limiter's circuit breaker. Its closed state costs a
 // decision one atomic load, and a store that answers, nothing more.
 type breaker struct {
-	threshold int32
-	probe     time.Duration
-	start     time.Time // the zero of opened, for a monotonic clock
-	openErr   error     // the store error of the decisions it stops
+	threshold   int32
+	span, probe time.Duration
+	start       time.Time // the zero of opened and firstFail, for a monotonic clock
+	openErr     error     // the store error of the decisions it stops
 
-	state    atomic.Uint32 // a BreakerState
-	failures atomic.Int32  // consecutive, while closed
-	opened   atomic.Int64  // when it opened or a probe failed, since start
-	epoch    atomic.Uint64 // opens so far: a call that began in an earlier epoch cannot close it
+	state     atomic.Uint32 // a BreakerState
+	failures  atomic.Int32  // consecutive, while closed
+	firstFail atomic.Int64  // when the run of failures began, since start
+	opened    atomic.Int64  // when it opened or a probe failed, since start
+	epoch     atomic.Uint64 // opens so far: a call that began in an earlier epoch cannot close it
 
 	mu       sync.Mutex // orders the changes that are reported
 	onChange func(BreakerState, error)
@@ -117,11 +131,14 @@ func newBreaker(b Breaker, onChange func(BreakerState, error)) *breaker {
 	if b.Failures == 0 {
 		b.Failures = DefaultBreakerFailures
 	}
+	if b.Span <= 0 {
+		b.Span = DefaultBreakerSpan
+	}
 	if b.Probe <= 0 {
 		b.Probe = DefaultBreakerProbe
 	}
 	return &breaker{
-		threshold: int32(min(b.Failures, 1<<30)), probe: b.Probe, start: time.Now(), onChange: onChange,
+		threshold: int32(min(b.Failures, 1<<30)), span: b.Span, probe: b.Probe, start: time.Now(), onChange: onChange,
 		openErr: fmt.Errorf("%w after %d consecutive failures", ErrBreakerOpen, b.Failures),
 	}
 }
@@ -134,21 +151,27 @@ type ticket struct {
 }
 
 // allow reports whether a decision may go to the store and, if so, the
-// ticket its outcome is reported with.
+// ticket its outcome is reported with. A decision that may not, but whose
+// ticket is a probe's, is to send a probe to the store.
 func (b *breaker) allow() (ticket, bool) {
 	switch BreakerState(b.state.Load()) {
 	case BreakerClosed:
 		return ticket{epoch: b.epoch.Load()}, true
 	case BreakerOpen:
-		if time.Duration(int64(time.Since(b.start))-b.opened.Load()) < b.probe {
+		if b.since(b.opened.Load()) < b.probe {
 			return ticket{}, false
 		}
 		if b.state.CompareAndSwap(uint32(BreakerOpen), uint32(BreakerHalfOpen)) {
-			return ticket{epoch: b.epoch.Load(), probe: true}, true
+			return ticket{epoch: b.epoch.Load(), probe: true}, false
 		}
 	}
 	return ticket{}, false
 }
+
+// now returns the time since b.start; since, the time since t, a value of
+// now.
+func (b *breaker) now() int64                  { return int64(time.Since(b.start)) }
+func (b *breaker) since(t int64) time.Duration { return time.Duration(b.now() - t) }
 
 // done reports the outcome of a call allow let through: nil, or the
 // store's failure.
@@ -162,21 +185,19 @@ func (b *breaker) done(t ticket, err error) {
 		return
 	}
 	if t.probe {
-		b.opened.Store(int64(time.Since(b.start)))
+		b.opened.Store(b.now())
 		b.state.Store(uint32(BreakerOpen))
 		return
 	}
-	if t.epoch == b.epoch.Load() && b.failures.Add(1) >= b.threshold {
-		b.change(BreakerOpen, err)
+	if t.epoch != b.epoch.Load() {
+		return
 	}
-}
-
-// abandon reports a call allow let through whose caller went away before
-// the store answered, which says nothing of the store: an abandoned probe
-// leaves the next decision to probe.
-func (b *breaker) abandon(t ticket) {
-	if t.probe {
-		b.state.Store(uint32(BreakerOpen))
+	n := b.failures.Add(1)
+	if n == 1 {
+		b.firstFail.Store(b.now())
+	}
+	if n >= b.threshold && b.since(b.firstFail.Load()) >= b.span {
+		b.change(BreakerOpen, err)
 	}
 }
 
@@ -189,7 +210,7 @@ func (b *breaker) change(state BreakerState, err error) {
 	switch {
 	case state == BreakerOpen && cur == BreakerClosed:
 		b.epoch.Add(1)
-		b.opened.Store(int64(time.Since(b.start)))
+		b.opened.Store(b.now())
 	case state == BreakerClosed && cur == BreakerHalfOpen:
 		b.failures.Store(0)
 	default:

@@ -15,7 +15,10 @@ import (
 type switchStore struct {
 	fail, hang atomic.Bool
 	calls      atomic.Int64
+	spent      atomic.Int64 // the costs of the calls that succeeded
 }
+
+func (s *switchStore) costs() int64 { return s.spent.Load() }
 
 var errDown = errors.New("connection refused")
 
@@ -27,6 +30,9 @@ func (s *switchStore) Take(ctx context.Context, req Request) ([]Result, error) {
 	}
 	if s.fail.Load() {
 		return nil, errDown
+	}
+	for _, p := range req.Parts {
+		s.spent.Add(int64(p.Cost))
 	}
 	rs := make([]Result, req.Len())
 	for i := range rs {
@@ -61,16 +67,29 @@ func (c *changes) list() []BreakerState {
 // waitProbe waits until the breaker would send a probe (Probe has passed).
 func waitProbe(b Breaker) { time.Sleep(b.Probe + time.Millisecond) }
 
+// waitState waits until lim's breaker is in state, failing t after 10s.
+func waitState(t *testing.T, lim *Limiter, state BreakerState) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for lim.Breaker() != state {
+		if time.Now().After(deadline) {
+			t.Fatalf("breaker %s after 10s, want %s", lim.Breaker(), state)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // TestBreakerOpensAndCloses: Failures consecutive failures open the
 // breaker; while it is open decisions do not reach the store and the policy
-// answers them; after Probe one decision probes, and its success closes
-// the breaker. The handler hears one opening and one closing.
+// answers them; after Probe a decision sends a probe (in the background, at
+// cost 0) and is answered by the policy, and the probe's success closes the
+// breaker. The handler hears one opening and one closing.
 func TestBreakerOpensAndCloses(t *testing.T) {
 	for _, p := range []ErrorPolicy{AllowOnError, DenyOnError, ReturnErrors} {
 		t.Run(p.String(), func(t *testing.T) {
 			st := &switchStore{}
 			var ch changes
-			conf := Breaker{Failures: 3, Probe: 20 * time.Millisecond}
+			conf := Breaker{Failures: 3, Span: time.Nanosecond, Probe: 20 * time.Millisecond}
 			lim := New(st, WithErrorPolicy(p), WithBreaker(conf), WithBreakerHandler(ch.handle))
 			ctx := context.Background()
 			st.fail.Store(true)
@@ -105,14 +124,19 @@ func TestBreakerOpensAndCloses(t *testing.T) {
 			// A probe that fails keeps it open.
 			waitProbe(conf)
 			lim.Allow(ctx, "k", PerSecond(10))
-			if got := st.calls.Load() - before; got != 1 || lim.Breaker() != BreakerOpen {
-				t.Errorf("after Probe: %d calls reached the store, breaker %s; want 1 (the probe), open", got, lim.Breaker())
+			waitState(t, lim, BreakerOpen)
+			if got := st.calls.Load() - before; got != 1 {
+				t.Errorf("after Probe: %d calls reached the store; want 1 (the probe)", got)
 			}
 			st.fail.Store(false)
 			waitProbe(conf)
+			if r, _ := lim.Allow(ctx, "k", PerSecond(10)); r.Degraded == NotDegraded && p != ReturnErrors {
+				t.Errorf("the decision that sent the probe: %+v; want the policy's answer", r)
+			}
+			waitState(t, lim, BreakerClosed)
 			r, err = lim.Allow(ctx, "k", PerSecond(10))
-			if err != nil || r.Degraded != NotDegraded || lim.Breaker() != BreakerClosed {
-				t.Errorf("a probe that succeeds: %+v, %v, breaker %s; want the store's answer, closed", r, err, lim.Breaker())
+			if err != nil || r.Degraded != NotDegraded {
+				t.Errorf("after a probe that succeeds: %+v, %v; want the store's answer", r, err)
 			}
 			if got := ch.list(); len(got) != 2 || got[0] != BreakerOpen || got[1] != BreakerClosed {
 				t.Errorf("handler told %v, want [open closed]", got)
@@ -125,7 +149,7 @@ func TestBreakerOpensAndCloses(t *testing.T) {
 // never open the breaker.
 func TestBreakerNeedsConsecutiveFailures(t *testing.T) {
 	st := &switchStore{}
-	lim := New(st, WithErrorPolicy(AllowOnError), WithBreaker(Breaker{Failures: 3}))
+	lim := New(st, WithErrorPolicy(AllowOnError), WithBreaker(Breaker{Failures: 3, Span: time.Nanosecond}))
 	for range 100 {
 		for _, fail := range []bool{true, true, false} {
 			st.fail.Store(fail)
@@ -138,43 +162,62 @@ func TestBreakerNeedsConsecutiveFailures(t *testing.T) {
 }
 
 // TestBreakerHalfOpenSendsOneProbe: while the probe hangs at the store,
-// the other decisions do not reach it, and are answered by the policy.
+// no decision reaches it, and every one is answered by the policy at once;
+// the probe consumes nothing; a probe that times out leaves the breaker
+// open, and the next succeeds.
 func TestBreakerHalfOpenSendsOneProbe(t *testing.T) {
 	st := &switchStore{}
-	conf := Breaker{Failures: 1, Probe: time.Millisecond}
-	lim := New(st, WithErrorPolicy(AllowOnError), WithBreaker(conf), WithStoreTimeout(time.Hour))
+	conf := Breaker{Failures: 1, Span: time.Nanosecond, Probe: time.Millisecond}
+	lim := New(st, WithErrorPolicy(AllowOnError), WithBreaker(conf), WithStoreTimeout(50*time.Millisecond))
 	st.fail.Store(true)
 	lim.Allow(context.Background(), "k", PerSecond(10))
+	waitState(t, lim, BreakerOpen)
 	st.hang.Store(true)
 	waitProbe(conf)
-	ctx, cancel := context.WithCancel(context.Background())
-	probed := make(chan error)
-	go func() {
-		_, err := lim.Allow(ctx, "k", PerSecond(10))
-		probed <- err
-	}()
-	for lim.Breaker() != BreakerHalfOpen {
-		time.Sleep(time.Millisecond)
-	}
 	calls := st.calls.Load()
+	lim.Allow(context.Background(), "k", PerSecond(10)) // sends the probe
+	waitState(t, lim, BreakerHalfOpen)
 	for range 50 {
 		r, err := lim.Allow(context.Background(), "k", PerSecond(10))
 		if err != nil || r.Degraded != DegradedAllow {
-			t.Fatalf("half-open, a decision besides the probe: %+v, %v; want the policy's", r, err)
+			t.Fatalf("half-open, a decision: %+v, %v; want the policy's", r, err)
 		}
 	}
-	if st.calls.Load() != calls {
-		t.Errorf("%d decisions besides the probe reached the store", st.calls.Load()-calls)
+	if got := st.calls.Load() - calls; got > 1 {
+		t.Errorf("%d calls reached the store while the probe hung, want the probe alone", got)
 	}
-	// The probe's caller gives up: the next decision probes at once.
-	cancel()
-	if err := <-probed; !errors.Is(err, context.Canceled) {
-		t.Errorf("canceled probe: err = %v, want context.Canceled", err)
-	}
+	// The probe times out: open again; the next probe finds the store.
+	waitState(t, lim, BreakerOpen)
 	st.hang.Store(false)
 	st.fail.Store(false)
-	if r, err := lim.Allow(context.Background(), "k", PerSecond(10)); err != nil || r.Degraded != NotDegraded {
-		t.Errorf("after an abandoned probe: %+v, %v; want the next decision to probe, and the store to answer", r, err)
+	waitProbe(conf)
+	lim.Allow(context.Background(), "k", PerSecond(10))
+	waitState(t, lim, BreakerClosed)
+	lim.Allow(context.Background(), "k", PerSecond(10))
+	if got := st.costs(); got != 1 {
+		t.Errorf("the store spent %d in all, want 1 (the decision after the breaker closed; probes spend nothing)", got)
+	}
+}
+
+// TestBreakerSpan: a run of failures shorter than Span does not open the
+// breaker, however many failures it holds; one that lasts Span does.
+func TestBreakerSpan(t *testing.T) {
+	st := &switchStore{}
+	lim := New(st, WithErrorPolicy(AllowOnError), WithBreaker(Breaker{Failures: 3, Span: time.Hour}))
+	st.fail.Store(true)
+	for range 1000 {
+		lim.Allow(context.Background(), "k", PerSecond(10))
+	}
+	if lim.Breaker() != BreakerClosed {
+		t.Errorf("breaker %s after 1000 failures within an hour's Span, want closed", lim.Breaker())
+	}
+	lim = New(st, WithErrorPolicy(AllowOnError), WithBreaker(Breaker{Failures: 3, Span: 20 * time.Millisecond}))
+	for lim.Breaker() == BreakerClosed {
+		lim.Allow(context.Background(), "k", PerSecond(10))
+		time.Sleep(time.Millisecond)
+	}
+	if lim.Breaker() != BreakerOpen {
+		t.Errorf("breaker %s after failing for over its Span, want open", lim.Breaker())
 	}
 }
 
@@ -183,7 +226,7 @@ func TestBreakerHalfOpenSendsOneProbe(t *testing.T) {
 func TestBreakerIgnoresStaleFailures(t *testing.T) {
 	st := &switchStore{}
 	var ch changes
-	conf := Breaker{Failures: 2, Probe: time.Millisecond}
+	conf := Breaker{Failures: 2, Span: time.Nanosecond, Probe: time.Millisecond}
 	lim := New(st, WithErrorPolicy(AllowOnError), WithBreaker(conf), WithBreakerHandler(ch.handle))
 	b := lim.breaker
 	stale := []ticket{}
@@ -195,7 +238,7 @@ func TestBreakerIgnoresStaleFailures(t *testing.T) {
 	b.done(stale[1], errDown) // opens
 	waitProbe(conf)
 	probe, ok := b.allow()
-	if !ok || !probe.probe {
+	if ok || !probe.probe {
 		t.Fatalf("no probe after Probe")
 	}
 	b.done(probe, nil) // closes
@@ -229,8 +272,8 @@ func TestBreakerDefaults(t *testing.T) {
 		if got := lim.breaker != nil; got != tt.want {
 			t.Errorf("%s: breaker %v, want %v", tt.name, got, tt.want)
 		}
-		if b := lim.breaker; b != nil && (b.threshold != DefaultBreakerFailures || b.probe != DefaultBreakerProbe) {
-			t.Errorf("%s: breaker %d failures, probe %v; want the defaults", tt.name, b.threshold, b.probe)
+		if b := lim.breaker; b != nil && (b.threshold != DefaultBreakerFailures || b.span != DefaultBreakerSpan || b.probe != DefaultBreakerProbe) {
+			t.Errorf("%s: breaker %d failures, span %v, probe %v; want the defaults", tt.name, b.threshold, b.span, b.probe)
 		}
 	}
 }
@@ -240,7 +283,7 @@ func TestBreakerDefaults(t *testing.T) {
 func TestBreakerConcurrent(t *testing.T) {
 	st := &switchStore{}
 	var ch changes
-	lim := New(st, WithErrorPolicy(AllowOnError), WithBreaker(Breaker{Failures: 5, Probe: time.Millisecond}), WithBreakerHandler(ch.handle))
+	lim := New(st, WithErrorPolicy(AllowOnError), WithBreaker(Breaker{Failures: 5, Span: time.Millisecond, Probe: time.Millisecond}), WithBreakerHandler(ch.handle))
 	st.fail.Store(true)
 	var wg sync.WaitGroup
 	var stop atomic.Bool

@@ -183,6 +183,9 @@ func (l *Limiter) take(ctx context.Context, parts []Part) ([]Result, error) {
 	if b := l.breaker; b != nil {
 		ok := false
 		if t, ok = b.allow(); !ok {
+			if t.probe {
+				go l.probe(t, req)
+			}
 			return l.degrade(ctx, req, b.openErr)
 		}
 	}
@@ -198,9 +201,6 @@ func (l *Limiter) take(ctx context.Context, parts []Part) ([]Result, error) {
 		// deadline that expired while the store hung is an outage like any
 		// other: the policy decides.) The store may have failed for a
 		// reason of its own: the error wraps the context's error as well.
-		if l.breaker != nil {
-			l.breaker.abandon(t)
-		}
 		if errors.Is(err, cerr) {
 			return nil, fmt.Errorf("sluice: %w", err)
 		}
@@ -213,6 +213,25 @@ func (l *Limiter) take(ctx context.Context, parts []Part) ([]Result, error) {
 		l.onError(ctx, err)
 	}
 	return l.degrade(ctx, req, err)
+}
+
+// probe sends req at cost 0, which consumes nothing, to the store for the
+// breaker's probe t, bounded by the store timeout (DefaultStoreTimeout if
+// there is none), and reports the outcome.
+func (l *Limiter) probe(t ticket, req Request) {
+	look := Request{Parts: make([]Part, len(req.Parts)), Now: req.Now}
+	for i, p := range req.Parts {
+		p.Cost = 0
+		look.Parts[i] = p
+	}
+	d := l.timeout
+	if d <= 0 {
+		d = DefaultStoreTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	_, err := l.store.Take(ctx, look)
+	l.breaker.done(t, err)
 }
 
 func (l *Limiter) takeWithin(ctx context.Context, req Request) ([]Result, error) {

@@ -141,7 +141,7 @@ func TestBreaker(t *testing.T) {
 	}
 	defer rs.Close()
 	lim := sluice.New(rs, sluice.WithErrorPolicy(sluice.AllowOnError), sluice.WithBreakerHandler(m.Breaker),
-		sluice.WithBreaker(sluice.Breaker{Failures: 2, Probe: time.Millisecond}))
+		sluice.WithBreaker(sluice.Breaker{Failures: 2, Span: time.Nanosecond, Probe: time.Millisecond}))
 	allow := func() {
 		if _, err := lim.Allow(context.Background(), "k", sluice.PerMinute(100)); err != nil {
 			t.Fatal(err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -90,13 +91,17 @@ rules:
 	if resp.StatusCode != 503 {
 		t.Errorf("/readyz with Redis down under deny: %d, want 503", resp.StatusCode)
 	}
-	for range 5 {
+	// Five failures in a row over 50ms open the breaker: logged once, and
+	// shown.
+	waitUntil(t, 10*time.Second, func() error {
 		if code, _, _ := d.post(t, "/v1/check", `{"rule":"login","key":"192.0.2.1"}`); code != 503 {
 			t.Errorf("check with Redis down under deny: %d, want 503", code)
 		}
-	}
-	// Five failures in a row open the breaker: logged once, and shown.
-	d.waitLog(t, "store failing")
+		if !d.logged("store failing") {
+			return errors.New(`no "store failing" logged yet`)
+		}
+		return nil
+	})
 	resp, err = http.Get(d.base + "/readyz")
 	if err != nil {
 		t.Fatal(err)
