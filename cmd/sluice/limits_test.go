@@ -566,3 +566,47 @@ func TestListenFlagErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestManyKeepAlive: 2000 clients, each on a keep-alive connection of its
+// own, all at once, are all answered, under the default --max-inflight
+// (1024): the cap counts requests being worked on, not connections, and
+// none is refused while the server keeps up.
+func TestManyKeepAlive(t *testing.T) {
+	const clients, each = 2000, 5
+	d := startServe(t, nil, "--config", writeFile(t, openRules))
+	tr := &http.Transport{MaxIdleConnsPerHost: clients, MaxConnsPerHost: clients}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	var ok, busy, failed atomic.Int64
+	var wg sync.WaitGroup
+	for w := range clients {
+		wg.Go(func() {
+			for range each {
+				body := fmt.Sprintf(`{"rule":"api","key":"10.9.%d.%d"}`, w/250, w%250)
+				resp, err := c.Post(d.base+"/v1/check", "application/json", strings.NewReader(body))
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				switch resp.StatusCode {
+				case http.StatusOK:
+					ok.Add(1)
+				case http.StatusServiceUnavailable:
+					busy.Add(1)
+				default:
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d clients x %d requests: %d answered 200, %d refused as busy, %d failed", clients, each, ok.Load(), busy.Load(), failed.Load())
+	if failed.Load() != 0 || ok.Load()+busy.Load() != clients*each {
+		t.Errorf("%d of %d requests failed or got another answer, want none", failed.Load(), clients*each)
+	}
+	if busy.Load() > clients*each/10 {
+		t.Errorf("%d of %d requests refused as busy, want (nearly) none: the server keeps up", busy.Load(), clients*each)
+	}
+}
