@@ -18,11 +18,14 @@ import (
 // from opening it for every key: its failures come in short runs between
 // successes.
 //
-// Every Probe while it is open, the decision that arrives is answered by
-// the policy and, in the background, the same decision at cost 0 (which
-// consumes nothing) goes to the store as a probe; the breaker is half-open
-// meanwhile. The first probe that succeeds closes the breaker, so that no
-// client waits on a probe. Only a probe closes it, and a call that began
+// Every Probe while it is open, a decision at cost 0 (which consumes
+// nothing: the one that opened it, or one that arrives) goes to the store
+// in the background as a probe; the breaker is half-open meanwhile, and
+// decisions are answered by the policy. The first probe that succeeds
+// closes the breaker, so that no client waits on a probe. It probes on its
+// own, decisions or not, for a minute after the last decision it answered
+// (so that a replica taken out of service while it was not ready comes
+// back); after that, at the first decision. Only a probe closes it, and a call that began
 // before the breaker last opened counts for nothing when it ends, so a
 // store that fails and answers by turns opens and closes it once, not at
 // every answer.
@@ -118,6 +121,7 @@ type breaker struct {
 	failures  atomic.Int32  // consecutive, while closed
 	firstFail atomic.Int64  // when the run of failures began, since start
 	opened    atomic.Int64  // when it opened or a probe failed, since start
+	arrived   atomic.Int64  // when it last answered a decision, since start
 	epoch     atomic.Uint64 // opens so far: a call that began in an earlier epoch cannot close it
 
 	mu       sync.Mutex // orders the changes that are reported
@@ -174,36 +178,34 @@ func (b *breaker) now() int64                  { return int64(time.Since(b.start
 func (b *breaker) since(t int64) time.Duration { return time.Duration(b.now() - t) }
 
 // done reports the outcome of a call allow let through: nil, or the
-// store's failure.
-func (b *breaker) done(t ticket, err error) {
+// store's failure. It reports whether the call opened the breaker.
+func (b *breaker) done(t ticket, err error) (opened bool) {
 	if err == nil {
 		if t.probe {
 			b.change(BreakerClosed, nil)
 		} else if b.failures.Load() != 0 {
 			b.failures.Store(0)
 		}
-		return
+		return false
 	}
 	if t.probe {
 		b.opened.Store(b.now())
 		b.state.Store(uint32(BreakerOpen))
-		return
+		return false
 	}
 	if t.epoch != b.epoch.Load() {
-		return
+		return false
 	}
 	n := b.failures.Add(1)
 	if n == 1 {
 		b.firstFail.Store(b.now())
 	}
-	if n >= b.threshold && b.since(b.firstFail.Load()) >= b.span {
-		b.change(BreakerOpen, err)
-	}
+	return n >= b.threshold && b.since(b.firstFail.Load()) >= b.span && b.change(BreakerOpen, err)
 }
 
 // change moves the breaker to state (open or closed) and reports it, unless
-// another call did first.
-func (b *breaker) change(state BreakerState, err error) {
+// another call did first; it returns whether it made the change.
+func (b *breaker) change(state BreakerState, err error) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	cur := BreakerState(b.state.Load())
@@ -211,13 +213,15 @@ func (b *breaker) change(state BreakerState, err error) {
 	case state == BreakerOpen && cur == BreakerClosed:
 		b.epoch.Add(1)
 		b.opened.Store(b.now())
+		b.arrived.Store(b.now())
 	case state == BreakerClosed && cur == BreakerHalfOpen:
 		b.failures.Store(0)
 	default:
-		return
+		return false
 	}
 	b.state.Store(uint32(state))
 	if b.onChange != nil {
 		b.onChange(state, err)
 	}
+	return true
 }

@@ -16,6 +16,7 @@ type switchStore struct {
 	fail, hang atomic.Bool
 	calls      atomic.Int64
 	spent      atomic.Int64 // the costs of the calls that succeeded
+	read       atomic.Int64
 }
 
 func (s *switchStore) costs() int64 { return s.spent.Load() }
@@ -24,6 +25,9 @@ var errDown = errors.New("connection refused")
 
 func (s *switchStore) Take(ctx context.Context, req Request) ([]Result, error) {
 	s.calls.Add(1)
+	for _, p := range req.Parts { // read the whole request, as a store does
+		s.read.Add(int64(len(p.Key) + p.Limits[0].Limit))
+	}
 	if s.hang.Load() {
 		<-ctx.Done()
 		return nil, ctx.Err()
@@ -121,18 +125,14 @@ func TestBreakerOpensAndCloses(t *testing.T) {
 					t.Errorf("deny with an open breaker: %+v, %v", r, err)
 				}
 			}
-			// A probe that fails keeps it open.
+			// Probes that fail keep it open; once the store answers, a probe
+			// of its own closes it, with no decision arriving.
 			waitProbe(conf)
-			lim.Allow(ctx, "k", PerSecond(10))
-			waitState(t, lim, BreakerOpen)
-			if got := st.calls.Load() - before; got != 1 {
-				t.Errorf("after Probe: %d calls reached the store; want 1 (the probe)", got)
+			waitProbe(conf)
+			if lim.Breaker() == BreakerClosed || st.calls.Load() == before {
+				t.Errorf("after two Probes with the store failing: breaker %s, %d probes; want open, some", lim.Breaker(), st.calls.Load()-before)
 			}
 			st.fail.Store(false)
-			waitProbe(conf)
-			if r, _ := lim.Allow(ctx, "k", PerSecond(10)); r.Degraded == NotDegraded && p != ReturnErrors {
-				t.Errorf("the decision that sent the probe: %+v; want the policy's answer", r)
-			}
 			waitState(t, lim, BreakerClosed)
 			r, err = lim.Allow(ctx, "k", PerSecond(10))
 			if err != nil || r.Degraded != NotDegraded {
@@ -186,17 +186,35 @@ func TestBreakerHalfOpenSendsOneProbe(t *testing.T) {
 	if got := st.calls.Load() - calls; got > 1 {
 		t.Errorf("%d calls reached the store while the probe hung, want the probe alone", got)
 	}
-	// The probe times out: open again; the next probe finds the store.
+	// The probe times out: open again; a probe of its own, with no
+	// decision arriving, finds the store back and closes it.
 	waitState(t, lim, BreakerOpen)
 	st.hang.Store(false)
 	st.fail.Store(false)
-	waitProbe(conf)
-	lim.Allow(context.Background(), "k", PerSecond(10))
 	waitState(t, lim, BreakerClosed)
 	lim.Allow(context.Background(), "k", PerSecond(10))
 	if got := st.costs(); got != 1 {
 		t.Errorf("the store spent %d in all, want 1 (the decision after the breaker closed; probes spend nothing)", got)
 	}
+}
+
+// TestBreakerProbesOnItsOwn: an open breaker probes without decisions
+// arriving, and closes once the store answers; a caller that gives up
+// after waiting longer than Span counts as a failure.
+func TestBreakerProbesOnItsOwn(t *testing.T) {
+	st := &switchStore{}
+	lim := New(st, WithErrorPolicy(DenyOnError), WithBreaker(Breaker{Failures: 2, Span: time.Millisecond, Probe: time.Millisecond}),
+		WithStoreTimeout(time.Hour))
+	st.hang.Store(true)
+	for lim.Breaker() == BreakerClosed {
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(5*time.Millisecond, cancel)
+		if _, err := lim.Allow(ctx, "k", PerSecond(10)); !errors.Is(err, context.Canceled) {
+			t.Fatalf("a caller that gave up: err = %v, want context.Canceled", err)
+		}
+	}
+	st.hang.Store(false)
+	waitState(t, lim, BreakerClosed)
 }
 
 // TestBreakerSpan: a run of failures shorter than Span does not open the
@@ -308,5 +326,25 @@ func TestBreakerConcurrent(t *testing.T) {
 	wg.Wait()
 	if got := ch.list(); len(got) != 2 || got[0] != BreakerOpen || got[1] != BreakerClosed {
 		t.Errorf("handler told %v, want [open closed]", got)
+	}
+}
+
+// TestProbeOwnsItsRequest: a probe, which outlives the call that sent it,
+// reads no memory of the caller's, who may reuse its parts at once (run
+// with -race).
+func TestProbeOwnsItsRequest(t *testing.T) {
+	st := &switchStore{}
+	st.fail.Store(true)
+	lim := New(st, WithErrorPolicy(AllowOnError), WithBreaker(Breaker{Failures: 1, Span: time.Nanosecond, Probe: time.Millisecond}))
+	parts := []Part{{Key: "k", Limits: []Limit{PerSecond(10)}, Cost: 1}}
+	for i := range 200 {
+		if _, err := lim.AllowParts(context.Background(), parts...); err != nil {
+			t.Fatal(err)
+		}
+		parts[0].Key = "k" + string(rune('a'+i%26))
+		parts[0].Limits[0] = PerSecond(10 + i)
+		if i%20 == 0 {
+			time.Sleep(2 * time.Millisecond)
+		}
 	}
 }

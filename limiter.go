@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -179,23 +180,42 @@ func (l *Limiter) take(ctx context.Context, parts []Part) ([]Result, error) {
 	if l.now != nil {
 		req.Now = l.now()
 	}
-	var t ticket
-	if b := l.breaker; b != nil {
-		ok := false
-		if t, ok = b.allow(); !ok {
-			if t.probe {
-				go l.probe(t, req)
-			}
-			return l.degrade(ctx, req, b.openErr)
-		}
-	}
-	rs, err := l.takeWithin(ctx, req)
-	if err == nil {
-		if l.breaker != nil {
-			l.breaker.done(t, nil)
+	b := l.breaker
+	if b == nil {
+		rs, err := l.takeWithin(ctx, req)
+		if err != nil {
+			return l.failed(ctx, req, err)
 		}
 		return rs, nil
 	}
+	t, ok := b.allow()
+	if !ok {
+		b.arrived.Store(b.now())
+		if t.probe {
+			go l.probe(t, lookAt(req))
+		}
+		return l.degrade(ctx, req, b.openErr)
+	}
+	start := b.now()
+	rs, err := l.takeWithin(ctx, req)
+	if err == nil {
+		b.done(t, nil)
+		return rs, nil
+	}
+	if errors.Is(ctx.Err(), context.Canceled) && b.since(start) < b.span {
+		// The caller gave up, and too soon to say anything of the store.
+		// One that waited longer saw it slow: that counts as a failure.
+		return l.failed(ctx, req, err)
+	}
+	if b.done(t, err) {
+		go l.probeWhileOpen(lookAt(req))
+	}
+	return l.failed(ctx, req, err)
+}
+
+// failed answers req, which the store failed with err: the caller's
+// cancellation if it gave up, otherwise the error policy's answer.
+func (l *Limiter) failed(ctx context.Context, req Request, err error) ([]Result, error) {
 	if cerr := ctx.Err(); errors.Is(cerr, context.Canceled) {
 		// The caller gave up; there is no one left to answer. (A caller's
 		// deadline that expired while the store hung is an outage like any
@@ -206,24 +226,51 @@ func (l *Limiter) take(ctx context.Context, parts []Part) ([]Result, error) {
 		}
 		return nil, fmt.Errorf("sluice: %w: %w", cerr, err)
 	}
-	if l.breaker != nil {
-		l.breaker.done(t, err)
-	}
 	if l.onError != nil {
 		l.onError(ctx, err)
 	}
 	return l.degrade(ctx, req, err)
 }
 
-// probe sends req at cost 0, which consumes nothing, to the store for the
-// breaker's probe t, bounded by the store timeout (DefaultStoreTimeout if
-// there is none), and reports the outcome.
-func (l *Limiter) probe(t ticket, req Request) {
+// lookAt returns req at cost 0, which consumes nothing, in memory of its
+// own (a probe outlives the call whose request it copies).
+func lookAt(req Request) Request {
 	look := Request{Parts: make([]Part, len(req.Parts)), Now: req.Now}
 	for i, p := range req.Parts {
 		p.Cost = 0
+		p.Limits = slices.Clone(p.Limits)
 		look.Parts[i] = p
 	}
+	return look
+}
+
+// probeIdle is how long an open breaker goes on probing on its own (see
+// probeWhileOpen) after the last decision it answered.
+const probeIdle = time.Minute
+
+// probeWhileOpen probes the store with look every Probe while the breaker
+// is open, so that it closes when the store is back although no decision
+// arrives (a replica that its load balancer took out of service while it
+// was not ready). It stops when the breaker closes, or after probeIdle
+// without a decision; decisions then probe as they arrive.
+func (l *Limiter) probeWhileOpen(look Request) {
+	b := l.breaker
+	tick := time.NewTicker(b.probe)
+	defer tick.Stop()
+	for range tick.C {
+		if BreakerState(b.state.Load()) == BreakerClosed || b.since(b.arrived.Load()) > probeIdle {
+			return
+		}
+		if t, ok := b.allow(); !ok && t.probe {
+			l.probe(t, look)
+		}
+	}
+}
+
+// probe sends look, a request at cost 0 (lookAt), to the store for the
+// breaker's probe t, bounded by the store timeout (DefaultStoreTimeout if
+// there is none), and reports the outcome.
+func (l *Limiter) probe(t ticket, look Request) {
 	d := l.timeout
 	if d <= 0 {
 		d = DefaultStoreTimeout
