@@ -180,8 +180,9 @@ func (p *Policy) Limiter() *sluice.Limiter { return p.back.Limiter }
 func (p *Policy) File() *config.File { return p.file.Load() }
 
 // Ready reports whether decisions can be made: under on_error: deny,
-// whether the store's breaker is closed and Redis runs decisions;
-// otherwise always nil, since the error policy answers while it does not.
+// whether Redis runs a decision (on a reserved key, within the store
+// timeout); otherwise always nil, since the error policy answers while it
+// does not.
 func (p *Policy) Ready(ctx context.Context) error { return p.back.Ready(ctx) }
 
 // Close releases the store's connections.

@@ -100,12 +100,14 @@ func openBackend(r config.Redis, m config.Memory, st settings) (*Backend, error)
 		}))
 	log.Info("store", "kind", "redis", "on_error", policy.String(), "timeout", r.Timeout, "replicas", replicasSetting(r.Replicas))
 	ready := func(context.Context) error { return nil }
-	if policy.String() == "deny" {
+	if policy.String() == sluice.DenyOnError.String() {
 		// Under deny every decision fails while Redis does: not ready.
+		// Redis itself is asked (a decision on a reserved key, within the
+		// store timeout), not the breaker, which may stay open while no
+		// decision arrives.
 		ready = func(ctx context.Context) error {
-			if lim.Breaker() == sluice.BreakerOpen {
-				return errors.New("redis store failing: circuit breaker open")
-			}
+			ctx, cancel := context.WithTimeout(ctx, r.Timeout)
+			defer cancel()
 			return store.Ready(ctx)
 		}
 	}
@@ -137,17 +139,27 @@ func (f *fleet) size() int {
 }
 
 // beat sends a heartbeat every fleetTTL/3 until ctx ends, logging each
-// change of the count.
+// change of the count, and when the heartbeat starts failing (an outage,
+// or a Redis user that may not run its commands) and works again.
 func (f *fleet) beat(ctx context.Context, store *lazyRedis, log *slog.Logger) {
 	member := replicaName()
 	t := time.NewTicker(fleetTTL / 3)
 	defer t.Stop()
+	failing := false
 	for {
 		beatCtx, cancel := context.WithTimeout(ctx, fleetTTL/3)
 		n, err := store.Heartbeat(beatCtx, member, fleetTTL)
 		cancel()
 		if err == nil && int64(n) != f.learnt.Swap(int64(n)) {
 			log.Info("replicas sharing the limits", "replicas", n)
+		}
+		switch {
+		case err != nil && !failing && ctx.Err() == nil && !errors.Is(err, errNotConnected):
+			failing = true
+			log.Warn("replica heartbeat failing; the number of replicas stays as last counted", "err", err, "replicas", f.size())
+		case err == nil && failing:
+			failing = false
+			log.Info("replica heartbeat working again", "replicas", n)
 		}
 		select {
 		case <-ctx.Done():

@@ -372,6 +372,10 @@ func decode(w http.ResponseWriter, r *http.Request, v any, fields string) bool {
 		// distinct keys would share a count.
 		return bad("%s", invalidUTF8(data))
 	}
+	if off := loneSurrogate(data); off >= 0 {
+		// The same: encoding/json decodes a lone surrogate to U+FFFD.
+		return bad("%s", where(data, off, loneEscape))
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -417,9 +421,7 @@ func jsonType(kind string) string {
 	return "a " + kind
 }
 
-// invalidUTF8 says where data, which is not valid UTF-8, first is not:
-// the field whose string value holds the byte ("key", "checks[1].key"),
-// or a field name, or just the offset when the JSON breaks before it.
+// invalidUTF8 says where data, which is not valid UTF-8, first is not.
 func invalidUTF8(data []byte) string {
 	off := 0
 	for off < len(data) {
@@ -429,6 +431,50 @@ func invalidUTF8(data []byte) string {
 		}
 		off += n
 	}
+	return where(data, off, "is not valid UTF-8")
+}
+
+// loneSurrogate returns the offset of the first \u escape in a string of
+// data that is half a UTF-16 surrogate pair without its other half, or -1.
+// Malformed escapes are left to the decoder.
+func loneSurrogate(data []byte) int {
+	hex4 := func(i int) (rune, bool) {
+		if i+6 > len(data) || data[i] != '\\' || data[i+1] != 'u' {
+			return 0, false
+		}
+		v, err := strconv.ParseUint(string(data[i+2:i+6]), 16, 16)
+		return rune(v), err == nil
+	}
+	in := false
+	for i := 0; i < len(data); i++ {
+		switch c := data[i]; {
+		case c == '"':
+			in = !in
+		case c == '\\' && in:
+			r, ok := hex4(i)
+			switch {
+			case !ok:
+				i++ // another escape: skip what it escapes
+			case r >= 0xD800 && r <= 0xDBFF:
+				if lo, ok := hex4(i + 6); ok && lo >= 0xDC00 && lo <= 0xDFFF {
+					i += 11
+				} else {
+					return i
+				}
+			case r >= 0xDC00 && r <= 0xDFFF:
+				return i
+			default:
+				i += 5
+			}
+		}
+	}
+	return -1
+}
+
+// where says where in data the byte at off is, which has problem: in the
+// field whose string value holds it ("key", "checks[1].key"), or a field
+// name, or just at off when the JSON breaks before it.
+func where(data []byte, off int, problem string) string {
 	// One frame per open object or array: the field or index inside it
 	// that the decoder is at.
 	type frame struct {
@@ -462,7 +508,7 @@ func invalidUTF8(data []byte) string {
 				break
 			}
 			if isKey {
-				return fmt.Sprintf("a field name is not valid UTF-8 (byte offset %d); JSON text must be UTF-8", off)
+				return fmt.Sprintf("a field name %s (byte offset %d)%s", problem, off, mustBe(problem))
 			}
 			var path strings.Builder
 			for _, f := range stack {
@@ -478,7 +524,7 @@ func invalidUTF8(data []byte) string {
 			if path.Len() == 0 {
 				break
 			}
-			return fmt.Sprintf("field %q is not valid UTF-8 (byte offset %d); JSON text must be UTF-8", path.String(), off)
+			return fmt.Sprintf("field %q %s (byte offset %d)%s", path.String(), problem, off, mustBe(problem))
 		}
 		switch {
 		case isKey:
@@ -494,5 +540,16 @@ func invalidUTF8(data []byte) string {
 			done()
 		}
 	}
-	return fmt.Sprintf("the body is not valid UTF-8 (byte offset %d); JSON text must be UTF-8", off)
+	return fmt.Sprintf("the body %s (byte offset %d)%s", problem, off, mustBe(problem))
+}
+
+// loneEscape is the problem of a lone surrogate escape.
+const loneEscape = "holds half a UTF-16 surrogate pair (an escape from \\ud800 to \\udfff without its other half)"
+
+// mustBe is what follows a problem's offset: the rule it breaks.
+func mustBe(problem string) string {
+	if problem == loneEscape {
+		return "; escape a character beyond U+FFFF as a whole pair, such as \\ud83d\\ude00, or send it as UTF-8"
+	}
+	return "; JSON text must be UTF-8"
 }

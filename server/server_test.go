@@ -301,6 +301,12 @@ func TestBadRequests(t *testing.T) {
 			errBody("BAD_REQUEST", `field "key" is not valid UTF-8 (byte offset 25); JSON text must be UTF-8`), ""},
 		{"rule not UTF-8", "POST", "/v1/check", "application/json", "{\"rule\":\"se\xe2\x82arch\",\"key\":\"a\"}", 400,
 			errBody("BAD_REQUEST", `field "rule" is not valid UTF-8 (byte offset 11); JSON text must be UTF-8`), ""},
+		// And so would it a lone surrogate escape; a whole pair, an escaped
+		// backslash before "ud800", and a plain \u escape are keys.
+		{"lone high surrogate", "POST", "/v1/check", "application/json", `{"rule":"search","key":"a\ud800b"}`, 400,
+			errBody("BAD_REQUEST", `field "key" holds half a UTF-16 surrogate pair (an escape from \ud800 to \udfff without its other half) (byte offset 25); escape a character beyond U+FFFF as a whole pair, such as \ud83d\ude00, or send it as UTF-8`), ""},
+		{"lone low surrogate in a batch", "POST", "/v1/check/batch", "application/json", `{"checks":[{"rule":"search","key":"x"},{"rule":"search","key":"\udfff"}]}`, 400,
+			errBody("BAD_REQUEST", `field "checks[1].key" holds half a UTF-16 surrogate pair (an escape from \ud800 to \udfff without its other half) (byte offset 63); escape a character beyond U+FFFF as a whole pair, such as \ud83d\ude00, or send it as UTF-8`), ""},
 		{"field name not UTF-8", "POST", "/v1/check", "application/json", "{\"rule\":\"search\",\"k\xffey\":\"a\"}", 400,
 			errBody("BAD_REQUEST", `a field name is not valid UTF-8 (byte offset 19); JSON text must be UTF-8`), ""},
 		{"not UTF-8 outside a string", "POST", "/v1/check", "application/json", "{\"rule\":\"search\",\"key\":5\xff}", 400,

@@ -15,12 +15,13 @@ import (
 )
 
 // aclCommands are the commands a sluice user needs, as the README lists
-// them: those of the scripts (lua/*.lua), the scripts' own EVALSHA and
-// EVAL, and PING, which rueidis sends on idle connections.
+// them: those of the scripts (lua/*.lua and the heartbeat's), the
+// scripts' own EVALSHA and EVAL, and PING, which rueidis sends on idle
+// connections.
 var aclCommands = []string{
 	"evalsha", "eval", "ping",
 	"get", "set", "del", "pexpire", "time",
-	"zadd", "zcount", "zrange", "zrangebyscore", "zremrangebyscore", "zrem",
+	"zadd", "zcard", "zcount", "zrange", "zrangebyscore", "zremrangebyscore", "zrem",
 }
 
 // aclRules are the ACL rules permitting aclCommands.
@@ -222,6 +223,9 @@ func TestMinimalACL(t *testing.T) {
 			return err
 		}
 		if err := s.Ready(ctx); err != nil {
+			return err
+		}
+		if _, err := s.Heartbeat(ctx, tag, time.Second); err != nil {
 			return err
 		}
 		return s.Ping(ctx)

@@ -104,8 +104,9 @@
 // script that touches nothing. A Redis ACL user needs EVALSHA and EVAL
 // (sent once per script after a restart or SCRIPT FLUSH; the store never
 // sends SCRIPT), the commands the scripts run (GET, SET, DEL, PEXPIRE,
-// TIME, and for sliding_log ZADD, ZCOUNT, ZRANGE, ZRANGEBYSCORE,
-// ZREMRANGEBYSCORE and ZREM, the last in refunds only), and PING, which
+// TIME, for sliding_log ZADD, ZCOUNT, ZRANGE, ZRANGEBYSCORE,
+// ZREMRANGEBYSCORE and ZREM, the last in refunds only, and for Heartbeat
+// ZADD, ZREMRANGEBYSCORE and ZCARD), and PING, which
 // rueidis sends on idle connections; SELECT for a database other than 0,
 // CLUSTER SHARDS and CLUSTER SLOTS on a Cluster, ROLE on a primary reached
 // through Sentinel. Store.TTL runs PTTL.
