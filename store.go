@@ -56,7 +56,10 @@ type Part struct {
 	// limits in place of the Limiter's policy when the store fails (see
 	// ErrorPolicy). A LocalOnError here decides with the Limiter's
 	// fallback store (ParseErrorPolicy keeps one under every policy);
-	// stores ignore it.
+	// stores ignore it. The default store timeout and breaker follow the
+	// Limiter's own policy: a ReturnErrors Limiter whose parts carry
+	// policies of their own gets them only with WithStoreTimeout and
+	// WithBreaker.
 	OnError ErrorPolicy
 }
 
