@@ -25,10 +25,11 @@ import (
 // closes the breaker, so that no client waits on a probe. It probes on its
 // own, decisions or not, for a minute after the last decision it answered
 // (so that a replica taken out of service while it was not ready comes
-// back); after that, at the first decision. Only a probe closes it, and a call that began
-// before the breaker last opened counts for nothing when it ends, so a
-// store that fails and answers by turns opens and closes it once, not at
-// every answer.
+// back); after that, at the first decision. Only a probe closes it, and a
+// call that began before the breaker last opened counts for nothing when
+// it ends, so a store that fails and answers by turns opens and closes it
+// once, not at every answer. A caller that gives up after waiting longer
+// than Span counts as a failure: it saw the store slow.
 //
 // Under every ErrorPolicy but ReturnErrors a Limiter has a breaker with
 // these defaults unless WithBreaker says otherwise.
