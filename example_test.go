@@ -65,3 +65,20 @@ func ExampleLimiter_AllowAll() {
 	// allowed=true binding=per second retry after 0s; hourly remaining 98
 	// allowed=false binding=per second retry after 1s; hourly remaining 98
 }
+
+// A request limited by two rules while the store is down: each part is
+// answered by its own error policy, and the strictest decides.
+func ExamplePart_onError() {
+	lim := sluice.New(downStore{}, sluice.WithErrorPolicy(sluice.AllowOnError))
+	res, _ := lim.AllowParts(context.Background(),
+		sluice.Part{Key: "ip:192.0.2.1", Limits: []sluice.Limit{sluice.PerMinute(100)}, Cost: 1},
+		sluice.Part{Key: "login:alice", Limits: []sluice.Limit{sluice.PerMinute(5)}, Cost: 1, OnError: sluice.DenyOnError})
+	for _, r := range res.Results {
+		fmt.Println(r.Allowed, r.Degraded)
+	}
+	fmt.Println("admitted:", res.Allowed)
+	// Output:
+	// true allow
+	// false deny
+	// admitted: false
+}
