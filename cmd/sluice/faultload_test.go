@@ -240,6 +240,13 @@ func recovery(evs []faultEvent, heal time.Duration) (first time.Duration, ok boo
 
 // goroutines returns go_goroutines from d's /metrics.
 func goroutines(d *daemon) (int, error) {
+	v, err := metric(d, "go_goroutines")
+	return int(v), err
+}
+
+// metric returns the value of the metric without labels name from d's
+// /metrics.
+func metric(d *daemon, name string) (float64, error) {
 	c := http.Client{Timeout: 5 * time.Second}
 	resp, err := c.Get(d.base + "/metrics")
 	if err != nil {
@@ -249,14 +256,14 @@ func goroutines(d *daemon) (int, error) {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "go_goroutines "); ok {
-			return strconv.Atoi(strings.TrimSpace(v))
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return 0, err
 	}
-	return 0, fmt.Errorf("/metrics has no go_goroutines")
+	return 0, fmt.Errorf("/metrics has no %s", name)
 }
 
 // sampler polls go_goroutines every 100ms until stop, keeping the largest

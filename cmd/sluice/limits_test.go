@@ -610,3 +610,57 @@ func TestManyKeepAlive(t *testing.T) {
 		t.Errorf("%d of %d requests refused as busy, want (nearly) none: the server keeps up", busy.Load(), clients*each)
 	}
 }
+
+// TestFloodUniqueKeys: a flood of distinct client keys through /v1/check
+// leaves sluice serve's in-memory store at its memory.max_keys, forgetting
+// the least recently used (counted in sluice_memory_evictions_total), and
+// every request answered; a key in use all along keeps its count.
+func TestFloodUniqueKeys(t *testing.T) {
+	const capacity, flood = 2000, 20000
+	d := startServe(t, nil, "--config", writeFile(t, fmt.Sprintf(
+		"memory: {max_keys: %d}\nrules:\n  - {name: api, key: ip, limit: 5, period: 1h}\n", capacity)))
+	checkCost := func(key string, cost int) int {
+		code, _, _ := d.post(t, "/v1/check", fmt.Sprintf(`{"rule":"api","key":%q,"cost":%d}`, key, cost))
+		return code
+	}
+	check := func(key string) int { return checkCost(key, 1) }
+	for range 3 {
+		check("192.0.2.1") // the key in use: 2 left
+	}
+	var next, failed atomic.Int64
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for i := next.Add(1); i <= flood; i = next.Add(1) {
+				if code := check(fmt.Sprintf("10.%d.%d.%d", i>>16, i>>8&255, i&255)); code != 200 {
+					failed.Add(1)
+				}
+				if i%500 == 0 {
+					checkCost("192.0.2.1", 0) // looked at now and then: never the least recent
+				}
+			}
+		})
+	}
+	wg.Wait()
+	keys, err := metric(d, "sluice_memory_keys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	evicted, err := metric(d, "sluice_memory_evictions_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d distinct keys into a store of %d: %v held, %v evicted", flood, capacity, keys, evicted)
+	if failed.Load() != 0 {
+		t.Errorf("%d requests of the flood were not answered 200", failed.Load())
+	}
+	if keys > capacity*1.1 || evicted < flood-capacity*1.1 {
+		t.Errorf("after %d keys into %d: %v held, %v evicted; want about %d held, the rest evicted", flood, capacity, keys, evicted, capacity)
+	}
+	// The key in use kept its count: 2 left of 5, not a fresh 5.
+	for i, want := range []int{200, 200, 429} {
+		if code := check("192.0.2.1"); code != want {
+			t.Errorf("the key in use all along, check %d after the flood: %d, want %d (its count survived)", i+1, code, want)
+		}
+	}
+}
