@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -355,6 +356,12 @@ func decode(w http.ResponseWriter, r *http.Request, v any, fields string) bool {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			httpjson.Error(w, http.StatusRequestEntityTooLarge, "TOO_LARGE",
 				fmt.Sprintf("the request body exceeds %d bytes", MaxBodyBytes))
+			return false
+		}
+		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+			// The listener's read deadline (sluice serve's --body-timeout):
+			// no addresses in the answer, which net's error would hold.
+			httpjson.Error(w, http.StatusRequestTimeout, "REQUEST_TIMEOUT", "the request body did not arrive in time")
 			return false
 		}
 		httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST", "reading the request body: "+err.Error())

@@ -150,6 +150,22 @@ func TestServeSlowBodies(t *testing.T) {
 	// Every slow body is cut, each 3s after its connection was accepted,
 	// although its client would go on for 1000s.
 	waitClosed(t, slow, 30*time.Second)
+	// Those the server read from are told why: a 408 that names no
+	// address.
+	answered := 0
+	for _, c := range slow {
+		if len(c.reply) == 0 {
+			continue // never accepted while the descriptors ran out
+		}
+		answered++
+		if r := string(c.reply); !strings.HasPrefix(r, "HTTP/1.1 408 ") || !strings.Contains(r, "REQUEST_TIMEOUT") || strings.Contains(r, "127.0.0.1") {
+			t.Fatalf("a slow body was answered %q, want a 408 REQUEST_TIMEOUT naming no address", r)
+		}
+	}
+	if answered == 0 {
+		t.Error("no slow body was answered: want a 408 for those the server read from")
+	}
+	t.Logf("%d of %d slow bodies answered 408 before their connection was closed", answered, len(slow))
 	if !d.logged("Accept error") {
 		t.Error("no accept error logged: the file-descriptor limit was never reached, and the test proves nothing")
 	}
