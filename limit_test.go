@@ -167,3 +167,12 @@ func TestValidateField(t *testing.T) {
 		}
 	}
 }
+
+// TestDegradationMadeUp: only the numbers of allow and deny are made up.
+func TestDegradationMadeUp(t *testing.T) {
+	for d, want := range map[Degradation]bool{NotDegraded: false, DegradedAllow: true, DegradedDeny: true, DegradedLocal: false} {
+		if d.MadeUp() != want {
+			t.Errorf("%q.MadeUp() = %v, want %v", d, d.MadeUp(), want)
+		}
+	}
+}

@@ -439,6 +439,12 @@ const (
 	DegradedLocal
 )
 
+// MadeUp reports whether results so degraded carry numbers that nobody
+// counted (DegradedAllow, DegradedDeny): Limit, Remaining and ResetAfter
+// are then not worth showing a client. The local fallback's numbers
+// (DegradedLocal) are real counts of this process's store.
+func (d Degradation) MadeUp() bool { return d == DegradedAllow || d == DegradedDeny }
+
 // degradedBy is the Degradation each policy's results carry.
 var degradedBy = [...]Degradation{modeAllow: DegradedAllow, modeDeny: DegradedDeny, modeLocal: DegradedLocal}
 

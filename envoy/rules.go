@@ -187,7 +187,7 @@ func descriptorStatus(a *policy.Applied) *rlsv3.RateLimitResponse_DescriptorStat
 		return st
 	}
 	l, r := a.Limits[a.Binding], a.Result()
-	if madeUp(r) {
+	if r.Degraded.MadeUp() {
 		return st
 	}
 	u, _ := unitOfPeriod(l.Period)

@@ -240,24 +240,15 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, d *co
 	if !res.Allowed && !shadow {
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
-	if madeUp(res) {
+	if res.Degraded.MadeUp() {
+		// Only the code: from a current_limit Envoy would write
+		// X-RateLimit headers with a remaining of 0.
 		st.CurrentLimit = nil
 		return st, nil, res, nil
 	}
 	st.LimitRemaining = uint32(min(max(int64(res.Remaining), 0), math.MaxUint32))
 	st.DurationUntilReset = durationpb.New(res.ResetAfter)
 	return st, &lim, res, nil
-}
-
-// madeUp reports whether r's numbers are not a store's: sluice.AllowOnError
-// or DenyOnError decided while the store failed. A status then carries
-// only its code, no current_limit (from which Envoy would write
-// X-RateLimit headers with a remaining of 0), limit_remaining or
-// duration_until_reset, and adds no RateLimit headers. The local
-// fallback's numbers (sluice.DegradedLocal) are real counts of this
-// process's store, and reported.
-func madeUp(r sluice.Result) bool {
-	return r.Degraded == sluice.DegradedAllow || r.Degraded == sluice.DegradedDeny
 }
 
 // storeError maps an error of the Limiter to a gRPC status: Canceled when

@@ -181,7 +181,7 @@ type state struct {
 
 // stateOf returns r's numbers as a body reports them.
 func stateOf(r sluice.Result) state {
-	if r.Degraded == sluice.DegradedAllow || r.Degraded == sluice.DegradedDeny {
+	if r.Degraded.MadeUp() {
 		return state{}
 	}
 	reset := ceilMillis(r.ResetAfter)
