@@ -3,14 +3,12 @@ package envoy
 import (
 	"bytes"
 	"context"
-	"net"
 	"testing"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -116,23 +114,11 @@ func TestInvalidUTF8OnTheWire(t *testing.T) {
 rules:
   - {name: login, key: "header:X-Key", limit: 1, period: 1m}
 `)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	Register(g, rules)
-	go g.Serve(ln)
-	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := dial(t, rules)
 	client := rlsv3.NewRateLimitServiceClient(conn)
 
 	bad := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("rule", "login", "x-key", "a\xffb")}}
-	_, err = client.ShouldRateLimit(context.Background(), bad)
+	_, err := client.ShouldRateLimit(context.Background(), bad)
 	if status.Code(err) != codes.Internal {
 		t.Errorf("a Go client sending invalid UTF-8: %v, want Internal (marshaling refused)", err)
 	}

@@ -56,6 +56,13 @@ func start(t *testing.T, opts ...ServiceOption) *fixture {
 // client connected to it.
 func serve(t *testing.T, svc rlsv3.RateLimitServiceServer) rlsv3.RateLimitServiceClient {
 	t.Helper()
+	return rlsv3.NewRateLimitServiceClient(dial(t, svc))
+}
+
+// dial serves svc on a loopback port until the test ends and returns a
+// connection to it.
+func dial(t *testing.T, svc rlsv3.RateLimitServiceServer) *grpc.ClientConn {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +76,7 @@ func serve(t *testing.T, svc rlsv3.RateLimitServiceServer) rlsv3.RateLimitServic
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return rlsv3.NewRateLimitServiceClient(conn)
+	return conn
 }
 
 func desc(kv ...string) *commonv3.RateLimitDescriptor {
