@@ -466,14 +466,9 @@ func (d Degradation) String() string {
 // consumes nothing; the local parts are decided together by the fallback,
 // with each limit cut to this replica's share.
 func (l *Limiter) degrade(ctx context.Context, req Request, storeErr error) ([]Result, error) {
-	modes := make([]policyMode, len(req.Parts))
 	deny, local := false, 0
-	for i, p := range req.Parts {
-		m := p.OnError.mode
-		if m == modeUnset {
-			m = l.policy.effective()
-		}
-		switch m {
+	for _, p := range req.Parts {
+		switch l.modeOf(p) {
 		case modeReturn:
 			return nil, fmt.Errorf("sluice: store: %w", storeErr)
 		case modeDeny:
@@ -481,35 +476,43 @@ func (l *Limiter) degrade(ctx context.Context, req Request, storeErr error) ([]R
 		case modeLocal:
 			local++
 		}
-		modes[i] = m
 	}
 	var localRs []Result
 	if local > 0 {
 		if l.policy.fallback == nil {
 			return nil, fmt.Errorf("sluice: store: %w; the local error policy has no fallback store", storeErr)
 		}
-		sub := Request{Parts: make([]Part, 0, local), Now: req.Now}
-		n := l.share()
-		for i, p := range req.Parts {
-			if modes[i] != modeLocal {
-				continue
+		sub, n := req, l.share()
+		if local < len(req.Parts) || deny || n > 1 {
+			sub.Parts = make([]Part, 0, local)
+			for _, p := range req.Parts {
+				if l.modeOf(p) != modeLocal {
+					continue
+				}
+				if deny {
+					p.Cost = 0
+				}
+				if n > 1 {
+					p.Limits = shares(p.Limits, n, p.Cost)
+				}
+				sub.Parts = append(sub.Parts, p)
 			}
-			if deny {
-				p.Cost = 0
-			}
-			if n > 1 {
-				p.Limits = shares(p.Limits, n, p.Cost)
-			}
-			sub.Parts = append(sub.Parts, p)
 		}
 		var err error
 		if localRs, err = l.policy.fallback.Take(ctx, sub); err != nil {
 			return nil, fmt.Errorf("sluice: store: %w; fallback: %w", storeErr, err)
 		}
+		if local == len(req.Parts) {
+			// Every part local, the usual case: the fallback's Results.
+			for i := range localRs {
+				localRs[i].Degraded = DegradedLocal
+			}
+			return localRs, nil
+		}
 	}
 	rs := make([]Result, 0, req.Len())
-	for i, p := range req.Parts {
-		m := modes[i]
+	for _, p := range req.Parts {
+		m := l.modeOf(p)
 		for _, lim := range p.Limits {
 			var r Result
 			switch m {
@@ -525,6 +528,15 @@ func (l *Limiter) degrade(ctx context.Context, req Request, storeErr error) ([]R
 		}
 	}
 	return rs, nil
+}
+
+// modeOf returns the mode of the error policy that answers for p: its
+// own, or the Limiter's.
+func (l *Limiter) modeOf(p Part) policyMode {
+	if p.OnError.mode != modeUnset {
+		return p.OnError.mode
+	}
+	return l.policy.effective()
 }
 
 // share returns the number of replicas whose share of each limit the
