@@ -3,6 +3,7 @@ package envoy
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -12,15 +13,16 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/config"
 )
 
-// Config is a loaded envoyproxy/ratelimit configuration: one or more
+// Config is a loaded envoyproxy/ratelimit configuration: any number of
 // domains, each a tree of descriptors. It is immutable once built; a
 // Service swaps whole Configs (Service.Update).
 type Config struct {
 	// Domains maps each domain to its descriptor tree.
 	Domains map[string]*Domain
+	// Files are the files it was loaded from, in the order loaded.
+	Files []string
 }
 
 // Domain is the root of one domain's descriptor tree.
@@ -33,6 +35,7 @@ type Domain struct {
 	// replaces tells whether any of the domain's limits replaces others,
 	// so that requests to a domain without any skip looking for them.
 	replaces bool
+	path     string // the file it was read from
 }
 
 // Descriptor is one node of the tree: a key, an optional value (empty:
@@ -47,6 +50,15 @@ type Descriptor struct {
 	RateLimit *RateLimit
 	// ShadowMode decides (and consumes) as usual but always reports OK.
 	ShadowMode bool
+	// QuotaMode, as in envoyproxy/ratelimit, reports the node's limit
+	// when it is exceeded without making the request OVER_LIMIT: the
+	// status is OK with current_limit and limit_remaining (0), and
+	// overall_code is not affected.
+	QuotaMode bool
+	// ShareThreshold makes every value that the node's wildcard value
+	// ("files/*") matches share one count, instead of one count per
+	// value. Only a Value ending in '*' may set it.
+	ShareThreshold bool
 	// DetailedMetric is accepted for compatibility and ignored.
 	DetailedMetric bool
 	// Descriptors are the node's children, matched by the request's next
@@ -55,11 +67,13 @@ type Descriptor struct {
 	// File and Line locate the node in its file.
 	File string
 	Line int
+	n    *node // the node's index, to merge domains
 }
 
 // RateLimit is a descriptor's rate_limit block.
 type RateLimit struct {
-	// Unit is second, minute, hour, day or week, as written.
+	// Unit is second, minute, hour, day, week, month (30 days) or year
+	// (365 days), in lower case.
 	Unit string
 	// RequestsPerUnit is the number of requests admitted per unit (times
 	// UnitMultiplier); 0 blocks every request.
@@ -84,7 +98,7 @@ type RateLimit struct {
 
 // node is the lookup index of a descriptor level.
 type node struct {
-	d        *Descriptor
+	d        *Descriptor // nil at a domain's root
 	exact    map[string]*node // key + "\x00" + value
 	prefix   []prefixNode     // values ending in '*', in file order
 	wildcard map[string]*node // key with no value
@@ -93,16 +107,6 @@ type node struct {
 type prefixNode struct {
 	key, prefix string
 	n           *node
-}
-
-// LoadConfig reads and parses one envoyproxy/ratelimit YAML file; a file
-// over config.MaxFileBytes is refused (config.ErrFileTooLarge) unread.
-func LoadConfig(path string) (*Config, error) {
-	data, err := config.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("envoy: %w", err)
-	}
-	return ParseConfig(path, data)
 }
 
 // ParseConfig parses one envoyproxy/ratelimit YAML document; path names
@@ -120,22 +124,7 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 	if err := errors.Join(p.errs...); err != nil {
 		return nil, err
 	}
-	return &Config{Domains: map[string]*Domain{d.Name: d}}, nil
-}
-
-// Merge combines configs of distinct domains into one; a domain defined
-// twice is an error.
-func Merge(cfgs ...*Config) (*Config, error) {
-	out := &Config{Domains: map[string]*Domain{}}
-	for _, c := range cfgs {
-		for name, d := range c.Domains {
-			if _, dup := out.Domains[name]; dup {
-				return nil, fmt.Errorf("envoy: duplicate domain %q", name)
-			}
-			out.Domains[name] = d
-		}
-	}
-	return out, nil
+	return &Config{Domains: map[string]*Domain{d.Name: d}, Files: []string{path}}, nil
 }
 
 type parser struct {
@@ -208,7 +197,7 @@ func (p *parser) uint32(n *yaml.Node, name string) uint32 {
 
 func (p *parser) domain(n *yaml.Node) *Domain {
 	f := p.fields(n, "the config file", "domain", "descriptors")
-	d := &Domain{Name: p.str(f["domain"], "domain"), index: &node{}}
+	d := &Domain{Name: p.str(f["domain"], "domain"), index: &node{}, path: p.file}
 	if d.Name == "" {
 		p.errorf(n, "config file has no domain")
 	}
@@ -227,13 +216,15 @@ func (p *parser) descriptors(n *yaml.Node, parent string, idx *node) []*Descript
 	}
 	var out []*Descriptor
 	for _, c := range n.Content {
-		f := p.fields(c, "a descriptor", "key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric")
+		f := p.fields(c, "a descriptor", "key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode", "share_threshold", "detailed_metric", "value_to_metric")
 		if f == nil {
 			continue
 		}
 		d := &Descriptor{
 			Key: p.str(f["key"], "key"), Value: p.str(f["value"], "value"),
 			ShadowMode:     p.boolean(f["shadow_mode"], "shadow_mode"),
+			QuotaMode:      p.boolean(f["quota_mode"], "quota_mode"),
+			ShareThreshold: p.boolean(f["share_threshold"], "share_threshold"),
 			DetailedMetric: p.boolean(f["detailed_metric"], "detailed_metric"),
 			File:           p.file, Line: c.Line,
 		}
@@ -241,6 +232,9 @@ func (p *parser) descriptors(n *yaml.Node, parent string, idx *node) []*Descript
 		if d.Key == "" {
 			p.errorf(c, "descriptor has an empty key")
 			continue
+		}
+		if d.ShareThreshold && !strings.HasSuffix(d.Value, "*") {
+			p.errorf(f["share_threshold"], "share_threshold can only be used with a wildcard value (ending in '*'), but %q has value %q", d.Key, d.Value)
 		}
 		full := parent + "." + d.Key
 		if d.Value != "" {
@@ -250,6 +244,7 @@ func (p *parser) descriptors(n *yaml.Node, parent string, idx *node) []*Descript
 			d.RateLimit = p.rateLimit(rl, full)
 		}
 		child := &node{d: d}
+		d.n = child
 		if !idx.add(d, child) {
 			p.errorf(c, "duplicate descriptor %q", full)
 		}
@@ -290,17 +285,18 @@ func (idx *node) add(d *Descriptor, n *node) bool {
 }
 
 // lookup finds the child for one request entry: an exact value first,
-// then the first value prefix ("foo*"), then the key with no value.
-func (idx *node) lookup(key, value string) *node {
+// then the first value prefix ("foo*") in file order, then the key with no
+// value. prefix tells whether a value prefix matched.
+func (idx *node) lookup(key, value string) (n *node, prefix bool) {
 	if n := idx.exact[key+"\x00"+value]; n != nil {
-		return n
+		return n, false
 	}
 	for _, pn := range idx.prefix {
 		if pn.key == key && strings.HasPrefix(value, pn.prefix) {
-			return pn.n
+			return pn.n, true
 		}
 	}
-	return idx.wildcard[key]
+	return idx.wildcard[key], false
 }
 
 // unit is one of envoyproxy/ratelimit's units: its name in a config file,
@@ -312,15 +308,22 @@ type unit struct {
 	override typev3.RateLimitUnit                   // in a limit override; UNKNOWN: none
 }
 
-// units lists envoyproxy/ratelimit's units. month and year, whose length
-// varies, are not supported.
+// units lists the units of envoyproxy/ratelimit, every unit its protocol
+// has, with the lengths it gives them: a month is 30 days and a year 365,
+// and windows are aligned to the Unix epoch, so that a day starts at
+// midnight UTC and a month every 30 days from 1970-01-01.
 var units = [...]unit{
 	{"second", time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND, typev3.RateLimitUnit_SECOND},
 	{"minute", time.Minute, rlsv3.RateLimitResponse_RateLimit_MINUTE, typev3.RateLimitUnit_MINUTE},
 	{"hour", time.Hour, rlsv3.RateLimitResponse_RateLimit_HOUR, typev3.RateLimitUnit_HOUR},
 	{"day", 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_DAY, typev3.RateLimitUnit_DAY},
 	{"week", 7 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_WEEK, typev3.RateLimitUnit_UNKNOWN},
+	{"month", 30 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_MONTH, typev3.RateLimitUnit_MONTH},
+	{"year", 365 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_YEAR, typev3.RateLimitUnit_YEAR},
 }
+
+// unitNames is the list of units, for errors.
+const unitNames = "second, minute, hour, day, week, month or year"
 
 // unitNamed returns the unit a config file calls name.
 func unitNamed(name string) (unit, bool) {
@@ -375,6 +378,9 @@ func (p *parser) rateLimit(n *yaml.Node, full string) *RateLimit {
 				if name == "" {
 					p.errorf(e, "replaces entry has no name")
 				}
+				if name != "" && name == rl.Name {
+					p.errorf(e, "rate limit %q replaces itself: it would never be enforced", name)
+				}
 				rl.Replaces = append(rl.Replaces, name)
 				p.replaces = true
 			}
@@ -387,19 +393,22 @@ func (p *parser) rateLimit(n *yaml.Node, full string) *RateLimit {
 		}
 		rl.Algorithm = alg
 	}
+	u, ok := unitNamed(rl.Unit)
 	if rl.Unlimited {
-		if f["unit"] != nil || f["requests_per_unit"] != nil {
-			p.errorf(n, "an unlimited rate_limit must not set unit or requests_per_unit")
+		// As in envoyproxy/ratelimit: a unit it knows is a mistake, and
+		// anything else (requests_per_unit, a unit it does not know) is
+		// ignored.
+		if ok {
+			p.errorf(f["unit"], "an unlimited rate_limit must not set a unit")
 		}
 		return rl
 	}
-	u, ok := unitNamed(rl.Unit)
 	if !ok {
 		at := n
 		if f["unit"] != nil {
 			at = f["unit"]
 		}
-		p.errorf(at, "invalid rate limit unit %q (second, minute, hour, day or week)", rl.Unit)
+		p.errorf(at, "invalid rate limit unit %q (%s)", rl.Unit, unitNames)
 		return rl
 	}
 	rl.current = u.current
@@ -435,20 +444,87 @@ func limitName(s string) string {
 // rate_limit, matches nothing.
 func (c *Config) Match(domain string, entries []Entry) *Descriptor {
 	d := c.Domains[domain]
-	if d == nil || len(entries) == 0 {
+	if d == nil {
 		return nil
 	}
-	idx := d.index
-	for _, e := range entries {
-		idx = idx.lookup(e.Key, e.Value)
-		if idx == nil {
-			return nil
+	n, _ := d.resolve(entries)
+	return n
+}
+
+// resolve returns the node whose rate limit applies to entries (see
+// Match), or nil, and the entries its count is kept under: entries
+// themselves, except that an entry matched by a value prefix whose node
+// has share_threshold is kept under the pattern ("files/*"), so that
+// every value it matches shares one count.
+func (d *Domain) resolve(entries []Entry) (*Descriptor, []Entry) {
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	idx, key, cloned := d.index, entries, false
+	for i, e := range entries {
+		n, prefix := idx.lookup(e.Key, e.Value)
+		if n == nil {
+			return nil, nil
 		}
+		if prefix && n.d.ShareThreshold {
+			if !cloned {
+				key, cloned = slices.Clone(entries), true
+			}
+			key[i].Value = n.d.Value
+		}
+		idx = n
 	}
 	if idx.d.RateLimit == nil {
-		return nil
+		return nil, nil
 	}
-	return idx.d
+	return idx.d, key
+}
+
+// A Path is one configured rate limit: its domain and the descriptors
+// from the tree's top down to the node that holds it.
+type Path struct {
+	// Domain is the domain the limit belongs to.
+	Domain string
+	// Nodes are the descriptors a request's entries match, one per entry;
+	// the last holds the RateLimit.
+	Nodes []*Descriptor
+}
+
+// Node returns the descriptor that holds the path's rate limit.
+func (p Path) Node() *Descriptor { return p.Nodes[len(p.Nodes)-1] }
+
+// String writes the entries the path matches: "key=value" for an exact
+// value, "key=prefix*" for a value prefix, "key" for any value, joined by
+// ", ".
+func (p Path) String() string {
+	parts := make([]string, len(p.Nodes))
+	for i, d := range p.Nodes {
+		parts[i] = d.Key
+		if d.Value != "" {
+			parts[i] += "=" + d.Value
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Limits returns every rate limit of c, by domain in name order and, in
+// a domain, in file order (a node before its children).
+func (c *Config) Limits() []Path {
+	var out []Path
+	var walk func(domain string, above []*Descriptor, ds []*Descriptor)
+	walk = func(domain string, above []*Descriptor, ds []*Descriptor) {
+		for _, d := range ds {
+			nodes := append(append([]*Descriptor(nil), above...), d)
+			if d.RateLimit != nil {
+				out = append(out, Path{Domain: domain, Nodes: nodes})
+			}
+			walk(domain, nodes, d.Descriptors)
+		}
+	}
+	for _, name := range sortedDomains(c) {
+		walk(name, nil, c.Domains[name].Descriptors)
+	}
+	return out
 }
 
 // Entry is one key/value pair of a request descriptor.

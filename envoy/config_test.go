@@ -25,7 +25,7 @@ func mustLoad(t *testing.T, files ...string) *Config {
 		}
 		cfgs = append(cfgs, c)
 	}
-	c, err := Merge(cfgs...)
+	c, err := Merge(cfgs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestParseErrors(t *testing.T) {
 		{"descriptors: []\n", `f.yaml:1: config file has no domain`},
 		{"domain: d\nextra: 1\n", `f.yaml:2: unknown field "extra" in the config file`},
 		{"domain: d\ndescriptors:\n  - key: a\n  - key: a\n", `f.yaml:4: duplicate descriptor "d.a"`},
-		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unlimited: true\n      unit: second\n", `f.yaml:5: an unlimited rate_limit must not set unit`},
+		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unlimited: true\n      unit: second\n", `f.yaml:6: an unlimited rate_limit must not set a unit`},
 		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      algorithm: leaky\n", `f.yaml:7: invalid limit: algorithm "leaky"`},
 		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 20000\n      algorithm: sliding_log\n", `f.yaml:5: invalid limit (d.a: sliding_log`},
 		{"domain: d\ndescriptors:\n  - key: a\n    shadow_mode: maybe\n", `f.yaml:4: shadow_mode must be true or false`},
@@ -109,7 +109,7 @@ func TestParseErrors(t *testing.T) {
 		t.Error("missing file: no error")
 	}
 	a, b := mustLoad(t, "database.yaml"), mustLoad(t, "database.yaml")
-	if _, err := Merge(a, b); err == nil {
+	if _, err := Merge([]*Config{a, b}); err == nil {
 		t.Error("Merge of a duplicate domain: no error")
 	}
 }
@@ -149,6 +149,8 @@ func TestUnits(t *testing.T) {
 		{"hour", time.Hour, rlsv3.RateLimitResponse_RateLimit_HOUR, typev3.RateLimitUnit_HOUR},
 		{"day", 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_DAY, typev3.RateLimitUnit_DAY},
 		{"week", 7 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_WEEK, typev3.RateLimitUnit_UNKNOWN},
+		{"month", 30 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_MONTH, typev3.RateLimitUnit_MONTH},
+		{"year", 365 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_YEAR, typev3.RateLimitUnit_YEAR},
 	} {
 		u, ok := unitNamed(tt.name)
 		if !ok || u.period != tt.period || u.current != tt.current || u.override != tt.override {
@@ -161,7 +163,7 @@ func TestUnits(t *testing.T) {
 			t.Errorf("unitOfOverride(%v) = %+v, %v", tt.override, u, ok)
 		}
 	}
-	for _, name := range []string{"month", "year", "Second", ""} {
+	for _, name := range []string{"fortnight", "Second", ""} {
 		if _, ok := unitNamed(name); ok {
 			t.Errorf("unitNamed(%q) found a unit", name)
 		}
@@ -169,10 +171,8 @@ func TestUnits(t *testing.T) {
 	if _, ok := unitOfPeriod(90 * time.Second); ok {
 		t.Error("unitOfPeriod(90s) found a unit")
 	}
-	for _, o := range []typev3.RateLimitUnit{typev3.RateLimitUnit_MONTH, typev3.RateLimitUnit_YEAR} {
-		if _, ok := unitOfOverride(o); ok {
-			t.Errorf("unitOfOverride(%v) found a unit", o)
-		}
+	if _, ok := unitOfOverride(typev3.RateLimitUnit(99)); ok {
+		t.Error("unitOfOverride(99) found a unit")
 	}
 }
 

@@ -83,11 +83,11 @@ func FuzzDescriptors(f *testing.F) {
 		}
 		cfgs = append(cfgs, c)
 	}
-	cfg, err := Merge(cfgs...)
+	cfg, err := Merge(cfgs)
 	if err != nil {
 		f.Fatal(err)
 	}
-	files := NewService(lim, cfg, WithResponseHeaders())
+	files := NewService(lim, cfg, WithHeaders(HeadersIETF))
 	f.Fuzz(func(t *testing.T, wire []byte) {
 		var req rlsv3.RateLimitRequest
 		if proto.Unmarshal(wire, &req) != nil {

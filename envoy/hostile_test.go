@@ -72,7 +72,7 @@ rules:
 			}
 			check(t, "RulesService", resp, false) // it adds no headers at all
 
-			svc := NewService(lim, mustLoad(t, "edge.yaml"), WithResponseHeaders())
+			svc := NewService(lim, mustLoad(t, "edge.yaml"), WithHeaders(HeadersIETF))
 			fx = &fixture{client: serve(t, svc)}
 			resp, err = fx.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge_proxy_per_ip", Descriptors: []*commonv3.RateLimitDescriptor{desc("remote_address", "192.168.1.1")}})
 			if err != nil {

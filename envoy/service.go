@@ -3,10 +3,13 @@ package envoy
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,15 +48,33 @@ func checkDescriptors(n int) error {
 }
 
 // Service implements Envoy's rate limit service (envoy.service.ratelimit.v3)
-// over a sluice.Limiter. It is safe for concurrent use.
+// over a sluice.Limiter, answering as envoyproxy/ratelimit does under the
+// same configuration (see the package documentation for where it
+// differs). It is safe for concurrent use.
 type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	lim     *sluice.Limiter
-	cfg     atomic.Pointer[Config]
-	headers bool
+	cfg     atomic.Pointer[generation]
+	headers HeaderMode
+	names   [3]string // HeadersRateLimit's field names: limit, remaining, reset
 	now     func() time.Time
 	obs     policy.Observer
+	unknown func(domain string)
+	log     *slog.Logger
 }
+
+// generation is a configuration and the unknown domains logged under it.
+type generation struct {
+	cfg    *Config
+	mu     sync.Mutex
+	logged map[string]bool
+}
+
+// maxLoggedDomains bounds the unknown domains a generation logs by name.
+const maxLoggedDomains = 100
+
+// ServiceOption configures a Service.
+type ServiceOption func(*Service)
 
 // WithObserver registers f to be told of every counted decision: a label
 // for the limit, its result, and whether the descriptor is in shadow mode
@@ -66,18 +87,87 @@ func WithObserver(f policy.Observer) ServiceOption {
 	return func(s *Service) { s.obs = f }
 }
 
-// ServiceOption configures a Service.
-type ServiceOption func(*Service)
+// WithUnknownDomain registers f to be told of every request for a domain
+// the configuration does not have (for metrics). Such a request is
+// answered OK, as envoyproxy/ratelimit answers it.
+func WithUnknownDomain(f func(domain string)) ServiceOption {
+	return func(s *Service) { s.unknown = f }
+}
 
-// WithResponseHeaders makes the Service ask Envoy to add the IETF draft's
-// RateLimit-Policy and RateLimit fields (as package httplimit writes them)
-// to the response, one list item per matched, limited descriptor.
-func WithResponseHeaders() ServiceOption { return func(s *Service) { s.headers = true } }
+// WithLogger sets where a Service logs a request for an unknown domain:
+// once per domain (for the first 100 domains) until the next Update.
+// The default is slog.Default().
+func WithLogger(l *slog.Logger) ServiceOption { return func(s *Service) { s.log = l } }
+
+// HeaderMode chooses the header fields a Service asks Envoy to add to the
+// response (response_headers_to_add).
+type HeaderMode int
+
+// The header modes, named by ParseHeaderMode's names.
+const (
+	// HeadersNone adds none, as envoyproxy/ratelimit by default.
+	HeadersNone HeaderMode = iota
+	// HeadersRateLimit adds RateLimit-Limit, RateLimit-Remaining and
+	// RateLimit-Reset (seconds) of the most restrictive descriptor, as
+	// envoyproxy/ratelimit with LIMIT_RESPONSE_HEADERS_ENABLED=true: the
+	// last one over the limit, else the one with the least remaining.
+	// WithHeaderNames renames them, as its LIMIT_*_HEADER settings do.
+	HeadersRateLimit
+	// HeadersIETF adds the IETF draft's RateLimit-Policy and RateLimit,
+	// as package httplimit writes them: one distinctly named item per
+	// counted descriptor.
+	HeadersIETF
+)
+
+var headerModeNames = [...]string{"none", "ratelimit", "ietf"}
+
+// HeaderModes lists the names ParseHeaderMode accepts, for help texts.
+const HeaderModes = "none, ratelimit or ietf"
+
+// ParseHeaderMode returns the HeaderMode named s: "none", "ratelimit" or
+// "ietf".
+func ParseHeaderMode(s string) (HeaderMode, error) {
+	for i, name := range headerModeNames {
+		if s == name {
+			return HeaderMode(i), nil
+		}
+	}
+	return 0, fmt.Errorf("envoy: header mode %q is not one of %s", s, HeaderModes)
+}
+
+// String returns the mode's name as ParseHeaderMode accepts it.
+func (m HeaderMode) String() string {
+	if m < 0 || int(m) >= len(headerModeNames) {
+		return "HeaderMode(" + strconv.Itoa(int(m)) + ")"
+	}
+	return headerModeNames[m]
+}
+
+// WithHeaders makes the Service add the header fields of mode to every
+// response with a limited descriptor.
+func WithHeaders(mode HeaderMode) ServiceOption { return func(s *Service) { s.headers = mode } }
+
+// DefaultHeaderNames are HeadersRateLimit's field names, as
+// envoyproxy/ratelimit's LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER and
+// LIMIT_RESET_HEADER default to them.
+var DefaultHeaderNames = [3]string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"}
+
+// WithHeaderNames renames HeadersRateLimit's fields; an empty name keeps
+// the default.
+func WithHeaderNames(limit, remaining, reset string) ServiceOption {
+	return func(s *Service) {
+		for i, n := range []string{limit, remaining, reset} {
+			if n != "" {
+				s.names[i] = n
+			}
+		}
+	}
+}
 
 // NewService returns a Service deciding with lim under cfg.
 func NewService(lim *sluice.Limiter, cfg *Config, opts ...ServiceOption) *Service {
-	s := &Service{lim: lim, now: time.Now, obs: func(string, policy.Outcome) {}}
-	s.cfg.Store(cfg)
+	s := &Service{lim: lim, now: time.Now, obs: func(string, policy.Outcome) {}, unknown: func(string) {}, log: slog.Default(), names: DefaultHeaderNames}
+	s.Update(cfg)
 	for _, o := range opts {
 		o(s)
 	}
@@ -86,7 +176,7 @@ func NewService(lim *sluice.Limiter, cfg *Config, opts ...ServiceOption) *Servic
 
 // Update replaces the configuration atomically; requests in flight finish
 // under the one they started with.
-func (s *Service) Update(cfg *Config) { s.cfg.Store(cfg) }
+func (s *Service) Update(cfg *Config) { s.cfg.Store(&generation{cfg: cfg}) }
 
 // Register registers s on g.
 func Register(g *grpc.Server, s rlsv3.RateLimitServiceServer) {
@@ -95,36 +185,41 @@ func Register(g *grpc.Server, s rlsv3.RateLimitServiceServer) {
 
 // ShouldRateLimit decides every descriptor of req in order.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	cfg := s.cfg.Load()
-	switch {
-	case req.GetDomain() == "":
+	if req.GetDomain() == "" {
 		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
-	case cfg == nil || cfg.Domains[req.GetDomain()] == nil:
-		return nil, status.Errorf(codes.InvalidArgument, "unknown rate limit domain %q", req.GetDomain())
 	}
 	if err := checkDescriptors(len(req.GetDescriptors())); err != nil {
 		return nil, err
+	}
+	gen := s.cfg.Load()
+	var dom *Domain
+	if gen.cfg != nil {
+		dom = gen.cfg.Domains[req.GetDomain()]
+	}
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.GetDescriptors()))}
+	if dom == nil {
+		// As in envoyproxy/ratelimit: nothing limits an unknown domain,
+		// so that Envoy ahead of its rate limit configuration (or asking
+		// for another team's domain) is not refused under
+		// failure_mode_deny.
+		s.unknownDomain(gen, req.GetDomain())
+		for i := range resp.Statuses {
+			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		}
+		return resp, nil
 	}
 	// Each descriptor is matched once, before any is decided: a matched
 	// limit that names others in replaces turns them off for this request,
 	// as in envoyproxy/ratelimit.
 	ms := make([]match, len(req.GetDescriptors()))
 	for i, d := range req.GetDescriptors() {
-		if len(d.GetEntries()) == 0 {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has no entries", i)
-		}
-		for j, e := range d.GetEntries() {
-			if e.GetKey() == "" {
-				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d entry %d has an empty key", i, j)
-			}
-		}
 		ms[i].entries = entriesOf(d)
 		if d.GetLimit() == nil {
-			ms[i].node = cfg.Match(req.GetDomain(), ms[i].entries)
+			ms[i].node, ms[i].key = dom.resolve(ms[i].entries)
 		}
 	}
 	var replaced map[string]bool
-	if cfg.Domains[req.GetDomain()].replaces {
+	if dom.replaces {
 		replaced = map[string]bool{}
 		for _, m := range ms {
 			if m.node != nil {
@@ -134,24 +229,51 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			}
 		}
 	}
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
-	var limits []sluice.Limit
-	var results []sluice.Result
+	var (
+		limits  []sluice.Limit // for HeadersIETF
+		results []sluice.Result
+		// For HeadersRateLimit, as envoyproxy/ratelimit picks it: the
+		// last descriptor over the limit, else the first with the least
+		// remaining.
+		tightest     *rlsv3.RateLimitResponse_DescriptorStatus
+		minRemaining uint32 = math.MaxUint32
+	)
 	for i, d := range req.GetDescriptors() {
-		st, lim, res, err := s.decide(ctx, req, d, ms[i], replaced)
+		v, err := s.decide(ctx, req, d, ms[i], replaced)
 		if err != nil {
 			return nil, err
 		}
-		resp.Statuses = append(resp.Statuses, st)
-		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
-			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		st := v.status
+		if st.CurrentLimit != nil && st.LimitRemaining < minRemaining {
+			tightest, minRemaining = st, st.LimitRemaining
 		}
-		if lim != nil {
-			limits = append(limits, *lim)
-			results = append(results, res)
+		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+			if v.quota {
+				// Reported, not enforced: OK with the limit and what is
+				// left of it, as envoyproxy/ratelimit's quota_mode.
+				st = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: st.CurrentLimit, LimitRemaining: st.LimitRemaining}
+			} else {
+				resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+				if st.CurrentLimit != nil {
+					tightest, minRemaining = st, 0
+				}
+			}
+		}
+		resp.Statuses[i] = st
+		if v.limit != nil {
+			limits = append(limits, *v.limit)
+			results = append(results, v.result)
 		}
 	}
-	if s.headers && len(limits) > 0 {
+	switch {
+	case s.headers == HeadersRateLimit && tightest != nil:
+		c := tightest.CurrentLimit
+		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
+			{Key: s.names[0], Value: strconv.FormatUint(uint64(c.RequestsPerUnit), 10)},
+			{Key: s.names[1], Value: strconv.FormatUint(uint64(tightest.LimitRemaining), 10)},
+			{Key: s.names[2], Value: strconv.FormatInt(tightest.GetDurationUntilReset().GetSeconds(), 10)},
+		}
+	case s.headers == HeadersIETF && len(limits) > 0:
 		h := http.Header{}
 		httplimit.SetHeaders(h, httplimit.HeadersIETF, limits, results, -1, s.now(), nil)
 		for _, k := range []string{"RateLimit-Policy", "RateLimit"} {
@@ -161,76 +283,103 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	return resp, nil
 }
 
-// match is a request descriptor's entries and the configured node they
-// match (nil for none, and for a limit override).
+// unknownDomain reports a request for a domain gen does not have, and
+// logs the domain the first time gen sees it.
+func (s *Service) unknownDomain(gen *generation, domain string) {
+	s.unknown(domain)
+	gen.mu.Lock()
+	first := !gen.logged[domain] && len(gen.logged) < maxLoggedDomains
+	if first {
+		if gen.logged == nil {
+			gen.logged = map[string]bool{}
+		}
+		gen.logged[domain] = true
+	}
+	gen.mu.Unlock()
+	if first {
+		s.log.Warn("request for a domain the rate limit configuration does not have; answered OK", "domain", domain)
+	}
+}
+
+// match is a request descriptor's entries, the configured node they
+// match (nil for none, and for a limit override) and the entries its
+// count is kept under (a share_threshold entry's value is its pattern).
 type match struct {
 	entries []Entry
 	node    *Descriptor
+	key     []Entry
 }
 
-// decide returns the status of descriptor d, matched as m, and, when a
-// counted limit applied, the limit and its result.
-func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor, m match, replaced map[string]bool) (*rlsv3.RateLimitResponse_DescriptorStatus, *sluice.Limit, sluice.Result, error) {
-	ok := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-	entries := m.entries
+// verdict is one descriptor's answer: its status before quota mode
+// turns it OK, whether the node is in quota mode, and, when a limit
+// counted the request and its numbers are real, the limit and its result.
+type verdict struct {
+	status *rlsv3.RateLimitResponse_DescriptorStatus
+	quota  bool
+	limit  *sluice.Limit
+	result sluice.Result
+}
+
+// decide returns the verdict on descriptor d, matched as m.
+func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor, m match, replaced map[string]bool) (verdict, error) {
+	ok := verdict{status: &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}}
 	var (
 		lim    sluice.Limit
 		rl     *RateLimit
 		shadow bool
 		label  string // for the observer: bounded, unlike an override's name
+		key    = m.key
 	)
 	if o := d.GetLimit(); o != nil {
 		u, good := unitOfOverride(o.GetUnit())
 		if !good {
-			return nil, nil, sluice.Result{}, status.Errorf(codes.InvalidArgument, "limit override unit %s is not supported", o.GetUnit())
+			return verdict{}, status.Errorf(codes.InvalidArgument, "limit override unit %s is not supported", o.GetUnit())
 		}
 		period := u.period
 		if m := o.GetUnitMultiplier().GetValue(); m > 1 {
 			period *= time.Duration(m)
 		}
 		rl = &RateLimit{Unit: u.name, RequestsPerUnit: o.GetRequestsPerUnit(), UnitMultiplier: o.GetUnitMultiplier().GetValue(), current: u.current}
-		lim = sluice.Limit{Algorithm: sluice.FixedWindow, Limit: int(o.GetRequestsPerUnit()), Period: period, Name: limitName("override." + req.GetDomain() + "." + entryPath(entries))}
-		label = limitName("override." + req.GetDomain())
+		lim = sluice.Limit{Algorithm: sluice.FixedWindow, Limit: int(o.GetRequestsPerUnit()), Period: period, Name: limitName("override." + req.GetDomain() + "." + entryPath(m.entries))}
+		label, key = limitName("override."+req.GetDomain()), m.entries
 		if o.GetRequestsPerUnit() > 0 {
 			if err := lim.Validate(); err != nil {
-				return nil, nil, sluice.Result{}, status.Errorf(codes.InvalidArgument, "limit override: %v", err)
+				return verdict{}, status.Errorf(codes.InvalidArgument, "limit override: %v", err)
 			}
 		}
 	} else {
 		if m.node == nil {
-			return ok, nil, sluice.Result{}, nil
+			return ok, nil
 		}
 		rl, shadow = m.node.RateLimit, m.node.ShadowMode
-		if rl.Name != "" && replaced[rl.Name] {
-			return ok, nil, sluice.Result{}, nil // replaced: neither decided nor counted
-		}
 		if rl.Unlimited {
-			ok.LimitRemaining = math.MaxUint32
-			return ok, nil, sluice.Result{}, nil
+			// Before replaces, as in envoyproxy/ratelimit: an unlimited
+			// limit is never replaced.
+			ok.status.LimitRemaining = math.MaxUint32
+			return ok, nil
+		}
+		if rl.Name != "" && replaced[rl.Name] {
+			return ok, nil // replaced: neither decided nor counted
 		}
 		lim, label = rl.Limit, rl.Limit.Name
+		ok.quota = m.node.QuotaMode
 	}
-	cost := int(req.GetHitsAddend())
-	if h := d.GetHitsAddend().GetValue(); h > 0 {
-		cost = int(min(h, math.MaxInt32))
-	}
-	if cost == 0 {
-		cost = 1
-	}
-	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: currentLimit(rl, lim.Name)}
+	cost := costOf(req, d)
+	v := verdict{quota: ok.quota, status: &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: currentLimit(rl)}}
 	var res sluice.Result
 	if lim.Limit == 0 {
-		// requests_per_unit: 0 blocks every request.
-		res = sluice.Result{Limit: 0, ResetAfter: lim.Period, RetryAfter: lim.Period}
+		// requests_per_unit: 0 blocks every request; a check of cost 0
+		// passes, with nothing remaining, as in envoyproxy/ratelimit.
+		res = sluice.Result{Allowed: cost == 0, ResetAfter: lim.Period, RetryAfter: lim.Period}
 	} else {
 		n := cost
 		if cost > lim.Capacity() {
 			n = 0 // could never be admitted: report the state, over the limit
 		}
 		var err error
-		res, err = s.lim.AllowN(ctx, storageKey(req.GetDomain(), entries), lim, n)
+		res, err = s.lim.AllowN(ctx, storageKey(req.GetDomain(), key), lim, n)
 		if err != nil {
-			return nil, nil, res, storeError(err)
+			return verdict{}, storeError(err)
 		}
 		if n != cost {
 			res.Allowed = false
@@ -238,17 +387,41 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, d *co
 		s.obs(label, policy.OutcomeOf(sluice.MultiResult{Result: res, Results: []sluice.Result{res}}, shadow))
 	}
 	if !res.Allowed && !shadow {
-		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		v.status.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	if res.Degraded.MadeUp() {
 		// Only the code: from a current_limit Envoy would write
 		// X-RateLimit headers with a remaining of 0.
-		st.CurrentLimit = nil
-		return st, nil, res, nil
+		v.status.CurrentLimit = nil
+		return v, nil
 	}
-	st.LimitRemaining = uint32(min(max(int64(res.Remaining), 0), math.MaxUint32))
-	st.DurationUntilReset = durationpb.New(res.ResetAfter)
-	return st, &lim, res, nil
+	v.status.LimitRemaining = uint32(min(max(int64(res.Remaining), 0), math.MaxUint32))
+	v.status.DurationUntilReset = &durationpb.Duration{Seconds: s.resetSeconds(lim, res)}
+	if lim.Limit > 0 {
+		v.limit, v.result = &lim, res
+	}
+	return v, nil
+}
+
+// costOf returns what descriptor d of req spends, as envoyproxy/ratelimit
+// counts it: the descriptor's own hits_addend when it is set, 0 included
+// (a check that spends nothing), else the request's, where 0 means 1.
+func costOf(req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor) int {
+	if h := d.GetHitsAddend(); h != nil {
+		return int(min(h.GetValue(), math.MaxInt32))
+	}
+	return int(min(max(uint64(req.GetHitsAddend()), 1), math.MaxInt32))
+}
+
+// resetSeconds is a result's duration_until_reset in whole seconds,
+// rounded up, as envoyproxy/ratelimit reports it. A fixed window that
+// nothing has counted in yet resets at the end of the current window.
+func (s *Service) resetSeconds(l sluice.Limit, r sluice.Result) int64 {
+	d := r.ResetAfter
+	if d <= 0 && (l.Algorithm == sluice.FixedWindow || l.Limit == 0) && l.Period > 0 {
+		d = l.Period - time.Duration(s.now().UnixNano()%int64(l.Period))
+	}
+	return int64((d + time.Second - 1) / time.Second)
 }
 
 // storeError maps an error of the Limiter to a gRPC status: Canceled when
@@ -261,13 +434,10 @@ func storeError(err error) error {
 	return status.Errorf(codes.Unavailable, "rate limit store: %v", err)
 }
 
-// currentLimit reports rl to Envoy, named by its rate_limit name if it has
-// one, else by the sluice Limit name.
-func currentLimit(rl *RateLimit, name string) *rlsv3.RateLimitResponse_RateLimit {
-	if rl.Name != "" {
-		name = rl.Name
-	}
-	c := &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: rl.RequestsPerUnit, Unit: rl.current}
+// currentLimit reports rl to Envoy: named only when the file names it,
+// as envoyproxy/ratelimit reports it.
+func currentLimit(rl *RateLimit) *rlsv3.RateLimitResponse_RateLimit {
+	c := &rlsv3.RateLimitResponse_RateLimit{Name: rl.Name, RequestsPerUnit: rl.RequestsPerUnit, Unit: rl.current}
 	if rl.UnitMultiplier > 1 {
 		c.UnitMultiplier = wrapperspb.UInt32(rl.UnitMultiplier)
 	}

@@ -103,7 +103,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		g = df.limits.grpcServer(log)
 		if ecfg != nil {
-			svc := envoy.NewService(back.Limiter, ecfg, envoy.WithResponseHeaders(), envoy.WithObserver(m.Decision))
+			svc := envoy.NewService(back.Limiter, ecfg, envoy.WithHeaders(envoy.HeadersIETF), envoy.WithObserver(m.Decision))
 			envoy.Register(g, svc)
 			watchEnvoyConfig(ctx, *path, loaded, *df.reloadEvery, hup, svc.Update, m.Reload, log)
 		} else {
