@@ -98,7 +98,7 @@ type RateLimit struct {
 
 // node is the lookup index of a descriptor level.
 type node struct {
-	d        *Descriptor // nil at a domain's root
+	d        *Descriptor      // nil at a domain's root
 	exact    map[string]*node // key + "\x00" + value
 	prefix   []prefixNode     // values ending in '*', in file order
 	wildcard map[string]*node // key with no value

@@ -1,14 +1,14 @@
 // Package envoy serves Envoy's rate limit service protocol
 // (envoy.service.ratelimit.v3, ShouldRateLimit over gRPC) in two ways:
 // Service from a sluice.Limiter, configured by files written for
-// envoyproxy/ratelimit, unchanged; and RulesService, a door over a
-// policy.Engine that decides descriptors under the rules of a sluice
-// policy file, sharing their counts with the other doors (see "Sluice
-// rules" below).
+// envoyproxy/ratelimit and answering as it does; and RulesService, a door
+// over a policy.Engine that decides descriptors under the rules of a
+// sluice policy file, sharing their counts with the other doors (see
+// "Sluice rules" below).
 //
-//	cfg, err := envoy.LoadConfig("ratelimit.yaml")
+//	cfg, err := envoy.LoadConfig("/srv/runtime_data/current/ratelimit/config") // a file or a directory
 //	...
-//	svc := envoy.NewService(limiter, cfg, envoy.WithResponseHeaders(), envoy.WithObserver(m.Decision))
+//	svc := envoy.NewService(limiter, cfg, envoy.WithObserver(m.Decision))
 //	g := grpc.NewServer()
 //	envoy.Register(g, svc)
 //	...
@@ -37,36 +37,47 @@
 //	      requests_per_unit: 100
 //	      algorithm: sliding_window   # sluice's extension
 //
-// Every field envoyproxy/ratelimit reads is accepted; any other field is an
-// error naming file:line, as are a missing domain or key, a duplicate
-// descriptor, an unknown unit and a limit sluice cannot enforce. Merge
-// combines files of distinct domains (a directory of files is left to the
-// caller). The mapping:
+// LoadConfig reads one file or a directory of them (envoyproxy/ratelimit's
+// RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY; see ConfigFiles
+// for which files), each domain defined once unless MergeDomains is given.
+// Every field envoyproxy/ratelimit reads is accepted where it reads it; any
+// other field, or one in the wrong place, is an error naming file:line, as
+// are a missing domain or key, a duplicate descriptor, an unknown unit, a
+// limit that replaces itself, share_threshold on a value that is not a
+// wildcard, and a limit sluice cannot enforce. The mapping:
 //
-//   - unit: second, minute, hour, day and week become a Period of 1s, 1m,
-//     1h, 24h and 168h, multiplied by unit_multiplier when it is above 1.
-//     month and year, whose length varies, are rejected.
+//   - unit: second, minute, hour, day, week, month and year become a
+//     Period of 1s, 1m, 1h, 24h, 168h, 720h (30 days) and 8760h (365
+//     days), as envoyproxy/ratelimit counts them, multiplied by
+//     unit_multiplier (sluice's extension) when it is above 1.
 //   - requests_per_unit becomes Limit.Limit. 0 blocks every request
 //     (OVER_LIMIT, nothing counted), as in envoyproxy/ratelimit.
-//   - algorithm (inside rate_limit, sluice only): fixed_window by default,
-//     which is what envoyproxy/ratelimit enforces, or token_bucket, gcra,
-//     sliding_window or sliding_log. For token_bucket and gcra the burst is
+//   - algorithm (inside rate_limit, sluice's extension): fixed_window by
+//     default, which is what envoyproxy/ratelimit enforces (windows
+//     aligned to the Unix epoch), or token_bucket, gcra, sliding_window or
+//     sliding_log. For token_bucket and gcra the burst is
 //     requests_per_unit.
 //   - Each limit is named "<domain>.<key>[_<value>].<key>[_<value>]..." for
 //     its path in the tree, with every byte outside [A-Za-z0-9-_.] replaced
-//     by '_' (the sluice.Limit Name rules). The rate_limit name, when given,
-//     is reported to Envoy as current_limit.name instead.
+//     by '_' (the sluice.Limit Name rules): the label metrics see. Envoy
+//     hears current_limit.name only when the rate_limit names it.
 //   - A descriptor with a key and no value matches any value of that key;
 //     its limit is counted per distinct value, because the store key is
 //     made of the request's entries. An exact value wins over a value
 //     prefix ("192.168.*", the first in file order), which wins over the
-//     key alone.
+//     key alone. With share_threshold: true on a prefix, every value it
+//     matches shares one count.
 //   - As in envoyproxy/ratelimit, a request descriptor gets a limit only
 //     from the node its last entry matches: a request shorter than the
 //     path to a limit, or longer than the tree, matches nothing.
 //   - unlimited: true admits without counting; the status is OK with no
-//     current_limit and limit_remaining 2^32-1.
+//     current_limit and limit_remaining 2^32-1. A unit it does not need is
+//     an error, requests_per_unit is ignored, as in envoyproxy/ratelimit.
 //   - shadow_mode: true decides and counts as usual but always reports OK.
+//   - quota_mode: true reports a limit exceeded without enforcing it: the
+//     status is OK with current_limit and limit_remaining 0 (and no
+//     duration_until_reset), and overall_code is not affected.
+//     (envoyproxy/ratelimit's dynamic metadata about it is not sent.)
 //   - detailed_metric and value_to_metric are accepted and ignored: this
 //     package keeps no per-descriptor statistics.
 //   - replaces: when a request's descriptors match a limit whose replaces
@@ -79,32 +90,47 @@
 // with Limiter.AllowN(ctx, key, limit, cost): the store key is the domain and
 // every entry of the request descriptor, length-prefixed so that distinct
 // descriptors never share a key. The cost is the descriptor's own
-// hits_addend when set and positive, else the request's hits_addend, where
-// 0 means 1; a cost above the limit's capacity is OVER_LIMIT without
-// consuming anything. A descriptor carrying a limit override (the "limit"
-// field Envoy may send) is enforced as a fixed window with those numbers,
-// whether or not the configuration has a matching node.
+// hits_addend when it is set, 0 included (a check that counts nothing),
+// else the request's hits_addend, where 0 means 1; a cost above the
+// limit's capacity is OVER_LIMIT without consuming anything. A descriptor
+// carrying a limit override (the "limit" field Envoy may send) is
+// enforced as a fixed window with those numbers, whether or not the
+// configuration has a matching node.
 //
-// A descriptor that matches nothing gets an OK status without
-// current_limit. Otherwise the status carries current_limit, limit_remaining
-// (Result.Remaining) and duration_until_reset (Result.ResetAfter), and is
-// OVER_LIMIT when the limit denied the request and the node is not in
-// shadow mode. overall_code is OVER_LIMIT if any status is.
+// A request for a domain the configuration does not have is answered OK,
+// one OK status per descriptor, as envoyproxy/ratelimit answers it (so
+// that Envoy ahead of its configuration is not refused under
+// failure_mode_deny); WithUnknownDomain counts such requests, and the
+// Service logs each such domain once per configuration. A descriptor that
+// matches nothing (no entries, say) gets an OK status without
+// current_limit. Otherwise the status carries current_limit (its name
+// only when the file names the limit), limit_remaining (Result.Remaining)
+// and duration_until_reset (Result.ResetAfter in whole seconds, rounded
+// up: for a fixed window, the end of the current window), and is
+// OVER_LIMIT when the limit denied the request and the node is in neither
+// shadow nor quota mode. overall_code is OVER_LIMIT if any status is.
 //
-// Differences from envoyproxy/ratelimit: descriptors are decided one by
-// one, so a descriptor admitted earlier in a request keeps its count even
-// when a later one is over the limit (as in Envoy's semantics, each
-// descriptor is independent; there is no all-or-nothing across them); and
-// a denied request consumes nothing, where envoyproxy/ratelimit's counters
-// also count requests over the limit. Quota responses, raw_body, dynamic
-// metadata and request_headers_to_add are never set.
+// Differences from envoyproxy/ratelimit: a denied request consumes
+// nothing, where envoyproxy/ratelimit's counters also count requests over
+// the limit, so a client that keeps sending over the limit is admitted
+// again as soon as the window allows, and limit_remaining of a denied
+// descriptor whose cost was above what remained says what remains; and
+// limit overrides keep counts of their own, apart from the configured
+// limit of the same descriptor. As in envoyproxy/ratelimit each
+// descriptor is independent: one admitted earlier in a request keeps its
+// count even when a later one is over the limit. Quota responses,
+// raw_body, dynamic metadata and request_headers_to_add are never set.
 //
-// With WithResponseHeaders, response_headers_to_add carries the IETF draft
-// fields RateLimit-Policy and RateLimit, one item per matched, counted
+// Response headers are off by default, as in envoyproxy/ratelimit.
+// WithHeaders(HeadersRateLimit) adds RateLimit-Limit, RateLimit-Remaining
+// and RateLimit-Reset of the most restrictive descriptor, as
+// envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED does (renamed with
+// WithHeaderNames); WithHeaders(HeadersIETF) adds the IETF draft's
+// RateLimit-Policy and RateLimit, one distinctly named item per counted
 // descriptor, in the format of package httplimit.
 //
-// Invalid requests — an empty or unknown domain, no descriptors or more
-// than MaxDescriptors (for RulesService too), a descriptor without entries or with an empty key, a limit override with an
+// Invalid requests — an empty domain, no descriptors or more than
+// MaxDescriptors (for RulesService too), a limit override with an
 // unsupported unit — fail with codes.InvalidArgument. A store failure the
 // Limiter's ErrorPolicy returns as an error fails with codes.Unavailable,
 // leaving the choice to Envoy's failure_mode_deny; a call that its caller

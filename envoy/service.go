@@ -369,8 +369,9 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, d *co
 	var res sluice.Result
 	if lim.Limit == 0 {
 		// requests_per_unit: 0 blocks every request; a check of cost 0
-		// passes, with nothing remaining, as in envoyproxy/ratelimit.
-		res = sluice.Result{Allowed: cost == 0, ResetAfter: lim.Period, RetryAfter: lim.Period}
+		// passes, with nothing remaining, as in envoyproxy/ratelimit. The
+		// window it reports is the unit's current one (resetSeconds).
+		res = sluice.Result{Allowed: cost == 0}
 	} else {
 		n := cost
 		if cost > lim.Capacity() {

@@ -49,6 +49,7 @@ func start(t *testing.T, opts ...ServiceOption) *fixture {
 	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 250e6, time.UTC)}
 	lim := sluice.New(memory.New(), sluice.WithClock(clk.Now))
 	svc := NewService(lim, mustLoad(t, "database.yaml", "messaging.yaml", "edge.yaml", "features.yaml"), opts...)
+	svc.now = clk.Now
 	return &fixture{client: serve(t, svc), svc: svc, clock: clk}
 }
 
