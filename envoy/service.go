@@ -183,7 +183,7 @@ func Register(g *grpc.Server, s rlsv3.RateLimitServiceServer) {
 	rlsv3.RegisterRateLimitServiceServer(g, s)
 }
 
-// ShouldRateLimit decides every descriptor of req in order.
+// ShouldRateLimit decides every descriptor of req, each on its own.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if req.GetDomain() == "" {
 		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
@@ -211,12 +211,18 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	// Each descriptor is matched once, before any is decided: a matched
 	// limit that names others in replaces turns them off for this request,
 	// as in envoyproxy/ratelimit.
+	// An invalid override fails the request before anything is counted.
 	ms := make([]match, len(req.GetDescriptors()))
 	for i, d := range req.GetDescriptors() {
 		ms[i].entries = entriesOf(d)
-		if d.GetLimit() == nil {
-			ms[i].node, ms[i].key = dom.resolve(ms[i].entries)
+		if o := d.GetLimit(); o != nil {
+			var err error
+			if ms[i].override, ms[i].limit, err = override(req.GetDomain(), o, ms[i].entries); err != nil {
+				return nil, err
+			}
+			continue
 		}
+		ms[i].node, ms[i].key = dom.resolve(ms[i].entries)
 	}
 	var replaced map[string]bool
 	if dom.replaces {
@@ -238,11 +244,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		tightest     *rlsv3.RateLimitResponse_DescriptorStatus
 		minRemaining uint32 = math.MaxUint32
 	)
-	for i, d := range req.GetDescriptors() {
-		v, err := s.decide(ctx, req, d, ms[i], replaced)
-		if err != nil {
-			return nil, err
-		}
+	vs, err := s.decideAll(ctx, req, ms, replaced)
+	if err != nil {
+		return nil, err
+	}
+	for i, v := range vs {
 		st := v.status
 		if st.CurrentLimit != nil && st.LimitRemaining < minRemaining {
 			tightest, minRemaining = st, st.LimitRemaining
@@ -283,6 +289,32 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	return resp, nil
 }
 
+// decideAll returns the verdict on every descriptor of req. Descriptors
+// are independent, so several are decided at once: a request of three
+// waits for the slowest store call, not for three in a row (on Redis,
+// they go out in one pipelined write).
+func (s *Service) decideAll(ctx context.Context, req *rlsv3.RateLimitRequest, ms []match, replaced map[string]bool) ([]verdict, error) {
+	ds := req.GetDescriptors()
+	vs := make([]verdict, len(ds))
+	if len(ds) == 1 {
+		v, err := s.decide(ctx, req, ds[0], ms[0], replaced)
+		vs[0] = v
+		return vs, err
+	}
+	errs := make([]error, len(ds))
+	var wg sync.WaitGroup
+	for i, d := range ds {
+		wg.Go(func() { vs[i], errs[i] = s.decide(ctx, req, d, ms[i], replaced) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return vs, nil
+}
+
 // unknownDomain reports a request for a domain gen does not have, and
 // logs the domain the first time gen sees it.
 func (s *Service) unknownDomain(gen *generation, domain string) {
@@ -303,11 +335,35 @@ func (s *Service) unknownDomain(gen *generation, domain string) {
 
 // match is a request descriptor's entries, the configured node they
 // match (nil for none, and for a limit override) and the entries its
-// count is kept under (a share_threshold entry's value is its pattern).
+// count is kept under (a share_threshold entry's value is its pattern),
+// or the limit override it carries.
 type match struct {
-	entries []Entry
-	node    *Descriptor
-	key     []Entry
+	entries  []Entry
+	node     *Descriptor
+	key      []Entry
+	override *RateLimit
+	limit    sluice.Limit // the override's
+}
+
+// override returns the limit override o of a descriptor with entries: a
+// fixed window of its numbers, or InvalidArgument.
+func override(domain string, o *commonv3.RateLimitDescriptor_RateLimitOverride, entries []Entry) (*RateLimit, sluice.Limit, error) {
+	u, good := unitOfOverride(o.GetUnit())
+	if !good {
+		return nil, sluice.Limit{}, status.Errorf(codes.InvalidArgument, "limit override unit %s is not supported", o.GetUnit())
+	}
+	period := u.period
+	if m := o.GetUnitMultiplier().GetValue(); m > 1 {
+		period *= time.Duration(m)
+	}
+	rl := &RateLimit{Unit: u.name, RequestsPerUnit: o.GetRequestsPerUnit(), UnitMultiplier: o.GetUnitMultiplier().GetValue(), current: u.current}
+	lim := sluice.Limit{Algorithm: sluice.FixedWindow, Limit: int(o.GetRequestsPerUnit()), Period: period, Name: limitName("override." + domain + "." + entryPath(entries))}
+	if o.GetRequestsPerUnit() > 0 {
+		if err := lim.Validate(); err != nil {
+			return nil, sluice.Limit{}, status.Errorf(codes.InvalidArgument, "limit override: %v", err)
+		}
+	}
+	return rl, lim, nil
 }
 
 // verdict is one descriptor's answer: its status before quota mode
@@ -327,26 +383,13 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, d *co
 		lim    sluice.Limit
 		rl     *RateLimit
 		shadow bool
+		quota  bool
 		label  string // for the observer: bounded, unlike an override's name
 		key    = m.key
 	)
-	if o := d.GetLimit(); o != nil {
-		u, good := unitOfOverride(o.GetUnit())
-		if !good {
-			return verdict{}, status.Errorf(codes.InvalidArgument, "limit override unit %s is not supported", o.GetUnit())
-		}
-		period := u.period
-		if m := o.GetUnitMultiplier().GetValue(); m > 1 {
-			period *= time.Duration(m)
-		}
-		rl = &RateLimit{Unit: u.name, RequestsPerUnit: o.GetRequestsPerUnit(), UnitMultiplier: o.GetUnitMultiplier().GetValue(), current: u.current}
-		lim = sluice.Limit{Algorithm: sluice.FixedWindow, Limit: int(o.GetRequestsPerUnit()), Period: period, Name: limitName("override." + req.GetDomain() + "." + entryPath(m.entries))}
+	if m.override != nil {
+		rl, lim = m.override, m.limit
 		label, key = limitName("override."+req.GetDomain()), m.entries
-		if o.GetRequestsPerUnit() > 0 {
-			if err := lim.Validate(); err != nil {
-				return verdict{}, status.Errorf(codes.InvalidArgument, "limit override: %v", err)
-			}
-		}
 	} else {
 		if m.node == nil {
 			return ok, nil
@@ -361,11 +404,10 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, d *co
 		if rl.Name != "" && replaced[rl.Name] {
 			return ok, nil // replaced: neither decided nor counted
 		}
-		lim, label = rl.Limit, rl.Limit.Name
-		ok.quota = m.node.QuotaMode
+		lim, label, quota = rl.Limit, rl.Limit.Name, m.node.QuotaMode
 	}
 	cost := costOf(req, d)
-	v := verdict{quota: ok.quota, status: &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: currentLimit(rl)}}
+	v := verdict{quota: quota, status: &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: currentLimit(rl)}}
 	var res sluice.Result
 	if lim.Limit == 0 {
 		// requests_per_unit: 0 blocks every request; a check of cost 0

@@ -346,6 +346,16 @@ func TestInvalidArgument(t *testing.T) {
 			t.Errorf("%v: got %v, want InvalidArgument %q", tc.req, err, tc.want)
 		}
 	}
+	// An invalid override fails the request before any descriptor counts.
+	bad := &commonv3.RateLimitDescriptor{Entries: desc("a", "b").Entries, Limit: &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}}
+	for range 5 {
+		if _, err := f.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "mongo_cps", Descriptors: []*commonv3.RateLimitDescriptor{desc("database", "default"), bad}}); status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("bad override: %v", err)
+		}
+	}
+	if r := f.call(t, "mongo_cps", 0, desc("database", "default")); r.Statuses[0].LimitRemaining != 2 {
+		t.Errorf("a refused request counted: %v", r)
+	}
 }
 
 func TestResponseHeaders(t *testing.T) {
