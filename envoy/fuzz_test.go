@@ -87,7 +87,7 @@ func FuzzDescriptors(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	files := NewService(lim, cfg, WithHeaders(HeadersIETF))
+	files := NewService(lim, cfg, WithHeaders(HeadersIETF), WithLogger(slog.New(slog.DiscardHandler)))
 	f.Fuzz(func(t *testing.T, wire []byte) {
 		var req rlsv3.RateLimitRequest
 		if proto.Unmarshal(wire, &req) != nil {

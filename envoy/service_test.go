@@ -2,8 +2,10 @@ package envoy
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -48,6 +50,7 @@ func start(t *testing.T, opts ...ServiceOption) *fixture {
 	t.Helper()
 	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 250e6, time.UTC)}
 	lim := sluice.New(memory.New(), sluice.WithClock(clk.Now))
+	opts = append([]ServiceOption{WithLogger(slog.New(slog.DiscardHandler))}, opts...)
 	svc := NewService(lim, mustLoad(t, "database.yaml", "messaging.yaml", "edge.yaml", "features.yaml"), opts...)
 	svc.now = clk.Now
 	return &fixture{client: serve(t, svc), svc: svc, clock: clk}
@@ -395,5 +398,32 @@ func TestUpdate(t *testing.T) {
 	// A domain the new configuration lacks is unknown: OK, unlimited.
 	if r := f.call(t, "api", 0, desc("path", "/blocked")); r.OverallCode != OK || r.Statuses[0].CurrentLimit != nil {
 		t.Fatalf("domain removed by Update still limited: %v", r)
+	}
+}
+
+// TestUnknownDomainReported: every request for an unknown domain is
+// counted; each domain is logged once per configuration, at most
+// maxLoggedDomains of them.
+func TestUnknownDomainReported(t *testing.T) {
+	var logged strings.Builder
+	var counted []string
+	f := start(t, WithLogger(slog.New(slog.NewTextHandler(&logged, nil))), WithUnknownDomain(func(d string) { counted = append(counted, d) }))
+	for range 3 {
+		f.call(t, "nope", 0, desc("a", "b"))
+	}
+	f.call(t, "mongo_cps", 0, desc("database", "users"))
+	if len(counted) != 3 || counted[0] != "nope" || strings.Count(logged.String(), "domain=nope") != 1 {
+		t.Fatalf("counted %q, logged %q; want 3 counted and one line", counted, logged.String())
+	}
+	f.svc.Update(f.svc.cfg.Load().cfg)
+	f.call(t, "nope", 0, desc("a", "b"))
+	if n := strings.Count(logged.String(), "domain=nope"); n != 2 {
+		t.Errorf("after Update, %d lines for the domain, want 2", n)
+	}
+	for i := range maxLoggedDomains + 10 {
+		f.call(t, "d"+strconv.Itoa(i), 0, desc("a", "b"))
+	}
+	if n := strings.Count(logged.String(), "\n"); n != 1+maxLoggedDomains {
+		t.Errorf("%d lines logged, want %d: nope before the Update, then nope and the first %d others", n, 1+maxLoggedDomains, maxLoggedDomains-1)
 	}
 }

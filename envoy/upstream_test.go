@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"context"
+	"log/slog"
 	"math"
 	"strconv"
 	"testing"
@@ -48,6 +49,7 @@ func startConformance(t *testing.T, store sluice.Store, opts ...ServiceOption) *
 		t.Fatal(err)
 	}
 	now := func() time.Time { return upstreamNow }
+	opts = append([]ServiceOption{WithLogger(slog.New(slog.DiscardHandler))}, opts...)
 	svc := NewService(sluice.New(store, sluice.WithClock(now)), cfg, opts...)
 	svc.now = now
 	return &conformance{t: t, client: serve(t, svc)}
