@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/config"
+	"github.com/sluice-go/sluice/envoy"
 	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/policyfile"
 )
@@ -232,5 +233,66 @@ func TestWatchTooLarge(t *testing.T) {
 	}
 	if p.Engine().Rules().Rule("new") == nil {
 		t.Error("the valid file after the large one did not replace the rules")
+	}
+}
+
+// TestWatchFiles: WatchFiles reloads a set of files (here a directory,
+// listed by envoy.ConfigFiles) when a change was made since the version
+// given, when a file's content changes, and when a file appears or
+// disappears; a signal reloads it too.
+func TestWatchFiles(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.yaml"), filepath.Join(dir, "sub", "b.yaml")
+	if err := os.Mkdir(filepath.Dir(b), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	rewrite(t, a, "domain: a\n")
+	rewrite(t, b, "domain: b\n")
+	list := func() ([]string, error) { return envoy.ConfigFiles(dir) }
+	since := policyfile.VersionOf(list)
+	if again := policyfile.VersionOf(list); again != since {
+		t.Fatal("two versions of unchanged files differ")
+	}
+	// A change between the version and the watch is seen at the first poll.
+	rewrite(t, a, "domain: a2\n")
+	reloads := make(chan string, 10)
+	hup := make(chan os.Signal)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	policyfile.WatchFiles(ctx, list, since, 20*time.Millisecond, hup, func(trigger string) { reloads <- trigger })
+	next := func(what string) string {
+		t.Helper()
+		select {
+		case trigger := <-reloads:
+			return trigger
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: no reload within 20s", what)
+			return ""
+		}
+	}
+	if trigger := next("a change before the watch"); trigger != "file changed" {
+		t.Errorf("reload of a change before the watch: trigger %q, want file changed", trigger)
+	}
+	c := filepath.Join(dir, "c.yaml")
+	for _, step := range []struct {
+		name string
+		do   func()
+	}{
+		{"a file in a subdirectory changed", func() { rewrite(t, b, "domain: b2\n") }},
+		{"a file appeared", func() { rewrite(t, c, "domain: c\n") }},
+		{"a file disappeared", func() {
+			if err := os.Remove(c); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		step.do()
+		if trigger := next(step.name); trigger != "file changed" {
+			t.Errorf("%s: trigger %q, want file changed", step.name, trigger)
+		}
+	}
+	hup <- syscall.SIGHUP
+	if trigger := next("a signal"); trigger != "signal" {
+		t.Errorf("reload on a signal: trigger %q, want signal", trigger)
 	}
 }
