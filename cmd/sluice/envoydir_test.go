@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -562,5 +563,24 @@ descriptors:
 				}
 			}
 		})
+	}
+}
+
+// TestServeEnvoyDirectorySIGHUP: without polling, SIGHUP reloads a
+// directory as a whole: a file added since the start applies.
+func TestServeEnvoyDirectorySIGHUP(t *testing.T) {
+	dir := writeTree(t, map[string]string{"a.yaml": "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 10}\n"})
+	d := startServe(t, nil, "--config", dir, "--reload-interval", "0")
+	c := dialRLS(t, d)
+	writeAt(t, filepath.Join(dir, "more", "b.yaml"), "domain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 20}\n")
+	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	entry := d.waitLog(t, "config reloaded")
+	if entry["trigger"] != "signal" || entry["domains"] != 2.0 || entry["files"] != 2.0 {
+		t.Errorf("reload log %v, want trigger signal, 2 domains, 2 files", entry)
+	}
+	if na, nb := c.limitOf("a", "k=x"), c.limitOf("b", "k=x"); na != 10 || nb != 20 {
+		t.Errorf("after SIGHUP: limits a %d, b %d; want 10, 20", na, nb)
 	}
 }

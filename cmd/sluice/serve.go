@@ -18,7 +18,7 @@ import (
 )
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flagSet("serve", "Serve rate-limit decisions over HTTP: POST /v1/check, POST /v1/check/batch,\nGET /healthz and GET /readyz, and Envoy's rate limit service over gRPC. --config is a\nsluice policy file, or an envoyproxy/ratelimit file or directory of them (as its\nRUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY). SIGHUP, or a change to the\nconfig (any file of a directory, or one added or removed), reloads it as a whole.", stdout)
+	fs := flagSet("serve", "Serve rate-limit decisions over HTTP: POST /v1/check, POST /v1/check/batch,\nGET /healthz and GET /readyz, and Envoy's rate limit service over gRPC. --config is a\nsluice policy file, or an envoyproxy/ratelimit file or directory of them (as its\nRUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY). SIGHUP, or a change to the\nconfig (any file of a directory, or one added or removed), reloads it as a whole.\nThe --envoy-* and --merge-domains flags apply only to an envoyproxy/ratelimit config:\ngiven with a sluice policy file, they are a usage error.", stdout)
 	df := addDaemonFlags(fs, serveListen, "sluice policy file, or envoyproxy/ratelimit file or directory of them")
 	grpcListen := fs.string("grpc-listen", "SLUICE_GRPC_LISTEN", "127.0.0.1:8081", "gRPC address of Envoy's rate-limit service (empty: off)")
 	ef := addEnvoyFlags(fs)
