@@ -296,3 +296,52 @@ func TestWatchFiles(t *testing.T) {
 		t.Errorf("reload on a signal: trigger %q, want signal", trigger)
 	}
 }
+
+// TestWatchFilesConfigMap: a directory laid out as Kubernetes mounts a
+// ConfigMap (each file a link through "..data" to a "..<timestamp>"
+// directory, updated by swapping the "..data" link) is reloaded when the
+// link is swapped, though no listed name changed.
+func TestWatchFilesConfigMap(t *testing.T) {
+	dir := t.TempDir()
+	version := func(name, content string) {
+		t.Helper()
+		rewrite(t, filepath.Join(mkdir(t, filepath.Join(dir, name)), "a.yaml"), content)
+		tmp := filepath.Join(dir, "..data_tmp")
+		if err := os.Symlink(name, tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	version("..2026_01_01_v1", "domain: a\n")
+	if err := os.Symlink("..data/a.yaml", filepath.Join(dir, "a.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	list := func() ([]string, error) { return envoy.ConfigFiles(dir) }
+	if files, err := list(); err != nil || len(files) != 1 {
+		t.Fatalf("ConfigFiles of a ConfigMap: %v, %v; want the one link", files, err)
+	}
+	reloads := make(chan string, 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	policyfile.WatchFiles(ctx, list, policyfile.VersionOf(list), 20*time.Millisecond, nil, func(trigger string) { reloads <- trigger })
+	version("..2026_01_02_v2", "domain: b\n")
+	select {
+	case trigger := <-reloads:
+		if trigger != "file changed" {
+			t.Errorf("trigger %q, want file changed", trigger)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the swap of ..data was not reloaded within 20s")
+	}
+}
+
+// mkdir makes the directory path and returns it.
+func mkdir(t *testing.T, path string) string {
+	t.Helper()
+	if err := os.MkdirAll(path, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
