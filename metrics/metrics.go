@@ -11,6 +11,7 @@
 //	sluice_memory_evictions_total           in-memory entries forgotten because the store was full (MemoryStore)
 //	sluice_memory_keys                      in-memory entries held
 //	sluice_memory_capacity                  most in-memory entries held
+//	sluice_envoy_unknown_domain_total       Envoy requests for a domain the configuration does not have (answered OK)
 //
 // with the Go runtime's and the process's own (go_goroutines,
 // process_resident_memory_bytes...).
@@ -39,6 +40,7 @@ type Metrics struct {
 	reloads      *prometheus.CounterVec
 	breakerOpen  prometheus.Gauge
 	breakerOpens prometheus.Counter
+	unknown      prometheus.Counter
 }
 
 // New returns Metrics registered in a new registry, with the Go runtime
@@ -75,8 +77,12 @@ func New() *Metrics {
 			Name: "sluice_breaker_opens_total",
 			Help: "Times the store's circuit breaker opened.",
 		}),
+		unknown: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_envoy_unknown_domain_total",
+			Help: "Envoy rate limit requests for a domain the configuration does not have, answered OK as envoyproxy/ratelimit answers them.",
+		}),
 	}
-	m.reg.MustRegister(m.decisions, m.storeSeconds, m.storeErrors, m.fallbacks, m.reloads, m.breakerOpen, m.breakerOpens,
+	m.reg.MustRegister(m.decisions, m.storeSeconds, m.storeErrors, m.fallbacks, m.reloads, m.breakerOpen, m.breakerOpens, m.unknown,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -114,6 +120,12 @@ func (m *Metrics) Reload(ok bool) {
 	}
 	m.reloads.WithLabelValues(result).Inc()
 }
+
+// UnknownDomain counts one Envoy request for a domain the configuration
+// does not have: an envoy.WithUnknownDomain. The domain is not a label,
+// since it comes from the client and any number of them could be sent;
+// envoy.Service logs the domains by name.
+func (m *Metrics) UnknownDomain(string) { m.unknown.Inc() }
 
 // Store returns s instrumented: the latency and errors of every call.
 func (m *Metrics) Store(s sluice.Store) sluice.Store { return &store{s, m} }

@@ -3,8 +3,10 @@ package policyfile
 import (
 	"context"
 	"crypto/sha256"
+	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/sluice-go/sluice/config"
@@ -43,6 +45,42 @@ func fingerprintOf(path string) fingerprint {
 	return fp
 }
 
+// filesFingerprint identifies one version of the set of files list
+// returns: their names, in sorted order, and each one's fingerprint, so
+// that a file that appears, disappears or is renamed changes it as much
+// as a change of content does. A list that fails has the zero sum with
+// err set.
+func filesFingerprint(list func() ([]string, error)) fingerprint {
+	files, err := list()
+	if err != nil {
+		return fingerprint{err: err.Error()}
+	}
+	files = slices.Clone(files)
+	slices.Sort(files)
+	h := sha256.New()
+	for _, f := range files {
+		fp := fingerprintOf(f)
+		// Lengths first: no name or error can pass for another's.
+		fmt.Fprintf(h, "%d:%s %d %d:%s ", len(f), f, fp.size, len(fp.err), fp.err)
+		h.Write(fp.sum[:])
+	}
+	var fp fingerprint
+	h.Sum(fp.sum[:0])
+	return fp
+}
+
+// Version identifies the content of a set of files, as WatchFiles
+// compares it. Versions are comparable with ==.
+type Version struct{ fp fingerprint }
+
+// VersionOf returns the version of the files list returns now (their
+// names and contents). Take it before loading the files, and give it to
+// WatchFiles, so that a change made after the load is seen even if it
+// comes before the watch starts.
+func VersionOf(list func() ([]string, error)) Version {
+	return Version{filesFingerprint(list)}
+}
+
 // WatchFile calls reload on every signal from hup and, when interval is
 // positive, whenever the content of the file at path changes (its
 // SHA-256, polled every interval; a file replaced by rename, as editors
@@ -54,9 +92,25 @@ func WatchFile(ctx context.Context, path string, interval time.Duration, hup <-c
 	watchFile(ctx, path, fingerprintOf(path), interval, hup, reload)
 }
 
+// WatchFiles is WatchFile for a set of files that list returns afresh at
+// every poll (such as envoy.ConfigFiles of a directory): reload is called
+// when the set differs from since, by a file's content, or by a file that
+// appeared or disappeared, so that a directory is reloaded as a whole.
+// A change made between since and the call is reloaded at the first
+// poll.
+func WatchFiles(ctx context.Context, list func() ([]string, error), since Version, interval time.Duration, hup <-chan os.Signal, reload func(trigger string)) {
+	watch(ctx, func() fingerprint { return filesFingerprint(list) }, since.fp, interval, hup, reload)
+}
+
 // watchFile is WatchFile from the version last: a file whose content is
 // not last's is reloaded at the first poll.
 func watchFile(ctx context.Context, path string, last fingerprint, interval time.Duration, hup <-chan os.Signal, reload func(trigger string)) {
+	watch(ctx, func() fingerprint { return fingerprintOf(path) }, last, interval, hup, reload)
+}
+
+// watch calls reload on every signal from hup and whenever version,
+// polled every interval, differs from last, until ctx ends.
+func watch(ctx context.Context, version func() fingerprint, last fingerprint, interval time.Duration, hup <-chan os.Signal, reload func(trigger string)) {
 	go func() {
 		var tick <-chan time.Time // nil: polling disabled
 		if interval > 0 {
@@ -69,10 +123,10 @@ func watchFile(ctx context.Context, path string, last fingerprint, interval time
 			case <-ctx.Done():
 				return
 			case <-hup:
-				last = fingerprintOf(path)
+				last = version()
 				reload("signal")
 			case <-tick:
-				fp := fingerprintOf(path)
+				fp := version()
 				if fp == last {
 					continue
 				}

@@ -9,14 +9,28 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/config"
+	"github.com/sluice-go/sluice/envoy"
 	"github.com/sluice-go/sluice/policy"
 )
 
 func runCheck(_ context.Context, args []string, stdout, _ io.Writer) error {
-	fs := flagSet("check", "Validate a policy file, report every error in it with its line, and print the\neffective rules: defaults filled in, limits named as clients will see them.", stdout)
-	path := fs.string("config", "SLUICE_CONFIG", "sluice.yaml", "policy file")
+	fs := flagSet("check", "Validate a config as serve would load it, report every error in it with its file and\nline, and print what it enforces. Of a sluice policy file: the effective rules, defaults\nfilled in, limits named as clients will see them. Of an envoyproxy/ratelimit file or\ndirectory of them: every rate limit, by domain and descriptors, with where it is defined.", stdout)
+	path := fs.string("config", "SLUICE_CONFIG", "sluice.yaml", "sluice policy file, or envoyproxy/ratelimit file or directory of them")
+	ef := &envoyFlags{fs: fs, merge: addMergeFlag(fs)}
 	if err := fs.parse(args); err != nil {
 		return err
+	}
+	isEnvoy := envoy.IsConfig(*path)
+	if err := ef.forConfig(*path, isEnvoy); err != nil {
+		return err
+	}
+	if isEnvoy {
+		cfg, err := envoy.LoadConfig(*path, ef.loadOptions()...)
+		if err != nil {
+			return err
+		}
+		printEnvoy(stdout, *path, cfg)
+		return nil
 	}
 	f, err := config.Load(*path)
 	if err != nil {

@@ -37,16 +37,16 @@ const (
 )
 
 // addDaemonFlags defines the shared flags on fs; listen is the default of
-// --listen.
-func addDaemonFlags(fs *cmdFlags, listen string) *daemonFlags {
+// --listen, configs what --config may name.
+func addDaemonFlags(fs *cmdFlags, listen, configs string) *daemonFlags {
 	return &daemonFlags{
-		path:        fs.string("config", "SLUICE_CONFIG", "sluice.yaml", "policy file"),
+		path:        fs.string("config", "SLUICE_CONFIG", "sluice.yaml", configs),
 		redisURL:    fs.string("redis", "SLUICE_REDIS_URL", "", "Redis URL; overrides the file's redis.url (empty: the file's, or the in-memory store)"),
 		listen:      fs.string("listen", "SLUICE_LISTEN", listen, "HTTP address"),
 		logFormat:   fs.string("log-format", "SLUICE_LOG_FORMAT", "text", "log format: text or json"),
 		onError:     fs.string("on-error", "SLUICE_ON_ERROR", "", "what to do while Redis fails: "+strings.Join(sluice.OutagePolicies, ", ")+"; overrides the file's redis.on_error (an envoyproxy/ratelimit file has none: default local)"),
 		drain:       fs.duration("shutdown-timeout", "SLUICE_SHUTDOWN_TIMEOUT", 10*time.Second, "how long SIGTERM waits for in-flight requests"),
-		reloadEvery: fs.duration("reload-interval", "SLUICE_RELOAD_INTERVAL", time.Second, "how often to check the policy file for changes (0: only on SIGHUP)"),
+		reloadEvery: fs.duration("reload-interval", "SLUICE_RELOAD_INTERVAL", time.Second, "how often to check the config for changes (0: only on SIGHUP)"),
 		limits:      addListenFlags(fs),
 	}
 }

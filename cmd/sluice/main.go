@@ -4,7 +4,9 @@
 // belongs in Redis.
 //
 //	sluice check --config sluice.yaml   # validate a policy file, print the effective rules
+//	sluice check --config ratelimit/    # validate envoyproxy/ratelimit files, print their limits
 //	sluice serve --config sluice.yaml   # POST /v1/check on 127.0.0.1:8080; reloads the file on change or SIGHUP
+//	sluice serve --config ratelimit/    # Envoy's rate limit service on 127.0.0.1:8081, every domain of the directory
 //	sluice proxy --upstream http://127.0.0.1:3000 --config sluice.yaml   # on 127.0.0.1:8082
 //	sluice demo                         # 3 replicas: 3 x the limit in memory, exactly the limit with Redis
 //	sluice version

@@ -20,7 +20,7 @@ import (
 
 func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flagSet("proxy", "Run a rate-limiting reverse proxy: requests within the policy file's limits\nare forwarded to the upstream, the others get 429.", stdout)
-	df := addDaemonFlags(fs, proxyListen)
+	df := addDaemonFlags(fs, proxyListen, "policy file")
 	upstreamFlag := fs.string("upstream", "SLUICE_UPSTREAM", "", "upstream URL, such as http://127.0.0.1:3000 (required)")
 	df.limits.addProxyBodyFlags(fs)
 	if err := fs.parse(args); err != nil {

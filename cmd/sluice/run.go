@@ -19,7 +19,7 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"check":   {"validate a policy file and print the effective rules", runCheck},
+	"check":   {"validate a policy file or an envoyproxy/ratelimit config and print what it enforces", runCheck},
 	"demo":    {"show, on loopback, N replicas holding one limit with Redis and N x the limit without", runDemo},
 	"proxy":   {"run a rate-limiting reverse proxy", runProxy},
 	"serve":   {"serve rate-limit decisions over HTTP", runServe},
@@ -78,7 +78,8 @@ func usage(w io.Writer) {
 // the help and the lookup cannot name different variables.
 type cmdFlags struct {
 	*flag.FlagSet
-	env map[string]string // flag name -> environment variable
+	env   map[string]string // flag name -> environment variable
+	given map[string]string // flag name -> how it was given ("--name" or the variable), after parse
 }
 
 // flagSet returns a flag set for a subcommand that writes its help to
@@ -90,7 +91,7 @@ func flagSet(name, synopsis string, stdout io.Writer) *cmdFlags {
 		fmt.Fprintf(stdout, "Usage: sluice %s [flags]\n\n%s\n\nFlags (each also read from its environment variable):\n", name, synopsis)
 		fs.PrintDefaults()
 	}
-	return &cmdFlags{FlagSet: fs, env: map[string]string{}}
+	return &cmdFlags{FlagSet: fs, env: map[string]string{}, given: map[string]string{}}
 }
 
 // usage records that flag name is also read from env, and returns help
@@ -115,6 +116,11 @@ func (c *cmdFlags) intVar(p *int, name, env string, value int, help string) {
 	c.IntVar(p, name, value, c.usage(name, env, help))
 }
 
+// boolean defines a bool flag read also from env.
+func (c *cmdFlags) boolean(name, env string, value bool, help string) *bool {
+	return c.Bool(name, value, c.usage(name, env, help))
+}
+
 // duration defines a duration flag read also from env.
 func (c *cmdFlags) duration(name, env string, value time.Duration, help string) *time.Duration {
 	return c.Duration(name, value, c.usage(name, env, help))
@@ -135,7 +141,7 @@ func (c *cmdFlags) parse(args []string) error {
 		return usageError{fmt.Errorf("unexpected argument %q", c.Arg(0))}
 	}
 	set := map[string]bool{}
-	c.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	c.Visit(func(f *flag.Flag) { set[f.Name] = true; c.given[f.Name] = "--" + f.Name })
 	var err error
 	c.VisitAll(func(f *flag.Flag) {
 		env, ok := c.env[f.Name]
@@ -146,7 +152,20 @@ func (c *cmdFlags) parse(args []string) error {
 			if serr := c.Set(f.Name, v); serr != nil {
 				err = usageError{fmt.Errorf("%s=%q: %w", env, v, serr)}
 			}
+			c.given[f.Name] = env
 		}
 	})
 	return err
+}
+
+// givenOf returns, of the flags names, those given on the command line
+// or by their environment variable, as given: "--name" or the variable.
+func (c *cmdFlags) givenOf(names ...string) []string {
+	var out []string
+	for _, n := range names {
+		if g, ok := c.given[n]; ok {
+			out = append(out, g)
+		}
+	}
+	return out
 }

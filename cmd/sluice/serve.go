@@ -1,18 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"strings"
-	"time"
 
-	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 
 	"github.com/sluice-go/sluice"
@@ -25,11 +18,20 @@ import (
 )
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flagSet("serve", "Serve rate-limit decisions over HTTP: POST /v1/check, POST /v1/check/batch,\nGET /healthz and GET /readyz. SIGHUP, or a change to the policy file, reloads the rules.", stdout)
-	df := addDaemonFlags(fs, serveListen)
+	fs := flagSet("serve", "Serve rate-limit decisions over HTTP: POST /v1/check, POST /v1/check/batch,\nGET /healthz and GET /readyz, and Envoy's rate limit service over gRPC. --config is a\nsluice policy file, or an envoyproxy/ratelimit file or directory of them (as its\nRUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY). SIGHUP, or a change to the\nconfig (any file of a directory, or one added or removed), reloads it as a whole.\nThe --envoy-* and --merge-domains flags apply only to an envoyproxy/ratelimit config:\ngiven with a sluice policy file, they are a usage error.", stdout)
+	df := addDaemonFlags(fs, serveListen, "sluice policy file, or envoyproxy/ratelimit file or directory of them")
 	grpcListen := fs.string("grpc-listen", "SLUICE_GRPC_LISTEN", "127.0.0.1:8081", "gRPC address of Envoy's rate-limit service (empty: off)")
+	ef := addEnvoyFlags(fs)
 	df.limits.addServeBodyFlag(fs)
 	if err := fs.parse(args); err != nil {
+		return err
+	}
+	svcOpts, err := ef.serviceOptions()
+	if err != nil {
+		return err
+	}
+	isEnvoy := envoy.IsConfig(*df.path)
+	if err := ef.forConfig(*df.path, isEnvoy); err != nil {
 		return err
 	}
 	log, hup, stopHUP, err := df.start(stderr)
@@ -42,32 +44,31 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	open := []policyfile.Option{policyfile.WithLogger(log), policyfile.WithRedis(df.storeSettings),
 		policyfile.WithStore(m.Store), policyfile.WithObserver(m.Decision), policyfile.WithReloadReport(m.Reload),
 		policyfile.WithBreakerReport(m.Breaker), policyfile.WithMemoryStore(m.MemoryStore)}
-	// A file written for envoyproxy/ratelimit configures the Envoy gRPC
-	// service; a sluice policy file, the HTTP API and Envoy's gRPC, both
-	// deciding through one engine.
+	// A file or directory written for envoyproxy/ratelimit configures the
+	// Envoy gRPC service; a sluice policy file, the HTTP API and Envoy's
+	// gRPC, both deciding through one engine.
 	var (
 		ecfg   *envoy.Config
-		loaded []byte // the envoy file as loaded, to catch an edit before its watch starts
+		loaded policyfile.Version // the envoy files as loaded, to catch an edit before their watch starts
 		p      *policyfile.Policy
 		back   *policyfile.Backend
-		rules  int
+		counts []any // what the config holds, for the start log
 	)
-	if isEnvoyConfig(*path) {
-		if loaded, err = config.ReadFile(*path); err != nil {
-			return err
-		}
-		if ecfg, err = envoy.ParseConfig(*path, loaded); err != nil {
+	if isEnvoy {
+		loaded = policyfile.VersionOf(func() ([]string, error) { return envoyFiles(*path) })
+		if ecfg, err = envoy.LoadConfig(*path, ef.loadOptions()...); err != nil {
 			return err
 		}
 		if back, err = policyfile.OpenBackend(df.storeSettings(config.Redis{OnError: "local", Timeout: sluice.DefaultStoreTimeout}), open...); err != nil {
 			return err
 		}
+		counts = envoyCounts(ecfg)
 	} else {
 		if p, err = policyfile.Open(*path, open...); err != nil {
 			return err
 		}
 		back = &policyfile.Backend{Limiter: p.Limiter(), Ready: p.Ready, Close: p.Close}
-		rules = len(p.File().Rules)
+		counts = []any{"rules", len(p.File().Rules)}
 	}
 	defer back.Close()
 	ln, err := net.Listen("tcp", *df.listen)
@@ -103,9 +104,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		g = df.limits.grpcServer(log)
 		if ecfg != nil {
-			svc := envoy.NewService(back.Limiter, ecfg, envoy.WithHeaders(envoy.HeadersIETF), envoy.WithObserver(m.Decision))
+			svcOpts = append(svcOpts, envoy.WithObserver(m.Decision), envoy.WithUnknownDomain(m.UnknownDomain), envoy.WithLogger(log))
+			svc := envoy.NewService(back.Limiter, ecfg, svcOpts...)
 			envoy.Register(g, svc)
-			watchEnvoyConfig(ctx, *path, loaded, *df.reloadEvery, hup, svc.Update, m.Reload, log)
+			watchEnvoyConfig(ctx, *path, loaded, ef.loadOptions(), *df.reloadEvery, hup, svc.Update, m.Reload, log)
 		} else {
 			envoy.Register(g, envoy.NewRulesService(p.Engine()))
 		}
@@ -115,51 +117,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if p != nil {
 		p.Watch(ctx, *df.reloadEvery, hup)
 	}
-	log.Info("serving", "http", ln.Addr().String(), "grpc", grpcAddr, "config", *path, "rules", rules)
+	if ecfg != nil {
+		warnNoDomains(log, *path, ecfg)
+	}
+	log.Info("serving", append([]any{"http", ln.Addr().String(), "grpc", grpcAddr, "config", *path}, counts...)...)
 	return serveUntil(ctx, srv, ln, errc, *df.drain, log, func(ctx context.Context) {
 		if g != nil {
 			stopGRPC(ctx, g)
 		}
 	})
-}
-
-// watchEnvoyConfig reloads a file written for envoyproxy/ratelimit as
-// policyfile.Policy.Watch reloads a policy file: a valid file goes to
-// apply (envoy.Service.Update), an invalid one is logged and leaves the
-// old configuration serving. loaded is the file as it was loaded: when it
-// has changed by the time the watch starts, it is reloaded at once.
-func watchEnvoyConfig(ctx context.Context, path string, loaded []byte, interval time.Duration, hup <-chan os.Signal, apply func(*envoy.Config), report func(ok bool), log *slog.Logger) {
-	reload := func(trigger string) {
-		cfg, err := envoy.LoadConfig(path)
-		report(err == nil)
-		if err != nil {
-			for _, line := range strings.Split(err.Error(), "\n") {
-				policyfile.Rejected(log, path, trigger, errors.New(line))
-			}
-			return
-		}
-		apply(cfg)
-		log.Info("config reloaded", "config", path, "trigger", trigger)
-	}
-	policyfile.WatchFile(ctx, path, interval, hup, reload)
-	if now, err := config.ReadFile(path); err == nil && !bytes.Equal(now, loaded) {
-		reload("file changed")
-	}
-}
-
-// isEnvoyConfig reports whether the file at path is written for
-// envoyproxy/ratelimit: a mapping with a top-level domain.
-func isEnvoyConfig(path string) bool {
-	data, err := config.ReadFile(path)
-	if err != nil {
-		return false
-	}
-	var top map[string]any
-	if yaml.Unmarshal(data, &top) != nil {
-		return false
-	}
-	_, ok := top["domain"]
-	return ok
 }
 
 // stopGRPC drains g until ctx ends, then stops it.
