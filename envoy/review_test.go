@@ -1,0 +1,237 @@
+package envoy
+
+// Review of issue 11 (the Envoy drop-in): each test below fails on the
+// reviewed code and shows a difference from envoyproxy/ratelimit
+// (v1.4.1-0.20260122083618-3fb702589d36, unpacked at /tmp/upstream) that
+// the README and doc.go do not list as deliberate, or a bug of sluice's
+// own. The expectation of each is upstream's answer, with the source line
+// that gives it.
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/store/memory"
+)
+
+// reviewService serves the one file text from store at upstreamNow.
+func reviewService(t *testing.T, store sluice.Store, text string, opts ...ServiceOption) rlsv3.RateLimitServiceClient {
+	t.Helper()
+	cfg, err := ParseConfig("review.yaml", []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := func() time.Time { return upstreamNow }
+	svc := NewService(sluice.New(store, sluice.WithClock(now)), cfg, opts...)
+	svc.now = now
+	return serve(t, svc)
+}
+
+func reviewAsk(t *testing.T, c rlsv3.RateLimitServiceClient, what string, want *rlsv3.RateLimitResponse, domain string, hits uint32, ds ...*commonv3.RateLimitDescriptor) {
+	t.Helper()
+	got, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds, HitsAddend: hits})
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if !proto.Equal(got, want) {
+		t.Fatalf("%s:\n got %v\nwant %v", what, got, want)
+	}
+}
+
+// Two descriptors of one request that share one count (the same entries,
+// as when two rate_limits of a route make the same descriptor, or two
+// values of one share_threshold wildcard). Upstream decides them in
+// request order, one pipelined INCRBY after the other
+// (src/redis/fixed_cache_impl.go:154-182,208-217): the first is OK, the
+// second OVER_LIMIT. sluice decides them concurrently (decideAll), so
+// which one is admitted is a race.
+func TestReviewSharedCountInRequestOrder(t *testing.T) {
+	conformanceStores(t, func(t *testing.T, store sluice.Store) {
+		c := reviewService(t, store, `
+domain: review
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: path
+    value: "shared/*"
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`)
+		for i := range 100 {
+			v := strconv.Itoa(i)
+			reviewAsk(t, c, "same descriptor twice, round "+v,
+				resp(limited(OK, "", 1, minute, 0), limited(OVER, "", 1, minute, 0)),
+				"review", 1, desc("k", v), desc("k", v))
+		}
+		reviewAsk(t, c, "two values of a shared wildcard",
+			resp(limited(OK, "", 1, minute, 0), limited(OVER, "", 1, minute, 0), limited(OVER, "", 1, minute, 0)),
+			"review", 1, desc("path", "shared/a"), desc("path", "shared/b"), desc("path", "shared/c"))
+	})
+}
+
+// unit_multiplier (sluice's extension) times a long unit overflows
+// time.Duration silently: 73118 years wraps to 1733 hours (72 days), a
+// whole number of microseconds that passes Limit.Validate (MaxPeriod is
+// 10 years), so the file loads and enforces a limit 370,000 times shorter
+// than written. 11 years is refused; 73118 years must be too. (Most
+// multipliers that overflow happen to be refused only because the wrapped
+// period is not a whole number of microseconds.) A limit override's
+// unit_multiplier wraps the same way (override in service.go).
+func TestReviewUnitMultiplierOverflow(t *testing.T) {
+	for _, tc := range []struct{ unit, mult string }{{"year", "73118"}, {"month", "889600"}, {"week", "3812572"}, {"day", "26687998"}} {
+		cfg, err := ParseConfig("review.yaml", []byte(`
+domain: review
+descriptors:
+  - key: k
+    rate_limit: {unit: `+tc.unit+`, unit_multiplier: `+tc.mult+`, requests_per_unit: 1}
+`))
+		if err == nil {
+			t.Errorf("%s × %s loads, enforced with a period of %s", tc.unit, tc.mult, cfg.Match("review", []Entry{{"k", "x"}}).RateLimit.Limit.Period)
+		}
+	}
+}
+
+// A limit override Envoy sends with unit_multiplier. Upstream builds the
+// override from requests_per_unit and unit only
+// (src/config/config_impl.go:332-347, NewRateLimit at :88-106): the
+// window is one unit, current_limit carries no unit_multiplier, and
+// duration_until_reset is that unit's (src/utils/utilities.go:346-350).
+// sluice multiplies the window and reports the multiplier; the README's
+// table of deliberate differences lists unit_multiplier only as a field of
+// the file.
+func TestReviewOverrideUnitMultiplier(t *testing.T) {
+	conformanceStores(t, func(t *testing.T, store sluice.Store) {
+		c := reviewService(t, store, "domain: review\n")
+		over := desc("anything", "x")
+		over.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: typev3.RateLimitUnit_MINUTE, UnitMultiplier: wrapperspb.UInt32(5)}
+		reviewAsk(t, c, "override with unit_multiplier", resp(limited(OK, "", 3, minute, 2)), "review", 1, over)
+	})
+}
+
+// Files upstream loads that sluice refuses. Upstream decodes with
+// gopkg.in/yaml.v2 (src/config/config_impl.go:11,568-588): an empty
+// "descriptors:" is a nil list (a domain with no limits, or a node that
+// only groups nothing), an empty "rate_limit:" a nil *YamlRateLimit (a
+// node without a limit), integers are YAML 1.1's, so "1_000" is 1000 and
+// "0x10" is 16 (yaml.v2 resolve.go strips '_' and parses with base 0),
+// and a mapping key given twice keeps its last value.
+func TestReviewFilesUpstreamLoads(t *testing.T) {
+	for name, text := range map[string]string{
+		"empty descriptors": "domain: placeholder\ndescriptors:\n",
+		"empty nested descriptors": `
+domain: review
+descriptors:
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 1}
+    descriptors:
+`,
+		"rate_limit left empty": `
+domain: review
+descriptors:
+  - key: k
+    rate_limit:
+`,
+		"hexadecimal integer": `
+domain: review
+descriptors:
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 0x10}
+`,
+		// yaml.v2's Unmarshal (not UnmarshalStrict) keeps the last value.
+		"a field given twice": `
+domain: review
+descriptors:
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 1, requests_per_unit: 2}
+`,
+		"underscored integer": `
+domain: review
+descriptors:
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 1_000}
+`,
+	} {
+		if _, err := ParseConfig("review.yaml", []byte(text)); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// A YAML 1.1 octal integer: upstream (yaml.v2, base 0) reads
+// requests_per_unit: 010 as 8; sluice reads 10.
+func TestReviewOctalRequestsPerUnit(t *testing.T) {
+	cfg, err := ParseConfig("review.yaml", []byte(`
+domain: review
+descriptors:
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 010}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Match("review", []Entry{{"k", "x"}}).RateLimit.RequestsPerUnit; got != 8 {
+		t.Errorf("requests_per_unit: 010 is %d; upstream reads 8", got)
+	}
+}
+
+// --config pointing at a symbolic link to the directory (the usual
+// RUNTIME_ROOT "current" link, or a ConfigMap's ..data): LoadConfig sees a
+// directory (os.Stat) but ConfigFiles walks the link without following it
+// and finds no file, so the service starts with no domains and answers
+// every request OK. Upstream walks its runtime path with filepath.Walk on
+// RUNTIME_ROOT/RUNTIME_SUBDIRECTORY, whose links in the path are resolved
+// by the OS (src/provider/file_provider.go:80-97).
+func TestReviewConfigDirectoryThroughSymlink(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, map[string]string{"v1/config/a.yaml": limitsFile("a", "k")})
+	link := filepath.Join(dir, "current")
+	if err := os.Symlink(filepath.Join(dir, "v1", "config"), link); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadConfig(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Domains["a"] == nil {
+		t.Errorf("through the link: domains %v, files %v; want domain a", cfg.Domains, cfg.Files)
+	}
+}
+
+// The same overflow in a limit override Envoy sends: 889600 months wraps
+// to 53 hours, accepted and enforced as "3 per 53 hours".
+func TestReviewOverrideUnitMultiplierOverflow(t *testing.T) {
+	c := reviewService(t, memory.New(), "domain: review\n")
+	over := desc("anything", "x")
+	over.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: typev3.RateLimitUnit_MONTH, UnitMultiplier: wrapperspb.UInt32(889600)}
+	got, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "review", Descriptors: []*commonv3.RateLimitDescriptor{over}})
+	if err == nil {
+		t.Errorf("an override of 3 per 889600 months is decided as %v", got.Statuses[0])
+	}
+}
+
+// value: ~ (or null). Upstream's yaml.v2 decodes a null into the empty
+// string (YamlDescriptor.Value, src/config/config_impl.go:28-31), so the
+// node is key-only and matches every value of k
+// (src/config/config_impl.go:141-145,388-392). sluice keeps the text "~"
+// as an exact value, and the limit applies to nothing.
+func TestReviewNullValueIsKeyOnly(t *testing.T) {
+	c := reviewService(t, memory.New(), `
+domain: review
+descriptors:
+  - key: k
+    value: ~
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`)
+	reviewAsk(t, c, "any value of k", resp(limited(OK, "", 5, minute, 4)), "review", 1, desc("k", "anything"))
+}
