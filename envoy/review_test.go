@@ -185,13 +185,14 @@ descriptors:
 	}
 }
 
-// --config pointing at a symbolic link to the directory (the usual
-// RUNTIME_ROOT "current" link, or a ConfigMap's ..data): LoadConfig sees a
-// directory (os.Stat) but ConfigFiles walks the link without following it
-// and finds no file, so the service starts with no domains and answers
-// every request OK. Upstream walks its runtime path with filepath.Walk on
-// RUNTIME_ROOT/RUNTIME_SUBDIRECTORY, whose links in the path are resolved
-// by the OS (src/provider/file_provider.go:80-97).
+// LoadConfig of a symbolic link to a directory (say /etc/ratelimit ->
+// /srv/runtime_data/current/ratelimit/config): os.Stat says a directory,
+// but ConfigFiles' filepath.WalkDir does not follow a root that is a link
+// and finds no file, so the Config has no domains and every request is
+// answered OK, with no error and nothing logged: a silent fail-open.
+// (Upstream's goruntime walks with filepath.Walk and would not follow such
+// a root either, but it does not report a directory to begin with; the
+// bug is sluice's contract: "one file or a directory".)
 func TestReviewConfigDirectoryThroughSymlink(t *testing.T) {
 	dir := t.TempDir()
 	write(t, dir, map[string]string{"v1/config/a.yaml": limitsFile("a", "k")})
@@ -234,4 +235,31 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 5}
 `)
 	reviewAsk(t, c, "any value of k", resp(limited(OK, "", 5, minute, 4)), "review", 1, desc("k", "anything"))
+}
+
+// A key-only descriptor whose key ends in '*'. Upstream puts every
+// descriptor whose composite key (key, or key_value) ends in '*' in the
+// level's wildcardKeys (src/config/config_impl.go:212-215) and matches a
+// request entry against them by prefix of "key_value"
+// (src/config/config_impl.go:377-385), so key "x-*" matches the entry
+// x-user=1; share_threshold is accepted on it, since the check is on the
+// composite key (src/config/config_impl.go:197-204). sluice takes "x-*"
+// as a literal key, and refuses share_threshold on it.
+func TestReviewWildcardKey(t *testing.T) {
+	c := reviewService(t, memory.New(), `
+domain: review
+descriptors:
+  - key: "x-*"
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`)
+	if _, err := ParseConfig("review.yaml", []byte(`
+domain: review
+descriptors:
+  - key: "x-*"
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`)); err != nil {
+		t.Errorf("share_threshold on key x-*: %v", err)
+	}
+	reviewAsk(t, c, "x-user=1", resp(limited(OK, "", 5, minute, 4)), "review", 1, desc("x-user", "1"))
 }
