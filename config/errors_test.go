@@ -31,7 +31,7 @@ var errorTests = []struct {
 	{"not a mapping", "- name: a\n",
 		`the file must be a mapping with the keys redis, memory, http, rules, not a list (sluice.yaml:1)`},
 	{"two documents", rule + "---\n" + rule,
-		`a second YAML document (---) starts here; a policy file is one document (sluice.yaml:3)`},
+		`a second YAML document (---) starts here; a configuration file is one document (sluice.yaml:3)`},
 	{"no rules", "redis:\n  on_error: deny\n",
 		`rules: is missing: a policy file needs at least one rule (sluice.yaml:1)`},
 	{"rules empty", "rules: []\n",

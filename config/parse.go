@@ -158,16 +158,36 @@ var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
 
 // syntax records err, from the YAML library parsing data.
 func (p *parser) syntax(data []byte, err error) {
+	e := syntaxError(p.file, data, err)
+	p.errorf(e.Line, "", "%s", e.Msg)
+}
+
+// DecodeYAML parses data, the content of the configuration file named
+// file, as one YAML document: nil for an empty file. A syntax error is
+// an *Error naming the line where the error is (not where the YAML
+// library says, which is often where the enclosing block starts) with a
+// hint at the usual cause; a second document is an error too. The
+// envoyproxy/ratelimit files of package envoy are read with it, so that
+// both kinds of file report bad YAML alike.
+func DecodeYAML(file string, data []byte) (*yaml.Node, error) {
+	doc, err := decodeYAML(data)
+	if err != nil {
+		return nil, syntaxError(file, data, err)
+	}
+	return doc, nil
+}
+
+// syntaxError is the *Error of err, from the YAML library parsing data.
+func syntaxError(file string, data []byte, err error) *Error {
 	var extra *extraDocError
 	if errors.As(err, &extra) {
-		p.errorf(extra.line, "", "a second YAML document (---) starts here; a policy file is one document")
-		return
+		return &Error{File: file, Line: extra.line, Msg: "a second YAML document (---) starts here; a configuration file is one document"}
 	}
 	msg, line := yamlMessage(err)
 	if l := syntaxLine(data, msg); l > 0 {
 		line = l
 	}
-	p.errorf(line, "", "invalid YAML: %s%s", msg, syntaxHint(data, line, msg))
+	return &Error{File: file, Line: line, Msg: fmt.Sprintf("invalid YAML: %s%s", msg, syntaxHint(data, line, msg))}
 }
 
 // syntaxHint guesses the usual cause of a syntax error.

@@ -13,6 +13,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/config"
+	"github.com/sluice-go/sluice/policy"
 )
 
 // Config is a loaded envoyproxy/ratelimit configuration: any number of
@@ -104,62 +106,137 @@ type node struct {
 	wildcard map[string]*node // key with no value
 }
 
+// prefixNode is a wildcard: a value ending in '*' matches the key's
+// values that start with the rest; a key ending in '*' with no value
+// (joined) matches, as in envoyproxy/ratelimit, every entry whose key,
+// '_' and value start with the rest.
 type prefixNode struct {
 	key, prefix string
+	joined      bool
 	n           *node
 }
 
-// ParseConfig parses one envoyproxy/ratelimit YAML document; path names
-// the file in errors.
-func ParseConfig(path string, data []byte) (*Config, error) {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+// wildcard returns the pattern of a descriptor that is a wildcard ("b*"
+// of value: b*, or "x-*" of a key x-* with no value), or "".
+func (d *Descriptor) wildcard() string {
+	switch {
+	case strings.HasSuffix(d.Value, "*"):
+		return d.Value
+	case d.Value == "" && strings.HasSuffix(d.Key, "*"):
+		return d.Key
 	}
-	if doc.Kind == 0 || len(doc.Content) == 0 {
+	return ""
+}
+
+// ParseConfig parses one envoyproxy/ratelimit YAML document; path names
+// the file in errors. It reads YAML as envoyproxy/ratelimit's YAML 1.1
+// library does where a file could tell: a null value (~, or nothing) is
+// the field left out, anchors, aliases and merge keys (<<: *base) apply,
+// and requests_per_unit may be written 1_000, 0x10 or 010 (octal: 8).
+func ParseConfig(path string, data []byte) (*Config, error) {
+	doc, err := config.DecodeYAML(path, data)
+	if err != nil {
+		if e, ok := errors.AsType[*config.Error](err); ok {
+			return nil, fmt.Errorf("%s:%d: %s", e.File, e.Line, e.Msg) // as the parser's own errors read
+		}
+		return nil, err
+	}
+	if doc == nil || len(doc.Content) == 0 {
 		return nil, fmt.Errorf("%s: empty config file", path)
 	}
-	p := &parser{file: path}
-	d := p.domain(doc.Content[0])
+	p := &parser{file: path, budget: maxNodes}
+	d := p.domain(p.resolve(doc.Content[0]))
 	if err := errors.Join(p.errs...); err != nil {
 		return nil, err
 	}
 	return &Config{Domains: map[string]*Domain{d.Name: d}, Files: []string{path}}, nil
 }
 
+// maxNodes bounds the YAML nodes one file may make the parser visit, so
+// that aliases nested in aliases (a "billion laughs" file) fail rather
+// than take the process's memory and time.
+const maxNodes = 1 << 20
+
 type parser struct {
 	file     string
 	errs     []error
 	replaces bool // a rate_limit with replaces was parsed
+	budget   int  // nodes left to visit
 }
 
 func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
 	p.errs = append(p.errs, fmt.Errorf("%s:%d: %s", p.file, n.Line, fmt.Sprintf(format, args...)))
 }
 
-// fields iterates a mapping, reporting keys not in allowed.
+// resolve follows n's aliases and spends one node of the budget; past
+// the budget it reports the file once and returns an empty mapping.
+func (p *parser) resolve(n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if p.budget--; p.budget == -1 {
+		p.errorf(n, "the file expands to more than %d YAML nodes (aliases within aliases?)", maxNodes)
+	}
+	if p.budget < 0 {
+		return &yaml.Node{Kind: yaml.MappingNode, Line: n.Line}
+	}
+	return n
+}
+
+// isNull reports a YAML null: a field written without a value, or ~.
+func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.Tag == "!!null" }
+
+// fields returns the entries of mapping n by key, reporting keys not in
+// allowed and keys given twice, and applying merge keys (<<: *base),
+// whose entries yield to the mapping's own. A null value is left out, as
+// a field not given.
 func (p *parser) fields(n *yaml.Node, what string, allowed ...string) map[string]*yaml.Node {
-	if n.Kind != yaml.MappingNode {
-		p.errorf(n, "%s must be a mapping", what)
+	m := map[string]*yaml.Node{}
+	if !p.collect(n, what, allowed, m, true) {
 		return nil
 	}
-	m := map[string]*yaml.Node{}
+	return m
+}
+
+// collect adds the entries of mapping n to m; own tells whether n is the
+// mapping itself (whose keys may not repeat) or one merged into it.
+func (p *parser) collect(n *yaml.Node, what string, allowed []string, m map[string]*yaml.Node, own bool) bool {
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, "%s must be a mapping", what)
+		return false
+	}
+	seen := map[string]bool{}
+	var merges []*yaml.Node
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		ok := false
-		for _, a := range allowed {
-			ok = ok || a == k.Value
+		k, v := n.Content[i], p.resolve(n.Content[i+1])
+		if k.Value == "<<" && k.Tag == "!!merge" {
+			merges = append(merges, v)
+			continue
 		}
 		switch {
-		case !ok:
+		case !slices.Contains(allowed, k.Value):
 			p.errorf(k, "unknown field %q in %s (allowed: %s)", k.Value, what, strings.Join(allowed, ", "))
-		case m[k.Value] != nil:
+		case seen[k.Value]:
 			p.errorf(k, "duplicate field %q in %s", k.Value, what)
+		case !own && m[k.Value] != nil:
+			// The mapping's own entry, or an earlier merge's, wins.
 		default:
-			m[k.Value] = v
+			seen[k.Value] = true
+			if !isNull(v) {
+				m[k.Value] = v
+			}
 		}
 	}
-	return m
+	for _, v := range merges {
+		if v.Kind == yaml.SequenceNode {
+			for _, e := range v.Content {
+				p.collect(p.resolve(e), what, allowed, m, false)
+			}
+			continue
+		}
+		p.collect(v, what, allowed, m, false)
+	}
+	return true
 }
 
 func (p *parser) str(n *yaml.Node, name string) string {
@@ -184,11 +261,18 @@ func (p *parser) boolean(n *yaml.Node, name string) bool {
 	return b
 }
 
+// uint32 reads a whole number as YAML 1.1 does: a plain one may hold
+// underscores and be written in hexadecimal (0x10), octal (010, 0o10) or
+// binary (0b10).
 func (p *parser) uint32(n *yaml.Node, name string) uint32 {
 	if n == nil {
 		return 0
 	}
-	v, err := strconv.ParseUint(n.Value, 10, 32)
+	s, base := n.Value, 10
+	if n.Style == 0 {
+		s, base = strings.TrimPrefix(strings.ReplaceAll(s, "_", ""), "+"), 0
+	}
+	v, err := strconv.ParseUint(s, base, 32)
 	if n.Kind != yaml.ScalarNode || err != nil {
 		p.errorf(n, "%s must be a whole number from 0 to %d, got %q", name, uint32(1<<32-1), n.Value)
 	}
@@ -216,6 +300,7 @@ func (p *parser) descriptors(n *yaml.Node, parent string, idx *node) []*Descript
 	}
 	var out []*Descriptor
 	for _, c := range n.Content {
+		c = p.resolve(c)
 		f := p.fields(c, "a descriptor", "key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode", "share_threshold", "detailed_metric", "value_to_metric")
 		if f == nil {
 			continue
@@ -233,7 +318,7 @@ func (p *parser) descriptors(n *yaml.Node, parent string, idx *node) []*Descript
 			p.errorf(c, "descriptor has an empty key")
 			continue
 		}
-		if d.ShareThreshold && !strings.HasSuffix(d.Value, "*") {
+		if d.ShareThreshold && d.wildcard() == "" {
 			p.errorf(f["share_threshold"], "share_threshold can only be used with a wildcard value (ending in '*'), but %q has value %q", d.Key, d.Value)
 		}
 		full := parent + "." + d.Key
@@ -255,7 +340,15 @@ func (p *parser) descriptors(n *yaml.Node, parent string, idx *node) []*Descript
 }
 
 func (idx *node) add(d *Descriptor, n *node) bool {
-	switch {
+	switch pattern := d.wildcard(); {
+	case pattern != "":
+		pn := prefixNode{key: d.Key, prefix: strings.TrimSuffix(pattern, "*"), joined: d.Value == "", n: n}
+		for _, o := range idx.prefix {
+			if o.key == pn.key && o.prefix == pn.prefix && o.joined == pn.joined {
+				return false
+			}
+		}
+		idx.prefix = append(idx.prefix, pn)
 	case d.Value == "":
 		if idx.wildcard == nil {
 			idx.wildcard = map[string]*node{}
@@ -264,13 +357,6 @@ func (idx *node) add(d *Descriptor, n *node) bool {
 			return false
 		}
 		idx.wildcard[d.Key] = n
-	case strings.HasSuffix(d.Value, "*"):
-		for _, pn := range idx.prefix {
-			if pn.key == d.Key && pn.prefix == strings.TrimSuffix(d.Value, "*") {
-				return false
-			}
-		}
-		idx.prefix = append(idx.prefix, prefixNode{d.Key, strings.TrimSuffix(d.Value, "*"), n})
 	default:
 		if idx.exact == nil {
 			idx.exact = map[string]*node{}
@@ -292,7 +378,7 @@ func (idx *node) lookup(key, value string) (n *node, prefix bool) {
 		return n, false
 	}
 	for _, pn := range idx.prefix {
-		if pn.key == key && strings.HasPrefix(value, pn.prefix) {
+		if pn.joined && strings.HasPrefix(key+"_"+value, pn.prefix) || !pn.joined && pn.key == key && strings.HasPrefix(value, pn.prefix) {
 			return pn.n, true
 		}
 	}
@@ -320,6 +406,18 @@ var units = [...]unit{
 	{"week", 7 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_WEEK, typev3.RateLimitUnit_UNKNOWN},
 	{"month", 30 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_MONTH, typev3.RateLimitUnit_MONTH},
 	{"year", 365 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_YEAR, typev3.RateLimitUnit_YEAR},
+}
+
+// times returns the period of m units (0 or 1: one), or an error when it
+// is longer than sluice.MaxPeriod (which it must not wrap around past).
+func (u unit) times(m uint32) (time.Duration, error) {
+	if m <= 1 {
+		return u.period, nil
+	}
+	if most := sluice.MaxPeriod / u.period; time.Duration(m) > most {
+		return 0, fmt.Errorf("unit_multiplier %d makes the period longer than %s: at most %d %ss", m, policy.CompactDuration(sluice.MaxPeriod), most, u.name)
+	}
+	return u.period * time.Duration(m), nil
 }
 
 // unitNames is the list of units, for errors.
@@ -373,6 +471,7 @@ func (p *parser) rateLimit(n *yaml.Node, full string) *RateLimit {
 			p.errorf(r, "replaces must be a list")
 		} else {
 			for _, e := range r.Content {
+				e = p.resolve(e)
 				rf := p.fields(e, "a replaces entry", "name")
 				name := p.str(rf["name"], "name")
 				if name == "" {
@@ -412,9 +511,10 @@ func (p *parser) rateLimit(n *yaml.Node, full string) *RateLimit {
 		return rl
 	}
 	rl.current = u.current
-	period := u.period
-	if rl.UnitMultiplier > 1 {
-		period *= time.Duration(rl.UnitMultiplier)
+	period, err := u.times(rl.UnitMultiplier)
+	if err != nil {
+		p.errorf(f["unit_multiplier"], "%v", err)
+		return rl
 	}
 	rl.Limit = sluice.Limit{Algorithm: rl.Algorithm, Limit: int(rl.RequestsPerUnit), Period: period, Name: limitName(full)}
 	if rl.RequestsPerUnit > 0 {
@@ -470,7 +570,7 @@ func (d *Domain) resolve(entries []Entry) (*Descriptor, []Entry) {
 			if !cloned {
 				key, cloned = slices.Clone(entries), true
 			}
-			key[i].Value = n.d.Value
+			key[i].Value = n.d.wildcard()
 		}
 		idx = n
 	}

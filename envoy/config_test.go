@@ -96,7 +96,8 @@ func TestParseErrors(t *testing.T) {
 		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      algorithm: leaky\n", `f.yaml:7: invalid limit: algorithm "leaky"`},
 		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 20000\n      algorithm: sliding_log\n", `f.yaml:5: invalid limit (d.a: sliding_log`},
 		{"domain: d\ndescriptors:\n  - key: a\n    shadow_mode: maybe\n", `f.yaml:4: shadow_mode must be true or false`},
-		{"domain: [d\n", `f.yaml: yaml:`},
+		{"domain: [d\n", `f.yaml:1: invalid YAML: did not find expected ',' or ']'`},
+		{"domain: d\ndescriptors:\n  - key: a\n\t- key: b\n", `f.yaml:4: invalid YAML: found a tab character that violates indentation (indent with spaces: YAML does not allow tabs)`},
 		{"", `f.yaml: empty config file`},
 	}
 	for _, tc := range cases {

@@ -40,8 +40,10 @@
 // LoadConfig reads one file or a directory of them (envoyproxy/ratelimit's
 // RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY; see ConfigFiles
 // for which files), each domain defined once unless MergeDomains is given.
+// The YAML is read as envoyproxy/ratelimit reads it (see ParseConfig).
 // Every field envoyproxy/ratelimit reads is accepted where it reads it; any
-// other field, or one in the wrong place, is an error naming file:line, as
+// other field, one in the wrong place or one given twice, is an error
+// naming file:line, as
 // are a missing domain or key, a duplicate descriptor, an unknown unit, a
 // limit that replaces itself, share_threshold on a value that is not a
 // wildcard, and a limit sluice cannot enforce. The mapping:
@@ -49,7 +51,8 @@
 //   - unit: second, minute, hour, day, week, month and year become a
 //     Period of 1s, 1m, 1h, 24h, 168h, 720h (30 days) and 8760h (365
 //     days), as envoyproxy/ratelimit counts them, multiplied by
-//     unit_multiplier (sluice's extension) when it is above 1.
+//     unit_multiplier (sluice's extension) when it is above 1, up to
+//     sluice.MaxPeriod.
 //   - requests_per_unit becomes Limit.Limit. 0 blocks every request
 //     (OVER_LIMIT, nothing counted), as in envoyproxy/ratelimit.
 //   - algorithm (inside rate_limit, sluice's extension): fixed_window by
@@ -86,10 +89,13 @@
 //
 // # Decisions
 //
-// Service decides each descriptor of a request in order, independently,
-// with Limiter.AllowN(ctx, key, limit, cost): the store key is the domain and
-// every entry of the request descriptor, length-prefixed so that distinct
-// descriptors never share a key. The cost is the descriptor's own
+// Service decides each descriptor of a request on its own, with
+// Limiter.AllowN(ctx, key, limit, cost): the store key is the domain and
+// every entry of the request descriptor (a share_threshold entry's value
+// replaced by its pattern), length-prefixed so that distinct descriptors
+// never share a key. Descriptors with counts of their own are decided at
+// once; two that share a count, in request order, the first admitted
+// first, as in envoyproxy/ratelimit. The cost is the descriptor's own
 // hits_addend when it is set, 0 included (a check that counts nothing),
 // else the request's hits_addend, where 0 means 1; a cost above the
 // limit's capacity is OVER_LIMIT without consuming anything. A descriptor
@@ -116,9 +122,9 @@
 // again as soon as the window allows, and limit_remaining of a denied
 // descriptor whose cost was above what remained says what remains; and
 // limit overrides keep counts of their own, apart from the configured
-// limit of the same descriptor. As in envoyproxy/ratelimit each
-// descriptor is independent: one admitted earlier in a request keeps its
-// count even when a later one is over the limit. Quota responses,
+// limit of the same descriptor, and honour its unit_multiplier. As in
+// envoyproxy/ratelimit each descriptor is independent: one admitted keeps
+// its count even when another of the request is over the limit. Quota responses,
 // raw_body, dynamic metadata and request_headers_to_add are never set.
 //
 // Response headers are off by default, as in envoyproxy/ratelimit.

@@ -75,14 +75,18 @@ func LoadConfig(path string, opts ...LoadOption) (*Config, error) {
 // a Kubernetes ConfigMap mounts its files both as links and in a
 // "..<timestamp>" directory, which would otherwise define each domain
 // twice; editors leave dotted swap files. Links to directories are not
-// followed.
+// followed, except dir itself.
 func ConfigFiles(dir string) ([]string, error) {
 	var files []string
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+	// With a trailing separator the root is followed when it is itself a
+	// link (/etc/ratelimit -> /srv/runtime_data/current/ratelimit/config),
+	// as WalkDir would not; the files are still named under dir.
+	root := dir + string(filepath.Separator)
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return fmt.Errorf("envoy: %w", err)
 		}
-		if path != dir && strings.HasPrefix(d.Name(), ".") {
+		if path != root && strings.HasPrefix(d.Name(), ".") {
 			if d.IsDir() {
 				return filepath.SkipDir
 			}

@@ -3,6 +3,7 @@ package envoy
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"slices"
 	"strings"
 	"testing"
@@ -182,5 +183,46 @@ func TestIsConfig(t *testing.T) {
 	}
 	if !IsConfig(dir) {
 		t.Error("IsConfig(directory) = false")
+	}
+}
+
+// TestYAMLAnchors: anchors, aliases and merge keys apply, as in
+// upstream's YAML library; an alias bomb is refused, not expanded.
+func TestYAMLAnchors(t *testing.T) {
+	cfg, err := ParseConfig("f.yaml", []byte(`
+domain: d
+descriptors:
+  - key: a
+    rate_limit: &std {unit: minute, requests_per_unit: 5}
+  - key: b
+    rate_limit: *std
+  - key: c
+    rate_limit:
+      <<: *std
+      requests_per_unit: 7
+  - &leaf
+    key: e
+    value: ~
+    rate_limit: {unit: second, requests_per_unit: 2}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		key  string
+		want uint32
+	}{{"a", 5}, {"b", 5}, {"c", 7}, {"e", 2}} {
+		d := cfg.Match("d", []Entry{{tc.key, "x"}})
+		if d == nil || d.RateLimit.RequestsPerUnit != tc.want || d.RateLimit.Unit != "minute" && tc.key != "e" {
+			t.Errorf("%s: %+v, want %d per minute", tc.key, d, tc.want)
+		}
+	}
+	// Each level holds the one below twice: 2^40 nodes in all.
+	bomb := "domain: d\ndescriptors:\n  - key: top\n    descriptors: &x0 [{key: k}]\n"
+	for i := 1; i < 40; i++ {
+		bomb += "  - key: t" + strconv.Itoa(i) + "\n    descriptors: &x" + strconv.Itoa(i) + " [{key: a, descriptors: *x" + strconv.Itoa(i-1) + "}, {key: b, descriptors: *x" + strconv.Itoa(i-1) + "}]\n"
+	}
+	if _, err := ParseConfig("bomb.yaml", []byte(bomb)); err == nil || !strings.Contains(err.Error(), "expands to more than") {
+		t.Errorf("alias bomb: %v", err)
 	}
 }

@@ -290,9 +290,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 }
 
 // decideAll returns the verdict on every descriptor of req. Descriptors
-// are independent, so several are decided at once: a request of three
-// waits for the slowest store call, not for three in a row (on Redis,
-// they go out in one pipelined write).
+// with counts of their own are independent, so they are decided at once:
+// a request of three waits for the slowest store call, not for three in
+// a row (on Redis, they go out in one pipelined write).
 func (s *Service) decideAll(ctx context.Context, req *rlsv3.RateLimitRequest, ms []match, replaced map[string]bool) ([]verdict, error) {
 	ds := req.GetDescriptors()
 	vs := make([]verdict, len(ds))
@@ -300,6 +300,18 @@ func (s *Service) decideAll(ctx context.Context, req *rlsv3.RateLimitRequest, ms
 		v, err := s.decide(ctx, req, ds[0], ms[0], replaced)
 		vs[0] = v
 		return vs, err
+	}
+	if sharesCount(req.GetDomain(), ms) {
+		// In request order, as envoyproxy/ratelimit decides them: the
+		// first of two descriptors that share a count is the one it
+		// admits.
+		for i, d := range ds {
+			var err error
+			if vs[i], err = s.decide(ctx, req, d, ms[i], replaced); err != nil {
+				return nil, err
+			}
+		}
+		return vs, nil
 	}
 	errs := make([]error, len(ds))
 	var wg sync.WaitGroup
@@ -313,6 +325,30 @@ func (s *Service) decideAll(ctx context.Context, req *rlsv3.RateLimitRequest, ms
 		}
 	}
 	return vs, nil
+}
+
+// sharesCount reports whether two of the matched descriptors ms of a
+// request to domain may spend one count: the same limit under the same
+// store key (the same entries twice, two values of one share_threshold
+// wildcard).
+func sharesCount(domain string, ms []match) bool {
+	seen := make(map[string]bool, len(ms))
+	for _, m := range ms {
+		var k string
+		switch {
+		case m.override != nil:
+			k = m.limit.Name + "\x00" + storageKey(domain, m.entries)
+		case m.node != nil:
+			k = m.node.RateLimit.Limit.Name + "\x00" + storageKey(domain, m.key)
+		default:
+			continue
+		}
+		if seen[k] {
+			return true
+		}
+		seen[k] = true
+	}
+	return false
 }
 
 // unknownDomain reports a request for a domain gen does not have, and
@@ -352,9 +388,9 @@ func override(domain string, o *commonv3.RateLimitDescriptor_RateLimitOverride, 
 	if !good {
 		return nil, sluice.Limit{}, status.Errorf(codes.InvalidArgument, "limit override unit %s is not supported", o.GetUnit())
 	}
-	period := u.period
-	if m := o.GetUnitMultiplier().GetValue(); m > 1 {
-		period *= time.Duration(m)
+	period, err := u.times(o.GetUnitMultiplier().GetValue())
+	if err != nil {
+		return nil, sluice.Limit{}, status.Errorf(codes.InvalidArgument, "limit override: %v", err)
 	}
 	rl := &RateLimit{Unit: u.name, RequestsPerUnit: o.GetRequestsPerUnit(), UnitMultiplier: o.GetUnitMultiplier().GetValue(), current: u.current}
 	lim := sluice.Limit{Algorithm: sluice.FixedWindow, Limit: int(o.GetRequestsPerUnit()), Period: period, Name: limitName("override." + domain + "." + entryPath(entries))}

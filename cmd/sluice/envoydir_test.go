@@ -503,7 +503,7 @@ descriptors:
 			name:   "broken YAML",
 			args:   []string{"--config", broken},
 			code:   1,
-			stderr: []string{broken + ": yaml: line "},
+			stderr: []string{broken + ":4: invalid YAML: did not find expected '-' indicator (check the indentation of this line)"},
 		},
 		{
 			name: "unknown field and unit",

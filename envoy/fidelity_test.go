@@ -1,17 +1,18 @@
 package envoy
 
-// Review of issue 11 (the Envoy drop-in): each test below fails on the
-// reviewed code and shows a difference from envoyproxy/ratelimit
-// (v1.4.1-0.20260122083618-3fb702589d36, unpacked at /tmp/upstream) that
-// the README and doc.go do not list as deliberate, or a bug of sluice's
-// own. The expectation of each is upstream's answer, with the source line
-// that gives it.
+// Fidelity cases found in review: each test failed on an earlier version
+// of the package, answering otherwise than envoyproxy/ratelimit
+// (v1.4.1-0.20260122083618-3fb702589d36) where the README does not say
+// sluice deliberately differs, or with a bug of sluice's own. The
+// expectation of each is upstream's answer, with the place in its source
+// that gives it, unless the test says it checks a deliberate difference.
 
 import (
 	"context"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,8 +26,8 @@ import (
 	"github.com/sluice-go/sluice/store/memory"
 )
 
-// reviewService serves the one file text from store at upstreamNow.
-func reviewService(t *testing.T, store sluice.Store, text string, opts ...ServiceOption) rlsv3.RateLimitServiceClient {
+// fidelityService serves the one file text from store at upstreamNow.
+func fidelityService(t *testing.T, store sluice.Store, text string, opts ...ServiceOption) rlsv3.RateLimitServiceClient {
 	t.Helper()
 	cfg, err := ParseConfig("review.yaml", []byte(text))
 	if err != nil {
@@ -38,7 +39,7 @@ func reviewService(t *testing.T, store sluice.Store, text string, opts ...Servic
 	return serve(t, svc)
 }
 
-func reviewAsk(t *testing.T, c rlsv3.RateLimitServiceClient, what string, want *rlsv3.RateLimitResponse, domain string, hits uint32, ds ...*commonv3.RateLimitDescriptor) {
+func fidelityAsk(t *testing.T, c rlsv3.RateLimitServiceClient, what string, want *rlsv3.RateLimitResponse, domain string, hits uint32, ds ...*commonv3.RateLimitDescriptor) {
 	t.Helper()
 	got, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds, HitsAddend: hits})
 	if err != nil {
@@ -56,9 +57,9 @@ func reviewAsk(t *testing.T, c rlsv3.RateLimitServiceClient, what string, want *
 // (src/redis/fixed_cache_impl.go:154-182,208-217): the first is OK, the
 // second OVER_LIMIT. sluice decides them concurrently (decideAll), so
 // which one is admitted is a race.
-func TestReviewSharedCountInRequestOrder(t *testing.T) {
+func TestFidelitySharedCountInRequestOrder(t *testing.T) {
 	conformanceStores(t, func(t *testing.T, store sluice.Store) {
-		c := reviewService(t, store, `
+		c := fidelityService(t, store, `
 domain: review
 descriptors:
   - key: k
@@ -70,11 +71,11 @@ descriptors:
 `)
 		for i := range 100 {
 			v := strconv.Itoa(i)
-			reviewAsk(t, c, "same descriptor twice, round "+v,
+			fidelityAsk(t, c, "same descriptor twice, round "+v,
 				resp(limited(OK, "", 1, minute, 0), limited(OVER, "", 1, minute, 0)),
 				"review", 1, desc("k", v), desc("k", v))
 		}
-		reviewAsk(t, c, "two values of a shared wildcard",
+		fidelityAsk(t, c, "two values of a shared wildcard",
 			resp(limited(OK, "", 1, minute, 0), limited(OVER, "", 1, minute, 0), limited(OVER, "", 1, minute, 0)),
 			"review", 1, desc("path", "shared/a"), desc("path", "shared/b"), desc("path", "shared/c"))
 	})
@@ -88,7 +89,7 @@ descriptors:
 // multipliers that overflow happen to be refused only because the wrapped
 // period is not a whole number of microseconds.) A limit override's
 // unit_multiplier wraps the same way (override in service.go).
-func TestReviewUnitMultiplierOverflow(t *testing.T) {
+func TestFidelityUnitMultiplierOverflow(t *testing.T) {
 	for _, tc := range []struct{ unit, mult string }{{"year", "73118"}, {"month", "889600"}, {"week", "3812572"}, {"day", "26687998"}} {
 		cfg, err := ParseConfig("review.yaml", []byte(`
 domain: review
@@ -105,17 +106,18 @@ descriptors:
 // A limit override Envoy sends with unit_multiplier. Upstream builds the
 // override from requests_per_unit and unit only
 // (src/config/config_impl.go:332-347, NewRateLimit at :88-106): the
-// window is one unit, current_limit carries no unit_multiplier, and
-// duration_until_reset is that unit's (src/utils/utilities.go:346-350).
-// sluice multiplies the window and reports the multiplier; the README's
-// table of deliberate differences lists unit_multiplier only as a field of
-// the file.
-func TestReviewOverrideUnitMultiplier(t *testing.T) {
+// window is one unit. sluice deliberately honours the multiplier, as in a
+// file (the README's table says so): 3 per 5 minutes, reported with the
+// multiplier, resetting at the end of the 5-minute window.
+func TestFidelityOverrideUnitMultiplier(t *testing.T) {
 	conformanceStores(t, func(t *testing.T, store sluice.Store) {
-		c := reviewService(t, store, "domain: review\n")
+		c := fidelityService(t, store, "domain: review\n")
 		over := desc("anything", "x")
 		over.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: typev3.RateLimitUnit_MINUTE, UnitMultiplier: wrapperspb.UInt32(5)}
-		reviewAsk(t, c, "override with unit_multiplier", resp(limited(OK, "", 3, minute, 2)), "review", 1, over)
+		st := limited(OK, "", 3, minute, 2)
+		st.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(5)
+		st.DurationUntilReset.Seconds = 300 - upstreamNow.Unix()%300
+		fidelityAsk(t, c, "override with unit_multiplier", resp(st), "review", 1, over)
 	})
 }
 
@@ -124,9 +126,10 @@ func TestReviewOverrideUnitMultiplier(t *testing.T) {
 // "descriptors:" is a nil list (a domain with no limits, or a node that
 // only groups nothing), an empty "rate_limit:" a nil *YamlRateLimit (a
 // node without a limit), integers are YAML 1.1's, so "1_000" is 1000 and
-// "0x10" is 16 (yaml.v2 resolve.go strips '_' and parses with base 0),
-// and a mapping key given twice keeps its last value.
-func TestReviewFilesUpstreamLoads(t *testing.T) {
+// "0x10" is 16 (yaml.v2 resolve.go strips '_' and parses with base 0).
+// (A mapping key given twice, whose last value yaml.v2 keeps, sluice
+// deliberately refuses: see TestFidelityFieldTwice.)
+func TestFidelityFilesUpstreamLoads(t *testing.T) {
 	for name, text := range map[string]string{
 		"empty descriptors": "domain: placeholder\ndescriptors:\n",
 		"empty nested descriptors": `
@@ -148,13 +151,6 @@ descriptors:
   - key: k
     rate_limit: {unit: second, requests_per_unit: 0x10}
 `,
-		// yaml.v2's Unmarshal (not UnmarshalStrict) keeps the last value.
-		"a field given twice": `
-domain: review
-descriptors:
-  - key: k
-    rate_limit: {unit: second, requests_per_unit: 1, requests_per_unit: 2}
-`,
 		"underscored integer": `
 domain: review
 descriptors:
@@ -170,7 +166,7 @@ descriptors:
 
 // A YAML 1.1 octal integer: upstream (yaml.v2, base 0) reads
 // requests_per_unit: 010 as 8; sluice reads 10.
-func TestReviewOctalRequestsPerUnit(t *testing.T) {
+func TestFidelityOctalRequestsPerUnit(t *testing.T) {
 	cfg, err := ParseConfig("review.yaml", []byte(`
 domain: review
 descriptors:
@@ -193,7 +189,7 @@ descriptors:
 // (Upstream's goruntime walks with filepath.Walk and would not follow such
 // a root either, but it does not report a directory to begin with; the
 // bug is sluice's contract: "one file or a directory".)
-func TestReviewConfigDirectoryThroughSymlink(t *testing.T) {
+func TestFidelityConfigDirectoryThroughSymlink(t *testing.T) {
 	dir := t.TempDir()
 	write(t, dir, map[string]string{"v1/config/a.yaml": limitsFile("a", "k")})
 	link := filepath.Join(dir, "current")
@@ -211,8 +207,8 @@ func TestReviewConfigDirectoryThroughSymlink(t *testing.T) {
 
 // The same overflow in a limit override Envoy sends: 889600 months wraps
 // to 53 hours, accepted and enforced as "3 per 53 hours".
-func TestReviewOverrideUnitMultiplierOverflow(t *testing.T) {
-	c := reviewService(t, memory.New(), "domain: review\n")
+func TestFidelityOverrideUnitMultiplierOverflow(t *testing.T) {
+	c := fidelityService(t, memory.New(), "domain: review\n")
 	over := desc("anything", "x")
 	over.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: typev3.RateLimitUnit_MONTH, UnitMultiplier: wrapperspb.UInt32(889600)}
 	got, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "review", Descriptors: []*commonv3.RateLimitDescriptor{over}})
@@ -226,15 +222,15 @@ func TestReviewOverrideUnitMultiplierOverflow(t *testing.T) {
 // node is key-only and matches every value of k
 // (src/config/config_impl.go:141-145,388-392). sluice keeps the text "~"
 // as an exact value, and the limit applies to nothing.
-func TestReviewNullValueIsKeyOnly(t *testing.T) {
-	c := reviewService(t, memory.New(), `
+func TestFidelityNullValueIsKeyOnly(t *testing.T) {
+	c := fidelityService(t, memory.New(), `
 domain: review
 descriptors:
   - key: k
     value: ~
     rate_limit: {unit: minute, requests_per_unit: 5}
 `)
-	reviewAsk(t, c, "any value of k", resp(limited(OK, "", 5, minute, 4)), "review", 1, desc("k", "anything"))
+	fidelityAsk(t, c, "any value of k", resp(limited(OK, "", 5, minute, 4)), "review", 1, desc("k", "anything"))
 }
 
 // A key-only descriptor whose key ends in '*'. Upstream puts every
@@ -245,8 +241,8 @@ descriptors:
 // x-user=1; share_threshold is accepted on it, since the check is on the
 // composite key (src/config/config_impl.go:197-204). sluice takes "x-*"
 // as a literal key, and refuses share_threshold on it.
-func TestReviewWildcardKey(t *testing.T) {
-	c := reviewService(t, memory.New(), `
+func TestFidelityWildcardKey(t *testing.T) {
+	c := fidelityService(t, memory.New(), `
 domain: review
 descriptors:
   - key: "x-*"
@@ -261,5 +257,16 @@ descriptors:
 `)); err != nil {
 		t.Errorf("share_threshold on key x-*: %v", err)
 	}
-	reviewAsk(t, c, "x-user=1", resp(limited(OK, "", 5, minute, 4)), "review", 1, desc("x-user", "1"))
+	fidelityAsk(t, c, "x-user=1", resp(limited(OK, "", 5, minute, 4)), "review", 1, desc("x-user", "1"))
+}
+
+// A field given twice: upstream (yaml.v2's Unmarshal) keeps the last
+// value; sluice deliberately refuses the file, naming the line, as it
+// refuses a field in the wrong place: which of two requests_per_unit the
+// author meant is not for the parser to guess.
+func TestFidelityFieldTwice(t *testing.T) {
+	_, err := ParseConfig("review.yaml", []byte("domain: review\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, requests_per_unit: 2}\n"))
+	if err == nil || !strings.Contains(err.Error(), `review.yaml:4: duplicate field "requests_per_unit" in rate_limit`) {
+		t.Errorf("error %v", err)
+	}
 }
