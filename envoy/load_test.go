@@ -3,8 +3,8 @@ package envoy
 import (
 	"os"
 	"path/filepath"
-	"strconv"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
