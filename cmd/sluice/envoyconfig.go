@@ -174,7 +174,7 @@ func printEnvoy(w io.Writer, path string, cfg *envoy.Config) {
 		}
 		for _, p := range byDomain[name] {
 			d := p.Node()
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s:%d\n", p.Domain, p.String(), envoyLimit(d.RateLimit), envoyFlagsOf(d), d.File, d.Line)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s:%d\n", p.Domain, p.String(), envoyLimit(d.RateLimit), envoyFlagsOf(p), d.File, d.Line)
 		}
 	}
 	tw.Flush()
@@ -197,8 +197,11 @@ func envoyLimit(rl *envoy.RateLimit) string {
 	return s + " " + rl.Algorithm.String()
 }
 
-// envoyFlagsOf lists a descriptor's settings beyond its limit, or "-".
-func envoyFlagsOf(d *envoy.Descriptor) string {
+// envoyFlagsOf lists the settings of a limit's path beyond its limit, or
+// "-": the leaf's, and share_threshold=<key> for each entry whose values
+// share the count.
+func envoyFlagsOf(p envoy.Path) string {
+	d := p.Node()
 	var fl []string
 	if d.ShadowMode {
 		fl = append(fl, "shadow")
@@ -206,8 +209,10 @@ func envoyFlagsOf(d *envoy.Descriptor) string {
 	if d.QuotaMode {
 		fl = append(fl, "quota")
 	}
-	if d.ShareThreshold {
-		fl = append(fl, "share_threshold")
+	for _, n := range p.Nodes {
+		if n.ShareThreshold {
+			fl = append(fl, "share_threshold="+n.Key)
+		}
 	}
 	if d.RateLimit.Name != "" {
 		fl = append(fl, "name="+d.RateLimit.Name)

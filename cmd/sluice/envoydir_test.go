@@ -482,7 +482,7 @@ descriptors:
 				dir + ": ok, 3 domains, 5 limits in 3 files",
 				"DOMAIN DESCRIPTORS LIMIT FLAGS AT",
 				"empty (no limits) - - -",
-				"files path=files/* 2/second fixed_window shadow share_threshold replaces=per_number " + b + ":4",
+				"files path=files/* 2/second fixed_window shadow share_threshold=path replaces=per_number " + b + ":4",
 				"files internal unlimited quota " + b + ":9",
 				"messaging message_type=marketing, to_number 5/day fixed_window - " + a + ":7",
 				"messaging to_number 10/minute x3 sliding_log name=per_number " + a + ":9",

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"sync/atomic"
 
+	"github.com/sluice-go/sluice/envoy"
 	"github.com/sluice-go/sluice/internal/httpjson"
 	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/policyfile"
@@ -29,6 +30,10 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	upstream, err := parseUpstream(*upstreamFlag)
 	if err != nil {
 		return usageError{err}
+	}
+	if envoy.IsConfig(*df.path) {
+		// Its errors as a policy file would only confuse.
+		return usageError{fmt.Errorf("%s is an envoyproxy/ratelimit config, which only Envoy's gRPC service of sluice serve answers; the proxy takes a sluice policy file", *df.path)}
 	}
 	log, hup, stopHUP, err := df.start(stderr)
 	if err != nil {
