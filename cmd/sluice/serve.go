@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 
 	"github.com/sluice-go/sluice"
@@ -18,7 +19,7 @@ import (
 )
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flagSet("serve", "Serve rate-limit decisions over HTTP: POST /v1/check, POST /v1/check/batch,\nGET /healthz and GET /readyz, and Envoy's rate limit service over gRPC. --config is a\nsluice policy file, or an envoyproxy/ratelimit file or directory of them (as its\nRUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY). SIGHUP, or a change to the\nconfig (any file of a directory, or one added or removed), reloads it as a whole.\nThe --envoy-* and --merge-domains flags apply only to an envoyproxy/ratelimit config:\ngiven with a sluice policy file, they are a usage error.", stdout)
+	fs := flagSet("serve", "Serve rate-limit decisions over HTTP: POST /v1/check, POST /v1/check/batch,\nGET /healthz and GET /readyz, and Envoy's rate limit service over gRPC (with gRPC\nhealth checks) and at POST /json, with GET /healthcheck, as envoyproxy/ratelimit\nserves them. --config is a sluice policy file, or an envoyproxy/ratelimit file or\ndirectory of them (as its RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY).\nSIGHUP, or a change to the config (any file of a directory, or one added or\nremoved), reloads it as a whole.\nThe --envoy-* and --merge-domains flags apply only to an envoyproxy/ratelimit config:\ngiven with a sluice policy file, they are a usage error.", stdout)
 	df := addDaemonFlags(fs, serveListen, "sluice policy file, or envoyproxy/ratelimit file or directory of them")
 	grpcListen := fs.string("grpc-listen", "SLUICE_GRPC_LISTEN", "127.0.0.1:8081", "gRPC address of Envoy's rate-limit service (empty: off)")
 	ef := addEnvoyFlags(fs)
@@ -75,8 +76,24 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	// Envoy's rate limit service: over gRPC, and over HTTP at POST /json
+	// as envoyproxy/ratelimit serves it.
+	var (
+		rls   rlsv3.RateLimitServiceServer
+		esvc  *envoy.Service
+		ready = back.Ready
+	)
+	if ecfg != nil {
+		svcOpts = append(svcOpts, envoy.WithObserver(m.Decision), envoy.WithUnknownDomain(m.UnknownDomain), envoy.WithLogger(log))
+		esvc = envoy.NewService(back.Limiter, ecfg, svcOpts...)
+		rls = esvc
+	} else {
+		rls, ready = envoy.NewRulesService(p.Engine()), p.Ready
+	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", m.Handler())
+	mux.Handle("POST /json", envoy.JSONHandler(rls))
+	mux.Handle("GET /healthcheck", healthcheck(ready))
 	if p != nil {
 		mux.Handle("/", server.New(p.Engine(), server.WithReady(p.Ready)))
 	} else {
@@ -87,7 +104,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// or stop watching it, when it is needed most.
 	srv := df.limits.serveServer(mux, func(r *http.Request) bool {
 		switch r.URL.Path {
-		case "/healthz", "/readyz", "/metrics":
+		case "/healthz", "/readyz", "/healthcheck", "/metrics":
 			return true
 		}
 		return false
@@ -96,23 +113,23 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer stopWatch()
 	errc := make(chan error, 2)
 	grpcAddr := "off"
-	var g *grpc.Server
+	var (
+		g      *grpc.Server
+		health *grpcHealth
+	)
 	if *grpcListen != "" {
 		gln, err := net.Listen("tcp", *grpcListen)
 		if err != nil {
 			return err
 		}
 		g = df.limits.grpcServer(log)
-		if ecfg != nil {
-			svcOpts = append(svcOpts, envoy.WithObserver(m.Decision), envoy.WithUnknownDomain(m.UnknownDomain), envoy.WithLogger(log))
-			svc := envoy.NewService(back.Limiter, ecfg, svcOpts...)
-			envoy.Register(g, svc)
-			watchEnvoyConfig(ctx, *path, loaded, ef.loadOptions(), *df.reloadEvery, hup, svc.Update, m.Reload, log)
-		} else {
-			envoy.Register(g, envoy.NewRulesService(p.Engine()))
-		}
+		envoy.Register(g, rls)
+		health = newGRPCHealth(ctx, g, ready)
 		go func() { errc <- g.Serve(gln) }()
 		grpcAddr = gln.Addr().String()
+	}
+	if esvc != nil {
+		watchEnvoyConfig(ctx, *path, loaded, ef.loadOptions(), *df.reloadEvery, hup, esvc.Update, m.Reload, log)
 	}
 	if p != nil {
 		p.Watch(ctx, *df.reloadEvery, hup)
@@ -123,6 +140,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	log.Info("serving", append([]any{"http", ln.Addr().String(), "grpc", grpcAddr, "config", *path}, counts...)...)
 	return serveUntil(ctx, srv, ln, errc, *df.drain, log, func(ctx context.Context) {
 		if g != nil {
+			health.drain()
 			stopGRPC(ctx, g)
 		}
 	})
