@@ -79,7 +79,7 @@ func TestServeUpstreamProbes(t *testing.T) {
 	if code, _ := healthcheck(); code != 500 {
 		t.Errorf("GET /healthcheck with Redis stopped: %d, want 500", code)
 	}
-	srv = srv.Restart(t)
+	srv.Restart(t)
 	waitFor("health SERVING again once Redis is back", func() bool {
 		return status("") == healthpb.HealthCheckResponse_SERVING
 	})
