@@ -33,6 +33,17 @@ func rewrite(t *testing.T, path, content string) {
 	}
 }
 
+// replace replaces the file at path with one holding content, by rename,
+// as editors and Kubernetes do: a poll never sees it half written.
+func replace(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := path + ".new"
+	rewrite(t, tmp, content)
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // open opens the policy file at path, logging to log (nil: nowhere), and
 // closes it when t ends.
 func open(t *testing.T, path string, log *logs, opts ...policyfile.Option) *policyfile.Policy {
