@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 
@@ -11,9 +12,11 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
-// MaxJSONBytes is the largest body JSONHandler reads: the gRPC listener's
-// message cap.
-const MaxJSONBytes = 1 << 20
+// MaxRequestBytes is the largest request the service is meant to take,
+// as a gRPC message (sluice serve's listener refuses larger ones) or as
+// JSONHandler's body: a ShouldRateLimit of MaxDescriptors descriptors is
+// a few KiB (grpc-go's default cap is 4 MiB).
+const MaxRequestBytes = 1 << 20
 
 // JSONHandler serves svc as envoyproxy/ratelimit's POST /json does: the
 // body is a RateLimitRequest in protobuf's JSON form, such as
@@ -22,16 +25,16 @@ const MaxJSONBytes = 1 << 20
 //
 // and the answer is the RateLimitResponse in the same form, with status
 // 200, or 429 Too Many Requests when its overall_code is OVER_LIMIT. A
-// body that is not such a request (or is over MaxJSONBytes), or a request
+// body that is not such a request (or is over MaxRequestBytes), or a request
 // the service refuses as invalid, is a 400 whose text says what is wrong;
 // a store failure the service returns is a 503 (upstream answers 400 to
 // both).
 func JSONHandler(svc rlsv3.RateLimitServiceServer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxJSONBytes))
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
 		if err != nil {
 			if _, big := errors.AsType[*http.MaxBytesError](err); big {
-				http.Error(w, "the body is larger than 1 MiB", http.StatusRequestEntityTooLarge)
+				http.Error(w, fmt.Sprintf("the body is larger than %d bytes", MaxRequestBytes), http.StatusRequestEntityTooLarge)
 				return
 			}
 			http.Error(w, "reading the body: "+err.Error(), http.StatusBadRequest)

@@ -49,7 +49,7 @@ func TestJSONHandler(t *testing.T) {
 		{`{"domain": "basic"`, 400, "not a RateLimitRequest in JSON"},
 		{`{"domain": "basic", "descriptors": [{"entries": [{"kee": "k"}]}]}`, 400, `unknown field "kee"`},
 		{`{"domain": "basic"}`, 400, "descriptor list must not be empty"},
-		{`{"domain": "basic", "descriptors": [` + strings.Repeat(`{"entries": []},`, 70000) + `{}]}`, 413, "larger than 1 MiB"},
+		{`{"domain": "basic", "descriptors": [` + strings.Repeat(`{"entries": []},`, 70000) + `{}]}`, 413, "larger than 1048576 bytes"},
 	} {
 		code, body := post(tc.body)
 		if code != tc.code || !strings.Contains(strings.ReplaceAll(body, " ", ""), strings.ReplaceAll(tc.want, " ", "")) {

@@ -122,7 +122,7 @@ const (
 var headerModeNames = [...]string{"none", "ratelimit", "ietf"}
 
 // HeaderModes lists the names ParseHeaderMode accepts, for help texts.
-const HeaderModes = "none, ratelimit or ietf"
+var HeaderModes = headerModeNames[0] + ", " + headerModeNames[1] + " or " + headerModeNames[2]
 
 // ParseHeaderMode returns the HeaderMode named s: "none", "ratelimit" or
 // "ietf".

@@ -13,6 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/sluice-go/sluice/envoy"
 	"github.com/sluice-go/sluice/policyfile"
 )
@@ -51,10 +53,14 @@ func addMergeFlag(fs *cmdFlags) *bool {
 }
 
 // forConfig returns a usage error when a flag of f was given and the
-// config at path is not an envoyproxy/ratelimit one (isEnvoy false).
+// config at path is a sluice policy file (isEnvoy false). A path that is
+// not there is left for the loader to report.
 func (f *envoyFlags) forConfig(path string, isEnvoy bool) error {
 	given := f.fs.givenOf(envoyFlagNames...)
 	if isEnvoy || len(given) == 0 {
+		return nil
+	}
+	if _, err := os.Stat(path); err != nil {
 		return nil
 	}
 	return usageError{fmt.Errorf("%s: only for an envoyproxy/ratelimit config, and %s is a sluice policy file", strings.Join(given, ", "), path)}
@@ -81,25 +87,14 @@ func (f *envoyFlags) serviceOptions() ([]envoy.ServiceOption, error) {
 	}
 	for i, n := range names {
 		names[i] = strings.TrimSpace(n)
-		if !isToken(names[i]) {
+		if !httpguts.ValidHeaderFieldName(names[i]) {
 			return nil, usageError{fmt.Errorf("--envoy-header-names %q: %q is not a header field name", *f.headerNames, names[i])}
 		}
 	}
+	if given := f.fs.givenOf("envoy-header-names"); len(given) > 0 && mode != envoy.HeadersRateLimit {
+		return nil, usageError{fmt.Errorf("%s names the fields of --envoy-headers %s, not of %s", given[0], envoy.HeadersRateLimit, mode)}
+	}
 	return []envoy.ServiceOption{envoy.WithHeaders(mode), envoy.WithHeaderNames(names[0], names[1], names[2])}, nil
-}
-
-// isToken reports whether s is a non-empty RFC 9110 token, as a header
-// field name must be.
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return true
 }
 
 // envoyFiles lists the files of the envoyproxy/ratelimit config at path
@@ -156,7 +151,7 @@ func watchEnvoyConfig(ctx context.Context, path string, since policyfile.Version
 // path, enforces: its counts, then one row per rate limit.
 func printEnvoy(w io.Writer, path string, cfg *envoy.Config) {
 	ls := cfg.Limits()
-	fmt.Fprintf(w, "%s: ok, %d domains, %d limits in %d files\n", path, len(cfg.Domains), len(ls), len(cfg.Files))
+	fmt.Fprintf(w, "%s: ok, %s, %s in %s\n", path, count(len(cfg.Domains), "domain"), count(len(ls), "limit"), count(len(cfg.Files), "file"))
 	if len(cfg.Domains) == 0 {
 		fmt.Fprintln(w, "no domains: every request is answered OK")
 		return
@@ -224,4 +219,12 @@ func envoyFlagsOf(p envoy.Path) string {
 		return "-"
 	}
 	return strings.Join(fl, " ")
+}
+
+// count writes n things: "1 file", "2 files".
+func count(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return strconv.Itoa(n) + " " + thing + "s"
 }

@@ -416,6 +416,10 @@ func TestEnvoyFlagErrors(t *testing.T) {
 		{"merge from the environment with a policy file", []string{"SLUICE_MERGE_DOMAINS=true"}, []string{"serve", "--config", policyFile}, "SLUICE_MERGE_DOMAINS: only for an envoyproxy/ratelimit config"},
 		{"check: merge with a policy file", nil, []string{"check", "--config", policyFile, "--merge-domains"}, "--merge-domains: only for an envoyproxy/ratelimit config"},
 	}
+	// A default given again, as a shared environment may, is no error.
+	if _, stderr, code := runBinary(t, []string{"SLUICE_MERGE_DOMAINS=false", "SLUICE_ENVOY_HEADERS=none"}, "check", "--config", policyFile); code != 0 {
+		t.Errorf("check of a policy file with the envoy flags' defaults in the environment: exit %d, %s", code, stderr)
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			args := tt.args
@@ -492,7 +496,7 @@ descriptors:
 		{
 			name:   "one file",
 			args:   []string{"--config", filepath.Join(dir, "c.yaml")},
-			stdout: []string{"c.yaml: ok, 1 domains, 0 limits in 1 files", "empty (no limits)"},
+			stdout: []string{"c.yaml: ok, 1 domain, 0 limits in 1 file", "empty (no limits)"},
 		},
 		{
 			name:   "empty directory",
@@ -523,7 +527,7 @@ descriptors:
 		{
 			name:   "one domain in two files, merged",
 			args:   []string{"--config", dup, "--merge-domains"},
-			stdout: []string{"ok, 1 domains, 0 limits in 2 files"},
+			stdout: []string{"ok, 1 domain, 0 limits in 2 files"},
 		},
 	}
 	for _, tt := range tests {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -16,29 +17,41 @@ import (
 // grpc_health_check) work unchanged.
 var healthServices = []string{"", "ratelimit"}
 
-// healthEvery is how often the gRPC health status is brought up to date
-// with the readiness check.
+// healthEvery is how often the health state is brought up to date with
+// the readiness check.
 const healthEvery = time.Second
 
-// grpcHealth is the gRPC health service (grpc.health.v1) of serve's gRPC
-// listener: SERVING while ready (the same check as GET /readyz),
-// NOT_SERVING when not, and from the start of a shutdown on.
-type grpcHealth struct{ s *health.Server }
+// drainNotice is how long a health Watch stream stays open once a
+// shutdown starts, for its NOT_SERVING to reach the watcher: then it
+// ends, so that it does not hold the graceful stop.
+const drainNotice = 100 * time.Millisecond
 
-// newGRPCHealth registers the health service on g and keeps it up to date
-// with ready until ctx ends.
-func newGRPCHealth(ctx context.Context, g *grpc.Server, ready func(context.Context) error) *grpcHealth {
-	h := &grpcHealth{s: health.NewServer()}
-	healthpb.RegisterHealthServer(g, h.s)
+// healthState is readiness as envoyproxy/ratelimit's probes ask for it:
+// the gRPC health service and GET /healthcheck. It runs the readiness
+// check (that of GET /readyz) every healthEvery in the background and
+// answers from the last result, so that no probe makes a store call of
+// its own; it reports NOT_SERVING once a shutdown starts.
+type healthState struct {
+	grpc     *health.Server
+	last     atomic.Pointer[error] // nil: ready
+	draining chan struct{}         // closed when the shutdown starts
+}
+
+// startHealth runs ready now and every healthEvery until ctx ends.
+func startHealth(ctx context.Context, ready func(context.Context) error) *healthState {
+	h := &healthState{grpc: health.NewServer(), draining: make(chan struct{})}
 	update := func() {
 		check, cancel := context.WithTimeout(ctx, healthEvery)
 		defer cancel()
 		st := healthpb.HealthCheckResponse_SERVING
-		if ready(check) != nil {
+		if err := ready(check); err != nil {
+			h.last.Store(&err)
 			st = healthpb.HealthCheckResponse_NOT_SERVING
+		} else {
+			h.last.Store(nil)
 		}
 		for _, name := range healthServices {
-			h.s.SetServingStatus(name, st)
+			h.grpc.SetServingStatus(name, st)
 		}
 	}
 	update()
@@ -57,22 +70,63 @@ func newGRPCHealth(ctx context.Context, g *grpc.Server, ready func(context.Conte
 	return h
 }
 
-// drain reports NOT_SERVING from now on, so that clients move away while
-// the calls in flight finish.
-func (h *grpcHealth) drain() {
-	if h != nil {
-		h.s.Shutdown()
-	}
+// register serves the gRPC health service on g.
+func (h *healthState) register(g *grpc.Server) {
+	healthpb.RegisterHealthServer(g, drainingHealth{h.grpc, h.draining})
 }
 
-// healthcheck answers GET /healthcheck as envoyproxy/ratelimit does: 200
-// "OK" while ready, else 500 (with the reason).
-func healthcheck(ready func(context.Context) error) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := ready(r.Context()); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Write([]byte("OK"))
-	})
+// drain reports NOT_SERVING from now on, so that clients move away while
+// the calls in flight finish, and ends the Watch streams soon after.
+func (h *healthState) drain() {
+	h.grpc.Shutdown()
+	close(h.draining)
 }
+
+// ServeHTTP answers GET /healthcheck as envoyproxy/ratelimit does: 200
+// "OK" while ready, else 500 with the reason.
+func (h *healthState) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	select {
+	case <-h.draining:
+		http.Error(w, "shutting down", http.StatusInternalServerError)
+		return
+	default:
+	}
+	if err := h.last.Load(); err != nil {
+		http.Error(w, "not ready: "+(*err).Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Write([]byte("OK"))
+}
+
+// drainingHealth is the health service whose Watch streams end
+// drainNotice after a shutdown starts: grpc-go's keeps them open, and
+// an open stream holds a graceful stop until its deadline.
+type drainingHealth struct {
+	*health.Server
+	draining <-chan struct{}
+}
+
+// Watch streams the status of the service asked for until the client
+// leaves or the shutdown ends the stream.
+func (h drainingHealth) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-h.draining:
+			time.Sleep(drainNotice)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return h.Server.Watch(req, watchStream{stream, ctx})
+}
+
+// watchStream is a Watch stream with a context of its own.
+type watchStream struct {
+	healthpb.Health_WatchServer
+	ctx context.Context
+}
+
+// Context returns the stream's own context.
+func (s watchStream) Context() context.Context { return s.ctx }

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluice-go/sluice/envoy"
 	"github.com/sluice-go/sluice/internal/httpjson"
 )
 
@@ -71,10 +73,6 @@ const (
 	// busyLogEvery is how often, at most, a listener logs the requests it
 	// refused at --max-inflight.
 	busyLogEvery = 10 * time.Second
-	// grpcMaxRecvMsgSize caps one gRPC request: a ShouldRateLimit of
-	// envoy.MaxDescriptors descriptors is a few KiB (grpc-go's default
-	// is 4 MiB).
-	grpcMaxRecvMsgSize = 1 << 20
 	// grpcMinPingInterval is how often, at most, a gRPC client may ping;
 	// a client pinging more often is sent GOAWAY (grpc-go's default, 5
 	// minutes, would drop an Envoy configured with a shorter
@@ -106,7 +104,7 @@ func addListenFlags(fs *cmdFlags) *listenFlags {
 		inflight:    new(int),
 	}
 	fs.intVar(l.headerBytes, "max-header-bytes", "SLUICE_MAX_HEADER_BYTES", defaultMaxHeaderBytes, "the largest request line and headers, in bytes; a larger one is answered 431")
-	fs.intVar(l.inflight, "max-inflight", "SLUICE_MAX_INFLIGHT", defaultMaxInflight, "the most requests each listener works on at once; one more is answered 503 with Retry-After at once, not queued (gRPC: Unavailable; serve's /healthz, /readyz and /metrics are not counted; 0: no cap)")
+	fs.intVar(l.inflight, "max-inflight", "SLUICE_MAX_INFLIGHT", defaultMaxInflight, "the most requests each listener works on at once; one more is answered 503 with Retry-After at once, not queued (gRPC: Unavailable; serve's /healthz, /readyz, /healthcheck, /metrics and gRPC health checks are not counted; 0: no cap)")
 	return l
 }
 
@@ -182,13 +180,13 @@ func (l *listenFlags) server(h http.Handler, log *slog.Logger) *http.Server {
 }
 
 // grpcServer returns serve's gRPC server: one request at most
-// grpcMaxRecvMsgSize, the handshake within --header-timeout, idle
+// envoy.MaxRequestBytes, the handshake within --header-timeout, idle
 // connections closed after --idle-timeout, pings enforced, and at most
 // --max-inflight calls at once on the listener (and streams on one
 // connection), one more refused with Unavailable.
 func (l *listenFlags) grpcServer(log *slog.Logger) *grpc.Server {
 	opts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(grpcMaxRecvMsgSize),
+		grpc.MaxRecvMsgSize(envoy.MaxRequestBytes),
 		grpc.ConnectionTimeout(*l.header),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: grpcMinPingInterval, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: *l.idle, Time: *l.idle, Timeout: grpcPingTimeout}),
@@ -196,7 +194,12 @@ func (l *listenFlags) grpcServer(log *slog.Logger) *grpc.Server {
 	if n := *l.inflight; n > 0 {
 		c := newInflight("grpc", n, log)
 		opts = append(opts, grpc.MaxConcurrentStreams(uint32(min(int64(n), math.MaxUint32))),
-			grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+			grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+				if strings.HasPrefix(info.FullMethod, "/grpc.health.v1.Health/") {
+					// Health checks answer whatever the load, as
+					// serve's HTTP probes do.
+					return next(ctx, req)
+				}
 				if !c.enter() {
 					return nil, status.Errorf(codes.Unavailable, "the server is at its limit of %d calls in flight (--max-inflight); retry later", n)
 				}

@@ -33,7 +33,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if envoy.IsConfig(*df.path) {
 		// Its errors as a policy file would only confuse.
-		return usageError{fmt.Errorf("%s is an envoyproxy/ratelimit config, which only Envoy's gRPC service of sluice serve answers; the proxy takes a sluice policy file", *df.path)}
+		return usageError{fmt.Errorf("%s is a directory or an envoyproxy/ratelimit file, which only Envoy's rate limit service of sluice serve answers; the proxy takes a sluice policy file", *df.path)}
 	}
 	log, hup, stopHUP, err := df.start(stderr)
 	if err != nil {

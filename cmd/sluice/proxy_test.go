@@ -268,7 +268,7 @@ func TestProxyUsage(t *testing.T) {
 		{"relative", nil, []string{"proxy", "--config", cfg, "--upstream", "/api"}, 2, "", "not an absolute http or https URL"},
 		{"no scheme", nil, []string{"proxy", "--config", cfg, "--upstream", "127.0.0.1:3000"}, 2, "", "--upstream"},
 		{"bad upstream from env", []string{"SLUICE_UPSTREAM=localhost"}, []string{"proxy", "--config", cfg}, 2, "", "not an absolute http or https URL"},
-		{"envoyproxy config", nil, []string{"proxy", "--config", "../../examples/envoy/config", "--upstream", "http://127.0.0.1:3000"}, 2, "", "is an envoyproxy/ratelimit config, which only Envoy's gRPC service of sluice serve answers"},
+		{"envoyproxy config", nil, []string{"proxy", "--config", "../../examples/envoy/config", "--upstream", "http://127.0.0.1:3000"}, 2, "", "is a directory or an envoyproxy/ratelimit file, which only Envoy's rate limit service of sluice serve answers"},
 		{"help", nil, []string{"proxy", "--help"}, 0, "SLUICE_UPSTREAM", ""},
 		{"listed", nil, []string{"help"}, 0, "proxy", ""},
 	}

@@ -159,11 +159,12 @@ func (c *cmdFlags) parse(args []string) error {
 }
 
 // givenOf returns, of the flags names, those given on the command line
-// or by their environment variable, as given: "--name" or the variable.
+// or by their environment variable with a value other than the default,
+// as given: "--name" or the variable.
 func (c *cmdFlags) givenOf(names ...string) []string {
 	var out []string
 	for _, n := range names {
-		if g, ok := c.given[n]; ok {
+		if g, ok := c.given[n]; ok && c.Lookup(n).Value.String() != c.Lookup(n).DefValue {
 			out = append(out, g)
 		}
 	}

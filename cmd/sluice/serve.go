@@ -90,10 +90,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	} else {
 		rls, ready = envoy.NewRulesService(p.Engine()), p.Ready
 	}
+	ctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	health := startHealth(ctx, ready)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", m.Handler())
-	mux.Handle("POST /json", envoy.JSONHandler(rls))
-	mux.Handle("GET /healthcheck", healthcheck(ready))
+	// Any method, as envoyproxy/ratelimit routes them.
+	mux.Handle("/json", envoy.JSONHandler(rls))
+	mux.Handle("/healthcheck", health)
 	if p != nil {
 		mux.Handle("/", server.New(p.Engine(), server.WithReady(p.Ready)))
 	} else {
@@ -109,14 +113,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		return false
 	}, log)
-	ctx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
 	errc := make(chan error, 2)
 	grpcAddr := "off"
-	var (
-		g      *grpc.Server
-		health *grpcHealth
-	)
+	var g *grpc.Server
 	if *grpcListen != "" {
 		gln, err := net.Listen("tcp", *grpcListen)
 		if err != nil {
@@ -124,7 +123,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		g = df.limits.grpcServer(log)
 		envoy.Register(g, rls)
-		health = newGRPCHealth(ctx, g, ready)
+		health.register(g)
 		go func() { errc <- g.Serve(gln) }()
 		grpcAddr = gln.Addr().String()
 	}
@@ -139,8 +138,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	log.Info("serving", append([]any{"http", ln.Addr().String(), "grpc", grpcAddr, "config", *path}, counts...)...)
 	return serveUntil(ctx, srv, ln, errc, *df.drain, log, func(ctx context.Context) {
+		health.drain()
 		if g != nil {
-			health.drain()
 			stopGRPC(ctx, g)
 		}
 	})
