@@ -210,8 +210,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	// Each descriptor is matched once, before any is decided: a matched
 	// limit that names others in replaces turns them off for this request,
-	// as in envoyproxy/ratelimit.
-	// An invalid override fails the request before anything is counted.
+	// as in envoyproxy/ratelimit, and an invalid override fails the
+	// request before anything is counted.
 	ms := make([]match, len(req.GetDescriptors()))
 	for i, d := range req.GetDescriptors() {
 		ms[i].entries = entriesOf(d)
