@@ -261,6 +261,12 @@ func capInflight(h http.Handler, n int, exempt func(*http.Request) bool, log *sl
 		if exempt == nil || !exempt(r) {
 			if !c.enter() {
 				w.Header().Set("Retry-After", retry)
+				// And close the connection at once: a server at its cap
+				// spends nothing on the refused request's body, which
+				// net/http would otherwise read to its end, however
+				// slowly it comes, before letting go of the connection.
+				w.Header().Set("Connection", "close")
+				_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 				httpjson.Error(w, http.StatusServiceUnavailable, "SERVER_BUSY", msg)
 				return
 			}

@@ -212,6 +212,16 @@ func TestMaxInflight(t *testing.T) {
 		}
 		var last *http.Response
 		waitUntil(t, 10*time.Second, func() error {
+			// A held request that arrived while a probe below was in
+			// flight was itself refused, and its connection closed:
+			// hold another in its place.
+			for i, c := range held {
+				select {
+				case <-c.closed:
+					held[i] = openSlow(t, strings.TrimPrefix(d.base, "http://"), "/v1/check", 100, time.Second, stop)
+				default:
+				}
+			}
 			resp, err := http.Post(d.base+"/v1/check", "application/json", strings.NewReader(`{"rule":"api","key":"192.0.2.1"}`))
 			if err != nil {
 				return err
@@ -224,7 +234,14 @@ func TestMaxInflight(t *testing.T) {
 			return nil
 		})
 		busy(t, last, 3)
-		for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		// A slow body refused at the cap is answered and let go at once,
+		// not read to its end (100s) as net/http would.
+		refused := openSlow(t, strings.TrimPrefix(d.base, "http://"), "/v1/check", 100, time.Second, stop)
+		waitClosed(t, []*slowConn{refused}, 20*time.Second)
+		if r := string(refused.reply); !strings.HasPrefix(r, "HTTP/1.1 503 ") || !strings.Contains(r, "SERVER_BUSY") {
+			t.Errorf("a slow body at the cap was answered %q, want 503 SERVER_BUSY", r)
+		}
+		for _, path := range []string{"/healthz", "/readyz", "/healthcheck", "/metrics"} {
 			resp, err := http.Get(d.base + path)
 			if err != nil {
 				t.Fatal(err)
