@@ -15,11 +15,25 @@ GOVULNCHECK    := golang.org/x/vuln/cmd/govulncheck@v1.9.0
 VULNDB_VERSION := v0.0.0-20261105234957-e22db6528018
 VULNDB_DIR     ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sluice/vulndb
 
-.PHONY: test short deps fmt vet lint vuln fuzz bench run soak
+# envoyproxy/ratelimit's service_cmd at the version the Envoy drop-in is
+# judged by, for envoy's TestAgainstUpstream: installed with go install
+# from the module proxy into a cache directory, never into the repository.
+UPSTREAM_VERSION := v1.4.1-0.20260122083618-3fb702589d36
+UPSTREAM_DIR     ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sluice/ratelimit-$(UPSTREAM_VERSION)
+UPSTREAM_BIN     := $(UPSTREAM_DIR)/service_cmd
 
-test: deps fmt vet lint vuln
-	$(GO) test -race -count=1 ./...
+.PHONY: test short deps fmt vet lint vuln fuzz bench run soak upstream
+
+test: deps fmt vet lint vuln upstream
+	SLUICE_UPSTREAM_RATELIMIT=$(UPSTREAM_BIN) $(GO) test -race -count=1 ./...
 	$(MAKE) fuzz
+
+# make upstream: install envoyproxy/ratelimit's service_cmd, once, and
+# print its path (go test ./envoy -run TestAgainstUpstream reads it from
+# SLUICE_UPSTREAM_RATELIMIT).
+upstream:
+	@[ -x "$(UPSTREAM_BIN)" ] || GOBIN="$(UPSTREAM_DIR)" $(GO) install github.com/envoyproxy/ratelimit/src/service_cmd@$(UPSTREAM_VERSION)
+	@echo "$(UPSTREAM_BIN)"
 
 # make short: the development loop. It installs nothing, and skips every
 # test that needs redis-server, redis-cli or nginx (the helpers in
