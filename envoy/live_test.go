@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,9 +16,12 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/proc"
 	"github.com/sluice-go/sluice/internal/redistest"
+	sluiceredis "github.com/sluice-go/sluice/store/redis"
 )
 
 // upstreamEnv names the environment variable that holds the path of
@@ -37,6 +41,74 @@ const upstreamEnv = "SLUICE_UPSTREAM_RATELIMIT"
 func TestAgainstUpstream(t *testing.T) {
 	bin := needUpstream(t)
 	srv := redistest.Start(t)
+	root := upstreamRoot(t)
+	c := &conformance{t: t, client: dialUpstream(t, startUpstream(t, bin, root, srv.Addr)), live: true}
+	// The suite's minute windows must not end while it runs (a few
+	// seconds at most).
+	if s := time.Now().Second(); s > 40 {
+		time.Sleep(time.Duration(61-s) * time.Second)
+	}
+	runConformance(c)
+}
+
+// TestAgainstUpstreamHeaders: with its LIMIT_RESPONSE_HEADERS_ENABLED,
+// envoyproxy/ratelimit and sluice with HeadersRateLimit answer the same
+// requests (the tightest descriptor among several; over the limit, in
+// shadow and quota mode; without a limit) with the same whole responses,
+// headers included, both on the real clock.
+func TestAgainstUpstreamHeaders(t *testing.T) {
+	bin := needUpstream(t)
+	root := upstreamRoot(t)
+	up := dialUpstream(t, startUpstream(t, bin, root, redistest.Start(t).Addr, "LIMIT_RESPONSE_HEADERS_ENABLED=true"))
+	cfg, err := LoadConfig(filepath.Join(root, "ratelimit", "config"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := sluiceredis.Open("redis://" + redistest.Start(t).Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	ours := serve(t, NewService(sluice.New(store), cfg, WithHeaders(HeadersRateLimit), WithLogger(slog.New(slog.DiscardHandler))))
+	if s := time.Now().Second(); s > 40 {
+		time.Sleep(time.Duration(61-s) * time.Second)
+	}
+	for i, ds := range [][]*commonv3.RateLimitDescriptor{
+		{desc("key2", "h"), desc("key3", "h")},
+		{desc("key3", "h"), desc("key2", "h")},
+		{desc("shadow", "h")},
+		{desc("shadow", "h"), desc("key2", "h")},
+		{desc("quota", "h"), desc("key2", "h")},
+		{desc("quota", "h"), desc("key2", "h")},
+		{desc("nothing", "h")},
+		{desc("open", "h")},
+		{desc("key2", "h"), desc("nothing", "h"), desc("key3", "h")},
+	} {
+		req := &rlsv3.RateLimitRequest{Domain: "another", Descriptors: ds}
+		if i == 7 {
+			req.Domain = "basic"
+		}
+		if ns := time.Now().Nanosecond(); ns > 800e6 {
+			time.Sleep(time.Duration(1e9-ns) + 20*time.Millisecond)
+		}
+		want, err := up.ShouldRateLimit(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := ours.ShouldRateLimit(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(got, want) {
+			t.Errorf("request %d %v:\n  sluice %v\nupstream %v", i, ds, got, want)
+		}
+	}
+}
+
+// upstreamRoot returns a RUNTIME_ROOT holding testdata/upstream as its
+// ratelimit/config directory.
+func upstreamRoot(t *testing.T) string {
+	t.Helper()
 	root := t.TempDir()
 	dir := filepath.Join(root, "ratelimit", "config")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -55,19 +127,19 @@ func TestAgainstUpstream(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	addr := startUpstream(t, bin, root, srv.Addr)
+	return root
+}
+
+// dialUpstream returns a client of the rate limit service at addr,
+// closed when t ends.
+func dialUpstream(t *testing.T, addr string) rlsv3.RateLimitServiceClient {
+	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	c := &conformance{t: t, client: rlsv3.NewRateLimitServiceClient(conn), live: true}
-	// The suite's minute windows must not end while it runs (a few
-	// seconds at most).
-	if s := time.Now().Second(); s > 40 {
-		time.Sleep(time.Duration(61-s) * time.Second)
-	}
-	runConformance(c)
+	return rlsv3.NewRateLimitServiceClient(conn)
 }
 
 // needUpstream returns the path of upstream's service_cmd: under -short
@@ -90,7 +162,7 @@ func needUpstream(t *testing.T) string {
 // startUpstream starts service_cmd on free loopback ports with its
 // configuration under root and Redis at redisAddr, waits until it
 // answers, stops it by pid when t ends, and returns its gRPC address.
-func startUpstream(t *testing.T, bin, root, redisAddr string) string {
+func startUpstream(t *testing.T, bin, root, redisAddr string, env ...string) string {
 	t.Helper()
 	ports := make([]string, 3)
 	for i := range ports {
@@ -107,6 +179,7 @@ func startUpstream(t *testing.T, bin, root, redisAddr string) string {
 		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redisAddr,
 		"RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config",
 		"RUNTIME_WATCH_ROOT=false", "RUNTIME_IGNOREDOTFILES=true")
+	cmd.Env = append(cmd.Env, env...)
 	var out lockedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	proc.DieWithParent(cmd)
