@@ -19,6 +19,7 @@ type command struct {
 }
 
 var commands = map[string]command{
+	"bench":   {"drive a running sluice serve and report decisions/s, latency and outcomes", runBench},
 	"check":   {"validate a policy file or an envoyproxy/ratelimit config and print what it enforces", runCheck},
 	"demo":    {"show, on loopback, N replicas holding one limit with Redis and N x the limit without", runDemo},
 	"proxy":   {"run a rate-limiting reverse proxy", runProxy},

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// benchSummary is the JSON summary of sluice bench.
+type benchSummary struct {
+	Requests, Allowed, Denied, Errors int
+	FirstError                        string `json:"first_error"`
+}
+
+// runBenchJSON runs sluice bench with args and returns its JSON summary.
+func runBenchJSON(t *testing.T, args ...string) benchSummary {
+	t.Helper()
+	stdout, stderr, code := runBinary(t, nil, append([]string{"bench", "--format", "json", "--progress=false"}, args...)...)
+	if code != 0 {
+		t.Fatalf("sluice bench %v: exit %d\n%s%s", args, code, stdout, stderr)
+	}
+	var s benchSummary
+	if err := json.Unmarshal([]byte(stdout), &s); err != nil {
+		t.Fatalf("summary not JSON: %v\n%s", err, stdout)
+	}
+	return s
+}
+
+// TestBench: sluice bench counts exactly what the service decided, over
+// HTTP and gRPC (which share one count for a rule and client), with keys
+// in turn, a concurrency and a pace.
+func TestBench(t *testing.T) {
+	d := startServe(t, nil, "--config", writeFile(t, "rules:\n  - {name: b, key: ip, limit: 5, period: 1h}\n"))
+	// 400 requests over 20 keys in turn: 20 each, 5 of them admitted.
+	s := runBenchJSON(t, "--http", d.base, "--rule", "b", "--keys", "20", "--requests", "400", "--concurrency", "16")
+	if s.Requests != 400 || s.Allowed != 100 || s.Denied != 300 || s.Errors != 0 {
+		t.Errorf("HTTP: %+v, want 400 requests, 100 allowed, 300 denied", s)
+	}
+	// Over gRPC, keys 0 to 29: the first 20 spent already over HTTP.
+	s = runBenchJSON(t, "--grpc", d.grpc, "--descriptor", "rule=b,remote_address={ip}", "--keys", "30", "--requests", "300", "--concurrency", "8", "--rate", "2000")
+	if s.Requests != 300 || s.Allowed != 50 || s.Denied != 250 || s.Errors != 0 {
+		t.Errorf("gRPC: %+v, want 300 requests, 50 allowed (10 new keys x 5), 250 denied", s)
+	}
+	// For a duration, every request sent is counted as answered.
+	s = runBenchJSON(t, "--grpc", d.grpc, "--descriptor", "rule=b,remote_address={ip}", "--keys", "1000", "--duration", "500ms")
+	if s.Requests == 0 || s.Errors != 0 || s.Allowed+s.Denied != s.Requests {
+		t.Errorf("for a duration: %+v, want answers only", s)
+	}
+	// A rule the service lacks fails every request: exit 1 naming why.
+	_, stderr, code := runBinary(t, nil, "bench", "--http", d.base, "--rule", "nope", "--requests", "5", "--progress=false")
+	if code != 1 || !strings.Contains(stderr, "every request failed") || !strings.Contains(stderr, `unknown rule \"nope\"`) {
+		t.Errorf("unknown rule: exit %d, %s", code, stderr)
+	}
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--rule", "b"}, "give one of --http and --grpc"},
+		{[]string{"--http", d.base}, "--rule is required over HTTP"},
+		{[]string{"--grpc", d.grpc, "--descriptor", "rule"}, "want key=value pairs"},
+		{[]string{"--grpc", d.grpc, "--rate", "fast"}, "--rate"},
+		{[]string{"--grpc", d.grpc, "--keys", "0"}, "--keys 0"},
+	} {
+		_, stderr, code := runBinary(t, nil, append([]string{"bench"}, bad.args...)...)
+		if code != 2 || !strings.Contains(stderr, bad.want) {
+			t.Errorf("bench %v: exit %d, %s; want 2 and %q", bad.args, code, stderr, bad.want)
+		}
+	}
+}
