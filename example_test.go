@@ -82,3 +82,28 @@ func ExamplePart_onError() {
 	// false deny
 	// admitted: false
 }
+
+// countedStore counts the decisions that reach the store, for
+// ExampleWithDenyCache.
+type countedStore struct {
+	sluice.Store
+	n int
+}
+
+func (s *countedStore) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	s.n++
+	return s.Store.Take(ctx, req)
+}
+
+func ExampleWithDenyCache() {
+	store := &countedStore{Store: memory.New()}
+	lim := sluice.New(store, sluice.WithClock(fixed), sluice.WithDenyCache(0))
+	ctx := context.Background()
+	limit := sluice.PerMinute(2)
+	for range 100 { // a client hammering its key
+		lim.Allow(ctx, "203.0.113.7", limit)
+	}
+	r, _ := lim.Allow(ctx, "203.0.113.7", limit)
+	fmt.Println(r.Allowed, r.RetryAfter, "- the store decided", store.n, "of 101")
+	// Output: false 30s - the store decided 3 of 101
+}

@@ -26,6 +26,8 @@ type Limiter struct {
 	breakerConf Breaker
 	onBreaker   func(BreakerState, error)
 	breaker     *breaker // nil: none
+
+	deny *denyCache // nil: none (WithDenyCache)
 }
 
 // Option configures a Limiter.
@@ -157,6 +159,9 @@ func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error 
 			return err
 		}
 	}
+	if l.deny != nil {
+		l.deny.forget(key, limits)
+	}
 	ctx, cancel := l.bound(ctx)
 	defer cancel()
 	if f := l.policy.fallback; f != nil {
@@ -169,6 +174,10 @@ func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error 
 	if err := l.store.Reset(ctx, key, limits...); err != nil {
 		return fmt.Errorf("sluice: reset: %w", err)
 	}
+	if l.deny != nil {
+		// Again: a denial cached while the store was being reset.
+		l.deny.forget(key, limits)
+	}
 	return nil
 }
 
@@ -180,6 +189,27 @@ func (l *Limiter) take(ctx context.Context, parts []Part) ([]Result, error) {
 	if l.now != nil {
 		req.Now = l.now()
 	}
+	if l.deny == nil || !cacheable(parts) {
+		return l.decide(ctx, req)
+	}
+	// t0 is taken before the store is asked: no later than its decision.
+	t0 := req.Now
+	if t0.IsZero() {
+		t0 = time.Now()
+	}
+	if r, ok := l.deny.answer(parts[0], t0); ok {
+		return []Result{r}, nil
+	}
+	rs, err := l.decide(ctx, req)
+	if err == nil {
+		l.deny.keep(parts[0], rs[0], t0)
+	}
+	return rs, err
+}
+
+// decide asks the store for req, through the breaker, and the error
+// policy when the store fails.
+func (l *Limiter) decide(ctx context.Context, req Request) ([]Result, error) {
 	b := l.breaker
 	if b == nil {
 		rs, err := l.takeWithin(ctx, req)

@@ -1,0 +1,56 @@
+package redis_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/storetest"
+)
+
+// countingStore counts the decisions that reach the store it wraps.
+type countingStore struct {
+	sluice.Store
+	takes atomic.Int64
+}
+
+func (s *countingStore) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	s.takes.Add(1)
+	return s.Store.Take(ctx, req)
+}
+
+// TestDenyCacheHammer: 8 replicas with the deny cache (each over its own
+// connections) × 32 goroutines hammer one key on Redis with 16 times its
+// limit: exactly the limit is admitted, for every algorithm, and Redis
+// decides little more than the admitted requests, at most one denial per
+// goroutine in flight when its replica first heard one.
+func TestDenyCacheHammer(t *testing.T) {
+	srv := redistest.Start(t)
+	const attempts = 32 // per goroutine: 8192 requests for a limit of 500
+	for _, a := range sluice.Algorithms {
+		t.Run(string(a), func(t *testing.T) {
+			var counters []*countingStore
+			var lims []*sluice.Limiter
+			for _, s := range serverStores(t, srv.Addr, replicas) {
+				c := &countingStore{Store: s}
+				counters = append(counters, c)
+				lims = append(lims, sluice.New(c, sluice.WithDenyCache(0)))
+			}
+			l := sluice.PerDay(500).Using(a)
+			got := storetest.Hammer(t, lims, "hot-deny-"+string(a), goroutines, attempts, l)
+			var decided int64
+			for _, c := range counters {
+				decided += c.takes.Load()
+			}
+			t.Logf("%s: %d requests, %d admitted, %d decided by Redis", l, replicas*goroutines*attempts, got, decided)
+			if got != 500 {
+				t.Errorf("%s admitted %d, want exactly 500", l, got)
+			}
+			if most := int64(500 + replicas*goroutines); decided > most {
+				t.Errorf("Redis decided %d requests, want at most %d: the cache answered too few", decided, most)
+			}
+		})
+	}
+}
