@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/policy"
 )
 
@@ -59,6 +60,19 @@ type Redis struct {
 	// share of each limit a replica enforces under on_error local; 0 (the
 	// default, "auto") learns it from the replicas' heartbeats in Redis.
 	Replicas int
+	// DenyCache answers in process the denials the store gave that must
+	// still hold (sluice.WithDenyCache): a client hammering a key over
+	// its limit costs Redis one decision per RetryAfter. Default true. A
+	// reset by another process, or a Redis that lost its state, is seen
+	// when the cached denials expire.
+	DenyCache bool
+}
+
+// DefaultRedis returns the redis section of a file without one: the
+// in-memory store, with the defaults a URL (given on a command line)
+// would get.
+func DefaultRedis() Redis {
+	return Redis{OnError: "local", Timeout: sluice.DefaultStoreTimeout, DenyCache: true}
 }
 
 // Memory is the memory section: how much the in-memory store holds.

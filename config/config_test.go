@@ -23,7 +23,7 @@ func TestLoadExample(t *testing.T) {
 	if f.Path != "testdata/sluice.yaml" {
 		t.Errorf("Path = %q", f.Path)
 	}
-	wantRedis := Redis{URL: "redis://127.0.0.1:6379/0", OnError: "deny", Timeout: 250 * time.Millisecond}
+	wantRedis := Redis{URL: "redis://127.0.0.1:6379/0", OnError: "deny", Timeout: 250 * time.Millisecond, DenyCache: true}
 	if f.Redis != wantRedis {
 		t.Errorf("Redis = %+v, want %+v", f.Redis, wantRedis)
 	}
@@ -130,7 +130,7 @@ func TestDefaults(t *testing.T) {
 	}
 	want := &File{
 		Path:   "min.yaml",
-		Redis:  Redis{OnError: "local", Timeout: sluice.DefaultStoreTimeout},
+		Redis:  DefaultRedis(),
 		Memory: Memory{MaxKeys: memory.DefaultCapacity},
 		HTTP:   HTTP{Headers: "both", IPv6Prefix: policy.DefaultIPv6Prefix},
 		Rules: []policy.Rule{{
@@ -542,5 +542,25 @@ func TestErrorPolicies(t *testing.T) {
 		if r.OnError != want[i] {
 			t.Errorf("rule %s: OnError %q, want %q", r.Name, r.OnError, want[i])
 		}
+	}
+}
+
+// TestDenyCacheField: redis.deny_cache is true unless the file says false.
+func TestDenyCacheField(t *testing.T) {
+	for text, want := range map[string]bool{
+		"rules: [{name: a, limit: 1, period: 1s}]\n":                                                          true,
+		"redis: {url: redis://127.0.0.1:6379}\nrules: [{name: a, limit: 1, period: 1s}]\n":                    true,
+		"redis: {url: redis://127.0.0.1:6379, deny_cache: false}\nrules: [{name: a, limit: 1, period: 1s}]\n": false,
+	} {
+		f, err := Parse("f.yaml", []byte(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Redis.DenyCache != want {
+			t.Errorf("%q: deny_cache %v, want %v", text, f.Redis.DenyCache, want)
+		}
+	}
+	if _, err := Parse("f.yaml", []byte("redis: {deny_cache: sometimes}\nrules: [{name: a, limit: 1, period: 1s}]\n")); err == nil || !strings.Contains(err.Error(), "redis.deny_cache") {
+		t.Errorf("deny_cache: sometimes: %v", err)
 	}
 }

@@ -13,7 +13,7 @@ import (
 
 // redis returns the redis section, with defaults.
 func (p *parser) redis(f field) Redis {
-	r := Redis{OnError: "local", Timeout: sluice.DefaultStoreTimeout}
+	r := DefaultRedis()
 	if f.val == nil {
 		return r
 	}
@@ -43,6 +43,11 @@ func (p *parser) redis(f field) Redis {
 			} else {
 				r.Timeout = d
 			}
+		}
+	}
+	if e, ok := m["deny_cache"]; ok {
+		if b, ok := p.boolean(e); ok {
+			r.DenyCache = b
 		}
 	}
 	if e, ok := m["replicas"]; ok {

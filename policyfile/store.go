@@ -86,8 +86,11 @@ func openBackend(r config.Redis, m config.Memory, st settings) (*Backend, error)
 		go fleet.beat(ctx, store, log)
 	}
 	var down atomic.Int64 // when the breaker opened, in Unix ns
-	lim := sluice.New(wrap(store), sluice.WithErrorPolicy(policy), sluice.WithStoreTimeout(r.Timeout),
-		sluice.WithReplicas(fleet.size),
+	opts := []sluice.Option{sluice.WithErrorPolicy(policy), sluice.WithStoreTimeout(r.Timeout), sluice.WithReplicas(fleet.size)}
+	if r.DenyCache {
+		opts = append(opts, sluice.WithDenyCache(0))
+	}
+	lim := sluice.New(wrap(store), append(opts,
 		sluice.WithBreakerHandler(func(state sluice.BreakerState, err error) {
 			// Once per change of state, not per failed decision.
 			if state == sluice.BreakerOpen {
@@ -97,7 +100,7 @@ func openBackend(r config.Redis, m config.Memory, st settings) (*Backend, error)
 				log.Info("store recovered", "after", time.Since(time.Unix(0, down.Load())).Round(time.Millisecond))
 			}
 			st.onBreaker(state, err)
-		}))
+		}))...)
 	log.Info("store", "kind", "redis", "on_error", policy.String(), "timeout", r.Timeout, "replicas", replicasSetting(r.Replicas))
 	ready := func(context.Context) error { return nil }
 	if policy.String() == sluice.DenyOnError.String() {

@@ -184,3 +184,39 @@ func TestMemorySection(t *testing.T) {
 		}
 	}
 }
+
+// TestDenyCacheSetting: on Redis, the redis section's deny_cache (true by
+// default) answers a key hammered over its limit in process, and false
+// sends every request to the store.
+func TestDenyCacheSetting(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, tc := range []struct {
+		on   bool
+		most int64
+	}{{true, 2}, {false, 50}} {
+		t.Run(fmt.Sprint("deny_cache ", tc.on), func(t *testing.T) {
+			var takes atomic.Int64
+			r := config.DefaultRedis()
+			r.URL, r.DenyCache = "redis://"+srv.Addr, tc.on
+			b, err := policyfile.OpenBackend(r, policyfile.WithLogger(slog.New(slog.DiscardHandler)),
+				policyfile.WithStore(func(s sluice.Store) sluice.Store { return countStore{s, &takes} }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			admitted := 0
+			for range 50 {
+				res, err := b.Limiter.Allow(context.Background(), fmt.Sprint("hammered-", tc.on), sluice.PerHour(1))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Allowed {
+					admitted++
+				}
+			}
+			if admitted != 1 || takes.Load() > tc.most || !tc.on && takes.Load() != tc.most {
+				t.Errorf("%d admitted, %d decided by the store; want 1 admitted and %d decisions at most (exactly, without the cache)", admitted, takes.Load(), tc.most)
+			}
+		})
+	}
+}

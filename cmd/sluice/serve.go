@@ -9,7 +9,6 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 
-	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/config"
 	"github.com/sluice-go/sluice/envoy"
 	"github.com/sluice-go/sluice/metrics"
@@ -60,7 +59,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if ecfg, err = envoy.LoadConfig(*path, ef.loadOptions()...); err != nil {
 			return err
 		}
-		if back, err = policyfile.OpenBackend(df.storeSettings(config.Redis{OnError: "local", Timeout: sluice.DefaultStoreTimeout}), open...); err != nil {
+		if back, err = policyfile.OpenBackend(df.storeSettings(config.DefaultRedis()), open...); err != nil {
 			return err
 		}
 		counts = envoyCounts(ecfg)
