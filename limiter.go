@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -112,12 +113,28 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 // a store error only under the ReturnErrors policy (or LocalOnError without
 // a working fallback).
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (Result, error) {
-	rs, err := l.take(ctx, []Part{{Key: key, Limits: []Limit{limit}, Cost: n}})
+	o := onePool.Get().(*onePart)
+	o.limit[0] = limit
+	o.part[0] = Part{Key: key, Limits: o.limit[:], Cost: n}
+	rs, err := l.take(ctx, o.part[:])
+	*o = onePart{}
+	onePool.Put(o)
 	if err != nil {
 		return Result{}, err
 	}
 	return rs[0], nil
 }
+
+// onePart is the request of an AllowN, reused: a decision allocates its
+// part and its limit otherwise. Nothing keeps a request past the store
+// call that decides it (a probe copies it: lookAt), so the memory can go
+// back to the pool as soon as the call returns.
+type onePart struct {
+	part  [1]Part
+	limit [1]Limit
+}
+
+var onePool = sync.Pool{New: func() any { return new(onePart) }}
 
 // AllowAll decides a request of cost n by key against several limits at once
 // (say 10 per second AND 1000 per hour): it is admitted, and n consumed from
