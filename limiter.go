@@ -214,12 +214,13 @@ func (l *Limiter) take(ctx context.Context, parts []Part) ([]Result, error) {
 	if t0.IsZero() {
 		t0 = time.Now()
 	}
-	if r, ok := l.deny.answer(parts[0], t0); ok {
+	r, resets, ok := l.deny.answer(parts[0], t0)
+	if ok {
 		return []Result{r}, nil
 	}
 	rs, err := l.decide(ctx, req)
 	if err == nil {
-		l.deny.keep(parts[0], rs[0], t0)
+		l.deny.keep(parts[0], rs[0], t0, resets)
 	}
 	return rs, err
 }

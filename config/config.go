@@ -62,9 +62,10 @@ type Redis struct {
 	Replicas int
 	// DenyCache answers in process the denials the store gave that must
 	// still hold (sluice.WithDenyCache): a client hammering a key over
-	// its limit costs Redis one decision per RetryAfter. Default true. A
-	// reset by another process, or a Redis that lost its state, is seen
-	// when the cached denials expire.
+	// its limit costs Redis one decision per RetryAfter. Default false:
+	// it is exact only under the conditions sluice.WithDenyCache states
+	// (one Limit on every replica, no Cluster refunds, no reset by another
+	// process, a Redis that keeps its data).
 	DenyCache bool
 }
 
@@ -72,7 +73,7 @@ type Redis struct {
 // in-memory store, with the defaults a URL (given on a command line)
 // would get.
 func DefaultRedis() Redis {
-	return Redis{OnError: "local", Timeout: sluice.DefaultStoreTimeout, DenyCache: true}
+	return Redis{OnError: "local", Timeout: sluice.DefaultStoreTimeout}
 }
 
 // Memory is the memory section: how much the in-memory store holds.

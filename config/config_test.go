@@ -23,7 +23,7 @@ func TestLoadExample(t *testing.T) {
 	if f.Path != "testdata/sluice.yaml" {
 		t.Errorf("Path = %q", f.Path)
 	}
-	wantRedis := Redis{URL: "redis://127.0.0.1:6379/0", OnError: "deny", Timeout: 250 * time.Millisecond, DenyCache: true}
+	wantRedis := Redis{URL: "redis://127.0.0.1:6379/0", OnError: "deny", Timeout: 250 * time.Millisecond}
 	if f.Redis != wantRedis {
 		t.Errorf("Redis = %+v, want %+v", f.Redis, wantRedis)
 	}
@@ -545,12 +545,12 @@ func TestErrorPolicies(t *testing.T) {
 	}
 }
 
-// TestDenyCacheField: redis.deny_cache is true unless the file says false.
+// TestDenyCacheField: redis.deny_cache is false unless the file says true.
 func TestDenyCacheField(t *testing.T) {
 	for text, want := range map[string]bool{
-		"rules: [{name: a, limit: 1, period: 1s}]\n":                                                          true,
-		"redis: {url: redis://127.0.0.1:6379}\nrules: [{name: a, limit: 1, period: 1s}]\n":                    true,
-		"redis: {url: redis://127.0.0.1:6379, deny_cache: false}\nrules: [{name: a, limit: 1, period: 1s}]\n": false,
+		"rules: [{name: a, limit: 1, period: 1s}]\n":                                                         false,
+		"redis: {url: redis://127.0.0.1:6379}\nrules: [{name: a, limit: 1, period: 1s}]\n":                   false,
+		"redis: {url: redis://127.0.0.1:6379, deny_cache: true}\nrules: [{name: a, limit: 1, period: 1s}]\n": true,
 	} {
 		f, err := Parse("f.yaml", []byte(text))
 		if err != nil {

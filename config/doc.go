@@ -19,7 +19,7 @@
 //	  on_error: local            # allow | deny | local (default): what to do while the store fails
 //	  timeout: 100ms             # bound on every store call (default 100ms)
 //	  replicas: auto             # replicas sharing the limits, whose share each enforces under local: auto (default: learned from heartbeats) or a number
-//	  deny_cache: true           # answer in process the denials that must still hold (default true; see sluice.WithDenyCache)
+//	  deny_cache: false          # answer in process the denials that must still hold (default false; exact under sluice.WithDenyCache's conditions)
 //	memory:                      # optional: the in-memory store (no url, or the on_error: local fallback)
 //	  max_keys: 524288           # most entries (client key x limit) held, >= 1 (default 524288, about 60 MiB);
 //	                             # when full, the least recently used is forgotten and starts afresh

@@ -27,7 +27,7 @@ type benchFlags struct {
 	rule, key, domain, entries  string
 	keys, concurrency, requests int
 	rateText                    string
-	duration                    time.Duration
+	duration, timeout           time.Duration
 	format                      string
 	progress                    bool
 	// Made by check:
@@ -55,14 +55,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.intVar(&b.keys, "keys", "SLUICE_BENCH_KEYS", 1000, "distinct client keys, used in turn")
 	fs.intVar(&b.concurrency, "concurrency", "SLUICE_BENCH_CONCURRENCY", 64, "requests in flight at once")
 	fs.intVar(&b.requests, "requests", "SLUICE_BENCH_REQUESTS", 0, "requests to send in all (0: for --duration)")
-	fs.stringVar(&b.rateText, "rate", "SLUICE_BENCH_RATE", "0", "requests per second, paced evenly across the workers (0: as fast as they are answered)")
+	fs.stringVar(&b.rateText, "rate", "SLUICE_BENCH_RATE", "0", "requests per second, paced evenly across the workers, latency counted from when each was due (0: as fast as they are answered)")
 	duration := fs.duration("duration", "SLUICE_BENCH_DURATION", 10*time.Second, "how long to send when --requests is 0")
+	timeout := fs.duration("timeout", "SLUICE_BENCH_TIMEOUT", 10*time.Second, "how long one request may take; longer is an error")
 	fs.stringVar(&b.format, "format", "SLUICE_BENCH_FORMAT", "text", "the summary's format: text or json")
 	progress := fs.boolean("progress", "SLUICE_BENCH_PROGRESS", true, "write a progress line to stderr every second")
 	if err := fs.parse(args); err != nil {
 		return err
 	}
-	b.duration, b.progress = *duration, *progress
+	b.duration, b.timeout, b.progress = *duration, *timeout, *progress
 	if err := b.check(); err != nil {
 		return usageError{err}
 	}
@@ -100,8 +101,14 @@ func (b *benchFlags) check() error {
 	case b.http != "" && b.rule == "":
 		return errors.New("--rule is required over HTTP")
 	}
-	if b.rate, err = strconv.ParseFloat(b.rateText, 64); err != nil || b.rate < 0 {
-		return fmt.Errorf("--rate %q: a number of requests per second, 0 or more", b.rateText)
+	if b.rate, err = strconv.ParseFloat(b.rateText, 64); err != nil || !(b.rate == 0 || b.rate >= minBenchRate && b.rate <= maxBenchRate) {
+		return fmt.Errorf("--rate %q: requests per second, from %g to %g, or 0 for as fast as answered", b.rateText, minBenchRate, maxBenchRate)
+	}
+	if b.timeout <= 0 {
+		return fmt.Errorf("--timeout %s: positive", b.timeout)
+	}
+	if b.keys > maxIPKeys && (strings.Contains(b.key, "{ip}") && b.http != "" || strings.Contains(b.entries, "{ip}") && b.grpc != "") {
+		return fmt.Errorf("--keys %d: {ip} makes at most %d distinct addresses", b.keys, maxIPKeys)
 	}
 	b.kind = "http " + b.http
 	if b.grpc != "" {
@@ -116,6 +123,16 @@ func (b *benchFlags) check() error {
 	}
 	return nil
 }
+
+// The bounds of --rate: one request in about 17 minutes, and more than a
+// process sends.
+const (
+	minBenchRate = 1e-3
+	maxBenchRate = 1e7
+)
+
+// maxIPKeys is how many distinct addresses {ip} makes (10.x.y.z).
+const maxIPKeys = 1 << 24
 
 // benchTarget makes one decision for key number n: allowed or denied,
 // or an error.
@@ -135,6 +152,8 @@ func (b *benchFlags) target() (benchTarget, func(), error) {
 			for i, e := range b.descriptor {
 				d.Entries[i] = &commonv3.RateLimitDescriptor_Entry{Key: e.key, Value: expandKey(e.value, n)}
 			}
+			ctx, cancel := context.WithTimeout(ctx, b.timeout)
+			defer cancel()
 			resp, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: b.domain, Descriptors: []*commonv3.RateLimitDescriptor{d}})
 			if err != nil {
 				return false, err
@@ -143,7 +162,7 @@ func (b *benchFlags) target() (benchTarget, func(), error) {
 		}, func() { conn.Close() }, nil
 	}
 	tr := &http.Transport{MaxIdleConns: b.concurrency, MaxIdleConnsPerHost: b.concurrency, IdleConnTimeout: time.Minute}
-	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	client := &http.Client{Transport: tr, Timeout: b.timeout}
 	url := strings.TrimSuffix(b.http, "/") + "/v1/check"
 	rule, _ := json.Marshal(b.rule)
 	return func(ctx context.Context, n int) (bool, error) {
@@ -159,6 +178,7 @@ func (b *benchFlags) target() (benchTarget, func(), error) {
 			return false, err
 		}
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		io.Copy(io.Discard, resp.Body) // to the end: the connection is reused
 		resp.Body.Close()
 		switch resp.StatusCode {
 		case http.StatusOK:
@@ -236,22 +256,28 @@ func (b *benchFlags) run(ctx context.Context, target benchTarget, progress io.Wr
 				if b.requests > 0 && i >= int64(b.requests) || ctx.Err() != nil {
 					return
 				}
+				t0 := time.Time{}
 				if b.rate > 0 {
-					// Evenly paced: request i leaves at start + i/rate.
-					at := start.Add(time.Duration(float64(i) / b.rate * float64(time.Second)))
-					if !end.IsZero() && at.After(end) {
+					// Evenly paced: request i is due at start + i/rate, and
+					// its latency counts from then, so that requests held up
+					// behind a slow answer count the wait (no coordinated
+					// omission).
+					t0 = start.Add(time.Duration(float64(i) / b.rate * float64(time.Second)))
+					if !end.IsZero() && t0.After(end) {
 						return
 					}
 					select {
 					case <-ctx.Done():
 						return
-					case <-time.After(time.Until(at)):
+					case <-time.After(time.Until(t0)):
 					}
 				}
 				if !end.IsZero() && time.Now().After(end) {
 					return
 				}
-				t0 := time.Now()
+				if t0.IsZero() {
+					t0 = time.Now()
+				}
 				ok, err := target(ctx, int(i%int64(b.keys)))
 				if err != nil && ctx.Err() != nil {
 					return // interrupted, not the service's failure

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"io"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // benchSummary is the JSON summary of sluice bench.
@@ -65,5 +69,54 @@ func TestBench(t *testing.T) {
 		if code != 2 || !strings.Contains(stderr, bad.want) {
 			t.Errorf("bench %v: exit %d, %s; want 2 and %q", bad.args, code, stderr, bad.want)
 		}
+	}
+}
+
+// TestBenchRateFlag: --rate must be a finite number; NaN and Inf
+// parse with strconv.ParseFloat, pass check, and then the JSON summary
+// cannot be encoded (json: unsupported value) after the whole run.
+func TestBenchRateFlag(t *testing.T) {
+	for _, rate := range []string{"NaN", "nan", "Inf", "+Inf", "1e400"} {
+		t.Run(rate, func(t *testing.T) {
+			b := benchFlags{grpc: "127.0.0.1:1", entries: "a=b", keys: 1, concurrency: 1, requests: 1, rateText: rate, format: "json", timeout: time.Second}
+			if err := b.check(); err == nil {
+				r := &benchResult{sent: 1, allowed: 1, elapsed: time.Second, latencies: []time.Duration{time.Millisecond}}
+				t.Errorf("--rate %s accepted (rate %v); the JSON summary then fails: %v", rate, b.rate, r.write(io.Discard, &b))
+			}
+		})
+	}
+}
+
+// TestBenchSlowRate: a rate so low that i/rate seconds would overflow a
+// time.Duration (and send every request at once) is refused, as is one
+// above what a process sends.
+func TestBenchSlowRate(t *testing.T) {
+	for _, rate := range []string{"1e-12", "0.0001", "1e8", "-1"} {
+		b := benchFlags{grpc: "127.0.0.1:1", entries: "a=b", keys: 1, concurrency: 1, requests: 1, rateText: rate, format: "text", timeout: time.Second}
+		if err := b.check(); err == nil {
+			t.Errorf("--rate %s accepted", rate)
+		}
+	}
+}
+
+// TestBenchPacedLatency: under --rate, latency is measured from when
+// a request was actually sent, not from when the pace says it was due:
+// a stall of the service delays the requests queued behind it, yet they
+// report near-zero latency (coordinated omission), so p99 hides the stall
+// that a client sending at that rate would have seen.
+func TestBenchPacedLatency(t *testing.T) {
+	b := benchFlags{grpc: "x", keys: 1, concurrency: 1, requests: 20, rate: 200} // one every 5ms
+	var calls atomic.Int64
+	target := func(ctx context.Context, n int) (bool, error) {
+		if calls.Add(1) == 1 {
+			time.Sleep(100 * time.Millisecond) // the service stalls once
+		}
+		return true, nil
+	}
+	r := b.run(context.Background(), target, io.Discard)
+	// Requests 1..19 were due at 5ms..95ms and could leave only after
+	// 100ms: over half of them waited at least 50ms behind the stall.
+	if p50 := r.quantile(0.5); p50 < 40*time.Millisecond {
+		t.Errorf("paced run behind a 100ms stall: p50 %s, p99 %s; the time queued behind the stall is not counted", p50, r.quantile(0.99))
 	}
 }
