@@ -315,9 +315,10 @@ func (s *Service) decideAll(ctx context.Context, req *rlsv3.RateLimitRequest, ms
 	}
 	errs := make([]error, len(ds))
 	var wg sync.WaitGroup
-	for i, d := range ds {
-		wg.Go(func() { vs[i], errs[i] = s.decide(ctx, req, d, ms[i], replaced) })
+	for i, d := range ds[1:] {
+		wg.Go(func() { vs[i+1], errs[i+1] = s.decide(ctx, req, d, ms[i+1], replaced) })
 	}
+	vs[0], errs[0] = s.decide(ctx, req, ds[0], ms[0], replaced) // meanwhile, here
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
