@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-go/sluice/envoy"
@@ -484,14 +485,18 @@ func TestServeGRPCLimits(t *testing.T) {
 
 // TestServeGRPCInflight: serve's gRPC listener working on --max-inflight
 // calls, held by a paused Redis (CLIENT PAUSE), answers one more with
-// Unavailable at once.
+// Unavailable at once, and its health service SERVING still: a
+// Kubernetes grpc probe (or Envoy's grpc_health_check) refused at the cap
+// would restart, or eject, a busy replica when it is needed most.
 func TestServeGRPCInflight(t *testing.T) {
 	srv := redistest.Start(t)
 	d := startServe(t, nil, "--max-inflight", "1", "--config",
 		writeFile(t, "redis: {url: redis://"+srv.Addr+", on_error: allow}\nrules:\n  - {name: api, key: ip, limit: 1000000, period: 1s}\n"))
-	// Two connections: on one, the client would wait for the stream
-	// --max-inflight also allows per connection.
-	clients := make([]rlsv3.RateLimitServiceClient, 2)
+	// A connection each for the test's calls and for three that hold the
+	// slot: on one, a client would wait for the stream --max-inflight
+	// also allows per connection.
+	clients := make([]rlsv3.RateLimitServiceClient, 4)
+	var health healthpb.HealthClient
 	for i := range clients {
 		conn, err := grpc.NewClient(d.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
@@ -499,6 +504,9 @@ func TestServeGRPCInflight(t *testing.T) {
 		}
 		defer conn.Close()
 		clients[i] = rlsv3.NewRateLimitServiceClient(conn)
+		if i == 0 {
+			health = healthpb.NewHealthClient(conn)
+		}
 	}
 	call := func(i int) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -510,36 +518,25 @@ func TestServeGRPCInflight(t *testing.T) {
 	if err := call(0); err != nil {
 		t.Fatalf("with Redis answering: %v", err)
 	}
-	pause := func() {
-		rc, err := net.DialTimeout("tcp", srv.Addr, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rc.Close()
-		reply := make([]byte, 5)
-		if _, err := io.WriteString(rc, "CLIENT PAUSE 3000\r\n"); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.ReadFull(rc, reply); err != nil || string(reply) != "+OK\r\n" {
-			t.Fatalf("CLIENT PAUSE: %q %v", reply, err)
-		}
-	}
-	// One goroutine keeps a call waiting on the paused Redis, up to the
-	// store's deadline, while the test's own calls look for the refusal.
+	pause := func() { srv.Do(t, "CLIENT", "PAUSE", "3000") }
+	// Three goroutines keep a call in flight, waiting on the paused Redis
+	// up to the store's deadline (and, once the breaker opens, one after
+	// the other), while the test's own calls look for the refusal.
 	stop := make(chan struct{})
-	held := make(chan struct{})
-	defer func() { close(stop); <-held }()
-	go func() {
-		defer close(held)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
+	var holders sync.WaitGroup
+	defer func() { close(stop); holders.Wait() }()
+	for i := 1; i < len(clients); i++ {
+		holders.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_ = call(i)
 			}
-			_ = call(1)
-		}
-	}()
+		})
+	}
 	pause()
 	paused := time.Now()
 	waitUntil(t, 10*time.Second, func() error {
@@ -554,6 +551,28 @@ func TestServeGRPCInflight(t *testing.T) {
 		return fmt.Errorf("one call over the cap: %v, want Unavailable naming the cap", err)
 	})
 	d.waitLog(t, "requests refused at --max-inflight")
+	// At the cap (the held call takes the slot for the store timeout at a
+	// time), a health check right after each of 20 refusals answers.
+	atCap := 0
+	for deadline := time.Now().Add(10 * time.Second); atCap < 20 && time.Now().Before(deadline); {
+		if time.Since(paused) > 2*time.Second {
+			pause()
+			paused = time.Now()
+		}
+		if status.Code(call(0)) != codes.Unavailable {
+			continue
+		}
+		atCap++
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		r, err := health.Check(ctx, &healthpb.HealthCheckRequest{Service: "ratelimit"})
+		cancel()
+		if err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("gRPC health at --max-inflight: %v %v, want SERVING (probes are not counted)", r.GetStatus(), err)
+		}
+	}
+	if atCap == 0 {
+		t.Fatal("never saw the listener at its cap again")
+	}
 }
 
 // TestMaxHeaderBytes: headers over --max-header-bytes are answered 431.
