@@ -142,13 +142,13 @@ func dialUpstream(t *testing.T, addr string) rlsv3.RateLimitServiceClient {
 	return rlsv3.NewRateLimitServiceClient(conn)
 }
 
-// needUpstream returns the path of upstream's service_cmd: under -short
-// it skips t; otherwise a missing binary fails t, with how to get it.
+// needUpstream returns the path of upstream's service_cmd; a missing
+// binary fails t, with how to get it. The test also runs redis-server,
+// whose check (redistest.Need) is what -short skips, as for every test
+// that starts a server.
 func needUpstream(t *testing.T) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("skipped under -short: this test runs envoyproxy/ratelimit (make upstream installs it)")
-	}
+	redistest.Need(t)
 	bin := os.Getenv(upstreamEnv)
 	if bin == "" {
 		t.Fatalf("%s is not set: run `make test`, or `make upstream` and set it to the path it prints", upstreamEnv)
