@@ -216,3 +216,25 @@ func (d *daemon) waitRule(t *testing.T, rule string) {
 		return nil
 	})
 }
+
+// metricsText returns d's /metrics text, within 5s.
+func metricsText(d *daemon) (string, error) {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(d.base + "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// scrapeMetrics returns d's /metrics text, failing t if it cannot.
+func scrapeMetrics(t *testing.T, d *daemon) string {
+	t.Helper()
+	text, err := metricsText(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return text
+}

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -70,17 +68,12 @@ descriptors:
 		}
 	}
 	// The decisions reach the metrics.
-	resp, err := http.Get(d.base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	text := scrapeMetrics(t, d)
 	for _, want := range []string{
 		`sluice_decisions_total{outcome="allowed",rule="mongo_cps.database_users"} 3`,
 		`sluice_decisions_total{outcome="denied",rule="mongo_cps.database_users"} 1`,
 	} {
-		if !strings.Contains(string(text), want) {
+		if !strings.Contains(text, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}

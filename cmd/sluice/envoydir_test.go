@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -87,18 +85,6 @@ func (r *rls) ask(domain string, descriptors ...[]string) *rlsv3.RateLimitRespon
 func (r *rls) limitOf(domain string, entries ...string) uint32 {
 	r.t.Helper()
 	return r.ask(domain, entries).Statuses[0].GetCurrentLimit().GetRequestsPerUnit()
-}
-
-// scrapeMetrics returns d's /metrics text.
-func scrapeMetrics(t *testing.T, d *daemon) string {
-	t.Helper()
-	resp, err := http.Get(d.base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b)
 }
 
 // codes returns the overall code of n requests in a row.

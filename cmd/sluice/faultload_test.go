@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -247,21 +246,14 @@ func goroutines(d *daemon) (int, error) {
 // metric returns the value of the metric without labels name from d's
 // /metrics.
 func metric(d *daemon, name string) (float64, error) {
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(d.base + "/metrics")
+	text, err := metricsText(d)
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+	for _, line := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			return strconv.ParseFloat(strings.TrimSpace(v), 64)
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
 	}
 	return 0, fmt.Errorf("/metrics has no %s", name)
 }

@@ -66,18 +66,13 @@ rules:
 		}
 	}
 	// Prometheus metrics count what happened.
-	resp0, err := http.Get(d.base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsText, _ := io.ReadAll(resp0.Body)
-	resp0.Body.Close()
+	text := scrapeMetrics(t, d)
 	for _, want := range []string{
 		`sluice_decisions_total{outcome="allowed",rule="login"} 2`,
 		`sluice_decisions_total{outcome="denied",rule="login"} 1`,
 		`sluice_store_duration_seconds_count{op="take"} 3`,
 	} {
-		if !strings.Contains(string(metricsText), want) {
+		if !strings.Contains(text, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
