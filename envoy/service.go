@@ -220,9 +220,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			if ms[i].override, ms[i].limit, err = override(req.GetDomain(), o, ms[i].entries); err != nil {
 				return nil, err
 			}
+			ms[i].store = storageKey(req.GetDomain(), ms[i].entries)
 			continue
 		}
-		ms[i].node, ms[i].key = dom.resolve(ms[i].entries)
+		var key []Entry
+		if ms[i].node, key = dom.resolve(ms[i].entries); ms[i].node != nil && !ms[i].node.RateLimit.Unlimited {
+			ms[i].limit, ms[i].store = ms[i].node.RateLimit.Limit, storageKey(req.GetDomain(), key)
+		}
 	}
 	var replaced map[string]bool
 	if dom.replaces {
@@ -301,7 +305,7 @@ func (s *Service) decideAll(ctx context.Context, req *rlsv3.RateLimitRequest, ms
 		vs[0] = v
 		return vs, err
 	}
-	if sharesCount(req.GetDomain(), ms) {
+	if sharesCount(ms) {
 		// In request order, as envoyproxy/ratelimit decides them: the
 		// first of two descriptors that share a count is the one it
 		// admits.
@@ -328,22 +332,18 @@ func (s *Service) decideAll(ctx context.Context, req *rlsv3.RateLimitRequest, ms
 	return vs, nil
 }
 
-// sharesCount reports whether two of the matched descriptors ms of a
-// request to domain may spend one count: the same limit under the same
+// sharesCount reports whether two of the matched descriptors ms may
+// spend one count: the same limit under the same
 // store key (the same entries twice, two values of one share_threshold
 // wildcard).
-func sharesCount(domain string, ms []match) bool {
-	seen := make(map[string]bool, len(ms))
+func sharesCount(ms []match) bool {
+	type count struct{ limit, store string }
+	seen := make(map[count]bool, len(ms))
 	for _, m := range ms {
-		var k string
-		switch {
-		case m.override != nil:
-			k = m.limit.Name + "\x00" + storageKey(domain, m.entries)
-		case m.node != nil:
-			k = m.node.RateLimit.Limit.Name + "\x00" + storageKey(domain, m.key)
-		default:
-			continue
+		if m.store == "" {
+			continue // nothing counted
 		}
+		k := count{m.limit.Name, m.store}
 		if seen[k] {
 			return true
 		}
@@ -371,15 +371,16 @@ func (s *Service) unknownDomain(gen *generation, domain string) {
 }
 
 // match is a request descriptor's entries, the configured node they
-// match (nil for none, and for a limit override) and the entries its
-// count is kept under (a share_threshold entry's value is its pattern),
-// or the limit override it carries.
+// match (nil for none, and for a limit override) or the limit override
+// it carries, the limit, and the store key its count is kept under (of
+// the entries, a share_threshold entry's value replaced by its pattern;
+// "" when nothing matched).
 type match struct {
 	entries  []Entry
 	node     *Descriptor
-	key      []Entry
 	override *RateLimit
-	limit    sluice.Limit // the override's
+	limit    sluice.Limit
+	store    string
 }
 
 // override returns the limit override o of a descriptor with entries: a
@@ -417,16 +418,14 @@ type verdict struct {
 func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor, m match, replaced map[string]bool) (verdict, error) {
 	ok := verdict{status: &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}}
 	var (
-		lim    sluice.Limit
+		lim    = m.limit
 		rl     *RateLimit
 		shadow bool
 		quota  bool
 		label  string // for the observer: bounded, unlike an override's name
-		key    = m.key
 	)
 	if m.override != nil {
-		rl, lim = m.override, m.limit
-		label, key = limitName("override."+req.GetDomain()), m.entries
+		rl, label = m.override, limitName("override."+req.GetDomain())
 	} else {
 		if m.node == nil {
 			return ok, nil
@@ -441,7 +440,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, d *co
 		if rl.Name != "" && replaced[rl.Name] {
 			return ok, nil // replaced: neither decided nor counted
 		}
-		lim, label, quota = rl.Limit, rl.Limit.Name, m.node.QuotaMode
+		label, quota = lim.Name, m.node.QuotaMode
 	}
 	cost := costOf(req, d)
 	v := verdict{quota: quota, status: &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: currentLimit(rl)}}
@@ -457,7 +456,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, d *co
 			n = 0 // could never be admitted: report the state, over the limit
 		}
 		var err error
-		res, err = s.lim.AllowN(ctx, storageKey(req.GetDomain(), key), lim, n)
+		res, err = s.lim.AllowN(ctx, m.store, lim, n)
 		if err != nil {
 			return verdict{}, storeError(err)
 		}
