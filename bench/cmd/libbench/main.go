@@ -42,6 +42,7 @@ type config struct {
 	callers              int
 	d256, d1, dAbuse     time.Duration
 	heapKeys             int
+	heapStore            string
 	timeout              time.Duration
 }
 
@@ -56,12 +57,22 @@ func main() {
 	flag.DurationVar(&c.d1, "serial", time.Second, "length of one one-caller run")
 	flag.DurationVar(&c.dAbuse, "abusive", 2*time.Second, "length of one abusive-key run")
 	flag.IntVar(&c.heapKeys, "heap-keys", 200_000, "keys the in-process heap-per-key measurement inserts (1000 to 10000000)")
+	flag.StringVar(&c.heapStore, "heap-store", "", "measure only the heap per key of this in-process store and print it (what libbench runs itself in a process of its own)")
 	flag.DurationVar(&c.timeout, "timeout", 20*time.Minute, "bound on the whole run")
 	flag.Parse()
 	if err := c.check(); err != nil {
 		fmt.Fprintln(os.Stderr, "libbench:", err)
 		flag.Usage()
 		os.Exit(2)
+	}
+	if c.heapStore != "" {
+		v, err := heapOne(c.heapStore, c.heapKeys)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "libbench:", err)
+			os.Exit(1)
+		}
+		fmt.Println(v)
+		return
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -150,7 +161,10 @@ func run(ctx context.Context, c config) error {
 	if err := memoryUsage(ctx, srv, &sec); err != nil {
 		return fmt.Errorf("memory per key: %w", err)
 	}
-	heap := heapPerKey(c.heapKeys)
+	heap, err := heapPerKey(ctx, c.heapKeys)
+	if err != nil {
+		return err
+	}
 	if err := throughput(ctx, c, srv, &sec); err != nil {
 		return fmt.Errorf("throughput: %w", err)
 	}
