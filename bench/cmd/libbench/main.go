@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -42,11 +43,11 @@ type config struct {
 	callers              int
 	d256, d1, dAbuse     time.Duration
 	heapKeys             int
-	heapStore            string
 	timeout              time.Duration
 }
 
 func main() {
+	heapChild()
 	var c config
 	flag.StringVar(&c.out, "out", "results/library.json", "section file to write")
 	flag.StringVar(&c.micro, "micro", "results/micro.txt", "go test -bench output with the memory store's benchmarks (missing: those figures are left out)")
@@ -57,22 +58,12 @@ func main() {
 	flag.DurationVar(&c.d1, "serial", time.Second, "length of one one-caller run")
 	flag.DurationVar(&c.dAbuse, "abusive", 2*time.Second, "length of one abusive-key run")
 	flag.IntVar(&c.heapKeys, "heap-keys", 200_000, "keys the in-process heap-per-key measurement inserts (1000 to 10000000)")
-	flag.StringVar(&c.heapStore, "heap-store", "", "measure only the heap per key of this in-process store and print it (what libbench runs itself in a process of its own)")
 	flag.DurationVar(&c.timeout, "timeout", 20*time.Minute, "bound on the whole run")
 	flag.Parse()
 	if err := c.check(); err != nil {
 		fmt.Fprintln(os.Stderr, "libbench:", err)
 		flag.Usage()
 		os.Exit(2)
-	}
-	if c.heapStore != "" {
-		v, err := heapOne(c.heapStore, c.heapKeys)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "libbench:", err)
-			os.Exit(1)
-		}
-		fmt.Println(v)
-		return
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -172,10 +163,29 @@ func run(ctx context.Context, c config) error {
 		return fmt.Errorf("abusive key: %w", err)
 	}
 	memoryStore(c, heap, &sec)
+	orderGoals(sec.Goals)
 	sec.Notes = append(sec.Notes, fmt.Sprintf("The run took %s.", time.Since(started).Round(time.Second)))
 	if err := sec.Write(c.out); err != nil {
 		return err
 	}
 	slog.Info("wrote", "file", c.out, "took", time.Since(started).Round(time.Second))
 	return nil
+}
+
+// goalOrder is the order of the goals, by the start of a goal's
+// text.
+var goalOrder = []string{"Redis CPU", "decisions/s", "one caller", "Redis memory", "deny cache", "memory store"}
+
+// orderGoals sorts goals in the order, keeping the order of
+// those of one kind (sluice's algorithms).
+func orderGoals(goals []section.Goal) {
+	rank := func(g section.Goal) int {
+		for i, p := range goalOrder {
+			if strings.HasPrefix(g.Goal, p) {
+				return i
+			}
+		}
+		return len(goalOrder)
+	}
+	slices.SortStableFunc(goals, func(a, b section.Goal) int { return rank(a) - rank(b) })
 }

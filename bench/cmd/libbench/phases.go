@@ -456,9 +456,37 @@ type heapResult struct {
 	bytes float64
 }
 
+// The environment of a heap-per-key child: the store's name and the
+// number of keys.
+const (
+	heapStoreEnv = "LIBBENCH_HEAP_STORE"
+	heapKeysEnv  = "LIBBENCH_HEAP_KEYS"
+)
+
+// heapChild, in a process started by heapPerKey (heapStoreEnv set),
+// measures the heap per key of its store, prints it and exits. Otherwise
+// it returns at once.
+func heapChild() {
+	name := os.Getenv(heapStoreEnv)
+	if name == "" {
+		return
+	}
+	n, err := strconv.Atoi(os.Getenv(heapKeysEnv))
+	if err == nil {
+		var v float64
+		if v, err = heapOne(name, n); err == nil {
+			fmt.Println(v)
+			os.Exit(0)
+		}
+	}
+	fmt.Fprintln(os.Stderr, "libbench heap child:", err)
+	os.Exit(1)
+}
+
 // heapPerKey measures the live Go heap per key of each in-process store,
-// each in a process of its own (this program run with -heap-store), so
-// that no store's garbage, finalizers or goroutines blur another's.
+// each in a process of its own (this program again, with heapStoreEnv
+// set), so that no store's garbage, finalizers or goroutines blur
+// another's.
 func heapPerKey(ctx context.Context, n int) ([]heapResult, error) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -469,7 +497,8 @@ func heapPerKey(ctx context.Context, n int) ([]heapResult, error) {
 		if s.open == nil {
 			continue
 		}
-		cmd := exec.CommandContext(ctx, exe, "-heap-store", s.name, "-heap-keys", strconv.Itoa(n))
+		cmd := exec.CommandContext(ctx, exe)
+		cmd.Env = append(os.Environ(), heapStoreEnv+"="+s.name, heapKeysEnv+"="+strconv.Itoa(n))
 		cmd.Stderr = os.Stderr
 		b, err := cmd.Output()
 		if err != nil {
@@ -492,7 +521,7 @@ func heapPerKey(ctx context.Context, n int) ([]heapResult, error) {
 func heapOne(name string, n int) (float64, error) {
 	i := slices.IndexFunc(memoryStores(), func(s memStore) bool { return s.name == name && s.open != nil })
 	if i < 0 {
-		return 0, fmt.Errorf("-heap-store %q: no such in-process store", name)
+		return 0, fmt.Errorf("%s=%q: no such in-process store", heapStoreEnv, name)
 	}
 	var before, after runtime.MemStats
 	runtime.GC()
