@@ -83,20 +83,20 @@ func TestMedian(t *testing.T) {
 }
 
 func TestProcCPU(t *testing.T) {
-	before, err := procCPU(os.Getpid())
+	u0, s0, err := procCPU(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(100 * time.Millisecond); time.Now().Before(deadline); { // burn CPU
 	}
-	after, err := procCPU(os.Getpid())
+	u1, s1, err := procCPU(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if after <= before {
-		t.Errorf("CPU time went from %v to %v over 100ms of spinning", before, after)
+	if u1+s1 <= u0+s0 || u1 < u0 || s1 < s0 {
+		t.Errorf("CPU time (user, system) went from %v, %v to %v, %v over 100ms of spinning", u0, s0, u1, s1)
 	}
-	if _, err := procCPU(-1); err == nil {
+	if _, _, err := procCPU(-1); err == nil {
 		t.Error("procCPU(-1) did not fail")
 	}
 }

@@ -43,6 +43,7 @@ type config struct {
 	callers              int
 	d256, d1, dAbuse     time.Duration
 	heapKeys             int
+	args                 []string // the flags given, but -micro-cmd: the command to record
 	timeout              time.Duration
 }
 
@@ -51,7 +52,7 @@ func main() {
 	var c config
 	flag.StringVar(&c.out, "out", "results/library.json", "section file to write")
 	flag.StringVar(&c.micro, "micro", "results/micro.txt", "go test -bench output with the memory store's benchmarks (missing: those figures are left out)")
-	flag.StringVar(&c.microCmd, "micro-cmd", defaultMicroCmd, "the command that wrote -micro, for the section's command")
+	flag.StringVar(&c.microCmd, "micro-cmd", "", "the command that wrote -micro, for the section's command (make bench passes its go test run)")
 	flag.IntVar(&c.rounds, "rounds", 5, "interleaved rounds of every Redis measurement (1 to 20)")
 	flag.IntVar(&c.callers, "callers", 256, "concurrent callers of the concurrent runs (1 to 4096)")
 	flag.DurationVar(&c.d256, "concurrent", 2*time.Second, "length of one concurrent run")
@@ -60,6 +61,11 @@ func main() {
 	flag.IntVar(&c.heapKeys, "heap-keys", 200_000, "keys the in-process heap-per-key measurement inserts (1000 to 10000000)")
 	flag.DurationVar(&c.timeout, "timeout", 20*time.Minute, "bound on the whole run")
 	flag.Parse()
+	flag.Visit(func(f *flag.Flag) {
+		if f.Name != "micro-cmd" {
+			c.args = append(c.args, "-"+f.Name, f.Value.String())
+		}
+	})
 	if err := c.check(); err != nil {
 		fmt.Fprintln(os.Stderr, "libbench:", err)
 		flag.Usage()
@@ -76,9 +82,6 @@ func main() {
 		os.Exit(1) //nolint:gocritic // the deferred calls ran above
 	}
 }
-
-// defaultMicroCmd is the go test run that make bench writes -micro with.
-const defaultMicroCmd = "go test -run '^$' -bench 'Memory|Redis/(redis_rate|sluice-gcra-rueidis)/' -benchmem -benchtime=200ms -count 6 . > results/micro.txt"
 
 func (c config) check() error {
 	switch {
@@ -109,13 +112,13 @@ type server struct {
 	admin *goredislib.Client
 }
 
-// cpu returns the server process's CPU time so far.
-func (s *server) cpu() time.Duration {
-	d, err := procCPU(s.pid)
+// cpu returns the server process's user and system CPU time so far.
+func (s *server) cpu() (user, system time.Duration) {
+	user, system, err := procCPU(s.pid)
 	if err != nil {
 		slog.Warn("reading redis-server CPU", "err", err)
 	}
-	return d
+	return user, system
 }
 
 func run(ctx context.Context, c config) error {
@@ -141,11 +144,14 @@ func run(ctx context.Context, c config) error {
 
 	var sec section.Section
 	sec.Title = "Library: sluice beside the Go rate limiters"
-	sec.Command = "cd bench && " + c.microCmd + " && go run ./cmd/libbench " + strings.Join(os.Args[1:], " ")
+	sec.Command = strings.TrimSpace("go run ./cmd/libbench " + shellJoin(c.args))
+	if c.microCmd != "" {
+		sec.Command = c.microCmd + "\n" + sec.Command
+	}
 	sec.Notes = []string{
 		fmt.Sprintf("One redis-server %s (%s), started by the harness on 127.0.0.1 without persistence and stopped by pid; client and server share the machine's cores, so only ratios within this run mean anything.", version, path),
 		fmt.Sprintf("Redis runs: %d client keys (client-0 … client-999) cycled by every caller from its own place, every call admitted (1e6 per second per key; sluice's sliding_log at its maximum of 10000 per second), every key decided once before the timed run; each run gets fresh clients and its own key prefix. %d interleaved rounds, the implementations' order rotated each round; figures are medians over the rounds: %d callers for %s, then 1 caller for %s.", keySpace, c.rounds, c.callers, c.d256, c.d1),
-		"Redis CPU per decision: the redis-server process's user+system CPU over the run (/proc/<pid>/stat) over the run's decisions; \"commandstats\" is the sum of usec of every command in INFO commandstats (after CONFIG RESETSTAT) over the decisions, which leaves out the server's network I/O. Client CPU is this harness process's CPU over the run (the load loop included) per decision.",
+		"Redis CPU per decision (the goals' measure): the redis-server process's user+system CPU over the run (/proc/<pid>/stat) over the run's decisions, network I/O and event loop included. Script time (commandstats) is the usec of EVALSHA, EVAL and FCALL in INFO commandstats (after CONFIG RESETSTAT) over the decisions: the scripts' own cost, the commands they run included; other commands' time counts every other command, including those scripts ran (counted twice). Client CPU is this harness process's CPU over the run (the load loop included) per decision. Where a goal is not met, its row names what limits it from the run's figures and from pprof profiles: of the harness during sluice's last concurrent run, and of the go test benchmark of an in-process goal.",
 		"sluice is measured through its public API with its defaults: store/redis.Open(\"redis://…\") (rueidis), sluice.New(store), Limiter.Allow. redis_rate, ulule/limiter and throttled use go-redis v9 with its default pool; throttled's compare-and-swap may retry up to 1000 times (its default of 10 fails decisions under 256 callers).",
 	}
 
@@ -156,13 +162,18 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
-	if err := throughput(ctx, c, srv, &sec); err != nil {
+	prof, err := newProfiler()
+	if err != nil {
+		return err
+	}
+	defer prof.close()
+	if err := throughput(ctx, c, srv, prof, &sec); err != nil {
 		return fmt.Errorf("throughput: %w", err)
 	}
 	if err := abusiveKey(ctx, c, srv, &sec); err != nil {
 		return fmt.Errorf("abusive key: %w", err)
 	}
-	memoryStore(c, heap, &sec)
+	memoryStore(ctx, c, heap, prof, &sec)
 	orderGoals(sec.Goals)
 	sec.Notes = append(sec.Notes, fmt.Sprintf("The run took %s.", time.Since(started).Round(time.Second)))
 	if err := sec.Write(c.out); err != nil {
@@ -188,4 +199,19 @@ func orderGoals(goals []section.Goal) {
 		return len(goalOrder)
 	}
 	slices.SortStableFunc(goals, func(a, b section.Goal) int { return rank(a) - rank(b) })
+}
+
+// shellJoin quotes args for a POSIX shell where they need it.
+func shellJoin(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a != "" && strings.IndexFunc(a, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+", r))
+		}) < 0 {
+			out[i] = a
+			continue
+		}
+		out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(out, " ")
 }

@@ -35,6 +35,7 @@ func warm(ctx context.Context, name string, allow allowFunc) error {
 type sample struct {
 	rate, p50, p99        float64 // 256 callers: decisions/s, µs
 	redisCPU              float64 // per decision, µs: the process
+	redisSys              float64 // per decision, µs: its system time
 	scriptCPU, otherCPU   float64 // per decision, µs: commandstats
 	scriptCalls           float64 // per decision
 	clientCPU, redisCores float64 // µs per decision; cores
@@ -47,8 +48,9 @@ type sample struct {
 
 // stats are an implementation's samples over the rounds.
 type stats struct {
-	impl    impl
-	samples []sample
+	impl          impl
+	samples       []sample
+	clientProfile string // top functions of the harness's CPU profile of the last concurrent run, or ""
 }
 
 func (s *stats) med(f func(sample) float64) float64 {
@@ -67,43 +69,64 @@ func nextPrefix() string {
 	return "b" + strconv.Itoa(prefixSeq)
 }
 
-// timedRun opens im with fresh clients, warms it, and runs callers for
-// dur, with the server's CPU and commandstats around the load.
-func timedRun(ctx context.Context, srv *server, im impl, ks []string, r rate, callers int, dur time.Duration, doWarm bool) (loadResult, time.Duration, map[string]int64, map[string]int64, error) {
+// runOut is what a timed run saw: the load, the server's CPU over it
+// and its commandstats, and the harness's CPU profile when one was asked.
+type runOut struct {
+	res          loadResult
+	user, system time.Duration // redis-server's
+	usec, calls  map[string]int64
+	profile      string // CPU profile file of the harness, or ""
+}
+
+// cpu is the server's user and system CPU over the run.
+func (o runOut) cpu() time.Duration { return o.user + o.system }
+
+// timedRun opens im with fresh clients, warms it (doWarm), and runs
+// callers for dur, with the server's CPU and commandstats around the
+// load, and, when profile is not empty, a CPU profile of this process
+// named profile over the load.
+func timedRun(ctx context.Context, srv *server, im impl, ks []string, r rate, callers int, dur time.Duration, doWarm bool, prof *profiler, profile string) (runOut, error) {
+	var o runOut
 	allow, closeFn, err := im.open(ctx, srv.addr, nextPrefix(), r)
 	if err != nil {
-		return loadResult{}, 0, nil, nil, fmt.Errorf("%s: %w", im.name, err)
+		return o, fmt.Errorf("%s: %w", im.name, err)
 	}
 	defer closeFn()
 	if doWarm {
 		if err := warm(ctx, im.name, allow); err != nil {
-			return loadResult{}, 0, nil, nil, err
+			return o, err
 		}
 	}
 	if err := srv.admin.ConfigResetStat(ctx).Err(); err != nil {
-		return loadResult{}, 0, nil, nil, fmt.Errorf("CONFIG RESETSTAT: %w", err)
+		return o, fmt.Errorf("CONFIG RESETSTAT: %w", err)
 	}
-	cpu0 := srv.cpu()
-	res := load(ctx, allow, ks, callers, dur)
-	cpu := srv.cpu() - cpu0
-	usec, calls, err := commandStats(ctx, srv.admin)
-	if err != nil {
-		return res, cpu, nil, nil, err
+	var stop func() string
+	if profile != "" {
+		if stop, err = prof.start(profile); err != nil {
+			slog.Warn("no CPU profile", "run", profile, "err", err)
+		}
 	}
-	if res.firstErr != nil {
-		return res, cpu, usec, calls, fmt.Errorf("%s: %d errors in %d decisions, the first: %w", im.name, res.errors, res.decisions, res.firstErr)
+	u0, s0 := srv.cpu()
+	o.res = load(ctx, allow, ks, callers, dur)
+	u1, s1 := srv.cpu()
+	if stop != nil {
+		o.profile = stop()
 	}
-	if err := ctx.Err(); err != nil {
-		return res, cpu, usec, calls, err
+	o.user, o.system = u1-u0, s1-s0
+	if o.usec, o.calls, err = commandStats(ctx, srv.admin); err != nil {
+		return o, err
 	}
-	return res, cpu, usec, calls, nil
+	if o.res.firstErr != nil {
+		return o, fmt.Errorf("%s: %d errors in %d decisions, the first: %w", im.name, o.res.errors, o.res.decisions, o.res.firstErr)
+	}
+	return o, ctx.Err()
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 // throughput measures every Redis implementation at c.callers and at one
 // caller, round by round, and adds its tables, charts and goals to sec.
-func throughput(ctx context.Context, c config, srv *server, sec *section.Section) error {
+func throughput(ctx context.Context, c config, srv *server, prof *profiler, sec *section.Section) error {
 	is := redisImpls()
 	all := make([]*stats, len(is))
 	for i, im := range is {
@@ -114,10 +137,23 @@ func throughput(ctx context.Context, c config, srv *server, sec *section.Section
 			st := all[(j+round)%len(is)]
 			im := st.impl
 			var s sample
-			res, cpu, usec, calls, err := timedRun(ctx, srv, im, keys, admitAll, c.callers, c.d256, true)
+			// The last round profiles the harness (the client side) of
+			// sluice's runs, for the goals it does not meet.
+			profile := ""
+			if round == c.rounds-1 && im.algo != "" {
+				profile = "concurrent-" + string(im.algo)
+			}
+			o, err := timedRun(ctx, srv, im, keys, admitAll, c.callers, c.d256, true, prof, profile)
 			if err != nil {
 				return err
 			}
+			res, cpu, usec, calls := o.res, o.cpu(), o.usec, o.calls
+			if o.profile != "" {
+				if st.clientProfile, err = topFunctions(ctx, o.profile, "", 5); err != nil {
+					slog.Warn("reading a CPU profile", "err", err)
+				}
+			}
+			s.redisSys = us(o.system) / float64(res.decisions)
 			if res.denied > 0 {
 				return fmt.Errorf("%s: %d of %d decisions denied at %d callers: the limit should admit every call", im.name, res.denied, res.decisions, c.callers)
 			}
@@ -143,10 +179,11 @@ func throughput(ctx context.Context, c config, srv *server, sec *section.Section
 			}
 			s.scriptCPU, s.otherCPU, s.scriptCalls = float64(scriptUsec)/n, float64(otherUsec)/n, float64(scriptCalls)/n
 
-			res1, cpu1, _, _, err := timedRun(ctx, srv, im, keys, admitAll, 1, c.d1, true)
+			o1, err := timedRun(ctx, srv, im, keys, admitAll, 1, c.d1, true, prof, "")
 			if err != nil {
 				return err
 			}
+			res1, cpu1 := o1.res, o1.cpu()
 			if res1.denied > 0 {
 				return fmt.Errorf("%s: %d of %d decisions denied at 1 caller: the limit should admit every call", im.name, res1.denied, res1.decisions)
 			}
@@ -232,7 +269,9 @@ func throughput(ctx context.Context, c config, srv *server, sec *section.Section
 			Met:      cpu <= target*baseCPU,
 		}
 		if !g.Met {
-			g.Limit = "Redis time by command per decision (commandstats): " + byCommand(st.samples[len(st.samples)-1].byCommand, 3) + "; the rest of the process figure is network I/O and the event loop"
+			g.Limit = fmt.Sprintf("redis-server's %s per decision is %s of system time (socket I/O) and %s of user time; by command (commandstats): %s",
+				fmtUs(cpu), fmtUs(st.med(func(s sample) float64 { return s.redisSys })), fmtUs(cpu-st.med(func(s sample) float64 { return s.redisSys })),
+				byCommand(st.samples[len(st.samples)-1].byCommand, 3))
 		}
 		sec.Goals = append(sec.Goals, g)
 
@@ -248,6 +287,9 @@ func throughput(ctx context.Context, c config, srv *server, sec *section.Section
 			g.Limit = fmt.Sprintf("CPU by process over the run: redis-server %.2f cores (%s per decision), the client %.2f cores (%s per decision), of %d",
 				st.med(func(s sample) float64 { return s.redisCores }), fmtUs(cpu),
 				st.med(func(s sample) float64 { return s.clientCores }), fmtUs(st.med(func(s sample) float64 { return s.clientCPU })), runtime.NumCPU())
+			if st.clientProfile != "" {
+				g.Limit += "; the client's CPU by function (pprof, flat): " + st.clientProfile
+			}
 		}
 		sec.Goals = append(sec.Goals, g)
 
@@ -318,10 +360,11 @@ func abusiveKey(ctx context.Context, c config, srv *server, sec *section.Section
 		for j := range is {
 			i := (j + round) % len(is)
 			im := is[i]
-			res, _, _, calls, err := timedRun(ctx, srv, im, []string{"abuser"}, abusive, c.callers, c.dAbuse, false)
+			o, err := timedRun(ctx, srv, im, []string{"abuser"}, abusive, c.callers, c.dAbuse, false, nil, "")
 			if err != nil {
 				return err
 			}
+			res, calls := o.res, o.calls
 			var total int64
 			for cmd, n := range calls {
 				if isScript(cmd) {
@@ -544,7 +587,16 @@ func heapOne(name string, n int) (float64, error) {
 
 // memoryStore adds the memory store's micro-benchmark figures (from
 // c.micro) and heap per key to sec.
-func memoryStore(c config, heap []heapResult, sec *section.Section) {
+func memoryStore(ctx context.Context, c config, heap []heapResult, prof *profiler, sec *section.Section) {
+	// profiled names what limits a goal from a profile of its benchmark.
+	profiled := func(pattern string) string {
+		cpu, allocs, err := prof.bench(ctx, pattern)
+		if err != nil {
+			slog.Warn("no profile", "bench", pattern, "err", err)
+			return err.Error()
+		}
+		return fmt.Sprintf("profile of %s: CPU by function (flat) %s; allocations by function %s", pattern, cpu, allocs)
+	}
 	heapOf := func(name string) string {
 		for _, h := range heap {
 			if h.name == name {
@@ -637,7 +689,7 @@ func memoryStore(c config, heap []heapResult, sec *section.Section) {
 			g.Measured = fmt.Sprintf("%s vs x/time/rate %s (%.2f×), %s allocs/op (1000 keys: %s)", fmtNs(v), fmtNs(base), v/base, strconv.FormatFloat(allocs, 'f', -1, 64), map[bool]string{true: strconv.FormatFloat(allocsK, 'f', -1, 64), false: "–"}[okK])
 			g.Met = v <= 1.5*base && allocs == 0
 			if !g.Met {
-				g.Limit = "profile: go test -run '^$' -bench 'MemoryOneKey/sluice-" + string(a) + "/serial' -cpuprofile cpu.out -memprofile mem.out . in bench/, then go tool pprof -top"
+				g.Limit = profiled("^BenchmarkMemoryOneKey$/^sluice-" + string(a) + "$/^serial$")
 			}
 		}
 		sec.Goals = append(sec.Goals, g)
@@ -653,7 +705,7 @@ func memoryStore(c config, heap []heapResult, sec *section.Section) {
 		g.Measured = fmt.Sprintf("gcra %s/op serial, %s/op parallel: %.2f× (x/time/rate in a sync.Map: %.2f×)", fmtNs(ser), fmtNs(par), ser/par, xs/max(xp, 1e-9))
 		g.Met = ser/par >= 1.5
 		if !g.Met {
-			g.Limit = "the benchmark shares the cores with the machine; profile: go test -run '^$' -bench 'Memory1M/sluice-gcra/parallel' -cpuprofile cpu.out . in bench/"
+			g.Limit = profiled("^BenchmarkMemory1M$/^sluice-gcra$/^parallel$")
 		}
 	}
 	sec.Goals = append(sec.Goals, g)

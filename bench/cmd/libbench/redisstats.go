@@ -17,28 +17,28 @@ const clockTicks = 100
 
 // procCPU returns the user and system CPU time that process pid has used,
 // from /proc/<pid>/stat.
-func procCPU(pid int) (time.Duration, error) {
+func procCPU(pid int) (user, system time.Duration, err error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	// The command name, field 2, is in parentheses and may hold spaces:
 	// count fields from after its closing parenthesis (field 3 on).
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command name in %q", pid, s)
+		return 0, 0, fmt.Errorf("/proc/%d/stat: no command name in %q", pid, s)
 	}
 	f := strings.Fields(s[i+1:])
 	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the name, want at least 13", pid, len(f))
+		return 0, 0, fmt.Errorf("/proc/%d/stat: %d fields after the name, want at least 13", pid, len(f))
 	}
 	utime, err1 := strconv.ParseInt(f[11], 10, 64) // field 14
 	stime, err2 := strconv.ParseInt(f[12], 10, 64) // field 15
 	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: utime %q, stime %q: not integers", pid, f[11], f[12])
+		return 0, 0, fmt.Errorf("/proc/%d/stat: utime %q, stime %q: not integers", pid, f[11], f[12])
 	}
-	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+	return time.Duration(utime) * time.Second / clockTicks, time.Duration(stime) * time.Second / clockTicks, nil
 }
 
 // commandStats returns the usec of every command in INFO commandstats, by
