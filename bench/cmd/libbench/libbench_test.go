@@ -210,3 +210,47 @@ func TestRun(t *testing.T) {
 		t.Errorf("%d charts, want at least 5", len(sec.Charts))
 	}
 }
+
+func TestParseTop(t *testing.T) {
+	out := `File: bench.test
+Type: cpu
+Showing nodes accounting for 1.20s, 92.31% of 1.30s total
+      flat  flat%   sum%        cum   cum%
+     0.50s 38.46% 38.46%      0.50s 38.46%  runtime.mallocgc
+     0.30s 23.08% 61.54%      0.90s 69.23%  github.com/sluice-go/sluice/store/memory.(*Store).Take
+     0.20s 15.38% 76.92%      0.20s 15.38%  runtime.memequal (inline)
+`
+	tests := []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{out, 2, "runtime.mallocgc 38.46%, github.com/sluice-go/sluice/store/memory.(*Store).Take 23.08%"},
+		{out, 5, "runtime.mallocgc 38.46%, github.com/sluice-go/sluice/store/memory.(*Store).Take 23.08%, runtime.memequal (inline) 15.38%"},
+		{"File: x\nType: cpu\n", 3, "no samples"},
+	}
+	for _, tt := range tests {
+		if got := parseTop(tt.in, tt.n); got != tt.want {
+			t.Errorf("parseTop(n=%d) = %q, want %q", tt.n, got, tt.want)
+		}
+	}
+}
+
+func TestOrderGoals(t *testing.T) {
+	goals := []section.Goal{{Goal: "memory store x"}, {Goal: "Redis memory a"}, {Goal: "Redis CPU gcra"}, {Goal: "Redis memory b"}, {Goal: "other"}, {Goal: "decisions/s gcra"}}
+	orderGoals(goals)
+	var got []string
+	for _, g := range goals {
+		got = append(got, g.Goal)
+	}
+	want := "Redis CPU gcra|decisions/s gcra|Redis memory a|Redis memory b|memory store x|other"
+	if strings.Join(got, "|") != want {
+		t.Errorf("order %v, want %s", got, want)
+	}
+}
+
+func TestShellJoin(t *testing.T) {
+	if got := shellJoin([]string{"-out", "results/x.json", "-micro-cmd", "go test -run '^$'"}); got != `-out results/x.json -micro-cmd 'go test -run '\''^$'\'''` {
+		t.Errorf("shellJoin = %s", got)
+	}
+}
