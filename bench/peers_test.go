@@ -249,24 +249,30 @@ func throttledAllow(b *testing.B, n int, period time.Duration) allowFunc {
 	}
 }
 
-// lastingLimit admits far more than any run sends one key and keeps its
-// state for the whole run: 2^40 per 10 years, a burst of 2^40 (sluice's
-// MaxLimit over its MaxPeriod; sliding_log at its maximum of 10000 per
-// 10 years would deny). A token bucket or GCRA under it spends one
-// token, 287 µs of the schedule, per request and refills about 3500 a
-// second, so a key's state outlives the run instead of expiring between
-// requests as it does at 1e6 per second.
-var lastingLimit = sluice.Limit{Limit: sluice.MaxLimit, Period: sluice.MaxPeriod}
+// lastingN per lastingPeriod, with a burst of lastingN, admits far more
+// than any run sends one key (2^30, which fits an int on 32-bit
+// platforms too) and keeps the state for the whole run: a token bucket or
+// GCRA under it spends one token, 294 ms of its schedule, per request, so
+// a key's state outlives the run instead of expiring between requests as
+// it does at 1e6 per second.
+const (
+	lastingN      = 1 << 30
+	lastingPeriod = sluice.MaxPeriod
+)
+
+// lastingLimit is lastingN per lastingPeriod for sluice.
+var lastingLimit = sluice.Limit{Limit: lastingN, Period: lastingPeriod}
 
 // lastingRate is lastingLimit for x/time/rate.
 func lastingRate() *rate.Limiter {
-	return rate.NewLimiter(rate.Limit(float64(sluice.MaxLimit)/sluice.MaxPeriod.Seconds()), sluice.MaxLimit)
+	return rate.NewLimiter(rate.Limit(float64(lastingN)/lastingPeriod.Seconds()), lastingN)
 }
 
 // BenchmarkMemoryOneKey is one key's decision in process: sluice's memory
 // store (the four algorithms that take lastingLimit) beside one bare
 // *rate.Limiter of golang.org/x/time/rate, the fastest a token bucket in
-// Go gets, and x/time/rate behind a sync.Map as an application keys it.
+// Go gets, x/time/rate behind a sync.Map as an application keys it, and
+// ulule/limiter's and throttled's memory stores.
 func BenchmarkMemoryOneKey(b *testing.B) {
 	oneKey(b, "x-time-rate", func(b *testing.B) allowFunc {
 		l := lastingRate()
@@ -281,6 +287,12 @@ func BenchmarkMemoryOneKey(b *testing.B) {
 			}
 			return v.(*rate.Limiter).Allow(), nil
 		}
+	})
+	oneKey(b, "ulule-memory", func(b *testing.B) allowFunc {
+		return ululeAllow(ululememory.NewStore(), lastingN, lastingPeriod)
+	})
+	oneKey(b, "throttled-memstore", func(b *testing.B) allowFunc {
+		return throttledAllow(b, lastingN, lastingPeriod)
 	})
 	for _, a := range []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket, sluice.FixedWindow, sluice.SlidingWindow} {
 		oneKey(b, "sluice-"+string(a), func(b *testing.B) allowFunc {
@@ -334,43 +346,52 @@ func BenchmarkMemory1M(b *testing.B) {
 	for i := range ks {
 		ks[i] = "client-" + strconv.Itoa(i)
 	}
-	bench := func(b *testing.B, name string, allow allowFunc) {
-		ctx := context.Background()
-		for _, k := range ks {
-			if ok, err := allow(ctx, k); err != nil || !ok {
-				b.Fatalf("warm-up on %q: allowed %v, error %v", k, ok, err)
-			}
-		}
-		b.Run(name+"/serial", func(b *testing.B) {
-			b.ReportAllocs()
-			for i := 0; b.Loop(); i++ {
-				if ok, err := allow(ctx, ks[i%millionKeys]); err != nil || !ok {
-					b.Fatalf("allowed %v, error %v", ok, err)
+	// Each store's sub-benchmark warms it, so that -bench can select one
+	// store (and a profile of it holds no other store's warm-up).
+	bench := func(b *testing.B, name string, newAllow func() allowFunc) {
+		b.Run(name, func(b *testing.B) {
+			allow := newAllow()
+			ctx := context.Background()
+			for _, k := range ks {
+				if ok, err := allow(ctx, k); err != nil || !ok {
+					b.Fatalf("warm-up on %q: allowed %v, error %v", k, ok, err)
 				}
 			}
-		})
-		b.Run(name+"/parallel", func(b *testing.B) {
-			var goroutines atomic.Int64
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				i := int(goroutines.Add(1)) * (millionKeys / 7)
-				for ; pb.Next(); i++ {
+			b.Run("serial", func(b *testing.B) {
+				b.ReportAllocs()
+				for i := 0; b.Loop(); i++ {
 					if ok, err := allow(ctx, ks[i%millionKeys]); err != nil || !ok {
-						b.Errorf("allowed %v, error %v", ok, err)
-						return
+						b.Fatalf("allowed %v, error %v", ok, err)
 					}
 				}
 			})
+			b.Run("parallel", func(b *testing.B) {
+				var goroutines atomic.Int64
+				b.ReportAllocs()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					i := int(goroutines.Add(1)) * (millionKeys / 7)
+					for ; pb.Next(); i++ {
+						if ok, err := allow(ctx, ks[i%millionKeys]); err != nil || !ok {
+							b.Errorf("allowed %v, error %v", ok, err)
+							return
+						}
+					}
+				})
+			})
 		})
 	}
-	var m sync.Map
-	bench(b, "x-time-rate-syncmap", func(_ context.Context, key string) (bool, error) {
-		v, ok := m.Load(key)
-		if !ok {
-			v, _ = m.LoadOrStore(key, lastingRate())
+	bench(b, "x-time-rate-syncmap", func() allowFunc {
+		var m sync.Map
+		return func(_ context.Context, key string) (bool, error) {
+			v, ok := m.Load(key)
+			if !ok {
+				v, _ = m.LoadOrStore(key, lastingRate())
+			}
+			return v.(*rate.Limiter).Allow(), nil
 		}
-		return v.(*rate.Limiter).Allow(), nil
 	})
-	bench(b, "sluice-gcra", sluiceAllow(sluice.New(memory.New(memory.WithCapacity(2*millionKeys))), lastingLimit.Using(sluice.GCRA)))
+	bench(b, "sluice-gcra", func() allowFunc {
+		return sluiceAllow(sluice.New(memory.New(memory.WithCapacity(2*millionKeys))), lastingLimit.Using(sluice.GCRA))
+	})
 }

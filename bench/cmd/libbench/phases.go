@@ -669,7 +669,7 @@ func memoryStore(ctx context.Context, c config, heap []heapResult, prof *profile
 		}
 	}
 	sec.Tables = append(sec.Tables, section.Table{
-		Caption: "In-process stores, go test benchmarks (medians of the runs in " + c.micro + "; parallel: 2 goroutines on GOMAXPROCS=2; the one key and 1M keys under a limit whose state lives, 2^40 per 10 years, 1000 keys at 1e6 per second)",
+		Caption: "In-process stores, go test benchmarks (medians of the runs in " + c.micro + "; parallel: 2 goroutines on GOMAXPROCS=2; the one key and 1M keys under a limit whose state lives, 2^30 per 10 years, 1000 keys at 1e6 per second)",
 		Header:  []string{"store", "1 key ns/op", "1 key parallel ns/op", "1 key allocs/op", "1000 keys ns/op", "1000 keys parallel ns/op", "1000 keys allocs/op", "1M keys ns/op", "1M keys parallel ns/op", "heap per key"},
 		Rows:    rows,
 	})

@@ -73,7 +73,7 @@ func (p *profiler) bench(ctx context.Context, pattern string) (cpu, allocs strin
 	cpuFile, memFile := filepath.Join(p.dir, name+".cpu"), filepath.Join(p.dir, name+".mem")
 	// Two runs: sampling every allocation would skew the CPU profile.
 	for _, args := range [][]string{
-		{"-test.benchtime", "1s", "-test.cpuprofile", cpuFile},
+		{"-test.benchtime", "2s", "-test.cpuprofile", cpuFile},
 		{"-test.benchtime", "200ms", "-test.memprofile", memFile, "-test.memprofilerate", "1"},
 	} {
 		cmd := exec.CommandContext(ctx, p.testBin, append([]string{"-test.run", "^$", "-test.bench", pattern}, args...)...)
