@@ -95,7 +95,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDescriptors$$' -fuzztime 40000x -fuzzminimizetime 500x ./envoy/
 
 # make bench: the figures of BENCHMARKS.md, side by side in one run on
-# this machine (about 6 minutes on 2 cores for the library side), from
+# this machine (about 6½ minutes on the shared 2-core VM without the
+# service side), from
 # bench/ (a module of its own; see bench/README.md):
 #  1. the Go micro-benchmarks of the in-process stores (and one Redis
 #     pair), and their benchstat;
@@ -119,7 +120,7 @@ bench: deps
 	else \
 		echo "bench/cmd/servicebench is missing: BENCHMARKS.md reports the service section as not measured"; \
 	fi
-	cd bench && $(GO) run ./cmd/report -out ../BENCHMARKS.md
+	cd bench && $(GO) run ./cmd/report -out ../BENCHMARKS.md -benchstat-cmd "go run $(BENCHSTAT) results/micro.txt > results/micro-benchstat.txt"
 
 # make soak, not part of make test: sluice serve with a real redis-server
 # (on_error local) at 500 requests/s for 10 minutes, Redis restarted twice

@@ -31,6 +31,7 @@ import (
 // config is the command line.
 type config struct {
 	results, out, charts, benchstat, gomod string
+	benchstatCmd                           string // the command that wrote benchstat, or ""
 	expect                                 []string
 	now                                    time.Time
 	machine                                func() []string // the machine's lines; tests replace it
@@ -43,6 +44,7 @@ func main() {
 	flag.StringVar(&c.out, "out", "../BENCHMARKS.md", "file to write")
 	flag.StringVar(&c.charts, "charts", "results/charts", "directory to write the SVG charts into (emptied of *.svg first)")
 	flag.StringVar(&c.benchstat, "benchstat", "results/micro-benchstat.txt", "benchstat output of the Go micro-benchmarks to include (missing: left out)")
+	flag.StringVar(&c.benchstatCmd, "benchstat-cmd", "", "the command that wrote -benchstat, to print with it (make bench passes it)")
 	flag.StringVar(&c.gomod, "gomod", "go.mod", "go.mod whose requirements are the peers' versions")
 	flag.StringVar(&expect, "expect", "library,service", "section files (names without .json) make bench produces: a missing one is reported as not measured")
 	flag.Parse()
@@ -143,6 +145,9 @@ func generate(c config) error {
 	for _, l := range secs {
 		fmt.Fprintf(&b, "# %s (results/%s.json)\n%s\n", l.sec.Title, l.stem, l.sec.Command)
 	}
+	if c.benchstatCmd != "" {
+		fmt.Fprintf(&b, "# benchstat of the micro-benchmarks\n%s\n", c.benchstatCmd)
+	}
 	b.WriteString("go run ./cmd/report\n```\n\n")
 
 	for _, l := range secs {
@@ -151,7 +156,11 @@ func generate(c config) error {
 		}
 	}
 	if t, err := os.ReadFile(c.benchstat); err == nil {
-		fmt.Fprintf(&b, "## Go micro-benchmarks (benchstat)\n\n`%s`, from the go test run named in the library section's command:\n\n```text\n%s\n```\n", filepath.ToSlash(c.benchstat), strings.TrimRight(string(t), "\n"))
+		fmt.Fprintf(&b, "## Go micro-benchmarks (benchstat)\n\n`%s`, from the go test run named in the library section's command", filepath.ToSlash(c.benchstat))
+		if c.benchstatCmd != "" {
+			fmt.Fprintf(&b, ", by `%s`", c.benchstatCmd)
+		}
+		fmt.Fprintf(&b, ":\n\n```text\n%s\n```\n", strings.TrimRight(string(t), "\n"))
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
