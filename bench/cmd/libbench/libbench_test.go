@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -252,5 +253,56 @@ func TestOrderGoals(t *testing.T) {
 func TestShellJoin(t *testing.T) {
 	if got := shellJoin([]string{"-out", "results/x.json", "-micro-cmd", "go test -run '^$'"}); got != `-out results/x.json -micro-cmd 'go test -run '\''^$'\'''` {
 		t.Errorf("shellJoin = %s", got)
+	}
+}
+
+// TestLoad runs the load loop over a decision function that admits every
+// other key and fails on one, and checks its counts and its stop.
+func TestLoad(t *testing.T) {
+	ks := []string{"a", "b", "c", "d"}
+	tests := []struct {
+		name    string
+		allow   allowFunc
+		callers int
+		wantErr bool
+	}{
+		{"admits a and c", func(_ context.Context, k string) (bool, error) { return k == "a" || k == "c", nil }, 8, false},
+		{"one caller", func(_ context.Context, k string) (bool, error) { return true, nil }, 1, false},
+		{"fails on d", func(_ context.Context, k string) (bool, error) {
+			if k == "d" {
+				return false, errors.New("boom")
+			}
+			return true, nil
+		}, 4, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t0 := time.Now()
+			r := load(context.Background(), tt.allow, ks, tt.callers, 50*time.Millisecond)
+			if took := time.Since(t0); took > 30*time.Second {
+				t.Errorf("a 50ms load took %v", took)
+			}
+			if r.decisions != r.admitted+r.denied+r.errors || r.decisions == 0 {
+				t.Errorf("decisions %d, admitted %d, denied %d, errors %d", r.decisions, r.admitted, r.denied, r.errors)
+			}
+			if got := int64(len(r.lat)); got > r.decisions || got == 0 {
+				t.Errorf("%d latencies of %d decisions", got, r.decisions)
+			}
+			if tt.wantErr {
+				if r.firstErr == nil || r.errors == 0 {
+					t.Errorf("no error recorded: %+v", r.firstErr)
+				}
+				return
+			}
+			if r.firstErr != nil {
+				t.Errorf("error %v", r.firstErr)
+			}
+			if tt.callers > 1 && (r.admitted == 0 || r.denied == 0) {
+				t.Errorf("admitted %d, denied %d: want both", r.admitted, r.denied)
+			}
+			if q50, q99 := r.quantile(0.5), r.quantile(0.99); q50 > q99 {
+				t.Errorf("p50 %v above p99 %v", q50, q99)
+			}
+		})
 	}
 }

@@ -21,9 +21,12 @@ var keys = func() []string {
 	return ks
 }()
 
-// maxSamples bounds the latencies a caller records (the first ones of its
-// run); with 256 callers, the run's p50 comes from at most 64Ki × 256.
-const maxSamples = 1 << 16
+// maxSamples bounds the latencies a run records, 32 MiB of them: each
+// caller keeps its first maxSamples/callers (at least minSamples).
+const (
+	maxSamples = 1 << 22
+	minSamples = 1 << 10
+)
 
 // loadResult is what a load run saw.
 type loadResult struct {
@@ -65,7 +68,8 @@ func load(ctx context.Context, allow allowFunc, ks []string, callers int, dur ti
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lat := make([]time.Duration, 0, min(maxSamples, 4096))
+			limit := max(minSamples, maxSamples/callers)
+			lat := make([]time.Duration, 0, min(limit, 4096))
 			i := c * 397
 			<-start
 			var n, a, d int64
@@ -74,7 +78,7 @@ func load(ctx context.Context, allow allowFunc, ks []string, callers int, dur ti
 				i++
 				t0 := time.Now()
 				ok, err := allow(ctx, k)
-				if len(lat) < maxSamples {
+				if len(lat) < limit {
 					lat = append(lat, time.Since(t0))
 				}
 				n++
