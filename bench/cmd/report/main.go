@@ -180,9 +180,9 @@ func writeSection(b *strings.Builder, c config, l loaded) error {
 		if err := os.WriteFile(file, []byte(svgChart(ch)), 0o644); err != nil {
 			return err
 		}
-		rel, err := filepath.Rel(filepath.Dir(c.out), file)
+		rel, err := relPath(filepath.Dir(c.out), file)
 		if err != nil {
-			rel = file
+			return err
 		}
 		fmt.Fprintf(b, "![%s](%s)\n\n", strings.NewReplacer("[", "(", "]", ")").Replace(ch.Title), filepath.ToSlash(rel))
 	}
@@ -316,4 +316,19 @@ func machine() []string {
 		"redis-server: " + run("redis-server", "--version"),
 		"sluice: commit " + commit,
 	}
+}
+
+// relPath is target relative to dir, both taken from the current
+// directory when relative (filepath.Rel alone cannot place "results"
+// relative to "..").
+func relPath(dir, target string) (string, error) {
+	d, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	t, err := filepath.Abs(target)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Rel(d, t)
 }

@@ -188,3 +188,18 @@ func TestCellAnchor(t *testing.T) {
 		t.Errorf("anchor = %q", got)
 	}
 }
+
+// TestRelPath: make bench runs the report in bench/ with -out
+// ../BENCHMARKS.md, and the charts must be linked from the root.
+func TestRelPath(t *testing.T) {
+	dir := t.TempDir()
+	bench := filepath.Join(dir, "bench")
+	if err := os.MkdirAll(bench, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(bench)
+	got, err := relPath("..", "results/charts/x.svg")
+	if err != nil || filepath.ToSlash(got) != "bench/results/charts/x.svg" {
+		t.Errorf("relPath = %q, %v; want bench/results/charts/x.svg", got, err)
+	}
+}
