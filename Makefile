@@ -94,9 +94,33 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime 100000x -fuzzminimizetime 500x ./server/
 	$(GO) test -run '^$$' -fuzz '^FuzzDescriptors$$' -fuzztime 40000x -fuzzminimizetime 500x ./envoy/
 
-# Benchmarks of this module; peer comparisons live in bench/.
+# make bench: the figures of BENCHMARKS.md, side by side in one run on
+# this machine (about 6½ minutes on the shared 2-core VM without the
+# service side), from
+# bench/ (a module of its own; see bench/README.md):
+#  1. the Go micro-benchmarks of the in-process stores (and one Redis
+#     pair), and their benchstat;
+#  2. cmd/libbench: sluice beside redis_rate, ulule/limiter and throttled
+#     on one redis-server it starts -> results/library.json;
+#  3. cmd/servicebench: the service beside envoyproxy/ratelimit,
+#     gubernator and an empty gRPC server -> results/service.json (left
+#     out, with a note, where the command is missing);
+#  4. cmd/report: results/*.json -> BENCHMARKS.md and results/charts/*.svg.
+BENCHSTAT   := golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
+BENCH_MICRO := -run '^$$' -bench 'Memory|Redis/(redis_rate|sluice-gcra-rueidis)/' -benchmem -benchtime=100ms -count 6 .
+
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+	mkdir -p bench/results
+	cd bench && $(GO) test $(BENCH_MICRO) > results/micro.txt
+	cd bench && $(GO) run $(BENCHSTAT) results/micro.txt > results/micro-benchstat.txt
+	cd bench && $(GO) run ./cmd/libbench -out results/library.json -micro results/micro.txt -micro-cmd "go test $(BENCH_MICRO) > results/micro.txt"
+	@if [ -d bench/cmd/servicebench ]; then \
+		echo "cd bench && $(GO) run ./cmd/servicebench -out results/service.json"; \
+		cd bench && $(GO) run ./cmd/servicebench -out results/service.json; \
+	else \
+		echo "bench/cmd/servicebench is missing: BENCHMARKS.md reports the service section as not measured"; \
+	fi
+	cd bench && $(GO) run ./cmd/report -out ../BENCHMARKS.md -benchstat-cmd "go run $(BENCHSTAT) results/micro.txt > results/micro-benchstat.txt"
 
 # make soak, not part of make test: sluice serve with a real redis-server
 # (on_error local) at 500 requests/s for 10 minutes, Redis restarted twice

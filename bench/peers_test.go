@@ -14,6 +14,10 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	goredislib "github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
+	"github.com/throttled/throttled/v2"
+	"github.com/throttled/throttled/v2/store/memstore"
+	"github.com/ulule/limiter/v3"
+	ululememory "github.com/ulule/limiter/v3/drivers/store/memory"
 	"golang.org/x/time/rate"
 
 	"github.com/sluice-go/sluice"
@@ -205,9 +209,189 @@ func BenchmarkMemory(b *testing.B) {
 			return l.Allow(), nil
 		}
 	})
+	run(b, "ulule-memory", 1, func(b *testing.B) allowFunc {
+		return ululeAllow(ululememory.NewStore(), admitRate, admitPeriod)
+	})
+	run(b, "throttled-memstore", 1, func(b *testing.B) allowFunc {
+		return throttledAllow(b, admitRate, admitPeriod)
+	})
 	for _, a := range []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket, sluice.FixedWindow, sluice.SlidingWindow, sluice.SlidingLog} {
 		run(b, "sluice-"+string(a), 1, func(b *testing.B) allowFunc {
 			return sluiceAllow(sluice.New(memory.New()), sluiceLimit(a))
 		})
 	}
+}
+
+// ululeAllow decides with github.com/ulule/limiter over store: a fixed
+// window of n per period.
+func ululeAllow(store limiter.Store, n int, period time.Duration) allowFunc {
+	l := limiter.New(store, limiter.Rate{Limit: int64(n), Period: period})
+	return func(ctx context.Context, key string) (bool, error) {
+		r, err := l.Get(ctx, key)
+		return err == nil && !r.Reached, err
+	}
+}
+
+// throttledAllow decides with github.com/throttled/throttled's GCRA over
+// its in-memory store (no key bound): n per period, a burst of n.
+func throttledAllow(b *testing.B, n int, period time.Duration) allowFunc {
+	st, err := memstore.NewCtx(0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, err := throttled.NewGCRARateLimiterCtx(st, throttled.RateQuota{MaxRate: throttled.PerDuration(n, period), MaxBurst: n - 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return func(ctx context.Context, key string) (bool, error) {
+		limited, _, err := l.RateLimitCtx(ctx, key, 1)
+		return err == nil && !limited, err
+	}
+}
+
+// lastingN per lastingPeriod, with a burst of lastingN, admits far more
+// than any run sends one key (2^30, which fits an int on 32-bit
+// platforms too) and keeps the state for the whole run: a token bucket or
+// GCRA under it spends one token, 294 ms of its schedule, per request, so
+// a key's state outlives the run instead of expiring between requests as
+// it does at 1e6 per second.
+const (
+	lastingN      = 1 << 30
+	lastingPeriod = sluice.MaxPeriod
+)
+
+// lastingLimit is lastingN per lastingPeriod for sluice.
+var lastingLimit = sluice.Limit{Limit: lastingN, Period: lastingPeriod}
+
+// lastingRate is lastingLimit for x/time/rate.
+func lastingRate() *rate.Limiter {
+	return rate.NewLimiter(rate.Limit(float64(lastingN)/lastingPeriod.Seconds()), lastingN)
+}
+
+// BenchmarkMemoryOneKey is one key's decision in process: sluice's memory
+// store (the four algorithms that take lastingLimit) beside one bare
+// *rate.Limiter of golang.org/x/time/rate, the fastest a token bucket in
+// Go gets, x/time/rate behind a sync.Map as an application keys it, and
+// ulule/limiter's and throttled's memory stores.
+func BenchmarkMemoryOneKey(b *testing.B) {
+	oneKey(b, "x-time-rate", func(b *testing.B) allowFunc {
+		l := lastingRate()
+		return func(context.Context, string) (bool, error) { return l.Allow(), nil }
+	})
+	oneKey(b, "x-time-rate-syncmap", func(b *testing.B) allowFunc {
+		var m sync.Map
+		return func(_ context.Context, key string) (bool, error) {
+			v, ok := m.Load(key)
+			if !ok {
+				v, _ = m.LoadOrStore(key, lastingRate())
+			}
+			return v.(*rate.Limiter).Allow(), nil
+		}
+	})
+	oneKey(b, "ulule-memory", func(b *testing.B) allowFunc {
+		return ululeAllow(ululememory.NewStore(), lastingN, lastingPeriod)
+	})
+	oneKey(b, "throttled-memstore", func(b *testing.B) allowFunc {
+		return throttledAllow(b, lastingN, lastingPeriod)
+	})
+	for _, a := range []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket, sluice.FixedWindow, sluice.SlidingWindow} {
+		oneKey(b, "sluice-"+string(a), func(b *testing.B) allowFunc {
+			return sluiceAllow(sluice.New(memory.New()), lastingLimit.Using(a))
+		})
+	}
+}
+
+// oneKey benchmarks setup's limiter on one key, serially and with
+// GOMAXPROCS goroutines.
+func oneKey(b *testing.B, name string, setup func(b *testing.B) allowFunc) {
+	ctx := context.Background()
+	for _, parallel := range []bool{false, true} {
+		b.Run(name+"/"+map[bool]string{false: "serial", true: "parallel"}[parallel], func(b *testing.B) {
+			allow := setup(b)
+			if ok, err := allow(ctx, "client-1"); err != nil || !ok {
+				b.Fatalf("warm-up: allowed %v, error %v", ok, err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			if !parallel {
+				for b.Loop() {
+					if ok, err := allow(ctx, "client-1"); err != nil || !ok {
+						b.Fatalf("allowed %v, error %v", ok, err)
+					}
+				}
+				return
+			}
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if ok, err := allow(ctx, "client-1"); err != nil || !ok {
+						b.Errorf("allowed %v, error %v", ok, err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// millionKeys is the key space of BenchmarkMemory1M.
+const millionKeys = 1 << 20
+
+// BenchmarkMemory1M decides over 2^20 keys (cycled, under lastingLimit, so
+// that every key's state lives), serially and with GOMAXPROCS goroutines:
+// whether the memory store's throughput scales with the cores over many
+// keys. The store is built and every key decided once per count, outside
+// the timer, and shared by the serial and parallel runs.
+func BenchmarkMemory1M(b *testing.B) {
+	ks := make([]string, millionKeys)
+	for i := range ks {
+		ks[i] = "client-" + strconv.Itoa(i)
+	}
+	// Each store's sub-benchmark warms it, so that -bench can select one
+	// store (and a profile of it holds no other store's warm-up).
+	bench := func(b *testing.B, name string, newAllow func() allowFunc) {
+		b.Run(name, func(b *testing.B) {
+			allow := newAllow()
+			ctx := context.Background()
+			for _, k := range ks {
+				if ok, err := allow(ctx, k); err != nil || !ok {
+					b.Fatalf("warm-up on %q: allowed %v, error %v", k, ok, err)
+				}
+			}
+			b.Run("serial", func(b *testing.B) {
+				b.ReportAllocs()
+				for i := 0; b.Loop(); i++ {
+					if ok, err := allow(ctx, ks[i%millionKeys]); err != nil || !ok {
+						b.Fatalf("allowed %v, error %v", ok, err)
+					}
+				}
+			})
+			b.Run("parallel", func(b *testing.B) {
+				var goroutines atomic.Int64
+				b.ReportAllocs()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					i := int(goroutines.Add(1)) * (millionKeys / 7)
+					for ; pb.Next(); i++ {
+						if ok, err := allow(ctx, ks[i%millionKeys]); err != nil || !ok {
+							b.Errorf("allowed %v, error %v", ok, err)
+							return
+						}
+					}
+				})
+			})
+		})
+	}
+	bench(b, "x-time-rate-syncmap", func() allowFunc {
+		var m sync.Map
+		return func(_ context.Context, key string) (bool, error) {
+			v, ok := m.Load(key)
+			if !ok {
+				v, _ = m.LoadOrStore(key, lastingRate())
+			}
+			return v.(*rate.Limiter).Allow(), nil
+		}
+	})
+	bench(b, "sluice-gcra", func() allowFunc {
+		return sluiceAllow(sluice.New(memory.New(memory.WithCapacity(2*millionKeys))), lastingLimit.Using(sluice.GCRA))
+	})
 }

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	goredislib "github.com/redis/go-redis/v9"
+	"github.com/throttled/throttled/v2"
+	throttledredis "github.com/throttled/throttled/v2/store/goredisstore.v9"
+	"github.com/ulule/limiter/v3"
+	ululeredis "github.com/ulule/limiter/v3/drivers/store/redis"
+
+	"github.com/sluice-go/sluice"
+	sluiceredis "github.com/sluice-go/sluice/store/redis"
+)
+
+// allowFunc decides one request of cost 1 by key and reports whether it
+// was admitted.
+type allowFunc func(ctx context.Context, key string) (bool, error)
+
+// rate is a limit every implementation can state: n requests per period,
+// with a burst of n where the algorithm has one.
+type rate struct {
+	n   int
+	per time.Duration
+}
+
+// The limits of the measurements.
+var (
+	// admitAll admits everything a run sends over 1000 keys: 1e6 per
+	// second per key (sluice's sliding_log: its maximum, 10000 per
+	// second, still far above what a run sends one key).
+	admitAll = rate{1_000_000, time.Second}
+	// keepState is one request's state that lives for minutes, for
+	// MEMORY USAGE: 10 per hour.
+	keepState = rate{10, time.Hour}
+	// abusive is the limit of the abusive-key case: 100 per day, a
+	// burst of 100 that no refill adds to within a run.
+	abusive = rate{100, 24 * time.Hour}
+)
+
+// impl is one implementation over Redis.
+type impl struct {
+	// name labels its rows, e.g. "sluice gcra" or "redis_rate".
+	name string
+	// algo is sluice's algorithm, or "" for a peer.
+	algo sluice.Algorithm
+	// open returns a new limiter under r with clients of its own, on
+	// keys under prefix ("": the library's default), and what closes it.
+	open func(ctx context.Context, addr, prefix string, r rate) (allowFunc, func(), error)
+}
+
+// sluiceOpts are the Limiter options of a sluice implementation.
+type sluiceOpts struct{ denyCache bool }
+
+// openSluice is the one place the harness builds sluice's Redis store:
+// the way sluice serve does (store/redis.Open of a redis:// URL), with
+// its defaults, so that the figures are what a user gets.
+func openSluice(a sluice.Algorithm, o sluiceOpts) func(ctx context.Context, addr, prefix string, r rate) (allowFunc, func(), error) {
+	return func(ctx context.Context, addr, prefix string, r rate) (allowFunc, func(), error) {
+		var opts []sluiceredis.Option
+		if prefix != "" {
+			opts = append(opts, sluiceredis.WithPrefix(prefix))
+		}
+		store, err := sluiceredis.Open("redis://"+addr, opts...)
+		if err != nil {
+			return nil, nil, err
+		}
+		var lopts []sluice.Option
+		if o.denyCache {
+			lopts = append(lopts, sluice.WithDenyCache(0))
+		}
+		lim := sluice.New(store, lopts...)
+		l := sluiceLimit(a, r)
+		return func(ctx context.Context, key string) (bool, error) {
+			res, err := lim.Allow(ctx, key, l)
+			return res.Allowed, err
+		}, store.Close, nil
+	}
+}
+
+// sluiceLimit is r in sluice's terms (sliding_log: at most MaxLogLimit).
+func sluiceLimit(a sluice.Algorithm, r rate) sluice.Limit {
+	n := r.n
+	if a == sluice.SlidingLog && n > sluice.MaxLogLimit {
+		n = sluice.MaxLogLimit
+	}
+	return sluice.Per(n, r.per).Using(a)
+}
+
+func newGoRedis(addr string) *goredislib.Client {
+	return goredislib.NewClient(&goredislib.Options{Addr: addr})
+}
+
+// openRedisRate is github.com/go-redis/redis_rate (GCRA in Lua over
+// go-redis, default pool). It prefixes keys with "rate:" itself.
+func openRedisRate(ctx context.Context, addr, prefix string, r rate) (allowFunc, func(), error) {
+	c := newGoRedis(addr)
+	l := redis_rate.NewLimiter(c)
+	limit := redis_rate.Limit{Rate: r.n, Burst: r.n, Period: r.per}
+	if prefix != "" {
+		prefix += ":"
+	}
+	return func(ctx context.Context, key string) (bool, error) {
+		res, err := l.Allow(ctx, prefix+key, limit)
+		if err != nil {
+			return false, err
+		}
+		return res.Allowed > 0, nil
+	}, func() { _ = c.Close() }, nil
+}
+
+// openUlule is github.com/ulule/limiter's Redis store (a fixed window:
+// INCRBY and PEXPIRE in Lua over go-redis).
+func openUlule(ctx context.Context, addr, prefix string, r rate) (allowFunc, func(), error) {
+	c := newGoRedis(addr)
+	if prefix == "" {
+		prefix = limiter.DefaultPrefix
+	}
+	store, err := ululeredis.NewStoreWithOptions(c, limiter.StoreOptions{Prefix: prefix})
+	if err != nil {
+		_ = c.Close()
+		return nil, nil, fmt.Errorf("ulule/limiter: %w", err)
+	}
+	l := limiter.New(store, limiter.Rate{Limit: int64(r.n), Period: r.per})
+	return func(ctx context.Context, key string) (bool, error) {
+		res, err := l.Get(ctx, key)
+		return err == nil && !res.Reached, err
+	}, func() { _ = c.Close() }, nil
+}
+
+// throttledCASAttempts is how often throttled retries its compare and
+// swap before it fails a decision (its default, 10, fails decisions of
+// a key that 256 callers contend for).
+const throttledCASAttempts = 1000
+
+// openThrottled is github.com/throttled/throttled's GCRA over its go-redis
+// v9 store: a pipelined TIME and GET, then a compare-and-swap script sent
+// with EVAL (a first request: SETNX and EXPIRE).
+func openThrottled(ctx context.Context, addr, prefix string, r rate) (allowFunc, func(), error) {
+	c := newGoRedis(addr)
+	if prefix == "" {
+		prefix = "throttled"
+	}
+	store, err := throttledredis.NewCtx(c, prefix+":")
+	if err != nil {
+		_ = c.Close()
+		return nil, nil, fmt.Errorf("throttled: %w", err)
+	}
+	l, err := throttled.NewGCRARateLimiterCtx(store, throttled.RateQuota{MaxRate: throttled.PerDuration(r.n, r.per), MaxBurst: r.n - 1})
+	if err != nil {
+		_ = c.Close()
+		return nil, nil, fmt.Errorf("throttled: %w", err)
+	}
+	l.SetMaxCASAttemptsLimit(throttledCASAttempts)
+	return func(ctx context.Context, key string) (bool, error) {
+		limited, _, err := l.RateLimitCtx(ctx, key, 1)
+		return err == nil && !limited, err
+	}, func() { _ = c.Close() }, nil
+}
+
+// redisImpls are the implementations over Redis, side by side: sluice's
+// five algorithms, then the peers.
+func redisImpls() []impl {
+	var is []impl
+	for _, a := range sluice.Algorithms {
+		is = append(is, impl{name: "sluice " + string(a), algo: a, open: openSluice(a, sluiceOpts{})})
+	}
+	return append(is,
+		impl{name: "redis_rate", open: openRedisRate},
+		impl{name: "ulule/limiter", open: openUlule},
+		impl{name: "throttled", open: openThrottled},
+	)
+}
+
+// abusiveImpls are the implementations of the abusive-key case.
+func abusiveImpls() []impl {
+	return []impl{
+		{name: "sluice gcra + deny cache", algo: sluice.GCRA, open: openSluice(sluice.GCRA, sluiceOpts{denyCache: true})},
+		{name: "sluice gcra", algo: sluice.GCRA, open: openSluice(sluice.GCRA, sluiceOpts{})},
+		{name: "redis_rate", open: openRedisRate},
+	}
+}
