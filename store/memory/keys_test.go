@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -58,5 +59,16 @@ func TestLongKeys(t *testing.T) {
 	}
 	if r, err := lim.Allow(ctx, key, l); err != nil || !r.Allowed {
 		t.Errorf("a long key after Reset: %+v, %v; want admitted", r, err)
+	}
+}
+
+// TestAlgoIndex: algoIndex is 1 plus the index in sluice.Algorithms of
+// the algorithm of a limit's Identity, 0 for one that is not there.
+func TestAlgoIndex(t *testing.T) {
+	for _, a := range append([]sluice.Algorithm{"", "leaky_bucket"}, sluice.Algorithms...) {
+		want := slices.Index(sluice.Algorithms, sluice.Limit{Algorithm: a}.Identity().Algorithm) + 1
+		if got := algoIndex(a); got != want {
+			t.Errorf("algoIndex(%q) = %d, want %d", a, got, want)
+		}
 	}
 }

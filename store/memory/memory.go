@@ -170,29 +170,48 @@ func (n *node) set(st algo.State, expires int64) {
 // they share client key and identity. It holds no more than the name and
 // the client key and a few bytes: no copy of the Limit per entry.
 func appendEntryKey(b []byte, ck clientKey, l sluice.Limit) []byte {
-	id := l.Identity()
-	a := slices.Index(sluice.Algorithms, id.Algorithm) + 1 // 1 to 5, or 0
+	// l.Identity(), without building it: the algorithm, "" read as
+	// TokenBucket, the period and the name.
+	a := algoIndex(l.Algorithm)
 	flags := byte(a)
 	if ck.hashed {
 		flags |= 1 << 3
 	}
-	micros := id.Period >= 0 && id.Period%time.Microsecond == 0
+	micros := l.Period >= 0 && l.Period%time.Microsecond == 0
 	if !micros {
 		flags |= 1 << 4
 	}
 	b = append(b, flags)
 	if a == 0 {
-		b = binary.AppendUvarint(b, uint64(len(id.Algorithm)))
-		b = append(b, id.Algorithm...)
+		b = binary.AppendUvarint(b, uint64(len(l.Algorithm)))
+		b = append(b, l.Algorithm...)
 	}
 	if micros {
-		b = binary.AppendUvarint(b, uint64(id.Period/time.Microsecond))
+		b = binary.AppendUvarint(b, uint64(l.Period/time.Microsecond))
 	} else {
-		b = binary.AppendVarint(b, int64(id.Period))
+		b = binary.AppendVarint(b, int64(l.Period))
 	}
-	b = binary.AppendUvarint(b, uint64(len(id.Name)))
-	b = append(b, id.Name...)
+	b = binary.AppendUvarint(b, uint64(len(l.Name)))
+	b = append(b, l.Name...)
 	return append(b, ck.key...)
+}
+
+// algoIndex returns 1 plus the index in sluice.Algorithms of a, read as
+// Identity reads it ("" is TokenBucket), or 0 for an unknown algorithm.
+func algoIndex(a sluice.Algorithm) int {
+	switch a {
+	case sluice.FixedWindow:
+		return 1
+	case sluice.SlidingWindow:
+		return 2
+	case sluice.SlidingLog:
+		return 3
+	case "", sluice.TokenBucket:
+		return 4
+	case sluice.GCRA:
+		return 5
+	}
+	return 0
 }
 
 // clientKey is a client key as the store keeps it: bounded, and whether
@@ -318,6 +337,10 @@ func (s *Store) micros(t time.Time) int64 {
 // shards of all their keys, in shard order, so it is atomic too.
 func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, error) {
 	now := s.micros(req.Now)
+	if len(req.Parts) == 1 && len(req.Parts[0].Limits) == 1 {
+		p := req.Parts[0]
+		return []sluice.Result{s.takeOne(p.Key, p.Limits[0], p.Cost, now)}, nil
+	}
 	n := req.Len()
 	rs := make([]sluice.Result, n)
 	var buf [4]decision // most decisions have a limit or two: no allocation
@@ -391,19 +414,82 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 			}
 			keep = max(keep, n)
 		}
-		for sh.n > keep {
-			i := sh.at(0).prev
-			if sh.at(i).expires > now { // expired state is no loss
-				sh.evictions++
-			}
-			sh.remove(i)
-		}
-		if sh.ops++; sh.ops%evictEvery == 0 {
-			sh.evict(now, evictSample)
-			sh.shrink()
-		}
+		sh.settle(keep, now)
 	}
 	return rs, nil
+}
+
+// TakeOne implements sluice.OneTaker: Take of a request of one key under
+// one limit, without allocating (unless a new key needs an entry).
+func (s *Store) TakeOne(_ context.Context, key string, l sluice.Limit, cost int, now time.Time) (sluice.Result, error) {
+	return s.takeOne(key, l, cost, s.micros(now)), nil
+}
+
+// takeOne decides a request of cost by key under l at now (µs): Take
+// of one part and one limit, in one shard.
+func (s *Store) takeOne(key string, l sluice.Limit, cost int, now int64) sluice.Result {
+	ck := newClientKey(key)
+	var scratch [256]byte
+	k := appendEntryKey(scratch[:0], ck, l)
+	h := entryHash(s.seed, k)
+	sh := &s.shards[s.shardIndex(ck.key)]
+	sh.mu.Lock()
+	var st algo.State
+	i := sh.find(k, h)
+	if i != 0 {
+		if e := sh.at(i); e.expires > now {
+			st = e.state()
+		}
+		sh.touch(i)
+	}
+	if next, ttl, ok := algo.Convert(l, st, now); ok {
+		st = next
+		i = sh.put(i, k, h, st, ttl, now)
+	}
+	r, next, ttl := algo.Check(l, st, now, int64(cost))
+	if r.Allowed {
+		i = sh.put(i, k, h, next, ttl, now)
+	}
+	// The entry is the most recently used: a shard of capacity 1 or more
+	// keeps it (see Take).
+	sh.settle(sh.cap, now)
+	sh.mu.Unlock()
+	return r
+}
+
+// put stores st for ttl µs from now as the state of entry key k, whose
+// hash is h and whose node is i (0: none), deleting it when ttl <= 0, and
+// returns its node (0: none).
+func (sh *shard) put(i int32, k []byte, h uint64, st algo.State, ttl, now int64) int32 {
+	switch {
+	case ttl <= 0:
+		if i != 0 {
+			sh.remove(i)
+		}
+		return 0
+	case i == 0:
+		i = sh.insert(string(k), h)
+	}
+	sh.at(i).set(st, now+ttl)
+	return i
+}
+
+// settle ends a decision in sh: it forgets the least recently used
+// entries above keep, and every evictEvery-th decision evicts what has
+// expired among a sample of entries and rebuilds the shard if it has
+// shrunk enough.
+func (sh *shard) settle(keep int, now int64) {
+	for sh.n > keep {
+		i := sh.at(0).prev
+		if sh.at(i).expires > now { // expired state is no loss
+			sh.evictions++
+		}
+		sh.remove(i)
+	}
+	if sh.ops++; sh.ops%evictEvery == 0 {
+		sh.evict(now, evictSample)
+		sh.shrink()
+	}
 }
 
 // lock fills in the shard and entry key of every limit of parts in work,
@@ -461,18 +547,7 @@ func (d *decision) save(key []byte, st algo.State, ttl, now int64) {
 		// same key and identity against Request's rule, deleted.
 		d.i = sh.find(key, d.h)
 	}
-	switch {
-	case ttl <= 0:
-		if d.i != 0 {
-			sh.remove(d.i)
-			d.i = 0
-		}
-	case d.i != 0:
-		sh.at(d.i).set(st, now+ttl)
-	default:
-		d.i = sh.insert(string(key), d.h)
-		sh.at(d.i).set(st, now+ttl)
-	}
+	d.i = sh.put(d.i, key, d.h, st, ttl, now)
 }
 
 // entryHash returns the hash of entry key k by which a shard finds it.
