@@ -127,16 +127,22 @@ func gcraState(tat, interval int64) State { return State{Set: true, A: tat, B: i
 // first decision under l the state must drain at l's rate and live as long
 // as its debt at l's interval, so that the RetryAfter given holds.
 func Convert(l sluice.Limit, st State, now int64) (next State, ttl int64, ok bool) {
-	switch l.Algorithm {
-	case sluice.FixedWindow, sluice.SlidingWindow, sluice.SlidingLog:
+	sp := SpecOf(l)
+	return sp.Convert(st, now)
+}
+
+// Convert is Convert of the limit of sp.
+func (sp *Spec) Convert(st State, now int64) (next State, ttl int64, ok bool) {
+	switch sp.alg {
+	case fixedWindowKind, slidingWindowKind, slidingLogKind:
 		return st, 0, false // counts mean the same under any limit
 	}
 	if !st.Set {
 		return st, 0, false
 	}
-	interval := micros(l.Interval())
+	interval := sp.period
 	var debt int64
-	if l.Algorithm == sluice.GCRA {
+	if sp.alg == gcraKind {
 		if st.B == interval {
 			return st, 0, false
 		}

@@ -432,6 +432,7 @@ func (s *Store) takeOne(key string, l sluice.Limit, cost int, now int64) sluice.
 	var scratch [256]byte
 	k := appendEntryKey(scratch[:0], ck, l)
 	h := entryHash(s.seed, k)
+	sp := algo.SpecOf(l)
 	sh := &s.shards[s.shardIndex(ck.key)]
 	sh.mu.Lock()
 	var st algo.State
@@ -442,11 +443,11 @@ func (s *Store) takeOne(key string, l sluice.Limit, cost int, now int64) sluice.
 		}
 		sh.touch(i)
 	}
-	if next, ttl, ok := algo.Convert(l, st, now); ok {
+	if next, ttl, ok := sp.Convert(st, now); ok {
 		st = next
 		i = sh.put(i, k, h, st, ttl, now)
 	}
-	r, next, ttl := algo.Check(l, st, now, int64(cost))
+	r, next, ttl := sp.Check(st, now, int64(cost))
 	if r.Allowed {
 		i = sh.put(i, k, h, next, ttl, now)
 	}
@@ -696,7 +697,7 @@ func (sh *shard) pushFront(i int32) {
 // evict deletes the entries expired for over evictGrace among up to n
 // entries at the end of the least-recently-used list, and among up to n
 // others, from a random place in the table (looking at no more than 4n
-// slots).
+// slots, and at none twice).
 func (sh *shard) evict(now int64, n int) int {
 	deleted := 0
 	for range n {
@@ -709,7 +710,7 @@ func (sh *shard) evict(now int64, n int) int {
 	}
 	mask := uint32(len(sh.tab) - 1)
 	p := rand.Uint32()
-	for range 4 * n {
+	for range min(4*n, len(sh.tab)) { // each slot once at most
 		if n == 0 {
 			break
 		}
