@@ -502,7 +502,10 @@ func validate(parts []Part) error {
 // validateOne checks limit and a cost n under it: validate of one part of
 // one limit.
 func validateOne(limit Limit, n int) error {
-	if err := limit.Validate(); err != nil {
+	if limit.valid() && n >= 0 && n <= limit.Capacity() {
+		return nil
+	}
+	if err := limit.invalid(); err != nil {
 		return err
 	}
 	return limit.ValidateCost(n)

@@ -37,7 +37,18 @@ type State struct {
 // A store calls Convert first, and writes what it converts.
 func Check(l sluice.Limit, st State, now, cost int64) (r sluice.Result, next State, ttl int64) {
 	sp := SpecOf(l)
-	return sp.Check(st, now, cost)
+	var out Outcome
+	sp.Check(&st, now, cost, &out)
+	return out.R, out.Next, out.TTL
+}
+
+// Outcome is what Check returns: the Result, the state to store if the
+// decision is committed, and how long it must live in µs (TTL <= 0:
+// delete it). When R.Allowed is false, Next is the state decided on.
+type Outcome struct {
+	R    sluice.Result
+	Next State
+	TTL  int64
 }
 
 // Spec is a validated limit as the algorithms read it, its numbers
@@ -75,19 +86,20 @@ func SpecOf(l sluice.Limit) Spec {
 	}
 }
 
-// Check is Check of the limit of sp.
-func (sp *Spec) Check(st State, now, cost int64) (r sluice.Result, next State, ttl int64) {
+// Check is Check of the limit of sp, of state *st, into *out (written
+// in place: no copies of states and results on the way).
+func (sp *Spec) Check(st *State, now, cost int64, out *Outcome) {
 	switch sp.alg {
 	case fixedWindowKind:
-		return fixedWindow(st, now, sp.limit, sp.period, cost)
+		fixedWindow(st, now, sp.limit, sp.period, cost, out)
 	case slidingWindowKind:
-		return slidingWindow(st, now, sp.limit, sp.period, cost)
+		slidingWindow(st, now, sp.limit, sp.period, cost, out)
 	case slidingLogKind:
-		return slidingLog(st, now, sp.limit, sp.period, cost)
+		slidingLog(st, now, sp.limit, sp.period, cost, out)
 	case gcraKind:
-		return gcra(st, now, sp.period, sp.limit, cost)
+		gcra(st, now, sp.period, sp.limit, cost, out)
 	default:
-		return tokenBucket(st, now, sp.period, sp.limit, cost)
+		tokenBucket(st, now, sp.period, sp.limit, cost, out)
 	}
 }
 

@@ -147,7 +147,7 @@ func (n *node) state() algo.State {
 }
 
 // set stores st in n, to expire at expires.
-func (n *node) set(st algo.State, expires int64) {
+func (n *node) set(st *algo.State, expires int64) {
 	n.a, n.b, n.c, n.expires = st.A, st.B, st.C, expires
 	switch {
 	case n.log != nil:
@@ -443,25 +443,27 @@ func (s *Store) takeOne(key string, l sluice.Limit, cost int, now int64) sluice.
 		}
 		sh.touch(i)
 	}
-	if next, ttl, ok := sp.Convert(st, now); ok {
-		st = next
-		i = sh.put(i, k, h, st, ttl, now)
+	if sp.Stale(&st) {
+		var ttl int64
+		st, ttl, _ = sp.Convert(st, now)
+		i = sh.put(i, k, h, &st, ttl, now)
 	}
-	r, next, ttl := sp.Check(st, now, int64(cost))
-	if r.Allowed {
-		i = sh.put(i, k, h, next, ttl, now)
+	var out algo.Outcome
+	sp.Check(&st, now, int64(cost), &out)
+	if out.R.Allowed {
+		i = sh.put(i, k, h, &out.Next, out.TTL, now)
 	}
 	// The entry is the most recently used: a shard of capacity 1 or more
 	// keeps it (see Take).
 	sh.settle(sh.cap, now)
 	sh.mu.Unlock()
-	return r
+	return out.R
 }
 
 // put stores st for ttl µs from now as the state of entry key k, whose
 // hash is h and whose node is i (0: none), deleting it when ttl <= 0, and
 // returns its node (0: none).
-func (sh *shard) put(i int32, k []byte, h uint64, st algo.State, ttl, now int64) int32 {
+func (sh *shard) put(i int32, k []byte, h uint64, st *algo.State, ttl, now int64) int32 {
 	switch {
 	case ttl <= 0:
 		if i != 0 {
@@ -548,7 +550,7 @@ func (d *decision) save(key []byte, st algo.State, ttl, now int64) {
 		// same key and identity against Request's rule, deleted.
 		d.i = sh.find(key, d.h)
 	}
-	d.i = sh.put(d.i, key, d.h, st, ttl, now)
+	d.i = sh.put(d.i, key, d.h, &st, ttl, now)
 }
 
 // entryHash returns the hash of entry key k by which a shard finds it.
@@ -675,14 +677,18 @@ func (sh *shard) remove(i int32) {
 
 // touch makes node i the most recently used.
 func (sh *shard) touch(i int32) {
-	head := sh.at(0)
-	if head.next == i {
+	head := &sh.chunks[0][0]
+	first := head.next
+	if first == i {
 		return
 	}
 	n := sh.at(i)
-	sh.at(n.prev).next = n.next
-	sh.at(n.next).prev = n.prev
-	sh.pushFront(i)
+	prev, next := n.prev, n.next // prev != 0: i is not first
+	sh.at(prev).next = next
+	sh.at(next).prev = prev
+	n.prev, n.next = 0, first
+	sh.at(first).prev = i
+	head.next = i
 }
 
 // pushFront links node i, unlinked, as the most recently used.
