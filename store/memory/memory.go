@@ -117,7 +117,8 @@ type shard struct {
 	peak      int    // most entries held since the shard was last built
 	ops       uint64 // decisions, to space out eviction
 	evictions uint64 // live entries forgotten because the shard was full
-	_         [16]byte
+	key       []byte // the entry key of takeOne's decision, reused
+	_         [56]byte
 }
 
 // Nodes come in chunks of chunkSize (8 KiB); the first chunk grows up to
@@ -429,12 +430,12 @@ func (s *Store) TakeOne(_ context.Context, key string, l sluice.Limit, cost int,
 // of one part and one limit, in one shard.
 func (s *Store) takeOne(key string, l sluice.Limit, cost int, now int64) sluice.Result {
 	ck := newClientKey(key)
-	var scratch [256]byte
-	k := appendEntryKey(scratch[:0], ck, l)
-	h := entryHash(s.seed, k)
 	sp := algo.SpecOf(l)
 	sh := &s.shards[s.shardIndex(ck.key)]
 	sh.mu.Lock()
+	k := appendEntryKey(sh.key[:0], ck, l)
+	sh.key = k
+	h := entryHash(s.seed, k)
 	var st algo.State
 	i := sh.find(k, h)
 	if i != 0 {
