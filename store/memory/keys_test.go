@@ -71,4 +71,7 @@ func TestAlgoIndex(t *testing.T) {
 			t.Errorf("algoIndex(%q) = %d, want %d", a, got, want)
 		}
 	}
+	if got := algoIndex(sluice.SlidingLog); got != slidingLogIndex {
+		t.Errorf("algoIndex(sliding_log) = %d, slidingLogIndex %d", got, slidingLogIndex)
+	}
 }

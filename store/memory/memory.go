@@ -36,20 +36,22 @@
 // capacity above the number of keys active over the longest period your
 // limits use, and watch Evictions (sluice_memory_evictions_total).
 //
-// An entry costs about 100 bytes of live heap plus its key (the client
+// An entry costs about 90 bytes of live heap plus its key (the client
 // key, the limit's name and a few bytes, rounded up to an allocation size
-// class): 119 bytes an entry in all with 8- to 11-byte client keys and a
-// 6-byte name, 239 with 128-byte keys, the longest kept as they are
-// (BenchmarkFullStore; TestHeapPerKey measures 117 to 130 at 100,000 to
-// 500,000 keys, where the store kept 207 to 281 before it was bounded). A
-// full store of the default capacity thus holds about 60 MiB of live heap
-// with address-sized keys and 120 MiB with 128-byte keys and a short name
-// (a longer name adds its length to every entry), and the process's RSS, with the collector's headroom
-// (GOGC), about twice that: 127 MiB measured after 2,000,000 distinct
-// keys, where the unbounded store held 698 MiB. A sliding_log entry also
-// holds 8 bytes (up to 16, with slice growth) per request it admitted
-// within its period, and state expired for under a minute counts against
-// the capacity until it is evicted. Memory returns as entries go: a shard
+// class): 108 bytes an entry in all with 8- to 11-byte client keys and a
+// 6-byte name, 229 with 128-byte keys, the longest kept as they are
+// (BenchmarkFullStore; TestHeapPerKey measures 112 at 200,000 keys, 123
+// before entries other than sliding_log's lost their pointer to a log,
+// and the store kept 207 to 281 before it was bounded). A full store of
+// the default capacity thus holds about 55 MiB of live heap with
+// address-sized keys and 115 MiB with 128-byte keys and a short name (a
+// longer name adds its length to every entry), and the process's RSS,
+// with the collector's headroom (GOGC), about twice that: 127 MiB
+// measured after 2,000,000 distinct keys (at 119 bytes an entry), where
+// the unbounded store held 698 MiB. A sliding_log entry also holds 8
+// bytes (up to 16, with slice growth) per request it admitted within its
+// period, in a map of its shard's logs, and state expired for under a
+// minute counts against the capacity until it is evicted. Memory returns as entries go: a shard
 // that falls to a quarter of its peak (of 256 entries or more) rebuilds
 // its tables (once a flood's state had expired, Sweep took the live heap
 // from 63 MiB to none and the RSS fell from 131 MiB to 9 MiB within 5 s;
@@ -110,15 +112,16 @@ type shard struct {
 	seed      maphash.Seed // the Store's, to hash entry keys
 	tab       []uint64
 	chunks    [][]node
-	used      int32  // nodes handed out, the head included
-	free      int32  // first free node, 0 if none
-	n         int    // entries held
-	cap       int    // most entries held after a decision
-	peak      int    // most entries held since the shard was last built
-	ops       uint64 // decisions, to space out eviction
-	evictions uint64 // live entries forgotten because the shard was full
-	key       []byte // the entry key of takeOne's decision, reused
-	_         [56]byte
+	used      int32             // nodes handed out, the head included
+	free      int32             // first free node, 0 if none
+	n         int               // entries held
+	cap       int               // most entries held after a decision
+	peak      int               // most entries held since the shard was last built
+	ops       uint64            // decisions, to space out eviction
+	evictions uint64            // live entries forgotten because the shard was full
+	key       []byte            // the entry key of takeOne's decision, reused
+	logs      map[int32][]int64 // the logs of sliding_log entries, by node
+	_         [48]byte
 }
 
 // Nodes come in chunks of chunkSize (8 KiB); the first chunk grows up to
@@ -130,32 +133,51 @@ const (
 )
 
 // node is one entry: the state of a client key under a limit identity.
+// A sliding_log entry's log is in its shard's logs, so that the entries of
+// the other algorithms, most of them, carry no pointer for it: 56 bytes.
 type node struct {
-	key        string   // the entry key; "" while the node is free
-	a, b, c    int64    // algo.State's A, B and C
-	expires    int64    // µs; the state is gone at and after this instant
-	log        *[]int64 // algo.State's Log (sliding_log only), or nil
+	key        string // the entry key; "" while the node is free
+	a, b, c    int64  // algo.State's A, B and C
+	expires    int64  // µs; the state is gone at and after this instant
 	prev, next int32
 }
 
-// state returns the algo.State n holds.
-func (n *node) state() algo.State {
+// logged reports whether an entry of key k is a sliding_log's, whose log
+// is in its shard's logs (see appendEntryKey: the first byte's low bits
+// are the algorithm's index).
+func logged(k string) bool { return len(k) > 0 && int(k[0]&7) == slidingLogIndex }
+
+// slidingLogIndex is algoIndex(sluice.SlidingLog).
+const slidingLogIndex = 3
+
+// state returns the algo.State node i holds.
+func (sh *shard) state(i int32) algo.State {
+	n := sh.at(i)
 	st := algo.State{Set: true, A: n.a, B: n.b, C: n.c}
-	if n.log != nil {
-		st.Log = *n.log
+	if logged(n.key) {
+		st.Log = sh.logs[i]
 	}
 	return st
 }
 
-// set stores st in n, to expire at expires.
-func (n *node) set(st *algo.State, expires int64) {
+// set stores st in node i, to expire at expires.
+func (sh *shard) set(i int32, st *algo.State, expires int64) {
+	n := sh.at(i)
 	n.a, n.b, n.c, n.expires = st.A, st.B, st.C, expires
+	if logged(n.key) {
+		sh.setLog(i, st.Log)
+	}
+}
+
+// setLog keeps l as the log of node i, a sliding_log entry.
+func (sh *shard) setLog(i int32, l []int64) {
 	switch {
-	case n.log != nil:
-		*n.log = st.Log
-	case st.Log != nil:
-		l := st.Log
-		n.log = &l
+	case l != nil && sh.logs == nil:
+		sh.logs = map[int32][]int64{i: l}
+	case l != nil:
+		sh.logs[i] = l
+	default:
+		delete(sh.logs, i)
 	}
 }
 
@@ -364,7 +386,7 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 			key := keys[d.k0:d.k1]
 			if d.i = d.sh.find(key, d.h); d.i != 0 {
 				if e := d.sh.at(d.i); e.expires > now {
-					d.st = e.state()
+					d.st = d.sh.state(d.i)
 				}
 				d.sh.touch(d.i)
 			}
@@ -440,7 +462,7 @@ func (s *Store) takeOne(key string, l sluice.Limit, cost int, now int64) sluice.
 	i := sh.find(k, h)
 	if i != 0 {
 		if e := sh.at(i); e.expires > now {
-			st = e.state()
+			st = sh.state(i)
 		}
 		sh.touch(i)
 	}
@@ -474,7 +496,7 @@ func (sh *shard) put(i int32, k []byte, h uint64, st *algo.State, ttl, now int64
 	case i == 0:
 		i = sh.insert(string(k), h)
 	}
-	sh.at(i).set(st, now+ttl)
+	sh.set(i, st, now+ttl)
 	return i
 }
 
@@ -671,6 +693,9 @@ func (sh *shard) remove(i int32) {
 	sh.tab[p] = 0
 	sh.at(n.prev).next = n.next
 	sh.at(n.next).prev = n.prev
+	if logged(n.key) {
+		delete(sh.logs, i)
+	}
 	*n = node{next: sh.free}
 	sh.free = i
 	sh.n--
@@ -754,15 +779,20 @@ func (sh *shard) shrink() {
 	if sh.peak < shrinkMin || sh.n > sh.peak/4 {
 		return
 	}
-	chunks := sh.chunks
+	chunks, logs := sh.chunks, sh.logs
 	old := func(i int32) *node { return &chunks[i>>chunkBits][i&chunkMask] }
 	sh.init(sh.seed, sh.cap, sh.n)
+	sh.logs = nil
 	for i := old(0).prev; i != 0; i = old(i).prev {
 		o := old(i)
-		e := sh.at(sh.insert(o.key, entryHashString(sh.seed, o.key)))
+		j := sh.insert(o.key, entryHashString(sh.seed, o.key))
+		e := sh.at(j)
 		prev, next := e.prev, e.next
 		*e = *o
 		e.prev, e.next = prev, next
+		if logged(o.key) {
+			sh.setLog(j, logs[i])
+		}
 	}
 }
 
