@@ -121,7 +121,17 @@ type shard struct {
 	evictions uint64            // live entries forgotten because the shard was full
 	key       []byte            // the entry key of takeOne's decision, reused
 	logs      map[int32][]int64 // the logs of sliding_log entries, by node
-	_         [48]byte
+	last      lastLimit         // the limit of takeOne's last decision
+}
+
+// lastLimit is what takeOne works out of a limit (a division, the entry
+// keys' prefix), kept for the next decision of its shard under the same
+// limit: most decisions in a shard are of one limit, or of a few.
+type lastLimit struct {
+	limit  sluice.Limit
+	spec   algo.Spec
+	prefix []byte // appendEntryKey of an empty client key: the bytes before it
+	ok     bool
 }
 
 // Nodes come in chunks of chunkSize (8 KiB); the first chunk grows up to
@@ -198,7 +208,7 @@ func appendEntryKey(b []byte, ck clientKey, l sluice.Limit) []byte {
 	a := algoIndex(l.Algorithm)
 	flags := byte(a)
 	if ck.hashed {
-		flags |= 1 << 3
+		flags |= hashedFlag
 	}
 	micros := l.Period >= 0 && l.Period%time.Microsecond == 0
 	if !micros {
@@ -218,6 +228,10 @@ func appendEntryKey(b []byte, ck clientKey, l sluice.Limit) []byte {
 	b = append(b, l.Name...)
 	return append(b, ck.key...)
 }
+
+// hashedFlag is the bit of an entry key's first byte that says its client
+// key is a long key's hash.
+const hashedFlag = 1 << 3
 
 // algoIndex returns 1 plus the index in sluice.Algorithms of a, read as
 // Identity reads it ("" is TokenBucket), or 0 for an unknown algorithm.
@@ -452,10 +466,18 @@ func (s *Store) TakeOne(_ context.Context, key string, l sluice.Limit, cost int,
 // of one part and one limit, in one shard.
 func (s *Store) takeOne(key string, l sluice.Limit, cost int, now int64) sluice.Result {
 	ck := newClientKey(key)
-	sp := algo.SpecOf(l)
 	sh := &s.shards[s.shardIndex(ck.key)]
 	sh.mu.Lock()
-	k := appendEntryKey(sh.key[:0], ck, l)
+	m := &sh.last
+	if !m.ok || m.limit != l {
+		*m = lastLimit{limit: l, spec: algo.SpecOf(l), prefix: appendEntryKey(m.prefix[:0], clientKey{}, l), ok: true}
+	}
+	sp := &m.spec
+	k := append(sh.key[:0], m.prefix...) // appendEntryKey(sh.key[:0], ck, l)
+	if ck.hashed {
+		k[0] |= hashedFlag
+	}
+	k = append(k, ck.key...)
 	sh.key = k
 	h := entryHash(s.seed, k)
 	var st algo.State
