@@ -496,7 +496,7 @@ func (s *Store) takeOne(key string, l sluice.Limit, cost int, now int64) sluice.
 	var out algo.Outcome
 	sp.Check(&st, now, int64(cost), &out)
 	if out.R.Allowed {
-		i = sh.put(i, k, h, &out.Next, out.TTL, now)
+		sh.put(i, k, h, &out.Next, out.TTL, now)
 	}
 	// The entry is the most recently used: a shard of capacity 1 or more
 	// keeps it (see Take).
