@@ -37,7 +37,9 @@ type Store interface {
 // TakeOne(ctx, key, limit, cost, now) must return what Take returns for
 // Request{Parts: []Part{{Key: key, Limits: []Limit{limit}, Cost: cost}},
 // Now: now} (its one Result, or its error), with the same effect on the
-// store's state. As for Take, the limit and cost are valid.
+// store's state. As for Take, the limit and cost are valid. A store that
+// wraps another (to count or log its calls) is a OneTaker only if it
+// forwards TakeOne too: otherwise its Limiter asks Take.
 type OneTaker interface {
 	TakeOne(ctx context.Context, key string, limit Limit, cost int, now time.Time) (Result, error)
 }

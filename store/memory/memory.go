@@ -9,7 +9,9 @@
 //
 // The store is safe for concurrent use. Its state is split into shards locked
 // independently; all limits of one key live in one shard, so a multi-limit
-// decision is atomic. Every piece of state carries the shortest sufficient
+// decision is atomic. It is a sluice.OneTaker: a Limiter's Allow and AllowN
+// over it allocate nothing once a key has its entry (BenchmarkAllow,
+// BenchmarkManyKeys). Every piece of state carries the shortest sufficient
 // lifetime (until it would be equivalent to no state at all), and state
 // that has been expired for over a minute is evicted as the store is used,
 // so idle keys do not accumulate. The minute of grace keeps a clock that
