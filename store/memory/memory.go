@@ -132,8 +132,8 @@ type shard struct {
 type lastLimit struct {
 	limit  sluice.Limit
 	spec   algo.Spec
-	prefix []byte // appendEntryKey of an empty client key: the bytes before it
-	ok     bool
+	prefix []byte // appendEntryKey of an empty client key; empty: no limit yet
+	hash   uint64 // maphash of prefix
 }
 
 // Nodes come in chunks of chunkSize (8 KiB); the first chunk grows up to
@@ -362,8 +362,11 @@ func (s *Store) shard(key string) *shard {
 }
 
 func (s *Store) shardIndex(key string) int {
-	return int(maphash.String(s.seed, key) & uint64(len(s.shards)-1))
+	return s.shardOf(maphash.String(s.seed, key))
 }
+
+// shardOf returns the index of the shard of a client key of hash h.
+func (s *Store) shardOf(h uint64) int { return int(h & uint64(len(s.shards)-1)) }
 
 func (s *Store) micros(t time.Time) int64 {
 	if t.IsZero() {
@@ -468,20 +471,23 @@ func (s *Store) TakeOne(_ context.Context, key string, l sluice.Limit, cost int,
 // of one part and one limit, in one shard.
 func (s *Store) takeOne(key string, l sluice.Limit, cost int, now int64) sluice.Result {
 	ck := newClientKey(key)
-	sh := &s.shards[s.shardIndex(ck.key)]
+	hc := maphash.String(s.seed, ck.key)
+	sh := &s.shards[s.shardOf(hc)]
 	sh.mu.Lock()
 	m := &sh.last
-	if !m.ok || m.limit != l {
-		*m = lastLimit{limit: l, spec: algo.SpecOf(l), prefix: appendEntryKey(m.prefix[:0], clientKey{}, l), ok: true}
+	if len(m.prefix) == 0 || m.limit != l {
+		p := appendEntryKey(m.prefix[:0], clientKey{}, l)
+		*m = lastLimit{limit: l, spec: algo.SpecOf(l), prefix: p, hash: maphash.Bytes(s.seed, p)}
 	}
 	sp := &m.spec
 	k := append(sh.key[:0], m.prefix...) // appendEntryKey(sh.key[:0], ck, l)
+	h := mixHash(hc, m.hash)             // entryHash(s.seed, k)
 	if ck.hashed {
 		k[0] |= hashedFlag
+		h = mixHash(hc, maphash.Bytes(s.seed, k))
 	}
 	k = append(k, ck.key...)
 	sh.key = k
-	h := entryHash(s.seed, k)
 	var st algo.State
 	i := sh.find(k, h)
 	if i != 0 {
@@ -600,14 +606,53 @@ func (d *decision) save(key []byte, st algo.State, ttl, now int64) {
 	d.i = sh.put(d.i, key, d.h, &st, ttl, now)
 }
 
-// entryHash returns the hash of entry key k by which a shard finds it.
+// entryHash returns the hash of entry key k by which a shard finds it:
+// the hash of its client key, which also picks its shard, mixed with the
+// hash of the bytes before it (see appendEntryKey), so that takeOne
+// hashes a client key once, and a limit's prefix once for all the
+// decisions of its shard under that limit (lastLimit).
 func entryHash(seed maphash.Seed, k []byte) uint64 {
-	return maphash.Bytes(seed, k) & hashMask
+	pl := prefixLen(k)
+	return mixHash(maphash.Bytes(seed, k[pl:]), maphash.Bytes(seed, k[:pl]))
 }
 
 // entryHashString is entryHash of a key held as a string.
 func entryHashString(seed maphash.Seed, k string) uint64 {
-	return maphash.String(seed, k) & hashMask
+	pl := prefixLen(k)
+	return mixHash(maphash.String(seed, k[pl:]), maphash.String(seed, k[:pl]))
+}
+
+// mixHash returns the entry hash of a client key of hash c under a
+// prefix of hash p. Its low 32 bits, a slot's tag and home, depend on all
+// the bits of both (a shard's client keys share their low bits).
+func mixHash(c, p uint64) uint64 {
+	h := (c ^ p) * 0x9e3779b97f4a7c15
+	return (h ^ h>>32) & hashMask
+}
+
+// prefixLen returns the length of the bytes of entry key k before its
+// client key: the flags, the algorithm's name if it is unknown, the
+// period and the name (see appendEntryKey).
+func prefixLen[K string | []byte](k K) int {
+	uvarint := func(i int) (uint64, int) { // the value at k[i:] and the index after it
+		var v uint64
+		for shift := 0; ; shift += 7 {
+			c := k[i]
+			i++
+			v |= uint64(c&0x7f) << shift
+			if c < 0x80 {
+				return v, i
+			}
+		}
+	}
+	i := 1
+	if k[0]&7 == 0 { // the algorithm's name
+		n, j := uvarint(i)
+		i = j + int(n)
+	}
+	_, i = uvarint(i)  // the period, a uvarint or a varint: the same bytes
+	n, j := uvarint(i) // the name
+	return j + int(n)
 }
 
 // hashMask is all ones but in tests that make hashes collide, to run the
