@@ -121,7 +121,7 @@ type shard struct {
 	peak      int               // most entries held since the shard was last built
 	ops       uint64            // decisions, to space out eviction
 	evictions uint64            // live entries forgotten because the shard was full
-	key       []byte            // the entry key of takeOne's decision, reused
+	key       []byte            // the prefix of a long key's entry key in takeOne, reused
 	logs      map[int32][]int64 // the logs of sliding_log entries, by node
 	last      lastLimit         // the limit of takeOne's last decision
 }
@@ -480,16 +480,17 @@ func (s *Store) takeOne(key string, l sluice.Limit, cost int, now int64) sluice.
 		*m = lastLimit{limit: l, spec: algo.SpecOf(l), prefix: p, hash: maphash.Bytes(s.seed, p)}
 	}
 	sp := &m.spec
-	k := append(sh.key[:0], m.prefix...) // appendEntryKey(sh.key[:0], ck, l)
-	h := mixHash(hc, m.hash)             // entryHash(s.seed, k)
+	// The entry key is pre followed by ck.key (appendEntryKey), its hash h
+	// (entryHash).
+	pre, h := m.prefix, mixHash(hc, m.hash)
 	if ck.hashed {
-		k[0] |= hashedFlag
-		h = mixHash(hc, maphash.Bytes(s.seed, k))
+		pre = append(sh.key[:0], pre...)
+		pre[0] |= hashedFlag
+		sh.key = pre
+		h = mixHash(hc, maphash.Bytes(s.seed, pre))
 	}
-	k = append(k, ck.key...)
-	sh.key = k
 	var st algo.State
-	i := sh.find(k, h)
+	i := sh.findSplit(pre, ck.key, h)
 	if i != 0 {
 		if e := sh.at(i); e.expires > now {
 			st = sh.state(i)
@@ -499,12 +500,12 @@ func (s *Store) takeOne(key string, l sluice.Limit, cost int, now int64) sluice.
 	if sp.Stale(&st) {
 		var ttl int64
 		st, ttl, _ = sp.Convert(st, now)
-		i = sh.put(i, k, h, &st, ttl, now)
+		i = sh.putSplit(i, pre, ck.key, h, &st, ttl, now)
 	}
 	var out algo.Outcome
 	sp.Check(&st, now, int64(cost), &out)
 	if out.R.Allowed {
-		sh.put(i, k, h, &out.Next, out.TTL, now)
+		sh.putSplit(i, pre, ck.key, h, &out.Next, out.TTL, now)
 	}
 	// The entry is the most recently used: a shard of capacity 1 or more
 	// keeps it (see Take).
@@ -517,6 +518,11 @@ func (s *Store) takeOne(key string, l sluice.Limit, cost int, now int64) sluice.
 // hash is h and whose node is i (0: none), deleting it when ttl <= 0, and
 // returns its node (0: none).
 func (sh *shard) put(i int32, k []byte, h uint64, st *algo.State, ttl, now int64) int32 {
+	return sh.putSplit(i, k, "", h, st, ttl, now)
+}
+
+// putSplit is put of the entry key pre followed by ck.
+func (sh *shard) putSplit(i int32, pre []byte, ck string, h uint64, st *algo.State, ttl, now int64) int32 {
 	switch {
 	case ttl <= 0:
 		if i != 0 {
@@ -524,7 +530,7 @@ func (sh *shard) put(i int32, k []byte, h uint64, st *algo.State, ttl, now int64
 		}
 		return 0
 	case i == 0:
-		i = sh.insert(string(k), h)
+		i = sh.insert(string(pre)+ck, h)
 	}
 	sh.set(i, st, now+ttl)
 	return i
@@ -678,7 +684,11 @@ func tableSize(n int) int {
 func slot(h uint64, i int32) uint64 { return uint64(uint32(h))<<32 | uint64(uint32(i)) }
 
 // find returns the node of the entry key whose hash is h, or 0.
-func (sh *shard) find(key []byte, h uint64) int32 {
+func (sh *shard) find(key []byte, h uint64) int32 { return sh.findSplit(key, "", h) }
+
+// findSplit is find of the entry key pre followed by ck, without
+// building it.
+func (sh *shard) findSplit(pre []byte, ck string, h uint64) int32 {
 	mask := uint32(len(sh.tab) - 1)
 	tag := uint32(h)
 	for p := tag & mask; ; p = (p + 1) & mask {
@@ -687,7 +697,8 @@ func (sh *shard) find(key []byte, h uint64) int32 {
 			return 0
 		}
 		if uint32(s>>32) == tag {
-			if i := int32(uint32(s)); sh.at(i).key == string(key) {
+			i := int32(uint32(s))
+			if k := sh.at(i).key; len(k) == len(pre)+len(ck) && k[:len(pre)] == string(pre) && k[len(pre):] == ck {
 				return i
 			}
 		}
