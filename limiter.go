@@ -148,9 +148,10 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (R
 }
 
 // onePart is the request of an AllowN to a store that is no OneTaker,
-// reused: a decision allocates its part and its limit otherwise. Nothing keeps a request past the store
-// call that decides it (a probe copies it: lookAt), so the memory can go
-// back to the pool as soon as the call returns.
+// reused: a decision allocates its part and its limit otherwise. Nothing
+// keeps a request past the store call that decides it (a probe copies it:
+// lookAt), so the memory can go back to the pool as soon as the call
+// returns.
 type onePart struct {
 	part  [1]Part
 	limit [1]Limit
