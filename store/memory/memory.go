@@ -121,12 +121,12 @@ type shard struct {
 	peak      int               // most entries held since the shard was last built
 	ops       uint64            // decisions, to space out eviction
 	evictions uint64            // live entries forgotten because the shard was full
-	key       []byte            // the prefix of a long key's entry key in takeOne, reused
+	key       []byte            // the prefix of a long key's entry key in TakeOne, reused
 	logs      map[int32][]int64 // the logs of sliding_log entries, by node
-	last      lastLimit         // the limit of takeOne's last decision
+	last      lastLimit         // the limit of TakeOne's last decision
 }
 
-// lastLimit is what takeOne works out of a limit (a division, the entry
+// lastLimit is what TakeOne works out of a limit (a division, the entry
 // keys' prefix), kept for the next decision of its shard under the same
 // limit: most decisions in a shard are of one limit, or of a few.
 type lastLimit struct {
@@ -377,12 +377,13 @@ func (s *Store) micros(t time.Time) int64 {
 
 // Take implements sluice.Store. A request of several parts locks the
 // shards of all their keys, in shard order, so it is atomic too.
-func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, error) {
-	now := s.micros(req.Now)
+func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
 	if len(req.Parts) == 1 && len(req.Parts[0].Limits) == 1 {
 		p := req.Parts[0]
-		return []sluice.Result{s.takeOne(p.Key, p.Limits[0], p.Cost, now)}, nil
+		r, err := s.TakeOne(ctx, p.Key, p.Limits[0], p.Cost, req.Now)
+		return []sluice.Result{r}, err
 	}
+	now := s.micros(req.Now)
 	n := req.Len()
 	rs := make([]sluice.Result, n)
 	var buf [4]decision // most decisions have a limit or two: no allocation
@@ -463,13 +464,9 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 
 // TakeOne implements sluice.OneTaker: Take of a request of one key under
 // one limit, without allocating (unless a new key needs an entry).
-func (s *Store) TakeOne(_ context.Context, key string, l sluice.Limit, cost int, now time.Time) (sluice.Result, error) {
-	return s.takeOne(key, l, cost, s.micros(now)), nil
-}
-
-// takeOne decides a request of cost by key under l at now (µs): Take
-// of one part and one limit, in one shard.
-func (s *Store) takeOne(key string, l sluice.Limit, cost int, now int64) sluice.Result {
+// It decides in one shard, that of key.
+func (s *Store) TakeOne(_ context.Context, key string, l sluice.Limit, cost int, at time.Time) (sluice.Result, error) {
+	now := s.micros(at)
 	ck := newClientKey(key)
 	hc := maphash.String(s.seed, ck.key)
 	sh := &s.shards[s.shardOf(hc)]
@@ -511,7 +508,7 @@ func (s *Store) takeOne(key string, l sluice.Limit, cost int, now int64) sluice.
 	// keeps it (see Take).
 	sh.settle(sh.cap, now)
 	sh.mu.Unlock()
-	return out.R
+	return out.R, nil
 }
 
 // put stores st for ttl µs from now as the state of entry key k, whose
@@ -614,7 +611,7 @@ func (d *decision) save(key []byte, st algo.State, ttl, now int64) {
 
 // entryHash returns the hash of entry key k by which a shard finds it:
 // the hash of its client key, which also picks its shard, mixed with the
-// hash of the bytes before it (see appendEntryKey), so that takeOne
+// hash of the bytes before it (see appendEntryKey), so that TakeOne
 // hashes a client key once, and a limit's prefix once for all the
 // decisions of its shard under that limit (lastLimit).
 func entryHash(seed maphash.Seed, k []byte) uint64 {
