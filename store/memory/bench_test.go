@@ -2,7 +2,9 @@ package memory_test
 
 import (
 	"context"
+	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -91,7 +93,9 @@ func BenchmarkNewKeys(b *testing.B) {
 // one goroutine and from GOMAXPROCS goroutines: parallel against serial
 // ns/op is how throughput scales with cores when the state does not fit
 // in a cache. It also reports the live heap per key of the full store
-// (B/key):
+// (B/key) and, on Linux, the growth of the process's resident memory per
+// key while the store filled (RSS-B/key: the heap with the collector's
+// headroom, GOGC):
 //
 //	go test -run '^$' -bench ManyKeys -benchmem -benchtime 1000000x ./store/memory/
 func BenchmarkManyKeys(b *testing.B) {
@@ -102,7 +106,7 @@ func BenchmarkManyKeys(b *testing.B) {
 	}
 	l := benchLimit(sluice.GCRA)
 	ctx := context.Background()
-	before := liveHeap()
+	before, rssBefore := liveHeap(), rss()
 	s := memory.New(memory.WithCapacity(2 * n))
 	lim := sluice.New(s)
 	for _, k := range many {
@@ -110,6 +114,7 @@ func BenchmarkManyKeys(b *testing.B) {
 			b.Fatal(r, err)
 		}
 	}
+	rssPerKey := float64(rss()-rssBefore) / n
 	perKey := float64(liveHeap()-before) / n
 	// next draws key indexes from a xorshift sequence of its own.
 	next := func(x *uint64) int {
@@ -127,6 +132,9 @@ func BenchmarkManyKeys(b *testing.B) {
 			}
 		}
 		b.ReportMetric(perKey, "B/key")
+		if rssBefore > 0 {
+			b.ReportMetric(rssPerKey, "RSS-B/key")
+		}
 	})
 	b.Run("parallel", func(b *testing.B) {
 		var seeds atomic.Uint64
@@ -145,4 +153,22 @@ func BenchmarkManyKeys(b *testing.B) {
 	if got := s.Len(); got != n {
 		b.Errorf("the store holds %d entries, want all %d keys", got, n)
 	}
+}
+
+// rss returns the resident memory of the process in bytes, from
+// /proc/self/statm, or 0 where there is none.
+func rss() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	pages, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return pages * int64(os.Getpagesize())
 }
