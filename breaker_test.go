@@ -47,6 +47,13 @@ func (s *switchStore) Take(ctx context.Context, req Request) ([]Result, error) {
 
 func (s *switchStore) Reset(context.Context, string, ...Limit) error { return nil }
 
+// oneSwitch is a switchStore that is a OneTaker, deciding by its Take.
+type oneSwitch struct{ *switchStore }
+
+func (s oneSwitch) TakeOne(ctx context.Context, key string, limit Limit, cost int, now time.Time) (Result, error) {
+	return first(s.Take(ctx, oneRequest(key, limit, cost, now)))
+}
+
 // changes records what a breaker handler was told.
 type changes struct {
 	mu  sync.Mutex
@@ -89,12 +96,27 @@ func waitState(t *testing.T, lim *Limiter, state BreakerState) {
 // cost 0) and is answered by the policy, and the probe's success closes the
 // breaker. The handler hears one opening and one closing.
 func TestBreakerOpensAndCloses(t *testing.T) {
-	for _, p := range []ErrorPolicy{AllowOnError, DenyOnError, ReturnErrors} {
-		t.Run(p.String(), func(t *testing.T) {
+	for _, tc := range []struct {
+		p   ErrorPolicy
+		one bool // the store is a OneTaker
+	}{{AllowOnError, false}, {DenyOnError, false}, {ReturnErrors, false}, {AllowOnError, true}, {DenyOnError, true}, {ReturnErrors, true}} {
+		p := tc.p
+		name := p.String()
+		if tc.one {
+			name += "/OneTaker"
+		}
+		t.Run(name, func(t *testing.T) {
 			st := &switchStore{}
+			var store Store = st
+			if tc.one {
+				store = oneSwitch{st}
+			}
 			var ch changes
 			conf := Breaker{Failures: 3, Span: time.Nanosecond, Probe: 20 * time.Millisecond}
-			lim := New(st, WithErrorPolicy(p), WithBreaker(conf), WithBreakerHandler(ch.handle))
+			lim := New(store, WithErrorPolicy(p), WithBreaker(conf), WithBreakerHandler(ch.handle))
+			if (lim.one != nil) != tc.one {
+				t.Fatalf("the Limiter sees a OneTaker: %v, want %v", lim.one != nil, tc.one)
+			}
 			ctx := context.Background()
 			st.fail.Store(true)
 			for i := range 3 {

@@ -107,12 +107,13 @@ func cacheable(parts []Part) bool {
 	return len(parts) == 1 && len(parts[0].Limits) == 1 && parts[0].Cost == 1
 }
 
-// answer returns the cached answer to p at now, if a denial holds, and
-// otherwise the shard's reset count, for keep.
-func (c *denyCache) answer(p Part, now time.Time) (Result, uint64, bool) {
-	l := p.Limits[0].Normalized()
-	k := denyKey{p.Key, l.Identity()}
-	s := c.shard(p.Key)
+// answer returns the cached answer at now to a request of cost 1 by key
+// under limit, if a denial holds, and otherwise the shard's reset count,
+// for keep.
+func (c *denyCache) answer(key string, limit Limit, now time.Time) (Result, uint64, bool) {
+	l := limit.Normalized()
+	k := denyKey{key, l.Identity()}
+	s := c.shard(key)
 	s.mu.Lock()
 	d, ok := s.m[k]
 	if ok && (!now.Before(d.until) || d.limit != l) {
@@ -131,17 +132,18 @@ func (c *denyCache) answer(p Part, now time.Time) (Result, uint64, bool) {
 	return r, 0, true
 }
 
-// keep caches r, the store's answer at t0 to p, if it is an exact denial
-// and no Reset touched the shard since answer counted resets.
-func (c *denyCache) keep(p Part, r Result, t0 time.Time, resets uint64) {
+// keep caches r, the store's answer at t0 to a request of cost 1 by key
+// under limit, if it is an exact denial and no Reset touched the shard
+// since answer counted resets.
+func (c *denyCache) keep(key string, limit Limit, r Result, t0 time.Time, resets uint64) {
 	if r.Allowed || r.Degraded != NotDegraded || r.RetryAfter <= 0 {
 		return
 	}
-	l := p.Limits[0].Normalized()
+	l := limit.Normalized()
 	// The stores decide at t0 in whole microseconds: RetryAfter counts
 	// from there. (Add keeps the monotonic reading, Truncate would not.)
 	t0 = t0.Add(-time.Duration(t0.Nanosecond() % 1000))
-	s := c.shard(p.Key)
+	s := c.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.resets != resets {
@@ -161,7 +163,7 @@ func (c *denyCache) keep(p Part, r Result, t0 time.Time, resets uint64) {
 			return // full of denials that still hold
 		}
 	}
-	s.m[denyKey{p.Key, l.Identity()}] = denial{limit: l, res: r, t0: t0, until: t0.Add(r.RetryAfter)}
+	s.m[denyKey{key, l.Identity()}] = denial{limit: l, res: r, t0: t0, until: t0.Add(r.RetryAfter)}
 }
 
 // forget drops the cached denials of key under the identities of

@@ -107,3 +107,35 @@ func ExampleWithDenyCache() {
 	fmt.Println(r.Allowed, r.RetryAfter, "- the store decided", store.n, "of 101")
 	// Output: false 30s - the store decided 3 of 101
 }
+
+// loggedStore wraps a store and counts the decisions it is asked for.
+// Embedding sluice.Store keeps only Take and Reset: a wrapper around a
+// store that is a sluice.OneTaker forwards TakeOne too, so that Allow
+// keeps the store's allocation-free path.
+type loggedStore struct {
+	*memory.Store
+	takes, ones int
+}
+
+func (s *loggedStore) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	s.takes++
+	return s.Store.Take(ctx, req)
+}
+
+func (s *loggedStore) TakeOne(ctx context.Context, key string, limit sluice.Limit, cost int, now time.Time) (sluice.Result, error) {
+	s.ones++
+	return s.Store.TakeOne(ctx, key, limit, cost, now)
+}
+
+func ExampleOneTaker() {
+	store := &loggedStore{Store: memory.New()}
+	lim := sluice.New(store, sluice.WithClock(fixed))
+	ctx := context.Background()
+	limit := sluice.PerMinute(10)
+	lim.Allow(ctx, "alice", limit)         // TakeOne
+	lim.AllowN(ctx, "alice", limit, 3)     // TakeOne
+	lim.AllowAll(ctx, "alice", 1, limit)   // Take: a MultiResult
+	r, _ := lim.Allow(ctx, "alice", limit) // TakeOne
+	fmt.Println(r.Remaining, "remaining;", store.ones, "TakeOne,", store.takes, "Take")
+	// Output: 4 remaining; 3 TakeOne, 1 Take
+}

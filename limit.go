@@ -3,6 +3,7 @@ package sluice
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"strings"
 	"time"
@@ -259,6 +260,50 @@ func (e *LimitError) Unwrap() error { return ErrInvalidLimit }
 // Validate reports why l cannot be enforced, or nil. The error is a
 // *LimitError, which wraps ErrInvalidLimit.
 func (l Limit) Validate() error {
+	if l.valid() {
+		return nil
+	}
+	return l.invalid()
+}
+
+// valid reports whether Validate finds nothing wrong with l, cheaply: it
+// is the conjunction of the negated checks of invalid, for the decisions
+// that validate their limit every time.
+func (l Limit) valid() bool {
+	bursty := true
+	switch l.Algorithm {
+	case "", TokenBucket, GCRA:
+	case FixedWindow, SlidingWindow, SlidingLog:
+		bursty = false
+	default:
+		return false
+	}
+	if l.Limit <= 0 || int64(l.Limit) > MaxLimit || l.Algorithm == SlidingLog && l.Limit > MaxLogLimit ||
+		l.Period < MinPeriod || l.Period > MaxPeriod || l.Period%time.Microsecond != 0 ||
+		l.Burst < 0 || int64(l.Burst) > MaxLimit || l.Burst != 0 && !bursty {
+		return false
+	}
+	if bursty {
+		p, n := l.Period.Microseconds(), int64(l.Limit)
+		interval := (p + n - 1) / n // l.Interval()
+		capacity := n
+		if l.Burst > 0 {
+			capacity = int64(l.Burst)
+		}
+		if hi, lo := bits.Mul64(uint64(capacity), uint64(interval)); hi != 0 || lo > maxState || interval*n*100 > p*101 {
+			return false
+		}
+	}
+	for i := 0; i < len(l.Name); i++ {
+		if c := l.Name[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// invalid reports why l cannot be enforced, or nil: Validate, in full.
+func (l Limit) invalid() error {
 	bad := func(field, format string, args ...any) error {
 		return &LimitError{Limit: l, Field: field, Reason: fmt.Sprintf(format, args...)}
 	}
@@ -287,7 +332,9 @@ func (l Limit) Validate() error {
 	}
 	if l.Algorithm.bursty() {
 		interval := int64(l.Interval() / time.Microsecond)
-		if int64(l.Capacity()) > maxState/interval {
+		// Capacity × interval > maxState, in 128 bits: the same as
+		// Capacity > maxState/interval, without a division.
+		if hi, lo := bits.Mul64(uint64(l.Capacity()), uint64(interval)); hi != 0 || lo > maxState {
 			// Without a burst this is about Period + Limit µs, which
 			// MaxPeriod and MaxLimit keep below 2^51: the "limit" case only
 			// keeps the field right should those bounds grow.

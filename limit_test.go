@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"errors"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -174,5 +175,45 @@ func TestDegradationMadeUp(t *testing.T) {
 		if d.MadeUp() != want {
 			t.Errorf("%q.MadeUp() = %v, want %v", d, d.MadeUp(), want)
 		}
+	}
+}
+
+// TestValidFastPath: valid, Validate's quick check, agrees with the full
+// validation (invalid) on limits at and around every bound, and on random
+// ones.
+func TestValidFastPath(t *testing.T) {
+	algos := append([]Algorithm{"", "leaky_bucket"}, Algorithms...)
+	ints := []int{-1, 0, 1, 2, 3, 7, 999, 1000, 1001, MaxLogLimit, MaxLogLimit + 1, 3000, 1 << 30}
+	if big := int64(MaxLimit); int64(int(big)) == big { // 64-bit ints
+		ints = append(ints, int(big), int(big+1))
+	}
+	periods := []time.Duration{0, time.Microsecond, MinPeriod - 1, MinPeriod, MinPeriod + time.Nanosecond, time.Second, 3 * time.Second, time.Hour, MaxPeriod, MaxPeriod + time.Microsecond}
+	names := []string{"", "a", "search-v1.2_x", "no space", "é", "a:b"}
+	check := func(l Limit) {
+		t.Helper()
+		if got, want := l.valid(), l.invalid() == nil; got != want {
+			t.Errorf("%#v: valid() = %v, invalid() = %v", l, got, l.invalid())
+		}
+	}
+	for _, a := range algos {
+		for _, n := range ints {
+			for _, p := range periods {
+				for _, b := range ints {
+					check(Limit{Algorithm: a, Limit: n, Period: p, Burst: b})
+				}
+			}
+		}
+		for _, name := range names {
+			check(Limit{Algorithm: a, Limit: 10, Period: time.Second, Name: name})
+		}
+	}
+	rng := rand.New(rand.NewPCG(12, 34))
+	for range 100_000 {
+		check(Limit{
+			Algorithm: algos[rng.IntN(len(algos))],
+			Limit:     int(rng.Int64N(1 << uint(rng.IntN(42)))),
+			Period:    time.Duration(rng.Int64N(1 << uint(rng.IntN(59)))),
+			Burst:     int(rng.Int64N(1<<uint(rng.IntN(42)))) - 1, // truncated on 32 bits: still a case
+		})
 	}
 }

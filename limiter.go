@@ -17,6 +17,8 @@ import (
 // no store.
 type Limiter struct {
 	store    Store
+	one      OneTaker // store's, if it is one: Allow and AllowN ask it
+	direct   bool     // one, and no breaker, deny cache or store timeout
 	now      func() time.Time
 	policy   ErrorPolicy
 	onError  func(ctx context.Context, err error)
@@ -38,12 +40,14 @@ type Option func(*Limiter)
 // clock and returns store errors to the caller (ReturnErrors).
 func New(store Store, opts ...Option) *Limiter {
 	l := &Limiter{store: store}
+	l.one, _ = store.(OneTaker)
 	for _, o := range opts {
 		o(l)
 	}
 	if l.breakerSet || l.policy.effective() != modeReturn {
 		l.breaker = newBreaker(l.breakerConf, l.onBreaker)
 	}
+	l.direct = l.one != nil && l.breaker == nil && l.deny == nil && l.storeTimeout() <= 0
 	return l
 }
 
@@ -113,6 +117,24 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 // a store error only under the ReturnErrors policy (or LocalOnError without
 // a working fallback).
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (Result, error) {
+	if l.direct {
+		// takeOne, with nothing between the Limiter and the store.
+		if err := validateOne(limit, n); err != nil {
+			return Result{}, err
+		}
+		var now time.Time
+		if l.now != nil {
+			now = l.now()
+		}
+		r, err := l.one.TakeOne(ctx, key, limit, n, now)
+		if err != nil {
+			return first(l.failed(ctx, oneRequest(key, limit, n, now), err))
+		}
+		return r, nil
+	}
+	if l.one != nil {
+		return l.takeOne(ctx, key, limit, n)
+	}
 	o := onePool.Get().(*onePart)
 	o.limit[0] = limit
 	o.part[0] = Part{Key: key, Limits: o.limit[:], Cost: n}
@@ -125,10 +147,11 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (R
 	return rs[0], nil
 }
 
-// onePart is the request of an AllowN, reused: a decision allocates its
-// part and its limit otherwise. Nothing keeps a request past the store
-// call that decides it (a probe copies it: lookAt), so the memory can go
-// back to the pool as soon as the call returns.
+// onePart is the request of an AllowN to a store that is no OneTaker,
+// reused: a decision allocates its part and its limit otherwise. Nothing
+// keeps a request past the store call that decides it (a probe copies it:
+// lookAt), so the memory can go back to the pool as soon as the call
+// returns.
 type onePart struct {
 	part  [1]Part
 	limit [1]Limit
@@ -214,51 +237,143 @@ func (l *Limiter) take(ctx context.Context, parts []Part) ([]Result, error) {
 	if t0.IsZero() {
 		t0 = time.Now()
 	}
-	r, resets, ok := l.deny.answer(parts[0], t0)
+	p := parts[0]
+	r, resets, ok := l.deny.answer(p.Key, p.Limits[0], t0)
 	if ok {
 		return []Result{r}, nil
 	}
 	rs, err := l.decide(ctx, req)
 	if err == nil {
-		l.deny.keep(parts[0], rs[0], t0, resets)
+		l.deny.keep(p.Key, p.Limits[0], rs[0], t0, resets)
 	}
 	return rs, err
+}
+
+// takeOne is take for a request of cost n by key under limit alone, asked
+// of the store's OneTaker: no Request and no []Result unless the store
+// fails (the error policy and the breaker's probes need them).
+func (l *Limiter) takeOne(ctx context.Context, key string, limit Limit, n int) (Result, error) {
+	if err := validateOne(limit, n); err != nil {
+		return Result{}, err
+	}
+	var now time.Time
+	if l.now != nil {
+		now = l.now()
+	}
+	if l.deny == nil || n != 1 { // cacheable
+		return l.decideOne(ctx, key, limit, n, now)
+	}
+	t0 := now // as in take
+	if t0.IsZero() {
+		t0 = time.Now()
+	}
+	r, resets, ok := l.deny.answer(key, limit, t0)
+	if ok {
+		return r, nil
+	}
+	r, err := l.decideOne(ctx, key, limit, n, now)
+	if err == nil {
+		l.deny.keep(key, limit, r, t0, resets)
+	}
+	return r, err
+}
+
+// oneRequest is the Request that takeOne decides without building it.
+func oneRequest(key string, limit Limit, n int, now time.Time) Request {
+	return Request{Parts: []Part{{Key: key, Limits: []Limit{limit}, Cost: n}}, Now: now}
 }
 
 // decide asks the store for req, through the breaker, and the error
 // policy when the store fails.
 func (l *Limiter) decide(ctx context.Context, req Request) ([]Result, error) {
-	b := l.breaker
-	if b == nil {
-		rs, err := l.takeWithin(ctx, req)
-		if err != nil {
-			return l.failed(ctx, req, err)
-		}
-		return rs, nil
-	}
-	t, ok := b.allow()
+	t, start, ok := l.enter()
 	if !ok {
-		b.arrived.Store(b.now())
-		if t.probe {
-			go l.probe(t, lookAt(req))
-		}
-		return l.degrade(ctx, req, b.openErr)
+		l.refused(t, req)
+		return l.degrade(ctx, req, l.breaker.openErr)
 	}
-	start := b.now()
 	rs, err := l.takeWithin(ctx, req)
 	if err == nil {
-		b.done(t, nil)
+		l.passed(t)
 		return rs, nil
+	}
+	l.failure(ctx, t, start, err, req)
+	return l.failed(ctx, req, err)
+}
+
+// decideOne is decide for takeOne.
+func (l *Limiter) decideOne(ctx context.Context, key string, limit Limit, n int, now time.Time) (Result, error) {
+	t, start, ok := l.enter()
+	if !ok {
+		req := oneRequest(key, limit, n, now)
+		l.refused(t, req)
+		return first(l.degrade(ctx, req, l.breaker.openErr))
+	}
+	r, err := l.takeOneWithin(ctx, key, limit, n, now)
+	if err == nil {
+		l.passed(t)
+		return r, nil
+	}
+	req := oneRequest(key, limit, n, now)
+	l.failure(ctx, t, start, err, req)
+	return first(l.failed(ctx, req, err))
+}
+
+// first returns the only Result of rs, or err.
+func first(rs []Result, err error) (Result, error) {
+	if err != nil {
+		return Result{}, err
+	}
+	return rs[0], nil
+}
+
+// enter reports whether a decision may go to the store: always without
+// a breaker; with one, whether it lets the decision through, with the
+// ticket of the call and the time it began.
+func (l *Limiter) enter() (t ticket, start int64, ok bool) {
+	b := l.breaker
+	if b == nil {
+		return ticket{}, 0, true
+	}
+	if t, ok = b.allow(); !ok {
+		return t, 0, false
+	}
+	return t, b.now(), true
+}
+
+// refused records a decision of req that the open breaker kept from the
+// store, and sends the probe its ticket t asks for.
+func (l *Limiter) refused(t ticket, req Request) {
+	b := l.breaker
+	b.arrived.Store(b.now())
+	if t.probe {
+		go l.probe(t, lookAt(req))
+	}
+}
+
+// passed reports to the breaker, if any, that the call of ticket t
+// succeeded.
+func (l *Limiter) passed(t ticket) {
+	if l.breaker != nil {
+		l.breaker.done(t, nil)
+	}
+}
+
+// failure reports to the breaker, if any, that the call of ticket t,
+// begun at start to decide req, failed with err, and probes the store
+// while the breaker is open if that opened it.
+func (l *Limiter) failure(ctx context.Context, t ticket, start int64, err error, req Request) {
+	b := l.breaker
+	if b == nil {
+		return
 	}
 	if errors.Is(ctx.Err(), context.Canceled) && b.since(start) < b.span {
 		// The caller gave up, and too soon to say anything of the store.
 		// One that waited longer saw it slow: that counts as a failure.
-		return l.failed(ctx, req, err)
+		return
 	}
 	if b.done(t, err) {
 		go l.probeWhileOpen(lookAt(req))
 	}
-	return l.failed(ctx, req, err)
 }
 
 // failed answers req, which the store failed with err: the caller's
@@ -335,16 +450,27 @@ func (l *Limiter) takeWithin(ctx context.Context, req Request) ([]Result, error)
 	return l.store.Take(ctx, req)
 }
 
+func (l *Limiter) takeOneWithin(ctx context.Context, key string, limit Limit, n int, now time.Time) (Result, error) {
+	ctx, cancel := l.bound(ctx)
+	defer cancel()
+	return l.one.TakeOne(ctx, key, limit, n, now)
+}
+
 // bound applies the store timeout to ctx.
 func (l *Limiter) bound(ctx context.Context) (context.Context, context.CancelFunc) {
-	d := l.timeout
-	if d == 0 && l.policy.effective() != modeReturn {
-		d = DefaultStoreTimeout
-	}
+	d := l.storeTimeout()
 	if d <= 0 {
 		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, d)
+}
+
+// storeTimeout returns the bound of a store call; 0 or less: none.
+func (l *Limiter) storeTimeout() time.Duration {
+	if l.timeout == 0 && l.policy.effective() != modeReturn {
+		return DefaultStoreTimeout
+	}
+	return l.timeout
 }
 
 // validate checks every limit, each part's cost against each of its
@@ -352,10 +478,7 @@ func (l *Limiter) bound(ctx context.Context) (context.Context, context.CancelFun
 func validate(parts []Part) error {
 	for i, p := range parts {
 		for j, lim := range p.Limits {
-			if err := lim.Validate(); err != nil {
-				return err
-			}
-			if err := lim.ValidateCost(p.Cost); err != nil {
+			if err := validateOne(lim, p.Cost); err != nil {
 				return err
 			}
 			// Against every limit before it on the same key, in this part
@@ -375,6 +498,18 @@ func validate(parts []Part) error {
 		}
 	}
 	return nil
+}
+
+// validateOne checks limit and a cost n under it: validate of one part of
+// one limit.
+func validateOne(limit Limit, n int) error {
+	if limit.valid() && n >= 0 && n <= limit.Capacity() {
+		return nil
+	}
+	if err := limit.invalid(); err != nil {
+		return err
+	}
+	return limit.ValidateCost(n)
 }
 
 // ErrorPolicy says what a Limiter answers when its store fails (Redis

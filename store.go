@@ -28,6 +28,22 @@ type Store interface {
 	Reset(ctx context.Context, key string, limits ...Limit) error
 }
 
+// OneTaker is an optional interface of a Store: a Store that has it
+// decides a request of one key under one limit, what Allow and AllowN
+// ask, without the Request and the []Result of Take, and so without
+// allocating; a Limiter uses it for those requests when its store has it.
+// The memory store has it.
+//
+// TakeOne(ctx, key, limit, cost, now) must return what Take returns for
+// Request{Parts: []Part{{Key: key, Limits: []Limit{limit}, Cost: cost}},
+// Now: now} (its one Result, or its error), with the same effect on the
+// store's state. As for Take, the limit and cost are valid. A store that
+// wraps another (to count or log its calls) is a OneTaker only if it
+// forwards TakeOne too: otherwise its Limiter asks Take.
+type OneTaker interface {
+	TakeOne(ctx context.Context, key string, limit Limit, cost int, now time.Time) (Result, error)
+}
+
 // Request is one decision asked of a Store: one or more parts, all or
 // nothing.
 type Request struct {

@@ -36,17 +36,70 @@ type State struct {
 // state, it is equivalent to none). When r.Allowed is false, next is st.
 // A store calls Convert first, and writes what it converts.
 func Check(l sluice.Limit, st State, now, cost int64) (r sluice.Result, next State, ttl int64) {
+	sp := SpecOf(l)
+	var out Outcome
+	sp.Check(&st, now, cost, &out)
+	return out.R, out.Next, out.TTL
+}
+
+// Outcome is what Check returns: the Result, the state to store if the
+// decision is committed, and how long it must live in µs (TTL <= 0:
+// delete it). When R.Allowed is false, Next is the state decided on.
+type Outcome struct {
+	R    sluice.Result
+	Next State
+	TTL  int64
+}
+
+// Spec is a validated limit as the algorithms read it, its numbers
+// worked out once (a token interval is a division) for a decision that
+// reads them twice, in Convert and in Check.
+type Spec struct {
+	alg    kind
+	limit  int64 // Limit (window algorithms), or capacity (token_bucket, gcra)
+	period int64 // Period in µs (window algorithms), or interval in µs
+}
+
+type kind uint8
+
+const (
+	tokenBucketKind kind = iota
+	fixedWindowKind
+	slidingWindowKind
+	slidingLogKind
+	gcraKind
+)
+
+// SpecOf returns the Spec of l, a validated limit.
+func SpecOf(l sluice.Limit) Spec {
 	switch l.Algorithm {
 	case sluice.FixedWindow:
-		return fixedWindow(st, now, int64(l.Limit), micros(l.Period), cost)
+		return Spec{fixedWindowKind, int64(l.Limit), micros(l.Period)}
 	case sluice.SlidingWindow:
-		return slidingWindow(st, now, int64(l.Limit), micros(l.Period), cost)
+		return Spec{slidingWindowKind, int64(l.Limit), micros(l.Period)}
 	case sluice.SlidingLog:
-		return slidingLog(st, now, int64(l.Limit), micros(l.Period), cost)
+		return Spec{slidingLogKind, int64(l.Limit), micros(l.Period)}
 	case sluice.GCRA:
-		return gcra(st, now, micros(l.Interval()), int64(l.Capacity()), cost)
+		return Spec{gcraKind, int64(l.Capacity()), micros(l.Interval())}
 	default:
-		return tokenBucket(st, now, micros(l.Interval()), int64(l.Capacity()), cost)
+		return Spec{tokenBucketKind, int64(l.Capacity()), micros(l.Interval())}
+	}
+}
+
+// Check is Check of the limit of sp, of state *st, into *out (written
+// in place: no copies of states and results on the way).
+func (sp *Spec) Check(st *State, now, cost int64, out *Outcome) {
+	switch sp.alg {
+	case fixedWindowKind:
+		fixedWindow(st, now, sp.limit, sp.period, cost, out)
+	case slidingWindowKind:
+		slidingWindow(st, now, sp.limit, sp.period, cost, out)
+	case slidingLogKind:
+		slidingLog(st, now, sp.limit, sp.period, cost, out)
+	case gcraKind:
+		gcra(st, now, sp.period, sp.limit, cost, out)
+	default:
+		tokenBucket(st, now, sp.period, sp.limit, cost, out)
 	}
 }
 

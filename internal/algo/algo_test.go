@@ -40,8 +40,11 @@ func FuzzBucketEqualsGCRA(f *testing.F) {
 			if st, _, ok := Convert(l.Using(sluice.GCRA), gc, now); ok {
 				gc = st
 			}
-			r1, n1, ttl1 := tokenBucket(tb, now, interval, capacity, cost)
-			r2, n2, ttl2 := gcra(gc, now, interval, capacity, cost)
+			var o1, o2 Outcome
+			tokenBucket(&tb, now, interval, capacity, cost, &o1)
+			gcra(&gc, now, interval, capacity, cost, &o2)
+			r1, n1, ttl1 := o1.R, o1.Next, o1.TTL
+			r2, n2, ttl2 := o2.R, o2.Next, o2.TTL
 			if r1 != r2 || ttl1 != ttl2 {
 				t.Fatalf("request %d (now %d, %s, cost %d): token_bucket %+v ttl %d, gcra %+v ttl %d", i/2, now, l, cost, r1, ttl1, r2, ttl2)
 			}

@@ -64,7 +64,7 @@ func rescale(debt, from, to int64) int64 {
 // refill at interval. State: A the debt at B, the time of the last
 // update, measured at interval C. A clock that stepped back behind B adds
 // to the debt: the bucket refills only as time moves forward.
-func tbDebt(st State, now, interval int64) int64 {
+func tbDebt(st *State, now, interval int64) int64 {
 	if !st.Set || st.C <= 0 {
 		return 0
 	}
@@ -74,7 +74,7 @@ func tbDebt(st State, now, interval int64) int64 {
 // gcraDebt returns the debt of GCRA state st at now, in µs of refill at
 // interval. State: A the theoretical arrival time, the instant at which the
 // bucket is full again, measured at interval B.
-func gcraDebt(st State, now, interval int64) int64 {
+func gcraDebt(st *State, now, interval int64) int64 {
 	if !st.Set || st.B <= 0 {
 		return 0
 	}
@@ -82,34 +82,38 @@ func gcraDebt(st State, now, interval int64) int64 {
 }
 
 // tokenBucket mirrors token_bucket.lua.
-func tokenBucket(st State, now, interval, capacity, cost int64) (sluice.Result, State, int64) {
+func tokenBucket(st *State, now, interval, capacity, cost int64, out *Outcome) {
 	full := capacity * interval
 	tokens := full - tbDebt(st, now, interval) // negative under a lowered limit
 	need := cost * interval
 	if tokens < need {
-		return result(false, capacity, max(tokens, 0)/interval, full-tokens, need-tokens), st, 0
+		out.R, out.Next, out.TTL = result(false, capacity, max(tokens, 0)/interval, full-tokens, need-tokens), *st, 0
+		return
 	}
 	tokens -= need
 	reset := full - tokens
 	if reset <= 0 {
-		return result(true, capacity, capacity, 0, 0), State{}, 0
+		out.R, out.Next, out.TTL = result(true, capacity, capacity, 0, 0), State{}, 0
+		return
 	}
-	return result(true, capacity, tokens/interval, reset, 0), tbState(reset, now, interval), reset
+	out.R, out.Next, out.TTL = result(true, capacity, tokens/interval, reset, 0), tbState(reset, now, interval), reset
 }
 
 // gcra mirrors gcra.lua.
-func gcra(st State, now, interval, capacity, cost int64) (sluice.Result, State, int64) {
+func gcra(st *State, now, interval, capacity, cost int64, out *Outcome) {
 	full := capacity * interval
 	tat := now + gcraDebt(st, now, interval)
 	newTAT := tat + cost*interval
 	if allowAt := newTAT - full; now < allowAt {
-		return result(false, capacity, max(full-(tat-now), 0)/interval, tat-now, allowAt-now), st, 0
+		out.R, out.Next, out.TTL = result(false, capacity, max(full-(tat-now), 0)/interval, tat-now, allowAt-now), *st, 0
+		return
 	}
 	reset := newTAT - now
 	if reset <= 0 {
-		return result(true, capacity, capacity, 0, 0), State{}, 0
+		out.R, out.Next, out.TTL = result(true, capacity, capacity, 0, 0), State{}, 0
+		return
 	}
-	return result(true, capacity, (full-reset)/interval, reset, 0), gcraState(newTAT, interval), reset
+	out.R, out.Next, out.TTL = result(true, capacity, (full-reset)/interval, reset, 0), gcraState(newTAT, interval), reset
 }
 
 func tbState(debt, now, interval int64) State {
@@ -127,26 +131,29 @@ func gcraState(tat, interval int64) State { return State{Set: true, A: tat, B: i
 // first decision under l the state must drain at l's rate and live as long
 // as its debt at l's interval, so that the RetryAfter given holds.
 func Convert(l sluice.Limit, st State, now int64) (next State, ttl int64, ok bool) {
-	switch l.Algorithm {
-	case sluice.FixedWindow, sluice.SlidingWindow, sluice.SlidingLog:
-		return st, 0, false // counts mean the same under any limit
-	}
-	if !st.Set {
+	sp := SpecOf(l)
+	return sp.Convert(st, now)
+}
+
+// Stale reports whether Convert converts st under the limit of sp:
+// token_bucket or gcra state measured at another interval. (Counts mean
+// the same under any limit.)
+func (sp *Spec) Stale(st *State) bool {
+	return st.Set && (sp.alg == gcraKind && st.B != sp.period || sp.alg == tokenBucketKind && st.C != sp.period)
+}
+
+// Convert is Convert of the limit of sp.
+func (sp *Spec) Convert(st State, now int64) (next State, ttl int64, ok bool) {
+	if !sp.Stale(&st) {
 		return st, 0, false
 	}
-	interval := micros(l.Interval())
+	interval := sp.period
 	var debt int64
-	if l.Algorithm == sluice.GCRA {
-		if st.B == interval {
-			return st, 0, false
-		}
-		debt = gcraDebt(st, now, interval)
+	if sp.alg == gcraKind {
+		debt = gcraDebt(&st, now, interval)
 		next = gcraState(now+debt, interval)
 	} else {
-		if st.C == interval {
-			return st, 0, false
-		}
-		debt = tbDebt(st, now, interval)
+		debt = tbDebt(&st, now, interval)
 		next = tbState(debt, now, interval)
 	}
 	if debt <= 0 {

@@ -2,8 +2,6 @@ package algo
 
 import (
 	"slices"
-
-	"github.com/sluice-go/sluice"
 )
 
 // slidingLog mirrors sliding_log.lua. State: Log, the times of admitted
@@ -11,17 +9,19 @@ import (
 // now−period have expired. Under a lowered limit the log may hold more
 // live entries than the limit: a request waits for the oldest of them to
 // expire until cost fits.
-func slidingLog(st State, now, limit, period, cost int64) (sluice.Result, State, int64) {
+func slidingLog(st *State, now, limit, period, cost int64, out *Outcome) {
 	live, _ := slices.BinarySearch(st.Log, now-period+1) // first entry > now−period
 	n := int64(len(st.Log) - live)
 	if n+cost > limit {
 		// The k-th oldest live entry must expire before cost fits.
 		k := n + cost - limit
 		newest := st.Log[len(st.Log)-1]
-		return result(false, limit, max(limit-n, 0), newest+period-now, st.Log[live+int(k)-1]+period-now), st, 0
+		out.R, out.Next, out.TTL = result(false, limit, max(limit-n, 0), newest+period-now, st.Log[live+int(k)-1]+period-now), *st, 0
+		return
 	}
 	if n+cost == 0 {
-		return result(true, limit, limit, 0, 0), State{}, 0
+		out.R, out.Next, out.TTL = result(true, limit, limit, 0, 0), State{}, 0
+		return
 	}
 	next := st.Log[live:]
 	if at := len(next); at > 0 && next[at-1] > now {
@@ -41,7 +41,7 @@ func slidingLog(st State, now, limit, period, cost int64) (sluice.Result, State,
 		}
 	}
 	reset := next[len(next)-1] + period - now
-	return result(true, limit, limit-n-cost, reset, 0), State{Set: true, Log: next}, reset
+	out.R, out.Next, out.TTL = result(true, limit, limit-n-cost, reset, 0), State{Set: true, Log: next}, reset
 }
 
 // fill sets every element of s to v.

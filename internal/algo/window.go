@@ -2,8 +2,6 @@ package algo
 
 import (
 	"math"
-
-	"github.com/sluice-go/sluice"
 )
 
 // Both window algorithms never move back to an older window: when a clock
@@ -17,7 +15,7 @@ import (
 // have left it, and its lifetime does not depend on the limit at all.
 
 // fixedWindow mirrors fixed_window.lua. State: A window index, B count.
-func fixedWindow(st State, now, limit, period, cost int64) (sluice.Result, State, int64) {
+func fixedWindow(st *State, now, limit, period, cost int64, out *Outcome) {
 	w := floorDiv(now, period)
 	if st.Set && st.A > w {
 		w = st.A
@@ -28,18 +26,20 @@ func fixedWindow(st State, now, limit, period, cost int64) (sluice.Result, State
 	}
 	reset := (w+1)*period - now
 	if count+cost > limit {
-		return result(false, limit, max(limit-count, 0), reset, reset), st, 0
+		out.R, out.Next, out.TTL = result(false, limit, max(limit-count, 0), reset, reset), *st, 0
+		return
 	}
 	count += cost
 	if count == 0 {
-		return result(true, limit, limit, 0, 0), State{}, 0
+		out.R, out.Next, out.TTL = result(true, limit, limit, 0, 0), State{}, 0
+		return
 	}
-	return result(true, limit, limit-count, reset, 0), State{Set: true, A: w, B: count}, reset
+	out.R, out.Next, out.TTL = result(true, limit, limit-count, reset, 0), State{Set: true, A: w, B: count}, reset
 }
 
 // swCounts returns the previous and current window counts at window w of
 // the sliding-window state st.
-func swCounts(st State, w int64) (prev, cur int64) {
+func swCounts(st *State, w int64) (prev, cur int64) {
 	switch {
 	case !st.Set:
 		return 0, 0
@@ -81,7 +81,7 @@ func swReset(prev, cur, w, now, period int64) int64 {
 
 // swAt returns the window at t (never older than the stored one) and the
 // time elapsed in it (0 when the stored window is ahead of t).
-func swAt(st State, t, period int64) (w, e int64) {
+func swAt(st *State, t, period int64) (w, e int64) {
 	w = floorDiv(t, period)
 	if st.Set && st.A > w {
 		w = st.A
@@ -91,7 +91,7 @@ func swAt(st State, t, period int64) (w, e int64) {
 
 // slidingWindow mirrors sliding_window.lua. State: A window index, B the
 // previous window's count, C the current window's count.
-func slidingWindow(st State, now, limit, period, cost int64) (sluice.Result, State, int64) {
+func slidingWindow(st *State, now, limit, period, cost int64, out *Outcome) {
 	w, e := swAt(st, now, period)
 	prev, cur := swCounts(st, w)
 	if swAllows(prev, cur, e, limit, period, cost) {
@@ -99,9 +99,11 @@ func slidingWindow(st State, now, limit, period, cost int64) (sluice.Result, Sta
 		reset := swReset(prev, cur, w, now, period)
 		rem := swRemaining(prev, cur, e, limit, period)
 		if reset <= 0 {
-			return result(true, limit, rem, 0, 0), State{}, 0
+			out.R, out.Next, out.TTL = result(true, limit, rem, 0, 0), State{}, 0
+			return
 		}
-		return result(true, limit, rem, reset, 0), State{Set: true, A: w, B: prev, C: cur}, reset
+		out.R, out.Next, out.TTL = result(true, limit, rem, reset, 0), State{Set: true, A: w, B: prev, C: cur}, reset
+		return
 	}
 	// The estimate only falls as time passes, and two windows from now both
 	// counts are gone, so the earliest admitting instant lies in
@@ -117,5 +119,5 @@ func slidingWindow(st State, now, limit, period, cost int64) (sluice.Result, Sta
 			lo = mid + 1
 		}
 	}
-	return result(false, limit, swRemaining(prev, cur, e, limit, period), swReset(prev, cur, w, now, period), lo), st, 0
+	out.R, out.Next, out.TTL = result(false, limit, swRemaining(prev, cur, e, limit, period), swReset(prev, cur, w, now, period), lo), *st, 0
 }

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -58,5 +59,42 @@ func TestLongKeys(t *testing.T) {
 	}
 	if r, err := lim.Allow(ctx, key, l); err != nil || !r.Allowed {
 		t.Errorf("a long key after Reset: %+v, %v; want admitted", r, err)
+	}
+}
+
+// TestAlgoIndex: algoIndex is 1 plus the index in sluice.Algorithms of
+// the algorithm of a limit's Identity, 0 for one that is not there.
+func TestAlgoIndex(t *testing.T) {
+	for _, a := range append([]sluice.Algorithm{"", "leaky_bucket"}, sluice.Algorithms...) {
+		want := slices.Index(sluice.Algorithms, sluice.Limit{Algorithm: a}.Identity().Algorithm) + 1
+		if got := algoIndex(a); got != want {
+			t.Errorf("algoIndex(%q) = %d, want %d", a, got, want)
+		}
+	}
+	if got := algoIndex(sluice.SlidingLog); got != slidingLogIndex {
+		t.Errorf("algoIndex(sliding_log) = %d, slidingLogIndex %d", got, slidingLogIndex)
+	}
+}
+
+// TestPrefixLen: prefixLen finds where the client key starts in every
+// form of entry key: known and unknown algorithms, periods in whole
+// microseconds and not, names short and long, keys short, empty and
+// hashed.
+func TestPrefixLen(t *testing.T) {
+	keys := []string{"", "k", "203.0.113.7", strings.Repeat("k", 128), strings.Repeat("k", 200)}
+	limits := []sluice.Limit{
+		sluice.PerSecond(5), sluice.PerHour(5).Using(sluice.GCRA).Named("n"),
+		sluice.PerMinute(5).Using(sluice.SlidingLog).Named(strings.Repeat("n", 300)),
+		{Algorithm: "leaky_bucket", Limit: 5, Period: 1500 * time.Nanosecond},
+		{Algorithm: sluice.FixedWindow, Limit: 5, Period: 10 * 365 * 24 * time.Hour},
+	}
+	for _, key := range keys {
+		ck := newClientKey(key)
+		for _, l := range limits {
+			k := appendEntryKey(nil, ck, l)
+			if got, want := prefixLen(k), len(k)-len(ck.key); got != want || prefixLen(string(k)) != want {
+				t.Errorf("%s, key of %d bytes: prefixLen = %d, want %d", l, len(key), got, want)
+			}
+		}
 	}
 }

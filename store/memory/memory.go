@@ -9,7 +9,9 @@
 //
 // The store is safe for concurrent use. Its state is split into shards locked
 // independently; all limits of one key live in one shard, so a multi-limit
-// decision is atomic. Every piece of state carries the shortest sufficient
+// decision is atomic. It is a sluice.OneTaker: a Limiter's Allow and AllowN
+// over it allocate nothing once a key has its entry (BenchmarkAllow,
+// BenchmarkManyKeys). Every piece of state carries the shortest sufficient
 // lifetime (until it would be equivalent to no state at all), and state
 // that has been expired for over a minute is evicted as the store is used,
 // so idle keys do not accumulate. The minute of grace keeps a clock that
@@ -36,20 +38,22 @@
 // capacity above the number of keys active over the longest period your
 // limits use, and watch Evictions (sluice_memory_evictions_total).
 //
-// An entry costs about 100 bytes of live heap plus its key (the client
+// An entry costs about 90 bytes of live heap plus its key (the client
 // key, the limit's name and a few bytes, rounded up to an allocation size
-// class): 119 bytes an entry in all with 8- to 11-byte client keys and a
-// 6-byte name, 239 with 128-byte keys, the longest kept as they are
-// (BenchmarkFullStore; TestHeapPerKey measures 117 to 130 at 100,000 to
-// 500,000 keys, where the store kept 207 to 281 before it was bounded). A
-// full store of the default capacity thus holds about 60 MiB of live heap
-// with address-sized keys and 120 MiB with 128-byte keys and a short name
-// (a longer name adds its length to every entry), and the process's RSS, with the collector's headroom
-// (GOGC), about twice that: 127 MiB measured after 2,000,000 distinct
-// keys, where the unbounded store held 698 MiB. A sliding_log entry also
-// holds 8 bytes (up to 16, with slice growth) per request it admitted
-// within its period, and state expired for under a minute counts against
-// the capacity until it is evicted. Memory returns as entries go: a shard
+// class): 108 bytes an entry in all with 8- to 11-byte client keys and a
+// 6-byte name, 229 with 128-byte keys, the longest kept as they are
+// (BenchmarkFullStore; TestHeapPerKey measures 112 at 200,000 keys, 123
+// before entries other than sliding_log's lost their pointer to a log,
+// and the store kept 207 to 281 before it was bounded). A full store of
+// the default capacity thus holds about 55 MiB of live heap with
+// address-sized keys and 115 MiB with 128-byte keys and a short name (a
+// longer name adds its length to every entry), and the process's RSS,
+// with the collector's headroom (GOGC), about twice that: 127 MiB
+// measured after 2,000,000 distinct keys (at 119 bytes an entry), where
+// the unbounded store held 698 MiB. A sliding_log entry also holds 8
+// bytes (up to 16, with slice growth) per request it admitted within its
+// period, in a map of its shard's logs, and state expired for under a
+// minute counts against the capacity until it is evicted. Memory returns as entries go: a shard
 // that falls to a quarter of its peak (of 256 entries or more) rebuilds
 // its tables (once a flood's state had expired, Sweep took the live heap
 // from 63 MiB to none and the RSS fell from 131 MiB to 9 MiB within 5 s;
@@ -110,14 +114,26 @@ type shard struct {
 	seed      maphash.Seed // the Store's, to hash entry keys
 	tab       []uint64
 	chunks    [][]node
-	used      int32  // nodes handed out, the head included
-	free      int32  // first free node, 0 if none
-	n         int    // entries held
-	cap       int    // most entries held after a decision
-	peak      int    // most entries held since the shard was last built
-	ops       uint64 // decisions, to space out eviction
-	evictions uint64 // live entries forgotten because the shard was full
-	_         [16]byte
+	used      int32             // nodes handed out, the head included
+	free      int32             // first free node, 0 if none
+	n         int               // entries held
+	cap       int               // most entries held after a decision
+	peak      int               // most entries held since the shard was last built
+	ops       uint64            // decisions, to space out eviction
+	evictions uint64            // live entries forgotten because the shard was full
+	key       []byte            // the prefix of a long key's entry key in TakeOne, reused
+	logs      map[int32][]int64 // the logs of sliding_log entries, by node
+	last      lastLimit         // the limit of TakeOne's last decision
+}
+
+// lastLimit is what TakeOne works out of a limit (a division, the entry
+// keys' prefix), kept for the next decision of its shard under the same
+// limit: most decisions in a shard are of one limit, or of a few.
+type lastLimit struct {
+	limit  sluice.Limit
+	spec   algo.Spec
+	prefix []byte // appendEntryKey of an empty client key; empty: no limit yet
+	hash   uint64 // maphash of prefix
 }
 
 // Nodes come in chunks of chunkSize (8 KiB); the first chunk grows up to
@@ -129,32 +145,51 @@ const (
 )
 
 // node is one entry: the state of a client key under a limit identity.
+// A sliding_log entry's log is in its shard's logs, so that the entries of
+// the other algorithms, most of them, carry no pointer for it: 56 bytes.
 type node struct {
-	key        string   // the entry key; "" while the node is free
-	a, b, c    int64    // algo.State's A, B and C
-	expires    int64    // µs; the state is gone at and after this instant
-	log        *[]int64 // algo.State's Log (sliding_log only), or nil
+	key        string // the entry key; "" while the node is free
+	a, b, c    int64  // algo.State's A, B and C
+	expires    int64  // µs; the state is gone at and after this instant
 	prev, next int32
 }
 
-// state returns the algo.State n holds.
-func (n *node) state() algo.State {
+// logged reports whether an entry of key k is a sliding_log's, whose log
+// is in its shard's logs (see appendEntryKey: the first byte's low bits
+// are the algorithm's index).
+func logged(k string) bool { return len(k) > 0 && int(k[0]&7) == slidingLogIndex }
+
+// slidingLogIndex is algoIndex(sluice.SlidingLog).
+const slidingLogIndex = 3
+
+// state returns the algo.State node i holds.
+func (sh *shard) state(i int32) algo.State {
+	n := sh.at(i)
 	st := algo.State{Set: true, A: n.a, B: n.b, C: n.c}
-	if n.log != nil {
-		st.Log = *n.log
+	if logged(n.key) {
+		st.Log = sh.logs[i]
 	}
 	return st
 }
 
-// set stores st in n, to expire at expires.
-func (n *node) set(st algo.State, expires int64) {
+// set stores st in node i, to expire at expires.
+func (sh *shard) set(i int32, st *algo.State, expires int64) {
+	n := sh.at(i)
 	n.a, n.b, n.c, n.expires = st.A, st.B, st.C, expires
+	if logged(n.key) {
+		sh.setLog(i, st.Log)
+	}
+}
+
+// setLog keeps l as the log of node i, a sliding_log entry.
+func (sh *shard) setLog(i int32, l []int64) {
 	switch {
-	case n.log != nil:
-		*n.log = st.Log
-	case st.Log != nil:
-		l := st.Log
-		n.log = &l
+	case l != nil && sh.logs == nil:
+		sh.logs = map[int32][]int64{i: l}
+	case l != nil:
+		sh.logs[i] = l
+	default:
+		delete(sh.logs, i)
 	}
 }
 
@@ -170,29 +205,52 @@ func (n *node) set(st algo.State, expires int64) {
 // they share client key and identity. It holds no more than the name and
 // the client key and a few bytes: no copy of the Limit per entry.
 func appendEntryKey(b []byte, ck clientKey, l sluice.Limit) []byte {
-	id := l.Identity()
-	a := slices.Index(sluice.Algorithms, id.Algorithm) + 1 // 1 to 5, or 0
+	// l.Identity(), without building it: the algorithm, "" read as
+	// TokenBucket, the period and the name.
+	a := algoIndex(l.Algorithm)
 	flags := byte(a)
 	if ck.hashed {
-		flags |= 1 << 3
+		flags |= hashedFlag
 	}
-	micros := id.Period >= 0 && id.Period%time.Microsecond == 0
+	micros := l.Period >= 0 && l.Period%time.Microsecond == 0
 	if !micros {
 		flags |= 1 << 4
 	}
 	b = append(b, flags)
 	if a == 0 {
-		b = binary.AppendUvarint(b, uint64(len(id.Algorithm)))
-		b = append(b, id.Algorithm...)
+		b = binary.AppendUvarint(b, uint64(len(l.Algorithm)))
+		b = append(b, l.Algorithm...)
 	}
 	if micros {
-		b = binary.AppendUvarint(b, uint64(id.Period/time.Microsecond))
+		b = binary.AppendUvarint(b, uint64(l.Period/time.Microsecond))
 	} else {
-		b = binary.AppendVarint(b, int64(id.Period))
+		b = binary.AppendVarint(b, int64(l.Period))
 	}
-	b = binary.AppendUvarint(b, uint64(len(id.Name)))
-	b = append(b, id.Name...)
+	b = binary.AppendUvarint(b, uint64(len(l.Name)))
+	b = append(b, l.Name...)
 	return append(b, ck.key...)
+}
+
+// hashedFlag is the bit of an entry key's first byte that says its client
+// key is a long key's hash.
+const hashedFlag = 1 << 3
+
+// algoIndex returns 1 plus the index in sluice.Algorithms of a, read as
+// Identity reads it ("" is TokenBucket), or 0 for an unknown algorithm.
+func algoIndex(a sluice.Algorithm) int {
+	switch a {
+	case sluice.FixedWindow:
+		return 1
+	case sluice.SlidingWindow:
+		return 2
+	case sluice.SlidingLog:
+		return 3
+	case "", sluice.TokenBucket:
+		return 4
+	case sluice.GCRA:
+		return 5
+	}
+	return 0
 }
 
 // clientKey is a client key as the store keeps it: bounded, and whether
@@ -304,8 +362,11 @@ func (s *Store) shard(key string) *shard {
 }
 
 func (s *Store) shardIndex(key string) int {
-	return int(maphash.String(s.seed, key) & uint64(len(s.shards)-1))
+	return s.shardOf(maphash.String(s.seed, key))
 }
+
+// shardOf returns the index of the shard of a client key of hash h.
+func (s *Store) shardOf(h uint64) int { return int(h & uint64(len(s.shards)-1)) }
 
 func (s *Store) micros(t time.Time) int64 {
 	if t.IsZero() {
@@ -316,7 +377,12 @@ func (s *Store) micros(t time.Time) int64 {
 
 // Take implements sluice.Store. A request of several parts locks the
 // shards of all their keys, in shard order, so it is atomic too.
-func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, error) {
+func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	if len(req.Parts) == 1 && len(req.Parts[0].Limits) == 1 {
+		p := req.Parts[0]
+		r, err := s.TakeOne(ctx, p.Key, p.Limits[0], p.Cost, req.Now)
+		return []sluice.Result{r}, err
+	}
 	now := s.micros(req.Now)
 	n := req.Len()
 	rs := make([]sluice.Result, n)
@@ -340,7 +406,7 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 			key := keys[d.k0:d.k1]
 			if d.i = d.sh.find(key, d.h); d.i != 0 {
 				if e := d.sh.at(d.i); e.expires > now {
-					d.st = e.state()
+					d.st = d.sh.state(d.i)
 				}
 				d.sh.touch(d.i)
 			}
@@ -391,19 +457,98 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 			}
 			keep = max(keep, n)
 		}
-		for sh.n > keep {
-			i := sh.at(0).prev
-			if sh.at(i).expires > now { // expired state is no loss
-				sh.evictions++
-			}
-			sh.remove(i)
-		}
-		if sh.ops++; sh.ops%evictEvery == 0 {
-			sh.evict(now, evictSample)
-			sh.shrink()
-		}
+		sh.settle(keep, now)
 	}
 	return rs, nil
+}
+
+// TakeOne implements sluice.OneTaker: Take of a request of one key under
+// one limit, without allocating (unless a new key needs an entry).
+// It decides in one shard, that of key.
+func (s *Store) TakeOne(_ context.Context, key string, l sluice.Limit, cost int, at time.Time) (sluice.Result, error) {
+	now := s.micros(at)
+	ck := newClientKey(key)
+	hc := maphash.String(s.seed, ck.key)
+	sh := &s.shards[s.shardOf(hc)]
+	sh.mu.Lock()
+	m := &sh.last
+	if len(m.prefix) == 0 || m.limit != l {
+		p := appendEntryKey(m.prefix[:0], clientKey{}, l)
+		*m = lastLimit{limit: l, spec: algo.SpecOf(l), prefix: p, hash: maphash.Bytes(s.seed, p)}
+	}
+	sp := &m.spec
+	// The entry key is pre followed by ck.key (appendEntryKey), its hash h
+	// (entryHash).
+	pre, h := m.prefix, mixHash(hc, m.hash)
+	if ck.hashed {
+		pre = append(sh.key[:0], pre...)
+		pre[0] |= hashedFlag
+		sh.key = pre
+		h = mixHash(hc, maphash.Bytes(s.seed, pre))
+	}
+	var st algo.State
+	i := sh.findSplit(pre, ck.key, h)
+	if i != 0 {
+		if e := sh.at(i); e.expires > now {
+			st = sh.state(i)
+		}
+		sh.touch(i)
+	}
+	if sp.Stale(&st) {
+		var ttl int64
+		st, ttl, _ = sp.Convert(st, now)
+		i = sh.putSplit(i, pre, ck.key, h, &st, ttl, now)
+	}
+	var out algo.Outcome
+	sp.Check(&st, now, int64(cost), &out)
+	if out.R.Allowed {
+		sh.putSplit(i, pre, ck.key, h, &out.Next, out.TTL, now)
+	}
+	// The entry is the most recently used: a shard of capacity 1 or more
+	// keeps it (see Take).
+	sh.settle(sh.cap, now)
+	sh.mu.Unlock()
+	return out.R, nil
+}
+
+// put stores st for ttl µs from now as the state of entry key k, whose
+// hash is h and whose node is i (0: none), deleting it when ttl <= 0, and
+// returns its node (0: none).
+func (sh *shard) put(i int32, k []byte, h uint64, st *algo.State, ttl, now int64) int32 {
+	return sh.putSplit(i, k, "", h, st, ttl, now)
+}
+
+// putSplit is put of the entry key pre followed by ck.
+func (sh *shard) putSplit(i int32, pre []byte, ck string, h uint64, st *algo.State, ttl, now int64) int32 {
+	switch {
+	case ttl <= 0:
+		if i != 0 {
+			sh.remove(i)
+		}
+		return 0
+	case i == 0:
+		i = sh.insert(string(pre)+ck, h)
+	}
+	sh.set(i, st, now+ttl)
+	return i
+}
+
+// settle ends a decision in sh: it forgets the least recently used
+// entries above keep, and every evictEvery-th decision evicts what has
+// expired among a sample of entries and rebuilds the shard if it has
+// shrunk enough.
+func (sh *shard) settle(keep int, now int64) {
+	for sh.n > keep {
+		i := sh.at(0).prev
+		if sh.at(i).expires > now { // expired state is no loss
+			sh.evictions++
+		}
+		sh.remove(i)
+	}
+	if sh.ops++; sh.ops%evictEvery == 0 {
+		sh.evict(now, evictSample)
+		sh.shrink()
+	}
 }
 
 // lock fills in the shard and entry key of every limit of parts in work,
@@ -461,28 +606,56 @@ func (d *decision) save(key []byte, st algo.State, ttl, now int64) {
 		// same key and identity against Request's rule, deleted.
 		d.i = sh.find(key, d.h)
 	}
-	switch {
-	case ttl <= 0:
-		if d.i != 0 {
-			sh.remove(d.i)
-			d.i = 0
-		}
-	case d.i != 0:
-		sh.at(d.i).set(st, now+ttl)
-	default:
-		d.i = sh.insert(string(key), d.h)
-		sh.at(d.i).set(st, now+ttl)
-	}
+	d.i = sh.put(d.i, key, d.h, &st, ttl, now)
 }
 
-// entryHash returns the hash of entry key k by which a shard finds it.
+// entryHash returns the hash of entry key k by which a shard finds it:
+// the hash of its client key, which also picks its shard, mixed with the
+// hash of the bytes before it (see appendEntryKey), so that TakeOne
+// hashes a client key once, and a limit's prefix once for all the
+// decisions of its shard under that limit (lastLimit).
 func entryHash(seed maphash.Seed, k []byte) uint64 {
-	return maphash.Bytes(seed, k) & hashMask
+	pl := prefixLen(k)
+	return mixHash(maphash.Bytes(seed, k[pl:]), maphash.Bytes(seed, k[:pl]))
 }
 
 // entryHashString is entryHash of a key held as a string.
 func entryHashString(seed maphash.Seed, k string) uint64 {
-	return maphash.String(seed, k) & hashMask
+	pl := prefixLen(k)
+	return mixHash(maphash.String(seed, k[pl:]), maphash.String(seed, k[:pl]))
+}
+
+// mixHash returns the entry hash of a client key of hash c under a
+// prefix of hash p. Its low 32 bits, a slot's tag and home, depend on all
+// the bits of both (a shard's client keys share their low bits).
+func mixHash(c, p uint64) uint64 {
+	h := (c ^ p) * 0x9e3779b97f4a7c15
+	return (h ^ h>>32) & hashMask
+}
+
+// prefixLen returns the length of the bytes of entry key k before its
+// client key: the flags, the algorithm's name if it is unknown, the
+// period and the name (see appendEntryKey).
+func prefixLen[K string | []byte](k K) int {
+	uvarint := func(i int) (uint64, int) { // the value at k[i:] and the index after it
+		var v uint64
+		for shift := 0; ; shift += 7 {
+			c := k[i]
+			i++
+			v |= uint64(c&0x7f) << shift
+			if c < 0x80 {
+				return v, i
+			}
+		}
+	}
+	i := 1
+	if k[0]&7 == 0 { // the algorithm's name
+		n, j := uvarint(i)
+		i = j + int(n)
+	}
+	_, i = uvarint(i)  // the period, a uvarint or a varint: the same bytes
+	n, j := uvarint(i) // the name
+	return j + int(n)
 }
 
 // hashMask is all ones but in tests that make hashes collide, to run the
@@ -508,7 +681,11 @@ func tableSize(n int) int {
 func slot(h uint64, i int32) uint64 { return uint64(uint32(h))<<32 | uint64(uint32(i)) }
 
 // find returns the node of the entry key whose hash is h, or 0.
-func (sh *shard) find(key []byte, h uint64) int32 {
+func (sh *shard) find(key []byte, h uint64) int32 { return sh.findSplit(key, "", h) }
+
+// findSplit is find of the entry key pre followed by ck, without
+// building it.
+func (sh *shard) findSplit(pre []byte, ck string, h uint64) int32 {
 	mask := uint32(len(sh.tab) - 1)
 	tag := uint32(h)
 	for p := tag & mask; ; p = (p + 1) & mask {
@@ -517,7 +694,8 @@ func (sh *shard) find(key []byte, h uint64) int32 {
 			return 0
 		}
 		if uint32(s>>32) == tag {
-			if i := int32(uint32(s)); sh.at(i).key == string(key) {
+			i := int32(uint32(s))
+			if k := sh.at(i).key; len(k) == len(pre)+len(ck) && k[:len(pre)] == string(pre) && k[len(pre):] == ck {
 				return i
 			}
 		}
@@ -592,6 +770,9 @@ func (sh *shard) remove(i int32) {
 	sh.tab[p] = 0
 	sh.at(n.prev).next = n.next
 	sh.at(n.next).prev = n.prev
+	if logged(n.key) {
+		delete(sh.logs, i)
+	}
 	*n = node{next: sh.free}
 	sh.free = i
 	sh.n--
@@ -599,14 +780,18 @@ func (sh *shard) remove(i int32) {
 
 // touch makes node i the most recently used.
 func (sh *shard) touch(i int32) {
-	head := sh.at(0)
-	if head.next == i {
+	head := &sh.chunks[0][0]
+	first := head.next
+	if first == i {
 		return
 	}
 	n := sh.at(i)
-	sh.at(n.prev).next = n.next
-	sh.at(n.next).prev = n.prev
-	sh.pushFront(i)
+	prev, next := n.prev, n.next // prev != 0: i is not first
+	sh.at(prev).next = next
+	sh.at(next).prev = prev
+	n.prev, n.next = 0, first
+	sh.at(first).prev = i
+	head.next = i
 }
 
 // pushFront links node i, unlinked, as the most recently used.
@@ -621,7 +806,7 @@ func (sh *shard) pushFront(i int32) {
 // evict deletes the entries expired for over evictGrace among up to n
 // entries at the end of the least-recently-used list, and among up to n
 // others, from a random place in the table (looking at no more than 4n
-// slots).
+// slots, and at none twice).
 func (sh *shard) evict(now int64, n int) int {
 	deleted := 0
 	for range n {
@@ -634,7 +819,7 @@ func (sh *shard) evict(now int64, n int) int {
 	}
 	mask := uint32(len(sh.tab) - 1)
 	p := rand.Uint32()
-	for range 4 * n {
+	for range min(4*n, len(sh.tab)) { // each slot once at most
 		if n == 0 {
 			break
 		}
@@ -671,15 +856,20 @@ func (sh *shard) shrink() {
 	if sh.peak < shrinkMin || sh.n > sh.peak/4 {
 		return
 	}
-	chunks := sh.chunks
+	chunks, logs := sh.chunks, sh.logs
 	old := func(i int32) *node { return &chunks[i>>chunkBits][i&chunkMask] }
 	sh.init(sh.seed, sh.cap, sh.n)
+	sh.logs = nil
 	for i := old(0).prev; i != 0; i = old(i).prev {
 		o := old(i)
-		e := sh.at(sh.insert(o.key, entryHashString(sh.seed, o.key)))
+		j := sh.insert(o.key, entryHashString(sh.seed, o.key))
+		e := sh.at(j)
 		prev, next := e.prev, e.next
 		*e = *o
 		e.prev, e.next = prev, next
+		if logged(o.key) {
+			sh.setLog(j, logs[i])
+		}
 	}
 }
 
