@@ -341,3 +341,41 @@ func TestEstimateCheckCatches(t *testing.T) {
 		}
 	}
 }
+
+// On the stores' own clocks (no Now: this process's for the leases, the
+// Redis server's TIME for the store), 4 replicas × 8 goroutines, each
+// replica asking for more than the limit, admit exactly the limit of 500
+// per day for every algorithm: leases neither over- nor under-admit when
+// they are all spent. (A day: no window boundary or refill worth a unit
+// falls inside the test.)
+func TestExactOnStoreClock(t *testing.T) {
+	const limit = 500
+	for _, be := range backends {
+		for _, a := range sluice.Algorithms {
+			t.Run(be.name+"/"+string(a), func(t *testing.T) {
+				l := sluice.PerDay(limit).Using(a)
+				var lims []*sluice.Limiter
+				var calls int64
+				var backs []*counting
+				for _, b := range be.new(t, replicas) {
+					c := &counting{Store: b}
+					s, err := lease.New(c, lease.Block(block))
+					if err != nil {
+						t.Fatal(err)
+					}
+					backs = append(backs, c)
+					lims = append(lims, sluice.New(s))
+				}
+				attempts := limit/workers + 1
+				got := storetest.Hammer(t, lims, "hot-clock-"+string(a), workers, attempts, l)
+				for _, c := range backs {
+					calls += c.takes.Load()
+				}
+				t.Logf("%s: admitted %d of %d decisions with %d backing calls", l, got, replicas*workers*attempts, calls)
+				if got != limit {
+					t.Errorf("%s admitted %d, want exactly %d", l, got, limit)
+				}
+			})
+		}
+	}
+}

@@ -26,7 +26,14 @@
 // (sluice.Limit.Identity). When a request finds no usable lease (none, spent
 // below its cost, ended, or taken on the other clock), it drops what is
 // left of the old one and refills, while the replica's other requests for
-// that key wait for the refill (one refill in flight per key and replica):
+// that key wait for the refill (one refill in flight per key and replica),
+// bounded by their contexts (the Limiter's store timeout included). A
+// replica so answers at most about B decisions per key per round trip to
+// the backing store, queueing the rest in process rather than in Redis:
+// choose B at least a replica's decisions per second on its hottest key
+// times the round trip (100,000/s × 200µs: B = 20). (Sending the excess
+// straight to the store instead was measured worse: it loads the store,
+// which slows the refills, which sends more through.) The refill:
 //
 //  1. Take n = B − k, where k is what is left of a lease still running
 //     (too little for this cost: it is topped up to a block, as its units
