@@ -379,3 +379,57 @@ func TestExactOnStoreClock(t *testing.T) {
 		}
 	}
 }
+
+// When the backing store fails, a lease Store returns its error (wrapped,
+// for the Limiter's error policy to handle) to the refiller and to the
+// requests that waited for it, and answers again when the store is back.
+func TestBackingFails(t *testing.T) {
+	srv := redistest.Start(t)
+	rs, err := redis.Open("redis://" + srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rs.Close)
+	s, err := lease.New(rs, lease.Block(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := sluice.PerMinute(100).Using(sluice.FixedWindow)
+	local := sluice.New(s, sluice.WithErrorPolicy(sluice.LocalOnError(memory.New())))
+	srv.Stop()
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			if _, err := s.Take(ctx, one("k", l, 1, time.Time{})); err == nil {
+				t.Error("Take with the backing store down: no error")
+			}
+			r, err := local.Allow(ctx, "k", l)
+			if err != nil || !r.Allowed || r.Degraded != sluice.DegradedLocal {
+				t.Errorf("Limiter over a failing lease Store: %+v, %v; want the local fallback's answer", r, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if s.Len() > 1 {
+		t.Fatalf("%d leases after failed refills", s.Len())
+	}
+	srv.Restart(t)
+	deadline := time.Now().Add(10 * time.Second) // answered within seconds, not never
+	for {
+		rs, err := s.Take(context.Background(), one("k", l, 1, time.Time{}))
+		if err == nil {
+			if !rs[0].Allowed || rs[0].Remaining != block-1 {
+				t.Fatalf("after the restart: %+v; want a fresh block", rs[0])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the store is back but Take still fails: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -24,9 +24,9 @@
 //
 // A replica holds at most one lease per key and limit identity
 // (sluice.Limit.Identity). When a request finds no usable lease (none, spent
-// below its cost, ended, or taken on the other clock), it drops what is
-// left of the old one and refills, while the replica's other requests for
-// that key wait for the refill (one refill in flight per key and replica),
+// below its cost, ended, or taken on the other clock), it refills it (step
+// 1 says what becomes of the old lease's rest), while the replica's other
+// requests for that key wait for the refill (one refill in flight per key and replica),
 // bounded by their contexts (the Limiter's store timeout included). A
 // replica so answers at most about B decisions per key per round trip to
 // the backing store, queueing the rest in process rather than in Redis:
@@ -44,8 +44,7 @@
 //     (cost − k ≤ r < n), take r: the last units of a window are leased
 //     too, so that exactly the limit is admitted whatever the costs.
 //  3. Otherwise (or if r is denied in turn) drop k, take the request's own
-//     cost and
-//     return the store's Result as it is. Denials are always the store's:
+//     cost and return the store's Result as it is. Denials are always the store's:
 //     a lease never denies, so every RetryAfter is the store's exact one.
 //     After a denial the replica asks for the cost alone (one store call
 //     per denial, as without leases) until the store admits one, and then
@@ -77,10 +76,15 @@
 // that is under-admission, never over-admission. The Store interface has no
 // way to give units back; a return (a refund of the unspent units at the
 // lease's end, say a Store capability taking a negative cost within the
-// same state) is the next step. It would remove the under-admission (the
-// whole limit becomes usable by the other replicas) and leave the
-// overshoot bound below unchanged: the bound comes from units that are
-// outstanding, not from units lost.
+// same state) is the next step. It would remove the under-admission: the
+// backing store's C(I) below would count only the units kept, so that
+// A(I) ≤ C(I) + N × B tightens towards what was really admitted, and a
+// fixed window admits exactly its limit however unevenly the demand falls
+// on the replicas (without returns, exactly the limit only when each
+// replica's demand spends its leases). The N × B term itself stays: it
+// counts units spent after they were counted, which a return at the
+// lease's end does not undo; fixed_window and sliding_window already have
+// no overshoot without returns, as below.
 //
 // Results answered from a lease are honest: Allowed true, Limit the
 // limit's Capacity, Remaining what the lease has left after this request
@@ -108,8 +112,8 @@
 // spent. Per replica and key at most B units are outstanding at any
 // instant: a lease holds at most B (a refill takes B − k to top up the
 // k units it keeps, or fewer), no lease is spent while its refill is in
-// flight, and only one refill per key is in flight. So at most N × B units spent in
-// I were consumed before a. ∎
+// flight, and only one refill per key is in flight. So at most N × B
+// units spent in I were consumed before a. ∎
 //
 // C(I) obeys the backing algorithm (the conformance suite's business), so
 // in any period P of real time the fleet admits at most what the algorithm
@@ -127,7 +131,9 @@
 //   - sliding_window: every unit spent in a window was counted in that
 //     window, before it was spent, so the real counts of the current and
 //     previous windows never exceed the store's, and the weighted estimate
-//     over real admits never exceeds the store's, which is at most Limit.
+//     over real admits never exceeds the store's at the same instant,
+//     which is at most Limit (the store checked it at each of its admits,
+//     and it only falls in between).
 //
 // The proof reads instants from one clock per replica: the store's clock
 // (this process's monotonic clock under the lease lock, and the Redis
@@ -136,9 +142,13 @@
 // backwards.
 //
 // The package tests measure it: N replicas over one real redis-server and
-// over the memory store, many goroutines, counting admits per window;
-// fixed_window admits exactly the limit per window, and a lease made to
-// outlive its window (a test-only hook) is caught admitting more.
+// over the memory store, many goroutines, counting admits per window of a
+// fake clock; fixed_window admits exactly the limit per window, every
+// algorithm stays within C(I) + N × B in every period, sliding_window's
+// estimate over real admits within the limit, and a lease made to outlive
+// its window (a test-only hook) is caught admitting more. On the stores'
+// own clocks (the Redis server's TIME) every algorithm admits exactly its
+// limit.
 //
 // # Reset, memory, concurrency
 //

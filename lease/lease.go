@@ -95,7 +95,9 @@ func New(backing sluice.Store, opts ...Option) (*Store, error) {
 	}
 	c := config{block: DefaultBlock, maxLeases: DefaultMaxLeases}
 	for _, o := range opts {
-		o(&c)
+		if o != nil {
+			o(&c)
+		}
 	}
 	switch {
 	case c.block < 1:
