@@ -2,6 +2,8 @@ package lease_test
 
 import (
 	"context"
+	"fmt"
+	"runtime"
 	"strconv"
 	"testing"
 
@@ -111,4 +113,45 @@ func BenchmarkRedisHotKey(b *testing.B) {
 			b.ReportMetric(float64(c.takes.Load())/float64(b.N), "backing-calls/op")
 		})
 	}
+}
+
+// maxShardsForBench keeps every shard room for one lease.
+const maxShardsForBench = 16
+
+// BenchmarkLeaseMemory holds b.N leases (keys of 16 bytes) and reports the
+// heap they take per lease (bytes/lease), map and key strings included.
+func BenchmarkLeaseMemory(b *testing.B) {
+	l := sluice.PerMinute(100).Using(sluice.FixedWindow)
+	keys := make([]string, b.N)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("tenant-%09d", i)
+	}
+	backing := memory.New()
+	for _, k := range keys { // the backing store's own memory is not counted
+		if _, err := backing.Take(context.Background(), sluice.Request{Parts: []sluice.Part{{Key: k, Limits: []sluice.Limit{l}}}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	s, err := lease.New(backing, lease.MaxLeases(2*b.N+maxShardsForBench)) // shards fill unevenly
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for _, k := range keys {
+		if _, err := s.Take(context.Background(), sluice.Request{Parts: []sluice.Part{{Key: k, Limits: []sluice.Limit{l}, Cost: 1}}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if s.Len() != b.N {
+		b.Fatalf("%d leases held, want %d", s.Len(), b.N)
+	}
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(b.N), "bytes/lease")
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(keys)
 }

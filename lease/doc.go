@@ -13,12 +13,15 @@
 //
 // # What is leased
 //
-// A request with one part and one limit and a cost from 1 to B is leased.
+// A request with one part and one limit, of a Capacity of at least
+// MinCapacity (default 10 × B), and a cost from 1 to B is leased.
 // Everything else goes straight to the backing store, unchanged, and its
 // Result is the store's: several parts or several limits (all or nothing
 // across limits cannot be answered from separate blocks), cost 0 (a peek
-// reports the store's state) and a cost above the block. B is clamped to
-// the limit's Capacity, so a block is always a valid request.
+// reports the store's state), a cost above the block, and limits too small
+// to share out in blocks (a block of 10 of a limit of 12 would leave the
+// other replicas 2 until it ends). B is clamped to the limit's Capacity,
+// so a block is always a valid request.
 //
 // # How a lease is taken and spent
 //
@@ -73,7 +76,12 @@
 // state it was counted in has ended.
 //
 // Unused units are lost when the lease ends, is replaced or is evicted:
-// that is under-admission, never over-admission. The Store interface has no
+// that is under-admission, never over-admission, and it is bounded the
+// same way as the overshoot: the units lost from one backing state (a
+// window, say) are those left in leases when the demand stopped reaching
+// their replicas, at most B per replica, so a fleet whose clients ask for
+// more than the limit on every replica admits exactly the limit, and one
+// whose demand moves between replicas at least Limit − N × B. The Store interface has no
 // way to give units back; a return (a refund of the unspent units at the
 // lease's end, say a Store capability taking a negative cost within the
 // same state) is the next step. It would remove the under-admission: the

@@ -16,7 +16,8 @@ import (
 const DefaultBlock = 10
 
 // DefaultMaxLeases is the most leases a Store holds without a MaxLeases
-// option: 1<<16, a few MiB, far more keys than are hot at once.
+// option: 1<<16, about 22 MB at the 340 bytes a lease takes with a key of
+// 16 bytes (BenchmarkLeaseMemory), far more keys than are hot at once.
 const DefaultMaxLeases = 1 << 16
 
 // maxShards is the number of independently locked shards of a Store's
@@ -33,6 +34,7 @@ type config struct {
 	block     int
 	maxAge    time.Duration
 	maxLeases int
+	minCap    int // 0: DefaultMinCapacityBlocks × block
 }
 
 // Block sets B, the units taken from the backing store at once (default
@@ -44,8 +46,22 @@ func Block(n int) Option { return func(c *config) { c.block = n } }
 // backing state allows (0, the default: no cap beyond the backing state).
 func MaxAge(d time.Duration) Option { return func(c *config) { c.maxAge = d } }
 
+// MinCapacity leases only limits whose Capacity is at least n (default
+// DefaultMinCapacityBlocks × B); requests under smaller limits go to the
+// backing store. Leasing a small limit hands most of it to one replica
+// (a block of 10 of a limit of 12 leaves 2 for every other replica until
+// the lease ends), so the default keeps a block at most a tenth of what it
+// is taken from. MinCapacity(1) leases every limit.
+func MinCapacity(n int) Option { return func(c *config) { c.minCap = n } }
+
+// DefaultMinCapacityBlocks is the smallest Capacity leased, in blocks,
+// without a MinCapacity option: 10, so that with block 10 limits from 100
+// up are leased.
+const DefaultMinCapacityBlocks = 10
+
 // MaxLeases caps the leases a Store holds (default DefaultMaxLeases, at
-// least 1).
+// least 1). The leases are kept in up to 16 shards of MaxLeases/16 each, so
+// a Store may evict before it holds MaxLeases when keys hash unevenly.
 func MaxLeases(n int) Option { return func(c *config) { c.maxLeases = n } }
 
 // Store is a sluice.Store that answers one-part, one-limit requests from
@@ -55,6 +71,7 @@ func MaxLeases(n int) Option { return func(c *config) { c.maxLeases = n } }
 type Store struct {
 	backing sluice.Store
 	block   int
+	minCap  int
 	maxAge  time.Duration
 	seed    maphash.Seed
 	shards  []shard
@@ -106,11 +123,17 @@ func New(backing sluice.Store, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("lease: MaxAge must not be negative, got %s", c.maxAge)
 	case c.maxLeases < 1:
 		return nil, fmt.Errorf("lease: MaxLeases must be at least 1, got %d", c.maxLeases)
+	case c.minCap < 0:
+		return nil, fmt.Errorf("lease: MinCapacity must not be negative, got %d", c.minCap)
+	}
+	if c.minCap == 0 {
+		c.minCap = DefaultMinCapacityBlocks * c.block
 	}
 	n := min(maxShards, c.maxLeases)
 	s := &Store{
 		backing: backing,
 		block:   c.block,
+		minCap:  c.minCap,
 		maxAge:  c.maxAge,
 		seed:    maphash.MakeSeed(),
 		shards:  make([]shard, n),
@@ -143,13 +166,13 @@ func (s *Store) shard(key string) *shard {
 }
 
 // leasable reports whether req is decided from a lease: one part, one
-// limit, cost from 1 to the block.
+// limit of at least minCap, cost from 1 to the block.
 func (s *Store) leasable(req sluice.Request) bool {
 	if len(req.Parts) != 1 {
 		return false
 	}
 	p := req.Parts[0]
-	return len(p.Limits) == 1 && p.Cost >= 1 && p.Cost <= s.blockFor(p.Limits[0])
+	return len(p.Limits) == 1 && p.Cost >= 1 && p.Cost <= s.blockFor(p.Limits[0]) && p.Limits[0].Capacity() >= s.minCap
 }
 
 func (s *Store) blockFor(l sluice.Limit) int { return min(s.block, l.Capacity()) }

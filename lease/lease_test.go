@@ -36,6 +36,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"block 0", memory.New(), []lease.Option{lease.Block(0)}, "Block must be at least 1, got 0"},
 		{"negative max age", memory.New(), []lease.Option{lease.MaxAge(-time.Second)}, "MaxAge must not be negative, got -1s"},
 		{"max leases 0", memory.New(), []lease.Option{lease.MaxLeases(0)}, "MaxLeases must be at least 1, got 0"},
+		{"negative min capacity", memory.New(), []lease.Option{lease.MinCapacity(-1)}, "MinCapacity must not be negative, got -1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := lease.New(tc.backing, tc.opts...)
@@ -93,17 +94,26 @@ func TestPassThrough(t *testing.T) {
 	now := storetest.Epoch
 	a := sluice.PerMinute(10).Using(sluice.FixedWindow)
 	b := sluice.PerMinute(5).Using(sluice.SlidingLog)
+	every := lease.MinCapacity(1)
 	for _, tc := range []struct {
 		name string
 		req  sluice.Request
+		min  lease.Option // MinCapacity
 	}{
-		{"two limits", sluice.Request{Parts: []sluice.Part{{Key: "k", Limits: []sluice.Limit{a, b}, Cost: 1}}, Now: now}},
-		{"two parts", sluice.Request{Parts: []sluice.Part{{Key: "k", Limits: []sluice.Limit{a}, Cost: 1}, {Key: "j", Limits: []sluice.Limit{b}, Cost: 1}}, Now: now}},
-		{"cost 0", one("k", a, 0, now)},
-		{"cost above the block", one("k", a, 4, now)},
+		{"two limits", sluice.Request{Parts: []sluice.Part{{Key: "k", Limits: []sluice.Limit{a, b}, Cost: 1}}, Now: now}, nil},
+		{"two parts", sluice.Request{Parts: []sluice.Part{{Key: "k", Limits: []sluice.Limit{a}, Cost: 1}, {Key: "j", Limits: []sluice.Limit{b}, Cost: 1}}, Now: now}, nil},
+		{"cost 0", one("k", a, 0, now), nil},
+		{"cost above the block", one("k", a, 4, now), nil},
+		// 10 < 10 × 3 (the default): a block would be a third of the limit.
+		{"capacity below MinCapacity", one("k", a, 1, now), nil},
+		{"capacity below MinCapacity(11)", one("k", a, 1, now), lease.MinCapacity(11)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, c := newLeased(t, lease.Block(3))
+			minOpt := tc.min
+			if minOpt == nil && !strings.HasPrefix(tc.name, "capacity") {
+				minOpt = every
+			}
+			s, c := newLeased(t, lease.Block(3), minOpt)
 			plain := memory.New()
 			for i := range 4 {
 				got, err := s.Take(context.Background(), tc.req)
@@ -158,7 +168,7 @@ func TestRemainderAndDenial(t *testing.T) {
 		{"bucket", sluice.PerMinute(7).Using(sluice.GCRA), 3, 1, 7, 2 + 2 + 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, c := newLeased(t, lease.Block(tc.block))
+			s, c := newLeased(t, lease.Block(tc.block), lease.MinCapacity(1))
 			plain := memory.New()
 			admitted := 0
 			var last sluice.Result
@@ -251,7 +261,7 @@ func TestStoreClock(t *testing.T) {
 
 // Reset drops the replica's lease and resets the backing store.
 func TestReset(t *testing.T) {
-	s, c := newLeased(t, lease.Block(10))
+	s, c := newLeased(t, lease.Block(10), lease.MinCapacity(1))
 	l := sluice.PerMinute(20).Using(sluice.FixedWindow)
 	now := storetest.Epoch
 	for range 13 {
@@ -281,7 +291,7 @@ func TestReset(t *testing.T) {
 // MaxLeases bounds the leases held; ended leases are evicted first, and
 // decisions stay right when leases are evicted.
 func TestMaxLeases(t *testing.T) {
-	s, c := newLeased(t, lease.Block(5), lease.MaxLeases(4))
+	s, c := newLeased(t, lease.Block(5), lease.MaxLeases(4), lease.MinCapacity(1))
 	l := sluice.PerMinute(5).Using(sluice.FixedWindow)
 	now := storetest.Epoch
 	for k := range 40 {
