@@ -81,7 +81,9 @@
 // window, say) are those left in leases when the demand stopped reaching
 // their replicas, at most B per replica, so a fleet whose clients ask for
 // more than the limit on every replica admits exactly the limit, and one
-// whose demand moves between replicas at least Limit − N × B. The Store interface has no
+// whose demand moves between replicas at least Limit − N × B (for cost 1;
+// larger costs also lose the rest of a lease whose top-up the store
+// denied, step 3, when fewer units than the cost were left anyway). The Store interface has no
 // way to give units back; a return (a refund of the unspent units at the
 // lease's end, say a Store capability taking a negative cost within the
 // same state) is the next step. It would remove the under-admission: the
