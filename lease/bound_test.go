@@ -450,3 +450,49 @@ func TestBackingFails(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// Requests waiting for a refill the store fails get its error at once,
+// without asking the failing store themselves.
+func TestWaitersShareRefillError(t *testing.T) {
+	srv := redistest.Start(t)
+	rs, err := redis.Open("redis://" + srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rs.Close)
+	b := &blocking{Store: rs, gate: make(chan struct{}), entered: make(chan struct{}, 10)}
+	s, err := lease.New(b, lease.Block(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := sluice.PerMinute(100).Using(sluice.FixedWindow)
+	errs := make(chan error, 4)
+	go func() {
+		_, err := s.Take(context.Background(), one("k", l, 1, time.Time{}))
+		errs <- err
+	}()
+	<-b.entered // the refill is in flight
+	for range 3 {
+		go func() {
+			_, err := s.Take(context.Background(), one("k", l, 1, time.Time{}))
+			errs <- err
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for lease.Waiters(s, "k", l) < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests wait for the refill after 10s, want 3", lease.Waiters(s, "k", l))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	srv.Stop()
+	close(b.gate)
+	for range 4 {
+		if err := <-errs; err == nil {
+			t.Fatal("a request answered while the store is down")
+		}
+	}
+	if n := len(b.entered); n != 0 {
+		t.Fatalf("waiters made %d backing calls; they share the refill's error", n)
+	}
+}

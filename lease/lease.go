@@ -98,7 +98,7 @@ type entry struct {
 	end    time.Time     // the lease is usable in [start, end)
 	reset  time.Duration // the block's ResetAfter, from start
 	own    bool          // start and end are on this process's clock, not the caller's
-	refill chan struct{} // non-nil while a refill is in flight; closed when it ends
+	refill *flight       // non-nil while a refill is in flight
 	dead   bool          // removed by Reset or eviction: a refill must not install
 	short  bool          // the last refill found no block: ask for the cost alone
 }
@@ -199,10 +199,17 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, 
 		}
 		e := sh.m[k]
 		if e != nil && e.refill != nil {
-			ch := e.refill
+			f := e.refill
+			f.waiters++
 			sh.mu.Unlock()
 			select {
-			case <-ch:
+			case <-f.done:
+				if f.err != nil {
+					// The store failed the refill this request waited
+					// for: it fails too, rather than each waiter asking
+					// a failing store in turn.
+					return nil, fmt.Errorf("lease: the refill of %q this request waited for: %w", p.Key, f.err)
+				}
 				continue
 			case <-ctx.Done():
 				return nil, fmt.Errorf("lease: waiting for the lease of %q: %w", p.Key, ctx.Err())
@@ -231,8 +238,8 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, 
 			keep = held{units: e.units, end: e.end}
 		}
 		e.units = 0
-		ch := make(chan struct{})
-		e.refill = ch
+		f := &flight{done: make(chan struct{})}
+		e.refill = f
 		short := e.short
 		sh.mu.Unlock()
 
@@ -240,7 +247,11 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, 
 
 		sh.mu.Lock()
 		e.refill = nil
-		close(ch)
+		if err != nil && ctx.Err() == nil {
+			// Not this caller's own cancellation: the store's failure.
+			f.err = err
+		}
+		close(f.done)
 		e.short = short
 		if got != nil && !e.dead {
 			e.units, e.start, e.end, e.reset, e.own = got.units, got.start, got.end, got.reset, own
@@ -302,6 +313,14 @@ func (sh *shard) add(k leaseKey, now time.Time, own bool, limit int) *entry {
 	e := &entry{}
 	sh.m[k] = e
 	return e
+}
+
+// flight is a refill in flight: done is closed when it ends, and err is
+// then its backing store's error, if any.
+type flight struct {
+	done    chan struct{}
+	err     error
+	waiters int // requests waiting for it (guarded by the shard's mutex)
 }
 
 // granted is a lease a refill took.
