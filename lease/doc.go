@@ -171,4 +171,10 @@
 // leases first, then any lease not being refilled (its units are lost),
 // and passes a request through when every lease is being refilled. A
 // Store is safe for concurrent use.
+//
+// When the backing store fails, the refill's error goes to the request
+// that asked for it and to every request waiting for it (none asks the
+// failing store in turn), for the Limiter's ErrorPolicy to answer; a lease
+// already held keeps answering until it is spent or ends, its units having
+// been counted.
 package lease
