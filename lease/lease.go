@@ -1,0 +1,438 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// DefaultBlock is the block New leases without a Block option: 10 units,
+// so that backing-store calls per decision fall about tenfold while the
+// fleet's overshoot stays at most 10 × replicas.
+const DefaultBlock = 10
+
+// DefaultMaxLeases is the most leases a Store holds without a MaxLeases
+// option: 1<<16, about 22 MB at the 340 bytes a lease takes with a key of
+// 16 bytes (BenchmarkLeaseMemory), far more keys than are hot at once.
+const DefaultMaxLeases = 1 << 16
+
+// maxShards is the number of independently locked shards of a Store's
+// leases (fewer when MaxLeases is smaller).
+const maxShards = 16
+
+// evictScan is how many leases a full shard looks at for one to evict.
+const evictScan = 32
+
+// Option configures a Store.
+type Option func(*config)
+
+type config struct {
+	block     int
+	maxAge    time.Duration
+	maxLeases int
+	minCap    int // 0: DefaultMinCapacityBlocks × block
+}
+
+// Block sets B, the units taken from the backing store at once (default
+// DefaultBlock, at least 1). The fleet's overshoot bound is B × replicas;
+// B is clamped to each limit's Capacity.
+func Block(n int) Option { return func(c *config) { c.block = n } }
+
+// MaxAge caps how long a lease lives after it was taken, below what the
+// backing state allows (0, the default: no cap beyond the backing state).
+func MaxAge(d time.Duration) Option { return func(c *config) { c.maxAge = d } }
+
+// MinCapacity leases only limits whose Capacity is at least n (default
+// DefaultMinCapacityBlocks × B); requests under smaller limits go to the
+// backing store. Leasing a small limit hands most of it to one replica
+// (a block of 10 of a limit of 12 leaves 2 for every other replica until
+// the lease ends), so the default keeps a block at most a tenth of what it
+// is taken from. MinCapacity(1) leases every limit.
+func MinCapacity(n int) Option { return func(c *config) { c.minCap = n } }
+
+// DefaultMinCapacityBlocks is the smallest Capacity leased, in blocks,
+// without a MinCapacity option: 10, so that with block 10 limits from 100
+// up are leased.
+const DefaultMinCapacityBlocks = 10
+
+// MaxLeases caps the leases a Store holds (default DefaultMaxLeases, at
+// least 1). The leases are kept in up to 16 shards of MaxLeases/16 each, so
+// a Store may evict before it holds MaxLeases when keys hash unevenly.
+func MaxLeases(n int) Option { return func(c *config) { c.maxLeases = n } }
+
+// Store is a sluice.Store that answers one-part, one-limit requests from
+// blocks of quota leased from a backing store (see the package
+// documentation for the semantics and the overshoot bound). Create it with
+// New.
+type Store struct {
+	backing sluice.Store
+	block   int
+	minCap  int
+	maxAge  time.Duration
+	seed    maphash.Seed
+	shards  []shard
+	perCap  int
+
+	outlive time.Duration // test hook: leases end this much later than allowed
+}
+
+type shard struct {
+	mu sync.Mutex
+	m  map[leaseKey]*entry
+}
+
+type leaseKey struct {
+	key string
+	id  sluice.Limit // Limit.Identity()
+}
+
+// entry is one key's lease on one replica. Every field is guarded by its
+// shard's mutex.
+type entry struct {
+	units  int           // left to spend
+	start  time.Time     // t0: read before the block's Take was sent
+	end    time.Time     // the lease is usable in [start, end)
+	reset  time.Duration // the block's ResetAfter, from start
+	own    bool          // start and end are on this process's clock, not the caller's
+	refill *flight       // non-nil while a refill is in flight
+	dead   bool          // removed by Reset or eviction: a refill must not install
+	short  bool          // the last refill found no block: ask for the cost alone
+}
+
+// New returns a Store leasing blocks of quota from backing. It returns an
+// error naming the option when Block, MaxAge or MaxLeases is out of range
+// or backing is nil.
+func New(backing sluice.Store, opts ...Option) (*Store, error) {
+	if backing == nil {
+		return nil, fmt.Errorf("lease: the backing store is nil")
+	}
+	c := config{block: DefaultBlock, maxLeases: DefaultMaxLeases}
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	switch {
+	case c.block < 1:
+		return nil, fmt.Errorf("lease: Block must be at least 1, got %d", c.block)
+	case c.maxAge < 0:
+		return nil, fmt.Errorf("lease: MaxAge must not be negative, got %s", c.maxAge)
+	case c.maxLeases < 1:
+		return nil, fmt.Errorf("lease: MaxLeases must be at least 1, got %d", c.maxLeases)
+	case c.minCap < 0:
+		return nil, fmt.Errorf("lease: MinCapacity must not be negative, got %d", c.minCap)
+	}
+	if c.minCap == 0 {
+		c.minCap = DefaultMinCapacityBlocks * c.block
+	}
+	n := min(maxShards, c.maxLeases)
+	s := &Store{
+		backing: backing,
+		block:   c.block,
+		minCap:  c.minCap,
+		maxAge:  c.maxAge,
+		seed:    maphash.MakeSeed(),
+		shards:  make([]shard, n),
+		perCap:  c.maxLeases / n,
+	}
+	for i := range s.shards {
+		s.shards[i].m = make(map[leaseKey]*entry)
+	}
+	return s, nil
+}
+
+// Backing returns the store s leases from.
+func (s *Store) Backing() sluice.Store { return s.backing }
+
+// Len returns the number of leases s holds (spent or ended ones included
+// until they are evicted or refilled).
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+func (s *Store) shard(key string) *shard {
+	return &s.shards[maphash.String(s.seed, key)%uint64(len(s.shards))]
+}
+
+// leasable reports whether req is decided from a lease: one part, one
+// limit of at least minCap, cost from 1 to the block.
+func (s *Store) leasable(req sluice.Request) bool {
+	if len(req.Parts) != 1 {
+		return false
+	}
+	p := req.Parts[0]
+	return len(p.Limits) == 1 && p.Cost >= 1 && p.Cost <= s.blockFor(p.Limits[0]) && p.Limits[0].Capacity() >= s.minCap
+}
+
+func (s *Store) blockFor(l sluice.Limit) int { return min(s.block, l.Capacity()) }
+
+// Take decides req: from the replica's lease for its key when req is
+// leasable (see the package documentation), otherwise by the backing
+// store.
+func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	if !s.leasable(req) {
+		return s.backing.Take(ctx, req)
+	}
+	p := req.Parts[0]
+	lim := p.Limits[0]
+	k := leaseKey{key: p.Key, id: lim.Identity()}
+	own := req.Now.IsZero()
+	sh := s.shard(p.Key)
+	for {
+		sh.mu.Lock()
+		now := req.Now
+		if own {
+			// Under the lock: this replica's decision instants for the key
+			// are in lock order, and none precedes its lease's start.
+			now = time.Now()
+		}
+		e := sh.m[k]
+		if e != nil && e.refill != nil {
+			f := e.refill
+			f.waiters++
+			sh.mu.Unlock()
+			select {
+			case <-f.done:
+				if f.err != nil {
+					// The store failed the refill this request waited
+					// for: it fails too, rather than each waiter asking
+					// a failing store in turn.
+					return nil, fmt.Errorf("lease: the refill of %q this request waited for: %w", p.Key, f.err)
+				}
+				continue
+			case <-ctx.Done():
+				return nil, fmt.Errorf("lease: waiting for the lease of %q: %w", p.Key, ctx.Err())
+			}
+		}
+		if e != nil && e.usable(now, own, p.Cost) {
+			e.units -= p.Cost
+			r := e.result(now, lim)
+			sh.mu.Unlock()
+			return []sluice.Result{r}, nil
+		}
+		if e == nil {
+			e = sh.add(k, now, own, s.perCap)
+			if e == nil {
+				// Every lease of the shard is being refilled.
+				sh.mu.Unlock()
+				return s.backing.Take(ctx, req)
+			}
+		}
+		// What is left of a lease still running is topped up to a block
+		// (it was counted in the same state); otherwise it is dropped. The
+		// refill holds it meanwhile: at most one block per key is
+		// outstanding.
+		var keep held
+		if e.own == own && !now.Before(e.start) && now.Before(e.end) {
+			keep = held{units: e.units, end: e.end}
+		}
+		e.units = 0
+		f := &flight{done: make(chan struct{})}
+		e.refill = f
+		short := e.short
+		sh.mu.Unlock()
+
+		rs, got, short, err := s.refill(ctx, req, now, keep, short)
+
+		sh.mu.Lock()
+		e.refill = nil
+		if err != nil && ctx.Err() == nil {
+			// Not this caller's own cancellation: the store's failure.
+			f.err = err
+		}
+		close(f.done)
+		e.short = short
+		if got != nil && !e.dead {
+			e.units, e.start, e.end, e.reset, e.own = got.units, got.start, got.end, got.reset, own
+		}
+		sh.mu.Unlock()
+		return rs, err
+	}
+}
+
+// usable reports whether e answers a request of cost at now.
+func (e *entry) usable(now time.Time, own bool, cost int) bool {
+	return e.own == own && e.units >= cost && !now.Before(e.start) && now.Before(e.end)
+}
+
+// result is the Result of a request just spent from e at now.
+func (e *entry) result(now time.Time, lim sluice.Limit) sluice.Result {
+	return sluice.Result{
+		Allowed:    true,
+		Limit:      lim.Capacity(),
+		Remaining:  e.units,
+		ResetAfter: max(e.reset-now.Sub(e.start), 0),
+	}
+}
+
+// expired reports whether e can answer nothing more at now: spent or
+// ended (a lease on the other clock counts as ended).
+func (e *entry) expired(now time.Time, own bool) bool {
+	return e.units == 0 || e.own != own || !now.Before(e.end)
+}
+
+// add inserts an empty entry for k, evicting one when the shard holds
+// limit entries: an expired one among the first evictScan looked at, or
+// else the first of them not being refilled. It returns nil when there is
+// no room. sh.mu is held.
+func (sh *shard) add(k leaseKey, now time.Time, own bool, limit int) *entry {
+	if len(sh.m) >= limit {
+		var victim *leaseKey
+		seen := 0
+		for vk, v := range sh.m {
+			if v.refill != nil {
+				continue
+			}
+			if victim == nil || v.expired(now, own) {
+				victim = &vk
+				if v.expired(now, own) {
+					break
+				}
+			}
+			if seen++; seen >= evictScan {
+				break
+			}
+		}
+		if victim == nil {
+			return nil
+		}
+		sh.m[*victim].dead = true
+		delete(sh.m, *victim)
+	}
+	e := &entry{}
+	sh.m[k] = e
+	return e
+}
+
+// flight is a refill in flight: done is closed when it ends, and err is
+// then its backing store's error, if any.
+type flight struct {
+	done    chan struct{}
+	err     error
+	waiters int // requests waiting for it (guarded by the shard's mutex)
+}
+
+// granted is a lease a refill took.
+type granted struct {
+	units      int
+	start, end time.Time
+	reset      time.Duration
+}
+
+// held is what a refill keeps of the lease it replaces: units counted in
+// a state that lasts until end.
+type held struct {
+	units int
+	end   time.Time
+}
+
+// refill asks the backing store for a block for req (leasable) at t0,
+// topping up keep, and returns the request's Results, the lease to
+// install, if any, and whether the next refill should skip the block
+// (short: this one found none, or skipped it and was denied).
+func (s *Store) refill(ctx context.Context, req sluice.Request, t0 time.Time, keep held, short bool) ([]sluice.Result, *granted, bool, error) {
+	p := req.Parts[0]
+	if !short || keep.units > 0 {
+		n := s.blockFor(p.Limits[0]) - keep.units // >= Cost - keep.units >= 1
+		rs, err := s.takeN(ctx, req, n)
+		if err != nil {
+			return nil, nil, short, err
+		}
+		if r := rs[0]; r.Allowed {
+			out, g := s.grant(r, n, req, t0, keep)
+			return out, g, false, nil
+		} else if need := p.Cost - keep.units; r.Remaining >= need && r.Remaining < n {
+			// The last units of the state: lease what is left.
+			n = r.Remaining
+			if rs, err = s.takeN(ctx, req, n); err != nil {
+				return nil, nil, short, err
+			}
+			if rs[0].Allowed {
+				out, g := s.grant(rs[0], n, req, t0, keep)
+				return out, g, false, nil
+			}
+		}
+	}
+	// Too little for a block: the request itself, the store's answer
+	// (what was kept is dropped). While the store denies, the next refill
+	// asks for the cost alone, one call per denial; once it admits, for a
+	// block again.
+	rs, err := s.backing.Take(ctx, req)
+	if err != nil {
+		return nil, nil, short, err
+	}
+	return rs, nil, !rs[0].Allowed, nil
+}
+
+// takeN takes n units of req's key and limit from the backing store.
+func (s *Store) takeN(ctx context.Context, req sluice.Request, n int) ([]sluice.Result, error) {
+	p := req.Parts[0]
+	p.Cost = n
+	return s.backing.Take(ctx, sluice.Request{Parts: []sluice.Part{p}, Now: req.Now})
+}
+
+// grant turns r, an admitted take of n units for req at t0, and keep into
+// req's Result (its cost spent from them) and the lease of the rest, which
+// ends no later than keep's state.
+func (s *Store) grant(r sluice.Result, n int, req sluice.Request, t0 time.Time, keep held) ([]sluice.Result, *granted) {
+	g := &granted{units: keep.units + n - req.Parts[0].Cost, start: t0, reset: r.ResetAfter}
+	g.end = t0.Add(s.length(r, req.Parts[0].Limits[0]) + s.outlive)
+	if keep.units > 0 && keep.end.Before(g.end) {
+		g.end = keep.end
+	}
+	out := sluice.Result{Allowed: true, Limit: r.Limit, Remaining: g.units, ResetAfter: r.ResetAfter}
+	return []sluice.Result{out}, g
+}
+
+// length is how long a lease of the admitted take r may live: no longer
+// than the backing state it was counted in, and MaxAge.
+func (s *Store) length(r sluice.Result, lim sluice.Limit) time.Duration {
+	d := r.ResetAfter
+	if lim.Normalized().Algorithm == sluice.SlidingWindow {
+		// After an admit the count is in the current window and ResetAfter
+		// runs to the end of the next one: the current one ends a Period
+		// sooner.
+		d -= lim.Period
+	}
+	if s.maxAge > 0 {
+		d = min(d, s.maxAge)
+	}
+	return max(d, 0)
+}
+
+// Reset drops this replica's leases for key under each of limits and
+// resets the backing store. Other replicas' leases are theirs to drop.
+func (s *Store) Reset(ctx context.Context, key string, limits ...sluice.Limit) error {
+	s.drop(key, limits)
+	if err := s.backing.Reset(ctx, key, limits...); err != nil {
+		return fmt.Errorf("lease: reset %q: %w", key, err)
+	}
+	// Again: a lease refilled from the old state while the store was reset.
+	s.drop(key, limits)
+	return nil
+}
+
+func (s *Store) drop(key string, limits []sluice.Limit) {
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for _, l := range limits {
+		k := leaseKey{key: key, id: l.Identity()}
+		if e := sh.m[k]; e != nil {
+			e.dead = true
+			e.units = 0
+			delete(sh.m, k)
+		}
+	}
+}
