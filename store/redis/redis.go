@@ -241,7 +241,9 @@ var (
 type Store struct {
 	client Client
 	prefix string
-	split  splitMode // how decisions over several client keys are split (stack.go)
+	split  splitMode  // how decisions over several client keys are split (stack.go)
+	batch  int        // the most decisions per script call (WithBatch)
+	co     *coalescer // nil: no coalescing (coalesce.go)
 	close  func()
 }
 
@@ -282,10 +284,11 @@ func WithCluster() Option {
 
 // New returns a Store that runs its scripts through c.
 func New(c Client, opts ...Option) *Store {
-	s := &Store{client: c, prefix: "sluice"}
+	s := &Store{client: c, prefix: "sluice", batch: defaultBatch}
 	for _, o := range opts {
 		o(s)
 	}
+	s.co = newCoalescer(s)
 	return s
 }
 
@@ -299,7 +302,8 @@ func (s *Store) Close() {
 
 // Take implements sluice.Store: one script run, one round trip, over the
 // keys of every part; on a Cluster, one per slot (see "Stacked decisions
-// on a Cluster").
+// on a Cluster"). Concurrent decisions of one script run may share one
+// call (see WithBatch).
 func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
 	var one group // a decision of one part, most of them: no grouping to do
 	g := &one
@@ -311,7 +315,13 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, 
 	} else {
 		g = gs[0]
 	}
-	t, err := s.take(ctx, clockArg(req.Now), g, false)
+	var t taken
+	var err error
+	if s.co != nil {
+		t, err = s.co.take(ctx, clockArg(req.Now), g)
+	} else {
+		t, err = s.take(ctx, clockArg(req.Now), g, false)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("redis store: %w", err)
 	}
