@@ -421,3 +421,96 @@ func TestCoalesceErrors(t *testing.T) {
 		}
 	})
 }
+
+// clusterCoalesce: on a Cluster, decisions coalesce slot by slot: 256
+// goroutines over two replicas on two hot keys (one under two limits)
+// admit exactly the limit, in batches; and a batch that the Cluster
+// refuses while its slot migrates (its keys split between the masters:
+// TRYAGAIN) is sent again decision by decision, each answered.
+func clusterCoalesce(t *testing.T, c *redistest.Cluster) {
+	ctx := context.Background()
+	t.Run("Exact", func(t *testing.T) {
+		stores := clusterStores(t, c, 2, prefix())
+		one := sluice.PerDay(100).Using(sluice.GCRA)
+		two := []sluice.Limit{sluice.PerDay(100).Using(sluice.FixedWindow), sluice.PerDay(50).Using(sluice.SlidingWindow)}
+		var mu sync.Mutex
+		admitted := map[string]int{}
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for _, s := range stores {
+			lim := sluice.New(s)
+			for w := range 128 {
+				wg.Go(func() {
+					<-start
+					for i := range 4 {
+						key, limits := "hot-one", []sluice.Limit{one}
+						if (w+i)%2 == 1 {
+							key, limits = "hot-two", two
+						}
+						r, err := lim.AllowAll(ctx, key, 1, limits...)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if r.Allowed {
+							mu.Lock()
+							admitted[key]++
+							mu.Unlock()
+						}
+					}
+				})
+			}
+		}
+		close(start)
+		wg.Wait()
+		if admitted["hot-one"] != 100 || admitted["hot-two"] != 50 {
+			t.Errorf("admitted %v, want exactly 100 of hot-one and 50 of hot-two", admitted)
+		}
+		var batches int64
+		for _, s := range stores {
+			b, _, _ := s.Coalesced()
+			batches += b
+		}
+		if batches == 0 {
+			t.Error("no batch sent: the test did not exercise coalescing on a Cluster")
+		}
+	})
+	t.Run("TryAgain", func(t *testing.T) {
+		store := clusterStores(t, c, 1, prefix())[0]
+		l1, l2 := sluice.PerDay(10).Using(sluice.FixedWindow), sluice.PerDay(10).Using(sluice.GCRA)
+		req := func(l sluice.Limit) sluice.Request {
+			return sluice.Request{Parts: []sluice.Part{{Key: "mig", Limits: []sluice.Limit{l}, Cost: 1}}}
+		}
+		for _, l := range []sluice.Limit{l1, l2} {
+			if _, err := store.Take(ctx, req(l)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		slot := c.KeySlot(t, store.Key("mig", l1))
+		var to string
+		for _, addr := range c.Addrs {
+			if addr != c.Owner(t, slot) {
+				to = addr
+				break
+			}
+		}
+		m := c.BeginMigration(t, slot, to)
+		m.Move(t, store.Key("mig", l1))
+		batch := []sluice.Request{req(l1), req(l2), req(l1)}
+		if _, _, err := store.TakeBatch(ctx, batch); !errors.Is(err, sluiceredis.ErrTryAgain) {
+			t.Errorf("the batch with its keys split between the masters: %v, want ErrTryAgain", err)
+		}
+		rs, errs := store.SendBatch(ctx, batch)
+		m.MoveKeys(t, 100)
+		m.Finish(t)
+		for i, err := range errs {
+			if err != nil || !rs[i][0].Allowed {
+				t.Fatalf("decision %d of the refused batch: %+v, %v; want admitted", i, rs[i], err)
+			}
+		}
+		got := map[int]bool{rs[0][0].Remaining: true, rs[2][0].Remaining: true}
+		if !got[8] || !got[7] || rs[1][0].Remaining != 8 {
+			t.Errorf("remaining %d, %d, %d; want 8 and 7 (in either order) for the first limit, 8 for the second", rs[0][0].Remaining, rs[2][0].Remaining, rs[1][0].Remaining)
+		}
+	})
+}

@@ -91,3 +91,19 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []sluice.Request) ([][]sluic
 	}
 	return rs, nows, nil
 }
+
+// SendBatch sends reqs, each of one group, as the coalescer sends a batch
+// it took from a queue, and returns what each decision got.
+func (s *Store) SendBatch(ctx context.Context, reqs []sluice.Request) ([][]sluice.Result, []error) {
+	b := make([]*call, len(reqs))
+	for i, req := range reqs {
+		b[i] = &call{ctx: ctx, now: clockArg(req.Now), g: s.groups(req)[0], done: make(chan struct{})}
+	}
+	s.co.send(b)
+	rs, errs := make([][]sluice.Result, len(b)), make([]error, len(b))
+	for i, cl := range b {
+		<-cl.done
+		rs[i], errs[i] = cl.t.results, cl.err
+	}
+	return rs, errs
+}

@@ -4,7 +4,8 @@
 //
 // Each decision is one atomic Lua script and one round trip, whatever the
 // number of limits, unless its parts' keys lie in different Cluster slots
-// (see "Stacked decisions on a Cluster"). Each algorithm's Lua lives in its
+// (see "Stacked decisions on a Cluster"); concurrent decisions share one
+// script call (see "Coalescing"). Each algorithm's Lua lives in its
 // own file under lua/ and mirrors the Go function in internal/algo that
 // the memory store runs, so both stores give identical Results. The
 // scripts are loaded once and run by SHA; when the server answers NOSCRIPT
@@ -42,6 +43,38 @@
 // master, and a decision under several limits that meets TRYAGAIN (its
 // keys split between the two masters) is sent again, which is safe because
 // Redis did not run it.
+//
+// # Coalescing
+//
+// Redis spends much of a decision's CPU around the script rather than in
+// it, so a Store sends concurrent decisions together: while two script
+// calls of a lane are in flight, the decisions that arrive wait, and when
+// a call returns, those waiting (up to WithBatch's maximum) go as one EVALSHA
+// of lua/batch.lua. It decides them one after another in arrival order,
+// each all or nothing exactly as take.lua decides one alone, each seeing
+// what those before it consumed, under one TIME for those without their
+// own Now. A decision that finds fewer than two calls in flight is sent at
+// once, alone: coalescing adds no wait when nobody else waits. A batch
+// only orders decisions that were concurrent, so every Result is one that
+// some sequential order of the callers would give: limits stay exact.
+//
+// A lane is what one script may touch: the server (standalone, Sentinel),
+// or one hash slot on a Cluster. A store sharded on the client side
+// (WithSharding) does not coalesce, nor do decisions split over slots.
+//
+// A decision whose context ends while it waits leaves the queue, not
+// taken, and Take returns the context's error. Once its batch is sent it
+// may have been taken, as any decision whose context ends during its round
+// trip: Take returns the context's error at once, and the call goes on
+// for the others, bounded by the latest of their deadlines (none if one
+// has none). An error of the call (the server unreachable or refusing) is
+// the error of every decision in it; NOSCRIPT gets the source sent, as for
+// one decision; a batch that a Cluster refuses during a slot migration
+// (TRYAGAIN, ASK), which Redis did not run, is sent again decision by
+// decision, each following ASK or retrying as alone. A batch script that
+// Redis fails partway (an out-of-memory refusal) keeps what the decisions
+// before the failure consumed, as a multi-limit decision failing after its
+// first write does: a failure may under-admit, never over-admit.
 //
 // # Stacked decisions on a Cluster
 //
