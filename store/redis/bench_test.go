@@ -183,10 +183,11 @@ func scriptCallCount(b *testing.B, c rueidis.Client) int {
 
 // BenchmarkCoalesce compares a Store that coalesces concurrent decisions
 // (the default) with one that does not (WithBatch(1)), each algorithm,
-// 1000 keys, every decision admitted: at 256 callers, the Redis server's
-// CPU per decision (redis-µs/decision), script calls per decision and
-// ns/op (wall time per decision: 1e9/ns/op decisions per second); from one
-// caller, the median latency (p50-µs) beside ns/op. The sub-benchmarks
+// 1000 keys, every decision admitted: at 256 callers (gcra also at 16 and
+// 4), the Redis server's CPU per decision (redis-µs/decision), script
+// calls per decision and ns/op (wall time per decision: 1e9/ns/op
+// decisions per second); from one caller, the median latency (p50-µs)
+// beside ns/op. The sub-benchmarks
 // alternate on and off, so -count interleaves them:
 //
 //	go test -run '^$' -bench Coalesce -benchtime 20000x -count 6 ./store/redis/
@@ -201,11 +202,20 @@ func BenchmarkCoalesce(b *testing.B) {
 		{"on", nil},
 		{"off", []sluiceredis.Option{sluiceredis.WithBatch(1)}},
 	}
+	type level struct {
+		callers int
+		alg     sluice.Algorithm
+	}
+	var levels []level
 	for _, a := range sluice.Algorithms {
-		l := benchLimit(a)
+		levels = append(levels, level{256, a})
+	}
+	levels = append(levels, level{16, sluice.GCRA}, level{4, sluice.GCRA})
+	for _, lv := range levels {
+		l := benchLimit(lv.alg)
 		for _, m := range modes {
 			lim := sluice.New(sluiceredis.FromRueidis(newRueidis(b, srv.Addr), m.opts...))
-			b.Run("256/"+string(a)+"/"+m.name, func(b *testing.B) {
+			b.Run(strconv.Itoa(lv.callers)+"/"+string(lv.alg)+"/"+m.name, func(b *testing.B) {
 				if _, err := lim.Allow(ctx, "warm", l); err != nil { // load the scripts
 					b.Fatal(err)
 				}
@@ -214,7 +224,7 @@ func BenchmarkCoalesce(b *testing.B) {
 				}
 				var next atomic.Int64
 				b.ReportAllocs()
-				b.SetParallelism(max(1, 256/runtime.GOMAXPROCS(0)))
+				b.SetParallelism(max(1, lv.callers/runtime.GOMAXPROCS(0)))
 				b.RunParallel(func(pb *testing.PB) {
 					i := int(next.Add(1)) * 7919
 					for pb.Next() {

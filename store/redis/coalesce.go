@@ -25,9 +25,13 @@ import (
 const defaultBatch = 128
 
 // maxInFlight is how many script calls of one lane may be in flight at
-// once before arriving decisions wait to be batched: 2 lets the client
-// build and parse one batch while Redis runs the other.
-const maxInFlight = 2
+// once before arriving decisions wait to be batched. 4: up to 4 concurrent
+// callers decide exactly as without coalescing (BenchmarkCoalesce/4: one
+// call per decision), while at 256 callers the batches (about 40
+// decisions) cost Redis within the noise of those that 1 or 2 calls in
+// flight make (about 75 and 125), and several batches in flight let the
+// client build and parse some while Redis runs another.
+const maxInFlight = 4
 
 // WithBatch sets the most decisions that one script call may carry when
 // the store coalesces concurrent decisions (default 128; see

@@ -255,8 +255,9 @@ func slicesIndex(a sluice.Algorithm) int {
 }
 
 // paused holds the script calls of a store: it pauses the server's writes
-// (scripts included), sends two decisions that fill the store's calls in
-// flight, and returns their errors' channel; later decisions queue. The
+// (scripts included), sends the decisions that fill the store's calls in
+// flight (MaxInFlight), and returns their errors' channel; later decisions
+// queue. The
 // pause lasts until unpause (or 60 s), and the server is stopped when the
 // test ends, before the clients close.
 func paused(t *testing.T, srv *redistest.Server, admin rueidis.Client, store *sluiceredis.Store) (inflight chan error, unpause func()) {
@@ -266,14 +267,14 @@ func paused(t *testing.T, srv *redistest.Server, admin rueidis.Client, store *sl
 	if err := admin.Do(ctx, admin.B().ClientPause().Timeout(60000).Write().Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	inflight = make(chan error, 2)
-	for i := range 2 {
+	inflight = make(chan error, sluiceredis.MaxInFlight)
+	for i := range sluiceredis.MaxInFlight {
 		go func() {
 			_, err := store.Take(ctx, one("inflight"+strconv.Itoa(i), 1))
 			inflight <- err
 		}()
 	}
-	eventually(t, "two calls in flight", func() bool { busy, _ := store.Lanes(); return busy == 2 })
+	eventually(t, "the calls in flight", func() bool { busy, _ := store.Lanes(); return busy == sluiceredis.MaxInFlight })
 	return inflight, func() {
 		if err := admin.Do(ctx, admin.B().ClientUnpause().Build()).Error(); err != nil {
 			t.Fatal(err)
@@ -339,9 +340,14 @@ func TestCoalesceCancel(t *testing.T) {
 		t.Errorf("%d decisions queued after the cancellation, want 2", q)
 	}
 	unpause()
-	for what, ch := range map[string]chan error{"inflight 1": inflight, "inflight 2": inflight, "first": first[0], "last": last[0]} {
+	for what, ch := range map[string]chan error{"first": first[0], "last": last[0]} {
 		if err := within(t, what, ch); err != nil {
 			t.Errorf("%s: %v", what, err)
+		}
+	}
+	for i := range sluiceredis.MaxInFlight {
+		if err := within(t, "in flight", inflight); err != nil {
+			t.Errorf("in flight %d: %v", i, err)
 		}
 	}
 	if batches, decisions, _ := store.Coalesced(); batches != 1 || decisions != 2 {
@@ -371,7 +377,9 @@ func TestCoalesceErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		unpause()
-		errs = append(errs, inflight, inflight)
+		for range sluiceredis.MaxInFlight {
+			errs = append(errs, inflight)
+		}
 		for i, ch := range errs {
 			if err := within(t, fmt.Sprint("decision ", i), ch); err == nil || !strings.Contains(err.Error(), "OOM") {
 				t.Errorf("decision %d: %v, want the server's OOM error", i, err)
@@ -400,7 +408,9 @@ func TestCoalesceErrors(t *testing.T) {
 		inflight, unpause := paused(t, srv, admin, store)
 		errs := queue(t, ctx, store, 1, "a", "b", "c")
 		unpause()
-		errs = append(errs, inflight, inflight)
+		for range sluiceredis.MaxInFlight {
+			errs = append(errs, inflight)
+		}
 		for i, ch := range errs {
 			if err := within(t, fmt.Sprint("decision ", i), ch); err != nil {
 				t.Errorf("decision %d: %v", i, err)
@@ -409,7 +419,7 @@ func TestCoalesceErrors(t *testing.T) {
 		if batches, decisions, _ := store.Coalesced(); batches != 1 || decisions != 3 {
 			t.Errorf("%d batches of %d decisions, want 1 of 3", batches, decisions)
 		}
-		// The take script (for the two in flight) and the batch script
+		// The take script (for those in flight) and the batch script
 		// were each sent by source at least once, after NOSCRIPT.
 		if n := commandCalls(t, admin, "eval"); n < 2 {
 			t.Errorf("%d EVALs after SCRIPT FLUSH, want at least 2 (take and batch scripts)", n)

@@ -43,6 +43,9 @@ func (s *Store) Refund(ctx context.Context, req sluice.Request, rs []sluice.Resu
 // ParseURL returns the rueidis options Open builds from url (parseURL).
 var ParseURL = parseURL
 
+// MaxInFlight is how many script calls of a lane go before decisions queue.
+const MaxInFlight = maxInFlight
+
 // Coalesced returns how many batch calls of two decisions or more s sent,
 // how many decisions they carried and the most one carried.
 func (s *Store) Coalesced() (batches, decisions, largest int64) {

@@ -47,13 +47,13 @@
 // # Coalescing
 //
 // Redis spends much of a decision's CPU around the script rather than in
-// it, so a Store sends concurrent decisions together: while two script
+// it, so a Store sends concurrent decisions together: while four script
 // calls of a lane are in flight, the decisions that arrive wait, and when
 // a call returns, those waiting (up to WithBatch's maximum) go as one EVALSHA
 // of lua/batch.lua. It decides them one after another in arrival order,
 // each all or nothing exactly as take.lua decides one alone, each seeing
 // what those before it consumed, under one TIME for those without their
-// own Now. A decision that finds fewer than two calls in flight is sent at
+// own Now. A decision that finds fewer than four calls in flight is sent at
 // once, alone: coalescing adds no wait when nobody else waits. A batch
 // only orders decisions that were concurrent, so every Result is one that
 // some sequential order of the callers would give: limits stay exact.
