@@ -184,7 +184,7 @@ func scriptCallCount(b *testing.B, c rueidis.Client) int {
 // BenchmarkCoalesce compares a Store that coalesces concurrent decisions
 // (the default) with one that does not (WithBatch(1)), each algorithm,
 // 1000 keys, every decision admitted: at 256 callers (gcra also at 16 and
-// 4), the Redis server's CPU per decision (redis-µs/decision), script
+// 4 and through go-redis), the Redis server's CPU per decision (redis-µs/decision), script
 // calls per decision and ns/op (wall time per decision: 1e9/ns/op
 // decisions per second); from one caller, the median latency (p50-µs)
 // beside ns/op. The sub-benchmarks
@@ -205,17 +205,24 @@ func BenchmarkCoalesce(b *testing.B) {
 	type level struct {
 		callers int
 		alg     sluice.Algorithm
+		client  string // "" for rueidis
 	}
 	var levels []level
 	for _, a := range sluice.Algorithms {
-		levels = append(levels, level{256, a})
+		levels = append(levels, level{256, a, ""})
 	}
-	levels = append(levels, level{16, sluice.GCRA}, level{4, sluice.GCRA})
+	levels = append(levels, level{256, sluice.GCRA, "go-redis"}, level{16, sluice.GCRA, ""}, level{4, sluice.GCRA, ""})
 	for _, lv := range levels {
 		l := benchLimit(lv.alg)
 		for _, m := range modes {
-			lim := sluice.New(sluiceredis.FromRueidis(newRueidis(b, srv.Addr), m.opts...))
-			b.Run(strconv.Itoa(lv.callers)+"/"+string(lv.alg)+"/"+m.name, func(b *testing.B) {
+			store := sluiceredis.FromRueidis(newRueidis(b, srv.Addr), m.opts...)
+			name := strconv.Itoa(lv.callers) + "/" + string(lv.alg) + "/" + m.name
+			if lv.client != "" {
+				store = goredis.New(newGoRedis(b, srv.Addr), m.opts...)
+				name = strconv.Itoa(lv.callers) + "/" + lv.client + "/" + string(lv.alg) + "/" + m.name
+			}
+			lim := sluice.New(store)
+			b.Run(name, func(b *testing.B) {
 				if _, err := lim.Allow(ctx, "warm", l); err != nil { // load the scripts
 					b.Fatal(err)
 				}

@@ -82,10 +82,25 @@ type call struct {
 	ctx   context.Context
 	now   string
 	g     *group
-	state callState // under the lane's mu
-	done  chan struct{}
+	state callState     // under the lane's mu
+	done  chan struct{} // buffered: receives once t and err are set
 	t     taken
 	err   error
+}
+
+// calls recycles the calls whose callers took their answer or left the
+// queue, so that a queued decision allocates neither its call nor its
+// channel. A call whose caller left after it was sent is not recycled:
+// its sender still answers it.
+var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+// answer tells cl's caller that cl.t and cl.err are set.
+func (cl *call) answer() { cl.done <- struct{}{} }
+
+// free recycles cl, whose answer its caller took, or which no sender holds.
+func (cl *call) free() {
+	*cl = call{done: cl.done}
+	calls.Put(cl)
 }
 
 type callState uint8
@@ -141,29 +156,40 @@ func (c *coalescer) take(ctx context.Context, now string, g *group) (taken, erro
 		}
 		return t, err
 	}
-	cl := &call{ctx: ctx, now: now, g: g, done: make(chan struct{})}
+	cl := calls.Get().(*call)
+	cl.ctx, cl.now, cl.g = ctx, now, g
 	l.queue = append(l.queue, cl)
 	l.mu.Unlock()
 	select {
 	case <-cl.done:
-		return cl.t, cl.err
+		return cl.taken()
 	case <-ctx.Done():
 	}
 	select {
 	case <-cl.done: // answered meanwhile: the answer stands
-		return cl.t, cl.err
+		return cl.taken()
 	default:
 	}
 	l.mu.Lock()
-	if cl.state == queued {
+	st := cl.state
+	if st == queued {
 		// Not sent: it leaves the queue and is not taken.
 		if i := slices.Index(l.queue, cl); i >= 0 {
 			l.queue = slices.Delete(l.queue, i, i+1)
 		}
-		cl.state = dropped
 	}
 	l.mu.Unlock()
+	if st != sent {
+		cl.free()
+	}
 	return taken{}, ctx.Err()
+}
+
+// taken returns cl's answer and recycles cl.
+func (cl *call) taken() (taken, error) {
+	t, err := cl.t, cl.err
+	cl.free()
+	return t, err
 }
 
 // next ends a script call of l: it returns the next batch of l's queue
@@ -208,7 +234,7 @@ func (c *coalescer) send(b []*call) {
 	case 1:
 		cl := b[0]
 		cl.t, cl.err = c.s.take(cl.ctx, cl.now, cl.g, false)
-		close(cl.done)
+		cl.answer()
 		return
 	}
 	ctx, cancel := batchContext(b)
@@ -221,7 +247,7 @@ func (c *coalescer) send(b []*call) {
 		for _, cl := range b {
 			wg.Go(func() {
 				cl.t, cl.err = c.s.take(ctx, cl.now, cl.g, false)
-				close(cl.done)
+				cl.answer()
 			})
 		}
 		wg.Wait()
@@ -240,7 +266,7 @@ func (c *coalescer) send(b []*call) {
 		} else {
 			cl.t = ts[i]
 		}
-		close(cl.done)
+		cl.answer()
 	}
 }
 

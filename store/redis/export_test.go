@@ -100,7 +100,7 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []sluice.Request) ([][]sluic
 func (s *Store) SendBatch(ctx context.Context, reqs []sluice.Request) ([][]sluice.Result, []error) {
 	b := make([]*call, len(reqs))
 	for i, req := range reqs {
-		b[i] = &call{ctx: ctx, now: clockArg(req.Now), g: s.groups(req)[0], done: make(chan struct{})}
+		b[i] = &call{ctx: ctx, now: clockArg(req.Now), g: s.groups(req)[0], done: make(chan struct{}, 1)}
 	}
 	s.co.send(b)
 	rs, errs := make([][]sluice.Result, len(b)), make([]error, len(b))
