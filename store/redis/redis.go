@@ -49,14 +49,15 @@
 // Redis spends much of a decision's CPU around the script rather than in
 // it, so a Store sends concurrent decisions together: while four script
 // calls of a lane are in flight, the decisions that arrive wait, and when
-// a call returns, those waiting (up to WithBatch's maximum) go as one EVALSHA
-// of lua/batch.lua. It decides them one after another in arrival order,
-// each all or nothing exactly as take.lua decides one alone, each seeing
-// what those before it consumed, under one TIME for those without their
-// own Now. A decision that finds fewer than four calls in flight is sent at
-// once, alone: coalescing adds no wait when nobody else waits. A batch
-// only orders decisions that were concurrent, so every Result is one that
-// some sequential order of the callers would give: limits stay exact.
+// a call returns, those waiting (up to WithBatch's maximum) go as one
+// EVALSHA of lua/batch.lua. It decides them one after another in arrival
+// order, each all or nothing exactly as take.lua decides one alone, each
+// seeing what those before it consumed, under one TIME for those without
+// their own Now. A decision that finds fewer than four calls in flight is
+// sent at once, alone: coalescing adds no wait when nobody else waits. A
+// batch only orders decisions that were concurrent, so every Result is
+// one that some sequential order of the callers would give: limits stay
+// exact.
 //
 // A lane is what one script may touch: the server (standalone, Sentinel),
 // or one hash slot on a Cluster. A store sharded on the client side
@@ -335,8 +336,8 @@ func (s *Store) Close() {
 
 // Take implements sluice.Store: one script run, one round trip, over the
 // keys of every part; on a Cluster, one per slot (see "Stacked decisions
-// on a Cluster"). Concurrent decisions of one script run may share one
-// call (see WithBatch).
+// on a Cluster"). Concurrent decisions may share one script call (see
+// "Coalescing" and WithBatch).
 func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
 	var one group // a decision of one part, most of them: no grouping to do
 	g := &one
