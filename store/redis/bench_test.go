@@ -2,9 +2,12 @@ package redis_test
 
 import (
 	"context"
+	"runtime"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -71,7 +74,8 @@ func BenchmarkAllow(b *testing.B) {
 }
 
 // BenchmarkScriptCPU reports the Redis server's CPU time per decision
-// (INFO commandstats, usec_per_call of EVALSHA) for each algorithm, with an
+// (INFO commandstats: the usec of EVALSHA and EVAL over the decisions) for
+// each algorithm, at 32 callers (coalesced by default), with an
 // INCR-in-a-script baseline: the Lua work, not the network, is what caps a
 // Redis server's decisions per second.
 //
@@ -97,12 +101,7 @@ func BenchmarkScriptCPU(b *testing.B) {
 				}
 			}
 		})
-		stats := commandStats(b, c)
-		us, err := strconv.ParseFloat(stats["evalsha"]["usec_per_call"], 64)
-		if err != nil {
-			b.Fatalf("no evalsha usec_per_call in commandstats: %v (%v)", stats, err)
-		}
-		b.ReportMetric(us, "redis-µs/decision")
+		b.ReportMetric(scriptUsec(b, c)/float64(b.N), "redis-µs/decision")
 	}
 	incr := rueidis.NewLuaScript("return redis.call('INCR', KEYS[1])")
 	b.Run("baseline-incr", func(b *testing.B) {
@@ -146,4 +145,168 @@ func benchLimit(a sluice.Algorithm) sluice.Limit {
 		return sluice.PerSecond(sluice.MaxLogLimit).Using(a)
 	}
 	return sluice.PerSecond(1_000_000).Using(a)
+}
+
+// scriptUsec returns the Redis server's CPU time in script calls (EVALSHA
+// and EVAL, INFO commandstats) since CONFIG RESETSTAT, in µs.
+func scriptUsec(b *testing.B, c rueidis.Client) float64 {
+	b.Helper()
+	stats := commandStats(b, c)
+	total := 0.0
+	for _, cmd := range []string{"evalsha", "eval"} {
+		if u, ok := stats[cmd]["usec"]; ok {
+			us, err := strconv.ParseFloat(u, 64)
+			if err != nil {
+				b.Fatalf("commandstats %s usec %q: %v", cmd, u, err)
+			}
+			total += us
+		}
+	}
+	if total == 0 {
+		b.Fatalf("no script call in commandstats: %v", stats)
+	}
+	return total
+}
+
+// scriptCallCount returns how many script calls (EVALSHA and EVAL) the
+// server ran since CONFIG RESETSTAT.
+func scriptCallCount(b *testing.B, c rueidis.Client) int {
+	b.Helper()
+	stats := commandStats(b, c)
+	n := 0
+	for _, cmd := range []string{"evalsha", "eval"} {
+		k, _ := strconv.Atoi(stats[cmd]["calls"])
+		n += k
+	}
+	return n
+}
+
+// BenchmarkCoalesce compares a Store that coalesces concurrent decisions
+// (the default) with one that does not (WithBatch(1)), each algorithm,
+// 1000 keys, every decision admitted: at 256 callers (gcra also at 16 and
+// 4 and through go-redis), the Redis server's CPU per decision (redis-µs/decision), script
+// calls per decision and ns/op (wall time per decision: 1e9/ns/op
+// decisions per second); from one caller, the median latency (p50-µs)
+// beside ns/op. The sub-benchmarks
+// alternate on and off, so -count interleaves them:
+//
+//	go test -run '^$' -bench Coalesce -benchtime 20000x -count 6 ./store/redis/
+func BenchmarkCoalesce(b *testing.B) {
+	srv := redistest.Start(b)
+	admin := newRueidis(b, srv.Addr)
+	ctx := context.Background()
+	modes := []struct {
+		name string
+		opts []sluiceredis.Option
+	}{
+		{"on", nil},
+		{"off", []sluiceredis.Option{sluiceredis.WithBatch(1)}},
+	}
+	type level struct {
+		callers int
+		alg     sluice.Algorithm
+		client  string // "" for rueidis
+	}
+	var levels []level
+	for _, a := range sluice.Algorithms {
+		levels = append(levels, level{256, a, ""})
+	}
+	levels = append(levels, level{256, sluice.GCRA, "go-redis"}, level{16, sluice.GCRA, ""}, level{4, sluice.GCRA, ""})
+	for _, lv := range levels {
+		l := benchLimit(lv.alg)
+		for _, m := range modes {
+			store := sluiceredis.FromRueidis(newRueidis(b, srv.Addr), m.opts...)
+			name := strconv.Itoa(lv.callers) + "/" + string(lv.alg) + "/" + m.name
+			if lv.client != "" {
+				store = goredis.New(newGoRedis(b, srv.Addr), m.opts...)
+				name = strconv.Itoa(lv.callers) + "/" + lv.client + "/" + string(lv.alg) + "/" + m.name
+			}
+			lim := sluice.New(store)
+			b.Run(name, func(b *testing.B) {
+				if _, err := lim.Allow(ctx, "warm", l); err != nil { // load the scripts
+					b.Fatal(err)
+				}
+				if err := admin.Do(ctx, admin.B().ConfigResetstat().Build()).Error(); err != nil {
+					b.Fatal(err)
+				}
+				var next atomic.Int64
+				b.ReportAllocs()
+				b.SetParallelism(max(1, lv.callers/runtime.GOMAXPROCS(0)))
+				b.RunParallel(func(pb *testing.PB) {
+					i := int(next.Add(1)) * 7919
+					for pb.Next() {
+						i++
+						if _, err := lim.Allow(ctx, benchKeyNames[i%benchKeys], l); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+				b.StopTimer()
+				b.ReportMetric(scriptUsec(b, admin)/float64(b.N), "redis-µs/decision")
+				b.ReportMetric(float64(scriptCallCount(b, admin))/float64(b.N), "calls/decision")
+			})
+		}
+	}
+	for _, m := range modes {
+		lim := sluice.New(sluiceredis.FromRueidis(newRueidis(b, srv.Addr), m.opts...))
+		l := benchLimit(sluice.GCRA)
+		b.Run("1/gcra/"+m.name, func(b *testing.B) {
+			lat := make([]time.Duration, 0, b.N)
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				t0 := time.Now()
+				if _, err := lim.Allow(ctx, benchKeyNames[i%benchKeys], l); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e3, "p50-µs")
+		})
+	}
+}
+
+// BenchmarkBatchScriptCPU reports the Redis server's CPU per decision of
+// batch.lua calls of each size, sent one after another (no contention
+// from the client), for gcra and sliding_log, beside take.lua's one
+// decision per call (size 1):
+//
+//	go test -run '^$' -bench BatchScriptCPU -benchtime 200x ./store/redis/
+func BenchmarkBatchScriptCPU(b *testing.B) {
+	srv := redistest.Start(b)
+	c := newRueidis(b, srv.Addr)
+	store := sluiceredis.FromRueidis(c)
+	ctx := context.Background()
+	for _, a := range []sluice.Algorithm{sluice.GCRA, sluice.SlidingLog} {
+		l := benchLimit(a)
+		for _, n := range []int{1, 4, 16, 64, 128, 256} {
+			b.Run(string(a)+"/"+strconv.Itoa(n), func(b *testing.B) {
+				reqs := make([]sluice.Request, n)
+				run := func(i int) error {
+					for k := range reqs {
+						reqs[k] = sluice.Request{Parts: []sluice.Part{{Key: benchKeyNames[(i*n+k)%benchKeys], Limits: []sluice.Limit{l}, Cost: 1}}}
+					}
+					if n == 1 {
+						_, err := store.Take(ctx, reqs[0])
+						return err
+					}
+					_, _, err := store.TakeBatch(ctx, reqs)
+					return err
+				}
+				if err := run(0); err != nil { // load the script
+					b.Fatal(err)
+				}
+				if err := c.Do(ctx, c.B().ConfigResetstat().Build()).Error(); err != nil {
+					b.Fatal(err)
+				}
+				for i := 0; b.Loop(); i++ {
+					if err := run(i); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(scriptUsec(b, c)/float64(b.N*n), "redis-µs/decision")
+			})
+		}
+	}
 }

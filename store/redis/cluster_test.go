@@ -70,6 +70,7 @@ func TestCluster(t *testing.T) {
 	t.Run("Slot", func(t *testing.T) { clusterSlot(t, c) })
 	t.Run("Stacked", func(t *testing.T) { clusterStacked(t, c) })
 	t.Run("SplitResults", func(t *testing.T) { clusterSplitResults(t, c) })
+	t.Run("Coalesce", func(t *testing.T) { clusterCoalesce(t, c) })
 }
 
 // clusterConformance runs the conformance suite through Open (a rueidis

@@ -42,3 +42,71 @@ func (s *Store) Refund(ctx context.Context, req sluice.Request, rs []sluice.Resu
 
 // ParseURL returns the rueidis options Open builds from url (parseURL).
 var ParseURL = parseURL
+
+// MaxInFlight is how many script calls of a lane go before decisions queue.
+const MaxInFlight = maxInFlight
+
+// Coalesced returns how many batch calls of two decisions or more s sent,
+// how many decisions they carried and the most one carried.
+func (s *Store) Coalesced() (batches, decisions, largest int64) {
+	if s.co == nil {
+		return 0, 0, 0
+	}
+	return s.co.batches.Load(), s.co.decisions.Load(), s.co.largest.Load()
+}
+
+// Lanes returns how many script calls of s are in flight and how many
+// decisions wait in its queues.
+func (s *Store) Lanes() (busy, queued int) {
+	if s.co == nil {
+		return 0, 0
+	}
+	for i := range s.co.lanes {
+		if l := s.co.lanes[i].Load(); l != nil {
+			l.mu.Lock()
+			busy += l.busy
+			queued += len(l.queue)
+			l.mu.Unlock()
+		}
+	}
+	return busy, queued
+}
+
+// TakeBatch decides reqs, each of one group, in one call of batch.lua, in
+// order, and returns each one's Results and the now it was decided at
+// (µs).
+func (s *Store) TakeBatch(ctx context.Context, reqs []sluice.Request) ([][]sluice.Result, []int64, error) {
+	b := make([]*call, len(reqs))
+	for i, req := range reqs {
+		gs := s.groups(req)
+		if len(gs) != 1 {
+			return nil, nil, fmt.Errorf("TakeBatch: request %d has %d groups, want 1", i, len(gs))
+		}
+		b[i] = &call{ctx: ctx, now: clockArg(req.Now), g: gs[0]}
+	}
+	ts, err := s.takeBatch(ctx, b)
+	if err != nil {
+		return nil, nil, err
+	}
+	rs, nows := make([][]sluice.Result, len(ts)), make([]int64, len(ts))
+	for i, t := range ts {
+		rs[i], nows[i] = t.results, t.now
+	}
+	return rs, nows, nil
+}
+
+// SendBatch sends reqs, each of one group, as the coalescer sends a batch
+// it took from a queue, and returns what each decision got.
+func (s *Store) SendBatch(ctx context.Context, reqs []sluice.Request) ([][]sluice.Result, []error) {
+	b := make([]*call, len(reqs))
+	for i, req := range reqs {
+		b[i] = &call{ctx: ctx, now: clockArg(req.Now), g: s.groups(req)[0], done: make(chan struct{}, 1)}
+	}
+	s.co.send(b)
+	rs, errs := make([][]sluice.Result, len(b)), make([]error, len(b))
+	for i, cl := range b {
+		<-cl.done
+		rs[i], errs[i] = cl.t.results, cl.err
+	}
+	return rs, errs
+}

@@ -4,7 +4,8 @@
 //
 // Each decision is one atomic Lua script and one round trip, whatever the
 // number of limits, unless its parts' keys lie in different Cluster slots
-// (see "Stacked decisions on a Cluster"). Each algorithm's Lua lives in its
+// (see "Stacked decisions on a Cluster"); concurrent decisions share one
+// script call (see "Coalescing"). Each algorithm's Lua lives in its
 // own file under lua/ and mirrors the Go function in internal/algo that
 // the memory store runs, so both stores give identical Results. The
 // scripts are loaded once and run by SHA; when the server answers NOSCRIPT
@@ -42,6 +43,39 @@
 // master, and a decision under several limits that meets TRYAGAIN (its
 // keys split between the two masters) is sent again, which is safe because
 // Redis did not run it.
+//
+// # Coalescing
+//
+// Redis spends much of a decision's CPU around the script rather than in
+// it, so a Store sends concurrent decisions together: while four script
+// calls of a lane are in flight, the decisions that arrive wait, and when
+// a call returns, those waiting (up to WithBatch's maximum) go as one
+// EVALSHA of lua/batch.lua. It decides them one after another in arrival
+// order, each all or nothing exactly as take.lua decides one alone, each
+// seeing what those before it consumed, under one TIME for those without
+// their own Now. A decision that finds fewer than four calls in flight is
+// sent at once, alone: coalescing adds no wait when nobody else waits. A
+// batch only orders decisions that were concurrent, so every Result is
+// one that some sequential order of the callers would give: limits stay
+// exact.
+//
+// A lane is what one script may touch: the server (standalone, Sentinel),
+// or one hash slot on a Cluster. A store sharded on the client side
+// (WithSharding) does not coalesce, nor do decisions split over slots.
+//
+// A decision whose context ends while it waits leaves the queue, not
+// taken, and Take returns the context's error. Once its batch is sent it
+// may have been taken, as any decision whose context ends during its round
+// trip: Take returns the context's error at once, and the call goes on
+// for the others, bounded by the latest of their deadlines (none if one
+// has none). An error of the call (the server unreachable or refusing) is
+// the error of every decision in it; NOSCRIPT gets the source sent, as for
+// one decision; a batch that a Cluster refuses during a slot migration
+// (TRYAGAIN, ASK), which Redis did not run, is sent again decision by
+// decision, each following ASK or retrying as alone. A batch script that
+// Redis fails partway (an out-of-memory refusal) keeps what the decisions
+// before the failure consumed, as a multi-limit decision failing after its
+// first write does: a failure may under-admit, never over-admit.
 //
 // # Stacked decisions on a Cluster
 //
@@ -241,7 +275,9 @@ var (
 type Store struct {
 	client Client
 	prefix string
-	split  splitMode // how decisions over several client keys are split (stack.go)
+	split  splitMode  // how decisions over several client keys are split (stack.go)
+	batch  int        // the most decisions per script call (WithBatch)
+	co     *coalescer // nil: no coalescing (coalesce.go)
 	close  func()
 }
 
@@ -282,10 +318,11 @@ func WithCluster() Option {
 
 // New returns a Store that runs its scripts through c.
 func New(c Client, opts ...Option) *Store {
-	s := &Store{client: c, prefix: "sluice"}
+	s := &Store{client: c, prefix: "sluice", batch: defaultBatch}
 	for _, o := range opts {
 		o(s)
 	}
+	s.co = newCoalescer(s)
 	return s
 }
 
@@ -299,7 +336,8 @@ func (s *Store) Close() {
 
 // Take implements sluice.Store: one script run, one round trip, over the
 // keys of every part; on a Cluster, one per slot (see "Stacked decisions
-// on a Cluster").
+// on a Cluster"). Concurrent decisions may share one script call (see
+// "Coalescing" and WithBatch).
 func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
 	var one group // a decision of one part, most of them: no grouping to do
 	g := &one
@@ -311,7 +349,13 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, 
 	} else {
 		g = gs[0]
 	}
-	t, err := s.take(ctx, clockArg(req.Now), g, false)
+	var t taken
+	var err error
+	if s.co != nil {
+		t, err = s.co.take(ctx, clockArg(req.Now), g)
+	} else {
+		t, err = s.take(ctx, clockArg(req.Now), g, false)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("redis store: %w", err)
 	}

@@ -1,0 +1,338 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/algo"
+)
+
+// The coalescer implements "Coalescing" in the package doc (redis.go).
+
+// defaultBatch is the most decisions one batch script call carries unless
+// WithBatch says otherwise: Redis CPU per decision is at its floor from
+// about 64 (BenchmarkBatchScriptCPU: 64, 128 and 256 within the noise of
+// one another), and a call of 128 one-limit decisions stays under a
+// millisecond of Redis time, so that a full batch does not hold the
+// server long.
+const defaultBatch = 128
+
+// maxInFlight is how many script calls of one lane may be in flight at
+// once before arriving decisions wait to be batched. 4: up to 4 concurrent
+// callers decide exactly as without coalescing (BenchmarkCoalesce/4: one
+// call per decision), while at 256 callers the batches (about 40
+// decisions) cost Redis within the noise of those that 1 or 2 calls in
+// flight make (about 75 and 125), and several batches in flight let the
+// client build and parse some while Redis runs another.
+const maxInFlight = 4
+
+// WithBatch sets the most decisions that one script call may carry when
+// the store coalesces concurrent decisions (default 128; see
+// "Coalescing"): max 1 turns coalescing off, so that every decision is one
+// script call of its own, as before coalescing. It panics if max is below
+// 1.
+func WithBatch(max int) Option {
+	if max < 1 {
+		panic(fmt.Sprintf("redis store: WithBatch: max %d, want at least 1", max))
+	}
+	return func(s *Store) { s.batch = max }
+}
+
+// batchScripts holds the batch script of each algorithm, by its algo.Code
+// as algScripts does; batchAll serves a batch that mixes algorithms.
+var (
+	batchScripts = func() map[string]script {
+		m := make(map[string]script)
+		for _, a := range sluice.Algorithms {
+			m[algo.Code(a)] = compose("batch", a)
+		}
+		return m
+	}()
+	batchAll = compose("batch", sluice.Algorithms...)
+)
+
+// coalescer batches a Store's concurrent single-group decisions, lane by
+// lane.
+type coalescer struct {
+	s     *Store
+	max   int
+	lanes []atomic.Pointer[lane] // one, or one per Cluster slot, made when first used
+
+	// For tests: batch calls sent (of 2 decisions or more), the decisions
+	// they carried and the most in one.
+	batches, decisions, largest atomic.Int64
+}
+
+// lane is the queue of decisions waiting for one set of keys.
+type lane struct {
+	mu    sync.Mutex
+	busy  int     // script calls in flight
+	queue []*call // waiting, in arrival order
+}
+
+// call is one decision in a lane's queue.
+type call struct {
+	ctx   context.Context
+	now   string
+	g     *group
+	state callState     // under the lane's mu
+	done  chan struct{} // buffered: receives once t and err are set
+	t     taken
+	err   error
+}
+
+// calls recycles the calls whose callers took their answer or left the
+// queue, so that a queued decision allocates neither its call nor its
+// channel. A call whose caller left after it was sent is not recycled:
+// its sender still answers it.
+var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+// answer tells cl's caller that cl.t and cl.err are set.
+func (cl *call) answer() { cl.done <- struct{}{} }
+
+// free recycles cl, whose answer its caller took, or which no sender holds.
+func (cl *call) free() {
+	*cl = call{done: cl.done}
+	calls.Put(cl)
+}
+
+type callState uint8
+
+const (
+	queued  callState = iota
+	sent              // in a batch: it may be taken
+	dropped           // its context ended before its batch was sent: not taken
+)
+
+// newCoalescer returns the coalescer of s, or nil when s does not
+// coalesce: a batch of 1, or a store sharded on the client side.
+func newCoalescer(s *Store) *coalescer {
+	var n int
+	switch {
+	case s.batch <= 1:
+		return nil
+	case s.split == unsplit:
+		n = 1
+	case s.split == bySlot:
+		n = 16384
+	default:
+		return nil
+	}
+	return &coalescer{s: s, max: s.batch, lanes: make([]atomic.Pointer[lane], n)}
+}
+
+// laneOf returns the lane of g's keys, all in one slot.
+func (c *coalescer) laneOf(g *group) *lane {
+	i := 0
+	if len(c.lanes) > 1 {
+		i = slot(g.keys[0])
+	}
+	p := &c.lanes[i]
+	if l := p.Load(); l != nil {
+		return l
+	}
+	p.CompareAndSwap(nil, new(lane))
+	return p.Load()
+}
+
+// take decides g at now (clockArg) as Store.take does, in a batch when
+// other decisions of its lane are in flight.
+func (c *coalescer) take(ctx context.Context, now string, g *group) (taken, error) {
+	l := c.laneOf(g)
+	l.mu.Lock()
+	if l.busy < maxInFlight {
+		l.busy++
+		l.mu.Unlock()
+		t, err := c.s.take(ctx, now, g, false)
+		if b := c.next(l); b != nil {
+			go c.run(l, b)
+		}
+		return t, err
+	}
+	cl := calls.Get().(*call)
+	cl.ctx, cl.now, cl.g = ctx, now, g
+	l.queue = append(l.queue, cl)
+	l.mu.Unlock()
+	select {
+	case <-cl.done:
+		return cl.taken()
+	case <-ctx.Done():
+	}
+	select {
+	case <-cl.done: // answered meanwhile: the answer stands
+		return cl.taken()
+	default:
+	}
+	l.mu.Lock()
+	st := cl.state
+	if st == queued {
+		// Not sent: it leaves the queue and is not taken.
+		if i := slices.Index(l.queue, cl); i >= 0 {
+			l.queue = slices.Delete(l.queue, i, i+1)
+		}
+	}
+	l.mu.Unlock()
+	if st != sent {
+		cl.free()
+	}
+	return taken{}, ctx.Err()
+}
+
+// taken returns cl's answer and recycles cl.
+func (cl *call) taken() (taken, error) {
+	t, err := cl.t, cl.err
+	cl.free()
+	return t, err
+}
+
+// next ends a script call of l: it returns the next batch of l's queue
+// for the caller to send, the call staying in flight, or nil when nobody
+// waits.
+func (c *coalescer) next(l *lane) []*call {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.queue) == 0 {
+		l.busy--
+		return nil
+	}
+	n := min(len(l.queue), c.max)
+	b := make([]*call, 0, n)
+	for _, cl := range l.queue[:n] {
+		if cl.ctx.Err() != nil {
+			cl.state = dropped // its caller returns the context's error
+			continue
+		}
+		cl.state = sent
+		b = append(b, cl)
+	}
+	rest := copy(l.queue, l.queue[n:])
+	clear(l.queue[rest:])
+	l.queue = l.queue[:rest]
+	return b
+}
+
+// run sends batch b of l and the batches that queue behind it, until
+// nobody waits.
+func (c *coalescer) run(l *lane, b []*call) {
+	for ; b != nil; b = c.next(l) {
+		c.send(b)
+	}
+}
+
+// send decides the decisions of b, in one script call, and answers each.
+func (c *coalescer) send(b []*call) {
+	switch len(b) {
+	case 0:
+		return
+	case 1:
+		cl := b[0]
+		cl.t, cl.err = c.s.take(cl.ctx, cl.now, cl.g, false)
+		cl.answer()
+		return
+	}
+	ctx, cancel := batchContext(b)
+	defer cancel()
+	ts, err := c.s.takeBatch(ctx, b)
+	if errors.Is(err, ErrTryAgain) {
+		// A Cluster refused the batch (not run) during a migration: each
+		// decision goes again by itself, and follows ASK or retries.
+		var wg sync.WaitGroup
+		for _, cl := range b {
+			wg.Go(func() {
+				cl.t, cl.err = c.s.take(ctx, cl.now, cl.g, false)
+				cl.answer()
+			})
+		}
+		wg.Wait()
+		return
+	}
+	c.batches.Add(1)
+	c.decisions.Add(int64(len(b)))
+	for n := c.largest.Load(); int64(len(b)) > n; n = c.largest.Load() {
+		if c.largest.CompareAndSwap(n, int64(len(b))) {
+			break
+		}
+	}
+	for i, cl := range b {
+		if err != nil {
+			cl.err = err
+		} else {
+			cl.t = ts[i]
+		}
+		cl.answer()
+	}
+}
+
+// batchContext returns the context of a batch call: without the
+// cancellation of any one caller, whose end must not fail the others,
+// and with the latest of their deadlines, or none when one has none.
+func batchContext(b []*call) (context.Context, context.CancelFunc) {
+	var last time.Time
+	for _, cl := range b {
+		d, ok := cl.ctx.Deadline()
+		if !ok {
+			return context.WithoutCancel(b[0].ctx), func() {}
+		}
+		if d.After(last) {
+			last = d
+		}
+	}
+	return context.WithDeadline(context.WithoutCancel(b[0].ctx), last)
+}
+
+// takeBatch runs batch.lua over the groups of b, in order, and returns
+// what each took.
+func (s *Store) takeBatch(ctx context.Context, b []*call) ([]taken, error) {
+	nk := 0
+	for _, cl := range b {
+		nk += len(cl.g.limits)
+	}
+	keys := make([]string, 0, nk)
+	args := make([]string, 1, 1+2*len(b)+4*nk)
+	args[0] = strconv.Itoa(len(b))
+	code, mixed := algo.Code(b[0].g.limits[0].Algorithm), false
+	for _, cl := range b {
+		g := cl.g
+		keys = append(keys, g.keys...)
+		args = append(args, cl.now, strconv.Itoa(len(g.limits)))
+		for i, l := range g.limits {
+			args = appendParams(args, l, g.costOf(i))
+			mixed = mixed || algo.Code(l.Algorithm) != code
+		}
+	}
+	sc := batchScripts[code]
+	if mixed {
+		sc = batchAll
+	}
+	// eval, not run: a batch that a Cluster refuses is split (send), not
+	// retried whole.
+	reply, err := s.eval(ctx, sc, keys, args)
+	if err != nil {
+		return nil, err
+	}
+	ts := make([]taken, len(b))
+	off := 0
+	for i, cl := range b {
+		n := 4*len(cl.g.limits) + 1
+		if off+n > len(reply) {
+			return nil, fmt.Errorf("batch script replied %d integers, want more", len(reply))
+		}
+		rs, err := results(cl.g.limits, reply[off:off+n], 1)
+		if err != nil {
+			return nil, err
+		}
+		ts[i] = taken{results: rs, now: reply[off+n-1]}
+		off += n
+	}
+	if off != len(reply) {
+		return nil, fmt.Errorf("batch script replied %d integers, want %d", len(reply), off)
+	}
+	return ts, nil
+}

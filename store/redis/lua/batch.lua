@@ -1,0 +1,79 @@
+-- batch.lua: decides several requests in one call, one after another in
+-- the order given, each all or nothing exactly as take.lua decides one
+-- (a request sees what the requests before it in the batch consumed),
+-- and returns, for each request, four integers per limit: allowed (0/1),
+-- remaining, reset after (µs), retry after (µs); then the now it decided
+-- at (µs). The client coalesces concurrent decisions into it
+-- (coalesce.go).
+--
+-- ARGV[1]   the number of requests
+-- then, for each request in turn:
+--   now in µs, or '' for the server's clock (one TIME for the whole
+--   batch, read when the first such request is decided)
+--   m, its number of limits, whose keys are the next m of KEYS
+--   for each of its limits: algorithm code, its two parameters, the cost
+--
+-- algorithms, generated before this file, maps each algorithm code to its
+-- decision function and its writer.
+
+local server_now
+local out, n, k, a = {}, 0, 0, 2
+local states = {} -- reused by every request of several limits
+for _ = 1, tonumber(ARGV[1]) do
+  local now = ARGV[a]
+  local m = tonumber(ARGV[a + 1])
+  a = a + 2
+  if now == '' then
+    if not server_now then
+      server_now = clock('')
+    end
+    now = server_now
+  else
+    now = tonumber(now)
+  end
+  if m == 1 then
+    -- One limit, most requests: its decision is the request's.
+    local alg = algorithms[ARGV[a]]
+    if not alg then
+      return redis.error_reply('sluice: unknown algorithm ' .. tostring(ARGV[a]))
+    end
+    local key, p2, cost = KEYS[k + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+    local ok, rem, reset, retry, state = alg[1](key, now, tonumber(ARGV[a + 1]), p2, cost)
+    if ok == 1 then
+      alg[2](key, state, reset, now, cost, p2)
+    end
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = ok, rem, reset, retry, now
+  else
+    local allowed = true
+    for i = 1, m do
+      local j = a + 4 * (i - 1)
+      local alg = algorithms[ARGV[j]]
+      if not alg then
+        return redis.error_reply('sluice: unknown algorithm ' .. tostring(ARGV[j]))
+      end
+      local ok, rem, reset, retry, state = alg[1](KEYS[k + i], now, tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]))
+      out[n + 4 * i - 3], out[n + 4 * i - 2], out[n + 4 * i - 1], out[n + 4 * i] = ok, rem, reset, retry
+      states[i] = state
+      allowed = allowed and ok == 1
+    end
+    if allowed then
+      for i = 1, m do
+        local j = a + 4 * (i - 1)
+        algorithms[ARGV[j]][2](KEYS[k + i], states[i], out[n + 4 * i - 1], now, tonumber(ARGV[j + 3]), tonumber(ARGV[j + 2]))
+      end
+    else
+      -- Nothing is consumed: limits that would have admitted the request
+      -- report their state as it is.
+      for i = 1, m do
+        if out[n + 4 * i - 3] == 1 then
+          local j = a + 4 * (i - 1)
+          local _, rem, reset = algorithms[ARGV[j]][1](KEYS[k + i], now, tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), 0)
+          out[n + 4 * i - 2], out[n + 4 * i - 1] = rem, reset
+        end
+      end
+    end
+    out[n + 4 * m + 1] = now
+  end
+  n, k, a = n + 4 * m + 1, k + m, a + 4 * m
+end
+return out
