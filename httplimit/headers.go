@@ -168,16 +168,27 @@ func SetHeaders(h http.Header, mode HeaderMode, limits []sluice.Limit, results [
 			cur = appendSFInt(cur, ceilSeconds(t))
 			cur = appendPartitionKey(cur, pk)
 		}
-		h.Set("RateLimit-Policy", string(pol))
-		h.Set("RateLimit", string(cur))
+		h[canonPolicy] = []string{string(pol)}
+		h[canonRateLimit] = []string{string(cur)}
 	}
 	if (mode == HeadersBoth || mode == HeadersLegacy) && binding >= 0 && binding < n {
 		r := results[binding]
-		h.Set("X-RateLimit-Limit", strconv.Itoa(r.Limit))
-		h.Set("X-RateLimit-Remaining", strconv.Itoa(max(r.Remaining, 0)))
-		h.Set("X-RateLimit-Reset", strconv.FormatInt(resetEpoch(now, r.ResetAfter), 10))
+		h[canonLimit] = []string{strconv.Itoa(r.Limit)}
+		h[canonRemaining] = []string{strconv.Itoa(max(r.Remaining, 0))}
+		h[canonReset] = []string{strconv.FormatInt(resetEpoch(now, r.ResetAfter), 10)}
 	}
 }
+
+// SetHeaders's field names in their canonical form, as http.Header.Set
+// stores them, made once: Set would canonicalize them (a new string for
+// each of these mixed-case names) on every response.
+var (
+	canonPolicy    = http.CanonicalHeaderKey("RateLimit-Policy")
+	canonRateLimit = http.CanonicalHeaderKey("RateLimit")
+	canonLimit     = http.CanonicalHeaderKey("X-RateLimit-Limit")
+	canonRemaining = http.CanonicalHeaderKey("X-RateLimit-Remaining")
+	canonReset     = http.CanonicalHeaderKey("X-RateLimit-Reset")
+)
 
 // policyQuota returns the q and w of l's RateLimit-Policy item, as
 // SetHeaders documents; w is 0, to be left out, when l has no Period.

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -108,8 +109,8 @@ func (s *Server) allowMethods(w http.ResponseWriter, r *http.Request, methods ..
 // absent.
 func (s *Server) jsonBody(w http.ResponseWriter, r *http.Request) bool {
 	ct := r.Header.Get("Content-Type")
-	if ct == "" {
-		return true
+	if ct == "" || ct == "application/json" {
+		return true // without parsing: what clients send
 	}
 	if mt, _, err := mime.ParseMediaType(ct); err == nil && mt == "application/json" {
 		return true
@@ -351,7 +352,17 @@ func ceilMillis(d time.Duration) int64 {
 // or 413 saying what is wrong and returns false. fields lists the
 // accepted fields for the unknown-field message.
 func decode(w http.ResponseWriter, r *http.Request, v any, fields string) bool {
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	// Into a buffer of a pool, not a new one grown per request: what is
+	// decoded from it is copied out (encoding/json copies strings).
+	buf := bodyBuffers.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= maxPooledBody {
+			buf.Reset()
+			bodyBuffers.Put(buf)
+		}
+	}()
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	data := buf.Bytes()
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			httpjson.Error(w, http.StatusRequestEntityTooLarge, "TOO_LARGE",
@@ -412,6 +423,13 @@ func decode(w http.ResponseWriter, r *http.Request, v any, fields string) bool {
 	}
 	return true
 }
+
+// bodyBuffers holds the buffers decode reads request bodies into.
+var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledBody is the largest buffer decode returns to bodyBuffers: one
+// grown by a rare large batch is left to the garbage collector.
+const maxPooledBody = 16 << 10
 
 // jsonType names a Go kind as JSON does.
 func jsonType(kind string) string {
