@@ -62,6 +62,7 @@ const (
 // flags are the program's settings.
 type flags struct {
 	out, only           string
+	profiles            string
 	callers, keys       int
 	duration, duration1 time.Duration
 	warmup              time.Duration
@@ -80,6 +81,7 @@ func main() {
 	flag.DurationVar(&f.duration1, "duration1", 4*time.Second, "how long each one-caller run sends")
 	flag.DurationVar(&f.warmup, "warmup", time.Second, "how long each server is driven before it is measured")
 	flag.DurationVar(&f.profile, "profile", 3*time.Second, "how long sluice serve is profiled (pprof CPU) at each number of callers, after it is measured (0: not)")
+	flag.StringVar(&f.profiles, "profiles", "", "a directory to keep sluice serve's CPU profiles in, such as results/tmp (git ignores it; empty: not kept)")
 	flag.Parse()
 	if *empty != "" {
 		if err := serveEmpty(*empty, *listen); err != nil {
@@ -155,19 +157,26 @@ func run(ctx context.Context, f flags) error {
 		return err
 	}
 	defer e.redis.Stop()
-	var results []*scenarioResult
+	var (
+		results []*scenarioResult
+		failed  []string
+	)
 	for _, sc := range chosen {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		fmt.Fprintf(os.Stderr, "%s ...\n", sc.title)
+		fmt.Fprintf(os.Stderr, "%s (%s) ...\n", sc.title, sc.setting)
 		r, err := e.measure(ctx, sc)
 		if err != nil {
-			return fmt.Errorf("%s: %w", sc.title, err)
+			// The others are still worth having; the results say so.
+			fmt.Fprintf(os.Stderr, "  failed: %v\n", err)
+			failed = append(failed, fmt.Sprintf("%s (%s) failed: %s", sc.title, sc.setting, firstLine(err.Error())))
+			continue
 		}
 		results = append(results, r)
 	}
 	rep := report(e, results, time.Since(began))
+	rep.Notes = append(rep.Notes, failed...)
 	if err := os.MkdirAll(filepath.Dir(f.out), 0o755); err != nil {
 		return err
 	}
@@ -175,6 +184,9 @@ func run(ctx context.Context, f flags) error {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "wrote %s in %s\n", f.out, time.Since(began).Round(time.Second))
+	if len(failed) > 0 {
+		return fmt.Errorf("%d of %d scenarios failed", len(failed), len(chosen))
+	}
 	return nil
 }
 
@@ -395,6 +407,7 @@ func startGubernator(_ context.Context, e *env) (*server, error) {
 	vars := []string{
 		"GUBER_GRPC_ADDRESS=" + addrs[0], "GUBER_HTTP_ADDRESS=" + addrs[1], "GUBER_ADVERTISE_ADDRESS=" + addrs[0],
 		"GUBER_PEER_DISCOVERY_TYPE=member-list", "GUBER_MEMBERLIST_ADDRESS=" + addrs[2], "GUBER_MEMBERLIST_BIND_ADDRESS=" + addrs[2],
+		"GUBER_MEMBERLIST_KNOWN_NODES=" + addrs[2], // itself: a cluster of one
 		"GUBER_LOG_LEVEL=error",
 	}
 	p, err := start("gubernator", e.gubernator, nil, vars)
@@ -497,7 +510,16 @@ func (e *env) profile(ctx context.Context, srv *server, sc scenario, callers int
 		// Bounded: until the profile is in, at most its length and a minute.
 		loadgen.Run(lctx, loadgen.Options{Concurrency: callers, Duration: time.Duration(seconds)*time.Second + time.Minute, Keys: e.f.keys}, srv.fn)
 	}()
-	path, err := profileServer(ctx, srv.pprof, seconds, e.tmp, fmt.Sprintf("%s-%d", sc.id, callers))
+	dir := e.tmp
+	if e.f.profiles != "" {
+		dir = e.f.profiles
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			cancel()
+			<-done
+			return nil, err
+		}
+	}
+	path, err := profileServer(ctx, srv.pprof, seconds, dir, fmt.Sprintf("%s-%d", sc.id, callers))
 	cancel()
 	<-done
 	if err != nil {
@@ -534,6 +556,12 @@ func perDecision(cpu float64, res *loadgen.Result) float64 {
 		return 0
 	}
 	return cpu / float64(res.Sent) * 1e6
+}
+
+// firstLine returns s up to its first newline.
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
 }
 
 // goVersion is the Go of this program, which built sluice serve too.

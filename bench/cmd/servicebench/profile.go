@@ -25,7 +25,7 @@ type share struct {
 // prefix that matches deciding; runtime functions are sorted apart
 // (runtimeCategory).
 var categories = []struct{ name, prefixes string }{
-	{"sluice", "github.com/sluice-go/sluice"},
+	{"sluice", "github.com/sluice-go/sluice main."},
 	{"Redis client (rueidis)", "github.com/redis/rueidis"},
 	{"gRPC and HTTP/2", "google.golang.org/grpc golang.org/x/net/http2"},
 	{"protobuf", "google.golang.org/protobuf"},
@@ -33,6 +33,7 @@ var categories = []struct{ name, prefixes string }{
 	{"JSON", "encoding/json"},
 	{"metrics (prometheus)", "github.com/prometheus"},
 	{"syscalls (network I/O)", "syscall. internal/runtime/syscall internal/poll net. runtime/internal/syscall"},
+	{"Go library (context, time, sync, reflect...)", "context. time. sync. reflect. io. slices. sort. bytes. strings. strconv. internal/bytealg internal/strconv internal/reflectlite internal/sync internal/godebug internal/abi unicode math log/ errors. fmt. maps. vendor/"},
 }
 
 // category returns fn's category.
@@ -44,7 +45,8 @@ func category(fn string) string {
 			}
 		}
 	}
-	if strings.HasPrefix(fn, "runtime.") || strings.HasPrefix(fn, "internal/runtime") {
+	if strings.HasPrefix(fn, "runtime.") || strings.HasPrefix(fn, "internal/runtime") || !strings.Contains(fn, ".") {
+		// (and the runtime's assembly: aeshashbody, memeqbody, gogo...)
 		for _, gc := range []string{"gc", "malloc", "mark", "sweep", "scan", "span", "heap", "alloc", "memclr", "greyobject", "findObject", "wbBuf", "bulkBarrier"} {
 			if strings.Contains(strings.ToLower(fn), strings.ToLower(gc)) {
 				return "GC and allocation"
