@@ -428,9 +428,9 @@ func startGubernator(_ context.Context, e *env) (*server, error) {
 type runResult struct {
 	callers    int
 	res        *loadgen.Result
-	serverCPU  float64 // seconds
-	redisCPU   float64 // seconds
-	profile    []share // sluice serve only, when profiled
+	serverCPU  float64        // seconds
+	redisCPU   float64        // seconds
+	profile    *profileShares // sluice serve only, when profiled
 	profileErr error
 }
 
@@ -501,7 +501,7 @@ func (e *env) measure(ctx context.Context, sc scenario) (*scenarioResult, error)
 
 // profile drives srv at callers while its CPU profile of -profile is
 // taken, and returns the profile's shares.
-func (e *env) profile(ctx context.Context, srv *server, sc scenario, callers int) ([]share, error) {
+func (e *env) profile(ctx context.Context, srv *server, sc scenario, callers int) (*profileShares, error) {
 	seconds := max(int(e.f.profile.Round(time.Second)/time.Second), 1)
 	lctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})

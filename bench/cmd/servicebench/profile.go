@@ -87,9 +87,25 @@ func profileServer(ctx context.Context, addr string, seconds int, dir, name stri
 	return path, f.Close()
 }
 
+// profileShares is what a profile says: the shares of its samples by
+// category, largest first, and the cumulative shares (with what they
+// call) of sluice's request handler and of its store calls.
+type profileShares struct {
+	byCategory     []share
+	handler, store float64
+}
+
+// The functions whose cumulative share profileShares reports: sluice's
+// doors, and the instrumented store (package metrics) that sluice serve
+// wraps every store in.
+var (
+	handlerFuncs = []string{"github.com/sluice-go/sluice/server.(*Server).ServeHTTP", "github.com/sluice-go/sluice/envoy.(*Service).ShouldRateLimit"}
+	storePrefix  = "github.com/sluice-go/sluice/metrics.(*store)."
+)
+
 // shares reads the profile at path with `go tool pprof -top` and returns
-// its samples' shares by category, largest first.
-func shares(ctx context.Context, path string) ([]share, error) {
+// what it says.
+func shares(ctx context.Context, path string) (*profileShares, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount=1000000", "-nodefraction=0", "-edgefraction=0", path).Output()
@@ -98,6 +114,7 @@ func shares(ctx context.Context, path string) ([]share, error) {
 	}
 	by := map[string]float64{}
 	total := 0.0
+	ps := &profileShares{}
 	for line := range strings.Lines(string(out)) {
 		f := strings.Fields(line)
 		// flat flat% sum% cum cum% function...
@@ -110,6 +127,16 @@ func shares(ctx context.Context, path string) ([]share, error) {
 		}
 		by[category(f[5])] += d.Seconds()
 		total += d.Seconds()
+		cum, err := strconv.ParseFloat(strings.TrimSuffix(f[4], "%"), 64)
+		if err != nil {
+			continue
+		}
+		switch fn := f[5]; {
+		case slices.Contains(handlerFuncs, fn):
+			ps.handler = max(ps.handler, cum)
+		case strings.HasPrefix(fn, storePrefix):
+			ps.store = max(ps.store, cum)
+		}
 	}
 	if total == 0 {
 		return nil, fmt.Errorf("%s: no samples", path)
@@ -118,6 +145,7 @@ func shares(ctx context.Context, path string) ([]share, error) {
 	for c, v := range by {
 		s = append(s, share{c, 100 * v / total})
 	}
+	ps.byCategory = s
 	slices.SortFunc(s, func(a, b share) int {
 		if a.percent != b.percent {
 			if a.percent > b.percent {
@@ -127,17 +155,20 @@ func shares(ctx context.Context, path string) ([]share, error) {
 		}
 		return strings.Compare(a.category, b.category)
 	})
-	return s, nil
+	return ps, nil
 }
 
-// sharesText writes the largest shares: "31% gRPC and HTTP/2, 22%
-// syscalls (network I/O), ...", those of at least 3%.
-func sharesText(s []share) string {
+// sharesText writes what a profile says: "sluice's handler 31% with what
+// it calls (its store calls 10%); by package, where the time itself is
+// spent: 31% gRPC and HTTP/2, 22% syscalls (network I/O), ...", the
+// packages of at least 3%.
+func sharesText(ps *profileShares) string {
 	var parts []string
-	for _, x := range s {
+	for _, x := range ps.byCategory {
 		if x.percent >= 3 || len(parts) == 0 {
 			parts = append(parts, fmt.Sprintf("%.0f%% %s", x.percent, x.category))
 		}
 	}
-	return strings.Join(parts, ", ")
+	return fmt.Sprintf("sluice's handler %.0f%% with what it calls (its store calls %.0f%%), the rest the server's transport; by package, where the time itself goes: %s",
+		ps.handler, ps.store, strings.Join(parts, ", "))
 }

@@ -1,7 +1,12 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,5 +104,47 @@ func TestCPUSeconds(t *testing.T) {
 	}
 	if before < 0 || after <= before {
 		t.Errorf("CPU seconds %v then %v", before, after)
+	}
+}
+
+// TestShares: a real CPU profile of this process, made while a function
+// of a known category burns CPU, is read by go tool pprof into shares
+// that add up to 100% and name that category.
+func TestShares(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cpu.pprof")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		t.Fatal(err)
+	}
+	burnJSON(300 * time.Millisecond)
+	pprof.StopCPUProfile()
+	f.Close()
+	ps, err := shares(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, jsonShare := 0.0, 0.0
+	for _, s := range ps.byCategory {
+		sum += s.percent
+		if s.category == "JSON" {
+			jsonShare = s.percent
+		}
+	}
+	if sum < 99.5 || sum > 100.5 || jsonShare < 30 {
+		t.Errorf("shares %v: sum %.1f%%, JSON %.1f%%; want 100%% and JSON among them", ps.byCategory, sum, jsonShare)
+	}
+	if text := sharesText(ps); !strings.Contains(text, "JSON") {
+		t.Errorf("sharesText = %q", text)
+	}
+}
+
+// burnJSON validates JSON (encoding/json's scanner, nothing else) for d.
+func burnJSON(d time.Duration) {
+	doc := []byte("[" + strings.Repeat(`{"a":[1,2,3],"b":"text","c":{"x":1.5}},`, 2000) + "0]")
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); {
+		_ = json.Valid(doc)
 	}
 }
