@@ -220,14 +220,28 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case d.Allowed:
-		httpjson.Write(w, http.StatusOK, "application/json", body)
+		writeResult(w, http.StatusOK, &body)
 	case d.Degraded == sluice.DegradedDeny:
 		httplimit.WriteUnavailable(w, d.Result().RetryAfter)
 	default:
 		w.Header().Set("Retry-After", strconv.Itoa(httplimit.RetryAfterSeconds(d.Result().RetryAfter)))
-		httpjson.Write(w, http.StatusTooManyRequests, "application/json", body)
+		writeResult(w, http.StatusTooManyRequests, &body)
 	}
 }
+
+// writeResult writes body with status, encoded without reflection when
+// appendCheckResult can (as encoding/json would), else by encoding/json.
+func writeResult(w http.ResponseWriter, status int, body *checkResult) {
+	if b, ok := appendCheckResult(make([]byte, 0, 256), body); ok {
+		httpjson.WriteBody(w, status, "application/json", b)
+		return
+	}
+	httpjson.Write(w, status, "application/json", body)
+}
+
+// fastDecoder is a body that decodes the usual shape of itself without
+// encoding/json (see decodeFast), reporting false for anything else.
+type fastDecoder interface{ decodeFast(data []byte) bool }
 
 // batch decides every check of the body as one request limited by all
 // their rules: admitted only if every check's rule admits it, and a
@@ -393,6 +407,9 @@ func decode(w http.ResponseWriter, r *http.Request, v any, fields string) bool {
 	if off := loneSurrogate(data); off >= 0 {
 		// The same: encoding/json decodes a lone surrogate to U+FFFD.
 		return bad("%s", where(data, off, loneEscape))
+	}
+	if f, ok := v.(fastDecoder); ok && f.decodeFast(data) {
+		return true
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()

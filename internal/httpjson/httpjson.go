@@ -41,7 +41,13 @@ func Write(w http.ResponseWriter, status int, contentType string, v any) {
 		status, contentType = http.StatusInternalServerError, "application/json"
 		b, _ = json.Marshal(ErrorBody{Error: ErrorDetail{Code: "INTERNAL", Message: err.Error()}})
 	}
-	b = append(b, '\n')
+	WriteBody(w, status, contentType, append(b, '\n'))
+}
+
+// WriteBody writes body, already encoded, as Write writes a marshaled
+// value: with status, as a body of contentType, with Write's header
+// fields.
+func WriteBody(w http.ResponseWriter, status int, contentType string, b []byte) {
 	h := w.Header()
 	h.Set("Content-Type", contentType)
 	h.Set("X-Content-Type-Options", "nosniff")
