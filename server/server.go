@@ -185,8 +185,14 @@ func stateOf(r sluice.Result) state {
 	if r.Degraded.MadeUp() {
 		return state{}
 	}
-	reset := ceilMillis(r.ResetAfter)
-	return state{Limit: &r.Limit, Remaining: new(max(r.Remaining, 0)), ResetAfterMS: &reset}
+	v := &stateValues{r.Limit, max(r.Remaining, 0), ceilMillis(r.ResetAfter)} // one allocation, not three
+	return state{Limit: &v.limit, Remaining: &v.remaining, ResetAfterMS: &v.reset}
+}
+
+// stateValues holds the numbers a state points to.
+type stateValues struct {
+	limit, remaining int
+	reset            int64
 }
 
 // batchResponse is the body of /v1/check/batch.
