@@ -603,9 +603,6 @@ func entryPath(entries []Entry) string {
 	return strings.Join(parts, ".")
 }
 
-// entriesOf returns the entries of a request descriptor.
-func entriesOf(d *commonv3.RateLimitDescriptor) []Entry { return entriesInto(nil, d) }
-
 // entriesInto appends the entries of a request descriptor to buf.
 func entriesInto(buf []Entry, d *commonv3.RateLimitDescriptor) []Entry {
 	buf = slices.Grow(buf, len(d.GetEntries()))
