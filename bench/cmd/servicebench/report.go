@@ -47,9 +47,6 @@ type (
 	}
 )
 
-// command is how the results are made again.
-const command = "cd bench && go run ./cmd/servicebench -out results/service.json"
-
 func writeJSON(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
@@ -62,7 +59,7 @@ func writeJSON(path string, v any) error {
 func report(e *env, rs []*scenarioResult, took time.Duration) *results {
 	out := &results{
 		Title:   "Service: sluice serve beside envoyproxy/ratelimit, gubernator and empty servers",
-		Command: command + flagsNote(e.f),
+		Command: "cd bench && go run ./cmd/servicebench -out " + e.f.out + flagsNote(e.f),
 		Notes:   notes(e, took),
 	}
 	by := map[string]*scenarioResult{}
