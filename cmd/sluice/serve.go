@@ -43,6 +43,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer stopHUP()
+	keepMinHeap(ctx, int64(*df.gcMinHeap)<<20)
 	path := df.path
 	m := metrics.New()
 	open := []policyfile.Option{policyfile.WithLogger(log), policyfile.WithRedis(df.storeSettings),
