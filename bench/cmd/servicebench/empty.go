@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -44,9 +45,19 @@ func emptyHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(emptyBody)
 }
 
+// emptyMinHeap is the heap the empty servers let grow before they
+// collect: sluice serve's --gc-min-heap-mib default, so that the
+// comparison is of the work per request, not of two garbage collector
+// settings.
+const emptyMinHeap = 64 << 20
+
 // serveEmpty serves the empty server kind ("grpc" or "http") on addr
 // until SIGTERM, SIGINT, or its parent's death, at most an hour.
 func serveEmpty(kind, addr string) error {
+	// As sluice serve with a small live heap: no collection until the
+	// runtime's memory nears emptyMinHeap.
+	debug.SetMemoryLimit(emptyMinHeap)
+	debug.SetGCPercent(-1)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err

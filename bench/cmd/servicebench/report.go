@@ -232,7 +232,7 @@ func notes(e *env, took time.Duration) []string {
 			e.f.keys, limitPerSec, e.f.warmup, e.f.duration, e.f.callers, e.f.duration1),
 		"CPU per decision: the user and system CPU time of the server's process (and of redis-server) from /proc/<pid>/stat over the measured run, divided by the decisions answered.",
 		"envoyproxy/ratelimit and sluice serve read the same config file (one descriptor key, a per-second limit) and talk to the same redis-server; envoyproxy/ratelimit runs with its defaults and with REDIS_PIPELINE_WINDOW=500us (its README's recommended range is 150us-500us; REDIS_PIPELINE_LIMIT has no effect in its radix v4 client), Redis in single mode (Cluster mode needs a Redis Cluster).",
-		"sluice serve runs with its defaults (among them --gc-min-heap-mib 64: the collector waits for 64 MiB while the live heap is small); the peers with theirs, as listed.",
+		"sluice serve runs with its defaults (among them --gc-min-heap-mib 64: the collector waits for 64 MiB while the live heap is small), and the empty servers collect garbage the same way (GOGC off under a 64 MiB memory limit), so that the comparison with them is of the work per request; the peers run with their own defaults, and the settings listed.",
 		"gubernator runs as a one-node cluster and keeps its counts in memory (it has no Redis store): compare it with sluice serve on the memory store.",
 		"sluice serve is profiled (pprof CPU, --pprof-listen) after its measured runs, at each number of callers, for the profile table and for what limits a goal not met.",
 		fmt.Sprintf("The whole run took %s.", took.Round(time.Second)),
