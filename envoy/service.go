@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -196,7 +197,17 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if gen.cfg != nil {
 		dom = gen.cfg.Domains[req.GetDomain()]
 	}
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.GetDescriptors()))}
+	var resp *rlsv3.RateLimitResponse
+	if len(req.GetDescriptors()) == 1 {
+		// The usual request: the response and its one status's slot in
+		// one allocation.
+		r1 := &response1{}
+		r1.resp.Statuses = r1.statuses[:]
+		resp = &r1.resp
+	} else {
+		resp = &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.GetDescriptors()))}
+	}
+	resp.OverallCode = rlsv3.RateLimitResponse_OK
 	if dom == nil {
 		// As in envoyproxy/ratelimit: nothing limits an unknown domain,
 		// so that Envoy ahead of its rate limit configuration (or asking
@@ -212,19 +223,29 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	// limit that names others in replaces turns them off for this request,
 	// as in envoyproxy/ratelimit, and an invalid override fails the
 	// request before anything is counted.
-	ms := make([]match, len(req.GetDescriptors()))
+	var one [1]match // the usual request of one descriptor needs no slice of its own
+	ms := one[:]
+	if len(req.GetDescriptors()) > 1 {
+		ms = make([]match, len(req.GetDescriptors()))
+	}
+	var first [4]Entry // the first descriptor's entries, when there are few
 	for i, d := range req.GetDescriptors() {
-		ms[i].entries = entriesOf(d)
+		var entries []Entry
+		if i == 0 && len(d.GetEntries()) <= len(first) {
+			entries = entriesInto(first[:0], d)
+		} else {
+			entries = entriesInto(nil, d)
+		}
 		if o := d.GetLimit(); o != nil {
 			var err error
-			if ms[i].override, ms[i].limit, err = override(req.GetDomain(), o, ms[i].entries); err != nil {
+			if ms[i].override, ms[i].limit, err = override(req.GetDomain(), o, entries); err != nil {
 				return nil, err
 			}
-			ms[i].store = storageKey(req.GetDomain(), ms[i].entries)
+			ms[i].store = storageKey(req.GetDomain(), entries)
 			continue
 		}
 		var key []Entry
-		if ms[i].node, key = dom.resolve(ms[i].entries); ms[i].node != nil && !ms[i].node.RateLimit.Unlimited {
+		if ms[i].node, key = dom.resolve(entries); ms[i].node != nil && !ms[i].node.RateLimit.Unlimited {
 			ms[i].limit, ms[i].store = ms[i].node.RateLimit.Limit, storageKey(req.GetDomain(), key)
 		}
 	}
@@ -248,7 +269,17 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		tightest     *rlsv3.RateLimitResponse_DescriptorStatus
 		minRemaining uint32 = math.MaxUint32
 	)
-	vs, err := s.decideAll(ctx, req, ms, replaced)
+	var (
+		vs  []verdict
+		err error
+	)
+	if len(ms) == 1 {
+		var one [1]verdict // as ms: no slice of its own
+		one[0], err = s.decide(ctx, req, req.GetDescriptors()[0], ms[0], replaced)
+		vs = one[:]
+	} else {
+		vs, err = s.decideAll(ctx, req, ms, replaced)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -270,8 +301,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			}
 		}
 		resp.Statuses[i] = st
-		if v.limit != nil {
-			limits = append(limits, *v.limit)
+		if v.counted && s.headers == HeadersIETF {
+			limits = append(limits, v.limit)
 			results = append(results, v.result)
 		}
 	}
@@ -300,11 +331,6 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 func (s *Service) decideAll(ctx context.Context, req *rlsv3.RateLimitRequest, ms []match, replaced map[string]bool) ([]verdict, error) {
 	ds := req.GetDescriptors()
 	vs := make([]verdict, len(ds))
-	if len(ds) == 1 {
-		v, err := s.decide(ctx, req, ds[0], ms[0], replaced)
-		vs[0] = v
-		return vs, err
-	}
 	if sharesCount(ms) {
 		// In request order, as envoyproxy/ratelimit decides them: the
 		// first of two descriptors that share a count is the one it
@@ -320,7 +346,8 @@ func (s *Service) decideAll(ctx context.Context, req *rlsv3.RateLimitRequest, ms
 	errs := make([]error, len(ds))
 	var wg sync.WaitGroup
 	for i, d := range ds[1:] {
-		wg.Go(func() { vs[i+1], errs[i+1] = s.decide(ctx, req, d, ms[i+1], replaced) })
+		m := ms[i+1] // a copy: ms itself stays on the caller's stack
+		wg.Go(func() { vs[i+1], errs[i+1] = s.decide(ctx, req, d, m, replaced) })
 	}
 	vs[0], errs[0] = s.decide(ctx, req, ds[0], ms[0], replaced) // meanwhile, here
 	wg.Wait()
@@ -370,13 +397,12 @@ func (s *Service) unknownDomain(gen *generation, domain string) {
 	}
 }
 
-// match is a request descriptor's entries, the configured node they
-// match (nil for none, and for a limit override) or the limit override
+// match is what a request descriptor's entries match: the configured
+// node (nil for none, and for a limit override) or the limit override
 // it carries, the limit, and the store key its count is kept under (of
 // the entries, a share_threshold entry's value replaced by its pattern;
 // "" when nothing matched).
 type match struct {
-	entries  []Entry
 	node     *Descriptor
 	override *RateLimit
 	limit    sluice.Limit
@@ -406,17 +432,31 @@ func override(domain string, o *commonv3.RateLimitDescriptor_RateLimitOverride, 
 
 // verdict is one descriptor's answer: its status before quota mode
 // turns it OK, whether the node is in quota mode, and, when a limit
-// counted the request and its numbers are real, the limit and its result.
+// counted the request and its numbers are real (counted), the limit and
+// its result.
 type verdict struct {
-	status *rlsv3.RateLimitResponse_DescriptorStatus
-	quota  bool
-	limit  *sluice.Limit
-	result sluice.Result
+	status  *rlsv3.RateLimitResponse_DescriptorStatus
+	quota   bool
+	counted bool
+	limit   sluice.Limit
+	result  sluice.Result
+}
+
+// statusOf is a counted descriptor's status with its current_limit and
+// duration_until_reset, made in one allocation instead of three.
+type statusOf struct {
+	status  rlsv3.RateLimitResponse_DescriptorStatus
+	current rlsv3.RateLimitResponse_RateLimit
+	reset   durationpb.Duration
+}
+
+// okStatus returns a status OK with nothing else.
+func okStatus() *rlsv3.RateLimitResponse_DescriptorStatus {
+	return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 }
 
 // decide returns the verdict on descriptor d, matched as m.
 func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor, m match, replaced map[string]bool) (verdict, error) {
-	ok := verdict{status: &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}}
 	var (
 		lim    = m.limit
 		rl     *RateLimit
@@ -428,22 +468,26 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, d *co
 		rl, label = m.override, limitName("override."+req.GetDomain())
 	} else {
 		if m.node == nil {
-			return ok, nil
+			return verdict{status: okStatus()}, nil
 		}
 		rl, shadow = m.node.RateLimit, m.node.ShadowMode
 		if rl.Unlimited {
 			// Before replaces, as in envoyproxy/ratelimit: an unlimited
 			// limit is never replaced.
-			ok.status.LimitRemaining = math.MaxUint32
-			return ok, nil
+			st := okStatus()
+			st.LimitRemaining = math.MaxUint32
+			return verdict{status: st}, nil
 		}
 		if rl.Name != "" && replaced[rl.Name] {
-			return ok, nil // replaced: neither decided nor counted
+			return verdict{status: okStatus()}, nil // replaced: neither decided nor counted
 		}
 		label, quota = lim.Name, m.node.QuotaMode
 	}
 	cost := costOf(req, d)
-	v := verdict{quota: quota, status: &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: currentLimit(rl)}}
+	box := &statusOf{}
+	box.status.Code = rlsv3.RateLimitResponse_OK
+	box.status.CurrentLimit = currentLimit(&box.current, rl)
+	v := verdict{quota: quota, status: &box.status}
 	var res sluice.Result
 	if lim.Limit == 0 {
 		// requests_per_unit: 0 blocks every request; a check of cost 0
@@ -475,9 +519,10 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, d *co
 		return v, nil
 	}
 	v.status.LimitRemaining = uint32(min(max(int64(res.Remaining), 0), math.MaxUint32))
-	v.status.DurationUntilReset = &durationpb.Duration{Seconds: s.resetSeconds(lim, res)}
+	box.reset.Seconds = s.resetSeconds(lim, res)
+	v.status.DurationUntilReset = &box.reset
 	if lim.Limit > 0 {
-		v.limit, v.result = &lim, res
+		v.counted, v.limit, v.result = true, lim, res
 	}
 	return v, nil
 }
@@ -513,10 +558,10 @@ func storeError(err error) error {
 	return status.Errorf(codes.Unavailable, "rate limit store: %v", err)
 }
 
-// currentLimit reports rl to Envoy: named only when the file names it,
-// as envoyproxy/ratelimit reports it.
-func currentLimit(rl *RateLimit) *rlsv3.RateLimitResponse_RateLimit {
-	c := &rlsv3.RateLimitResponse_RateLimit{Name: rl.Name, RequestsPerUnit: rl.RequestsPerUnit, Unit: rl.current}
+// currentLimit reports rl to Envoy in c, and returns c: named only when
+// the file names it, as envoyproxy/ratelimit reports it.
+func currentLimit(c *rlsv3.RateLimitResponse_RateLimit, rl *RateLimit) *rlsv3.RateLimitResponse_RateLimit {
+	c.Name, c.RequestsPerUnit, c.Unit = rl.Name, rl.RequestsPerUnit, rl.current
 	if rl.UnitMultiplier > 1 {
 		c.UnitMultiplier = wrapperspb.UInt32(rl.UnitMultiplier)
 	}
@@ -528,6 +573,11 @@ func currentLimit(rl *RateLimit) *rlsv3.RateLimitResponse_RateLimit {
 // share a key whatever bytes their keys and values hold.
 func storageKey(domain string, entries []Entry) string {
 	var b strings.Builder
+	n := len("envoy:") + len(domain) + 4
+	for _, e := range entries {
+		n += len(e.Key) + len(e.Value) + 8
+	}
+	b.Grow(n) // one allocation: a length prefix of up to 3 digits per part
 	b.WriteString("envoy:")
 	put := func(s string) {
 		b.WriteString(strconv.Itoa(len(s)))
@@ -553,11 +603,17 @@ func entryPath(entries []Entry) string {
 	return strings.Join(parts, ".")
 }
 
-// entriesOf returns the entries of a request descriptor.
-func entriesOf(d *commonv3.RateLimitDescriptor) []Entry {
-	entries := make([]Entry, len(d.GetEntries()))
-	for i, e := range d.GetEntries() {
-		entries[i] = Entry{e.GetKey(), e.GetValue()}
+// entriesInto appends the entries of a request descriptor to buf.
+func entriesInto(buf []Entry, d *commonv3.RateLimitDescriptor) []Entry {
+	buf = slices.Grow(buf, len(d.GetEntries()))
+	for _, e := range d.GetEntries() {
+		buf = append(buf, Entry{e.GetKey(), e.GetValue()})
 	}
-	return entries
+	return buf
+}
+
+// response1 is a response of one status, made in one allocation.
+type response1 struct {
+	resp     rlsv3.RateLimitResponse
+	statuses [1]*rlsv3.RateLimitResponse_DescriptorStatus
 }

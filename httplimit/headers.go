@@ -139,45 +139,83 @@ func SetHeaders(h http.Header, mode HeaderMode, limits []sluice.Limit, results [
 	if n == 0 {
 		return
 	}
+	// Every value is written into one buffer and made one string, and
+	// the fields' value slices share one array (each capped at its one
+	// value, so that an Add appends elsewhere): two allocations for the
+	// values instead of two per field.
+	var (
+		buf   = make([]byte, 0, 128)
+		keys  [5]string
+		ends  [5]int
+		count int
+	)
+	field := func(key string) { keys[count], ends[count] = key, len(buf); count++ }
 	if mode == HeadersBoth || mode == HeadersIETF {
 		names := policyNames(limits[:n])
-		var pol, cur []byte
 		for i := range n {
 			if i > 0 {
-				pol = append(pol, ", "...)
-				cur = append(cur, ", "...)
+				buf = append(buf, ", "...)
+			}
+			q, w := policyQuota(limits[i])
+			buf = appendSFString(buf, names[i])
+			buf = append(buf, ";q="...)
+			buf = appendSFInt(buf, q)
+			if w > 0 { // w must be positive; it is optional
+				buf = append(buf, ";w="...)
+				buf = appendSFInt(buf, w)
+			}
+			buf = appendPartitionKey(buf, pk)
+		}
+		field(canonPolicy)
+		for i := range n {
+			if i > 0 {
+				buf = append(buf, ", "...)
 			}
 			r := results[i]
-			q, w := policyQuota(limits[i])
-			pol = appendSFString(pol, names[i])
-			pol = append(pol, ";q="...)
-			pol = appendSFInt(pol, q)
-			if w > 0 { // w must be positive; it is optional
-				pol = append(pol, ";w="...)
-				pol = appendSFInt(pol, w)
-			}
-			pol = appendPartitionKey(pol, pk)
-			cur = appendSFString(cur, names[i])
-			cur = append(cur, ";r="...)
-			cur = appendSFInt(cur, int64(r.Remaining))
-			cur = append(cur, ";t="...)
+			buf = appendSFString(buf, names[i])
+			buf = append(buf, ";r="...)
+			buf = appendSFInt(buf, int64(r.Remaining))
+			buf = append(buf, ";t="...)
 			t := r.ResetAfter
 			if !r.Allowed {
 				t = r.RetryAfter // when this limit admits the request: never after Retry-After
 			}
-			cur = appendSFInt(cur, ceilSeconds(t))
-			cur = appendPartitionKey(cur, pk)
+			buf = appendSFInt(buf, ceilSeconds(t))
+			buf = appendPartitionKey(buf, pk)
 		}
-		h.Set("RateLimit-Policy", string(pol))
-		h.Set("RateLimit", string(cur))
+		field(canonRateLimit)
 	}
 	if (mode == HeadersBoth || mode == HeadersLegacy) && binding >= 0 && binding < n {
 		r := results[binding]
-		h.Set("X-RateLimit-Limit", strconv.Itoa(r.Limit))
-		h.Set("X-RateLimit-Remaining", strconv.Itoa(max(r.Remaining, 0)))
-		h.Set("X-RateLimit-Reset", strconv.FormatInt(resetEpoch(now, r.ResetAfter), 10))
+		buf = strconv.AppendInt(buf, int64(r.Limit), 10)
+		field(canonLimit)
+		buf = strconv.AppendInt(buf, int64(max(r.Remaining, 0)), 10)
+		field(canonRemaining)
+		buf = strconv.AppendInt(buf, resetEpoch(now, r.ResetAfter), 10)
+		field(canonReset)
+	}
+	if count == 0 {
+		return
+	}
+	all, vals := string(buf), make([]string, count)
+	from := 0
+	for i := range count {
+		vals[i] = all[from:ends[i]]
+		from = ends[i]
+		h[keys[i]] = vals[i : i+1 : i+1]
 	}
 }
+
+// SetHeaders's field names in their canonical form, as http.Header.Set
+// stores them, made once: Set would canonicalize them (a new string for
+// each of these mixed-case names) on every response.
+var (
+	canonPolicy    = http.CanonicalHeaderKey("RateLimit-Policy")
+	canonRateLimit = http.CanonicalHeaderKey("RateLimit")
+	canonLimit     = http.CanonicalHeaderKey("X-RateLimit-Limit")
+	canonRemaining = http.CanonicalHeaderKey("X-RateLimit-Remaining")
+	canonReset     = http.CanonicalHeaderKey("X-RateLimit-Reset")
+)
 
 // policyQuota returns the q and w of l's RateLimit-Policy item, as
 // SetHeaders documents; w is 0, to be left out, when l has no Period.

@@ -19,7 +19,10 @@ package metrics
 
 import (
 	"context"
+	"maps"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,6 +44,20 @@ type Metrics struct {
 	breakerOpen  prometheus.Gauge
 	breakerOpens prometheus.Counter
 	unknown      prometheus.Counter
+	// The children of the vectors that every request touches, looked up
+	// once instead of by WithLabelValues (hashing the label values under
+	// the vector's lock) per request: sluice_decisions_total's by
+	// ruleOutcome, and the store's take and reset series.
+	byRule                   atomic.Pointer[map[ruleOutcome]prometheus.Counter] // copied on write, read without a lock
+	byRuleMu                 sync.Mutex                                         // held by writers
+	takeSeconds, resetSecond prometheus.Observer
+	takeErrors, resetErrors  prometheus.Counter
+}
+
+// ruleOutcome is the key of a sluice_decisions_total child.
+type ruleOutcome struct {
+	rule    string
+	outcome policy.Outcome
 }
 
 // New returns Metrics registered in a new registry, with the Go runtime
@@ -82,6 +99,8 @@ func New() *Metrics {
 			Help: "Envoy rate limit requests for a domain the configuration does not have, answered OK as envoyproxy/ratelimit answers them.",
 		}),
 	}
+	m.takeSeconds, m.resetSecond = m.storeSeconds.WithLabelValues("take"), m.storeSeconds.WithLabelValues("reset")
+	m.takeErrors, m.resetErrors = m.storeErrors.WithLabelValues("take"), m.storeErrors.WithLabelValues("reset")
 	m.reg.MustRegister(m.decisions, m.storeSeconds, m.storeErrors, m.fallbacks, m.reloads, m.breakerOpen, m.breakerOpens, m.unknown,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -98,7 +117,39 @@ func (m *Metrics) Decision(rule string, o policy.Outcome) {
 	if o == policy.DegradedAllowed || o == policy.DegradedDenied {
 		m.fallbacks.Inc()
 	}
-	m.decisions.WithLabelValues(rule, o.String()).Inc()
+	k := ruleOutcome{rule, o}
+	if p := m.byRule.Load(); p != nil {
+		if c, ok := (*p)[k]; ok {
+			c.Inc()
+			return
+		}
+	}
+	m.counter(k).Inc()
+}
+
+// counter adds k's child to m.byRule. The rules are the configuration's,
+// so the map is as bounded as the series themselves (a rule removed by a
+// reload keeps its series, as the vector keeps them), and copying it on
+// the first decision of each rule and outcome costs nothing that
+// matters. A series appears when it is first counted, as with
+// WithLabelValues.
+func (m *Metrics) counter(k ruleOutcome) prometheus.Counter {
+	m.byRuleMu.Lock()
+	defer m.byRuleMu.Unlock()
+	old := m.byRule.Load()
+	if old != nil {
+		if c, ok := (*old)[k]; ok {
+			return c
+		}
+	}
+	next := make(map[ruleOutcome]prometheus.Counter, 1)
+	if old != nil {
+		next = maps.Clone(*old)
+	}
+	c := m.decisions.WithLabelValues(k.rule, k.outcome.String())
+	next[k] = c
+	m.byRule.Store(&next)
+	return c
 }
 
 // Breaker records a change of the store's circuit breaker: a
@@ -138,20 +189,19 @@ type store struct {
 func (s *store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
 	start := time.Now()
 	rs, err := s.next.Take(ctx, req)
-	s.observe("take", start, err)
+	s.m.takeSeconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		s.m.takeErrors.Inc()
+	}
 	return rs, err
 }
 
 func (s *store) Reset(ctx context.Context, key string, limits ...sluice.Limit) error {
 	start := time.Now()
 	err := s.next.Reset(ctx, key, limits...)
-	s.observe("reset", start, err)
-	return err
-}
-
-func (s *store) observe(op string, start time.Time, err error) {
-	s.m.storeSeconds.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	s.m.resetSecond.Observe(time.Since(start).Seconds())
 	if err != nil {
-		s.m.storeErrors.WithLabelValues(op).Inc()
+		s.m.resetErrors.Inc()
 	}
+	return err
 }

@@ -5,7 +5,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -203,4 +205,45 @@ func TestUnknownDomain(t *testing.T) {
 	if strings.Contains(text, `"other"`) {
 		t.Errorf("a client's domain became a label:\n%s", text)
 	}
+}
+
+// TestDecisionConcurrent: decisions counted from many goroutines at once,
+// for rules first seen concurrently, all count.
+func TestDecisionConcurrent(t *testing.T) {
+	m := metrics.New()
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 100 {
+				m.Decision("r"+strconv.Itoa(i%5), policy.Outcomes[(g+i)%2])
+			}
+		})
+	}
+	wg.Wait()
+	text := scrape(t, m)
+	for i := range 5 {
+		for _, o := range policy.Outcomes[:2] {
+			if want := `sluice_decisions_total{outcome="` + o.String() + `",rule="r` + strconv.Itoa(i) + `"} 80`; !strings.Contains(text, want) {
+				t.Errorf("metrics lack %s", want)
+			}
+		}
+	}
+}
+
+// BenchmarkDecision measures counting one decision, as every request of
+// sluice serve does, from parallel callers over 10 rules:
+//
+//	go test -run '^$' -bench Decision -benchmem ./metrics/
+func BenchmarkDecision(b *testing.B) {
+	m := metrics.New()
+	rules := make([]string, 10)
+	for i := range rules {
+		rules[i] = "rule-" + strconv.Itoa(i)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for i := 0; pb.Next(); i++ {
+			m.Decision(rules[i%len(rules)], policy.Allowed)
+		}
+	})
 }

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -108,8 +109,8 @@ func (s *Server) allowMethods(w http.ResponseWriter, r *http.Request, methods ..
 // absent.
 func (s *Server) jsonBody(w http.ResponseWriter, r *http.Request) bool {
 	ct := r.Header.Get("Content-Type")
-	if ct == "" {
-		return true
+	if ct == "" || ct == "application/json" {
+		return true // without parsing: what clients send
 	}
 	if mt, _, err := mime.ParseMediaType(ct); err == nil && mt == "application/json" {
 		return true
@@ -184,8 +185,14 @@ func stateOf(r sluice.Result) state {
 	if r.Degraded.MadeUp() {
 		return state{}
 	}
-	reset := ceilMillis(r.ResetAfter)
-	return state{Limit: &r.Limit, Remaining: new(max(r.Remaining, 0)), ResetAfterMS: &reset}
+	v := &stateValues{r.Limit, max(r.Remaining, 0), ceilMillis(r.ResetAfter)} // one allocation, not three
+	return state{Limit: &v.limit, Remaining: &v.remaining, ResetAfterMS: &v.reset}
+}
+
+// stateValues holds the numbers a state points to.
+type stateValues struct {
+	limit, remaining int
+	reset            int64
 }
 
 // batchResponse is the body of /v1/check/batch.
@@ -219,14 +226,28 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case d.Allowed:
-		httpjson.Write(w, http.StatusOK, "application/json", body)
+		writeResult(w, http.StatusOK, &body)
 	case d.Degraded == sluice.DegradedDeny:
 		httplimit.WriteUnavailable(w, d.Result().RetryAfter)
 	default:
 		w.Header().Set("Retry-After", strconv.Itoa(httplimit.RetryAfterSeconds(d.Result().RetryAfter)))
-		httpjson.Write(w, http.StatusTooManyRequests, "application/json", body)
+		writeResult(w, http.StatusTooManyRequests, &body)
 	}
 }
+
+// writeResult writes body with status, encoded without reflection when
+// appendCheckResult can (as encoding/json would), else by encoding/json.
+func writeResult(w http.ResponseWriter, status int, body *checkResult) {
+	if b, ok := appendCheckResult(make([]byte, 0, 256), body); ok {
+		httpjson.WriteBody(w, status, "application/json", b)
+		return
+	}
+	httpjson.Write(w, status, "application/json", body)
+}
+
+// fastDecoder is a body that decodes the usual shape of itself without
+// encoding/json (see decodeFast), reporting false for anything else.
+type fastDecoder interface{ decodeFast(data []byte) bool }
 
 // batch decides every check of the body as one request limited by all
 // their rules: admitted only if every check's rule admits it, and a
@@ -351,7 +372,17 @@ func ceilMillis(d time.Duration) int64 {
 // or 413 saying what is wrong and returns false. fields lists the
 // accepted fields for the unknown-field message.
 func decode(w http.ResponseWriter, r *http.Request, v any, fields string) bool {
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	// Into a buffer of a pool, not a new one grown per request: what is
+	// decoded from it is copied out (encoding/json copies strings).
+	buf := bodyBuffers.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= maxPooledBody {
+			buf.Reset()
+			bodyBuffers.Put(buf)
+		}
+	}()
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	data := buf.Bytes()
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			httpjson.Error(w, http.StatusRequestEntityTooLarge, "TOO_LARGE",
@@ -383,6 +414,9 @@ func decode(w http.ResponseWriter, r *http.Request, v any, fields string) bool {
 		// The same: encoding/json decodes a lone surrogate to U+FFFD.
 		return bad("%s", where(data, off, loneEscape))
 	}
+	if f, ok := v.(fastDecoder); ok && f.decodeFast(data) {
+		return true
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -412,6 +446,13 @@ func decode(w http.ResponseWriter, r *http.Request, v any, fields string) bool {
 	}
 	return true
 }
+
+// bodyBuffers holds the buffers decode reads request bodies into.
+var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledBody is the largest buffer decode returns to bodyBuffers: one
+// grown by a rare large batch is left to the garbage collector.
+const maxPooledBody = 16 << 10
 
 // jsonType names a Go kind as JSON does.
 func jsonType(kind string) string {

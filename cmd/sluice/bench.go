@@ -1,24 +1,20 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluice-go/sluice/internal/loadgen"
 )
 
 // benchFlags are sluice bench's settings.
@@ -31,13 +27,10 @@ type benchFlags struct {
 	format                      string
 	progress                    bool
 	// Made by check:
-	rate       float64      // of rateText
-	descriptor []benchEntry // of entries
-	kind       string       // "http <url>" or "grpc <addr>"
+	rate       float64         // of rateText
+	descriptor []loadgen.Entry // of entries
+	kind       string          // "http <url>" or "grpc <addr>"
 }
-
-// benchEntry is one descriptor entry of --descriptor.
-type benchEntry struct{ key, value string }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flagSet("bench", "Drive a running sluice serve with decisions, over HTTP (POST /v1/check) or\n"+
@@ -73,11 +66,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer closeTarget()
 	res := b.run(ctx, target, stderr)
-	if err := res.write(stdout, &b); err != nil {
+	if err := writeSummary(stdout, res, &b); err != nil {
 		return err
 	}
-	if res.errors > 0 && res.errors == res.sent {
-		return fmt.Errorf("every request failed; the first: %v", res.firstErr)
+	if res.Errors > 0 && res.Errors == res.Sent {
+		return fmt.Errorf("every request failed; the first: %v", res.FirstErr)
 	}
 	return nil
 }
@@ -107,8 +100,8 @@ func (b *benchFlags) check() error {
 	if b.timeout <= 0 {
 		return fmt.Errorf("--timeout %s: positive", b.timeout)
 	}
-	if b.keys > maxIPKeys && (strings.Contains(b.key, "{ip}") && b.http != "" || strings.Contains(b.entries, "{ip}") && b.grpc != "") {
-		return fmt.Errorf("--keys %d: {ip} makes at most %d distinct addresses", b.keys, maxIPKeys)
+	if b.keys > loadgen.MaxIPKeys && (strings.Contains(b.key, "{ip}") && b.http != "" || strings.Contains(b.entries, "{ip}") && b.grpc != "") {
+		return fmt.Errorf("--keys %d: {ip} makes at most %d distinct addresses", b.keys, loadgen.MaxIPKeys)
 	}
 	b.kind = "http " + b.http
 	if b.grpc != "" {
@@ -118,7 +111,7 @@ func (b *benchFlags) check() error {
 			if !ok || k == "" {
 				return fmt.Errorf("--descriptor %q: want key=value pairs separated by commas", b.entries)
 			}
-			b.descriptor = append(b.descriptor, benchEntry{k, v})
+			b.descriptor = append(b.descriptor, loadgen.Entry{Key: k, Value: loadgen.ParseTemplate(v)})
 		}
 	}
 	return nil
@@ -131,12 +124,9 @@ const (
 	maxBenchRate = 1e7
 )
 
-// maxIPKeys is how many distinct addresses {ip} makes (10.x.y.z).
-const maxIPKeys = 1 << 24
-
 // benchTarget makes one decision for key number n: allowed or denied,
 // or an error.
-type benchTarget func(ctx context.Context, n int) (allowed bool, err error)
+type benchTarget = loadgen.Func
 
 // target returns the decision of one request to the service, and how to
 // release its connections.
@@ -146,187 +136,38 @@ func (b *benchFlags) target() (benchTarget, func(), error) {
 		if err != nil {
 			return nil, nil, usageError{fmt.Errorf("--grpc %q: %w", b.grpc, err)}
 		}
-		client := rlsv3.NewRateLimitServiceClient(conn)
-		return func(ctx context.Context, n int) (bool, error) {
-			d := &commonv3.RateLimitDescriptor{Entries: make([]*commonv3.RateLimitDescriptor_Entry, len(b.descriptor))}
-			for i, e := range b.descriptor {
-				d.Entries[i] = &commonv3.RateLimitDescriptor_Entry{Key: e.key, Value: expandKey(e.value, n)}
-			}
-			ctx, cancel := context.WithTimeout(ctx, b.timeout)
-			defer cancel()
-			resp, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: b.domain, Descriptors: []*commonv3.RateLimitDescriptor{d}})
-			if err != nil {
-				return false, err
-			}
-			return resp.GetOverallCode() == rlsv3.RateLimitResponse_OK, nil
-		}, func() { conn.Close() }, nil
+		return loadgen.GRPC(conn, b.domain, b.descriptor, b.keys, b.timeout), func() { conn.Close() }, nil
 	}
 	tr := &http.Transport{MaxIdleConns: b.concurrency, MaxIdleConnsPerHost: b.concurrency, IdleConnTimeout: time.Minute}
 	client := &http.Client{Transport: tr, Timeout: b.timeout}
-	url := strings.TrimSuffix(b.http, "/") + "/v1/check"
-	rule, _ := json.Marshal(b.rule)
-	return func(ctx context.Context, n int) (bool, error) {
-		key, _ := json.Marshal(expandKey(b.key, n))
-		body := append(append(append(append([]byte(`{"rule":`), rule...), `,"key":`...), key...), '}')
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-		if err != nil {
-			return false, err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		if err != nil {
-			return false, err
-		}
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-		io.Copy(io.Discard, resp.Body) // to the end: the connection is reused
-		resp.Body.Close()
-		switch resp.StatusCode {
-		case http.StatusOK:
-			return true, nil
-		case http.StatusTooManyRequests:
-			return false, nil
-		}
-		return false, fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(msg))
-	}, tr.CloseIdleConnections, nil
-}
-
-// expandKey writes key number n into template: {n} as the number, {ip}
-// as the IPv4 address 10.x.y.z of it.
-func expandKey(template string, n int) string {
-	if !strings.Contains(template, "{") {
-		return template
-	}
-	ip := fmt.Sprintf("10.%d.%d.%d", n>>16&255, n>>8&255, n&255)
-	return strings.NewReplacer("{n}", strconv.Itoa(n), "{ip}", ip).Replace(template)
+	return loadgen.HTTPCheck(client, b.http, b.rule, loadgen.ParseTemplate(b.key), b.keys), tr.CloseIdleConnections, nil
 }
 
 // benchResult is what a run saw.
-type benchResult struct {
-	sent, allowed, denied, errors int64
-	elapsed                       time.Duration
-	latencies                     []time.Duration // sorted
-	firstErr                      error
-}
+type benchResult = loadgen.Result
 
 // run sends the requests and returns what they got.
 func (b *benchFlags) run(ctx context.Context, target benchTarget, progress io.Writer) *benchResult {
-	// The duration ends the sending, not the requests in flight: each
-	// finishes and counts (a context deadline would fail them).
-	var end time.Time
-	if b.requests == 0 {
-		end = time.Now().Add(b.duration)
-	}
-	var (
-		next, allowed, denied, failed atomic.Int64
-		firstErr                      atomic.Pointer[error]
-		mu                            sync.Mutex
-		all                           []time.Duration
-		wg                            sync.WaitGroup
-	)
-	start := time.Now()
-	stop := make(chan struct{})
+	o := loadgen.Options{Concurrency: b.concurrency, Requests: b.requests, Duration: b.duration, Keys: b.keys, Rate: b.rate}
 	if b.progress {
-		go func() {
-			t := time.NewTicker(time.Second)
-			defer t.Stop()
-			last, lastAt := int64(0), start
-			for {
-				select {
-				case <-stop:
-					return
-				case now := <-t.C:
-					done := allowed.Load() + denied.Load() + failed.Load()
-					fmt.Fprintf(progress, "%5.0fs  %9.0f decisions/s  allowed %d  denied %d  errors %d\n",
-						now.Sub(start).Seconds(), float64(done-last)/now.Sub(lastAt).Seconds(), allowed.Load(), denied.Load(), failed.Load())
-					last, lastAt = done, now
-				}
-			}
-		}()
+		o.Progress = progress
 	}
-	for range b.concurrency {
-		wg.Go(func() {
-			var mine []time.Duration
-			defer func() {
-				mu.Lock()
-				all = append(all, mine...)
-				mu.Unlock()
-			}()
-			for {
-				i := next.Add(1) - 1
-				if b.requests > 0 && i >= int64(b.requests) || ctx.Err() != nil {
-					return
-				}
-				t0 := time.Time{}
-				if b.rate > 0 {
-					// Evenly paced: request i is due at start + i/rate, and
-					// its latency counts from then, so that requests held up
-					// behind a slow answer count the wait (no coordinated
-					// omission).
-					t0 = start.Add(time.Duration(float64(i) / b.rate * float64(time.Second)))
-					if !end.IsZero() && t0.After(end) {
-						return
-					}
-					select {
-					case <-ctx.Done():
-						return
-					case <-time.After(time.Until(t0)):
-					}
-				}
-				if !end.IsZero() && time.Now().After(end) {
-					return
-				}
-				if t0.IsZero() {
-					t0 = time.Now()
-				}
-				ok, err := target(ctx, int(i%int64(b.keys)))
-				if err != nil && ctx.Err() != nil {
-					return // interrupted, not the service's failure
-				}
-				mine = append(mine, time.Since(t0))
-				switch {
-				case err != nil:
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, &err)
-				case ok:
-					allowed.Add(1)
-				default:
-					denied.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(stop)
-	r := &benchResult{allowed: allowed.Load(), denied: denied.Load(), errors: failed.Load(), elapsed: time.Since(start), latencies: all}
-	r.sent = r.allowed + r.denied + r.errors
-	if e := firstErr.Load(); e != nil {
-		r.firstErr = *e
-	}
-	slices.Sort(r.latencies)
-	return r
+	return loadgen.Run(ctx, o, target)
 }
 
-// quantile returns the q quantile of the sorted latencies (0 for none).
-func (r *benchResult) quantile(q float64) time.Duration {
-	if len(r.latencies) == 0 {
-		return 0
-	}
-	return r.latencies[min(int(q*float64(len(r.latencies))), len(r.latencies)-1)]
-}
-
-// write writes the summary in b.format.
-func (r *benchResult) write(w io.Writer, b *benchFlags) error {
-	perSecond := float64(r.sent) / r.elapsed.Seconds()
+// writeSummary writes the summary of r in b.format.
+func writeSummary(w io.Writer, r *benchResult, b *benchFlags) error {
+	perSecond := r.PerSecond()
 	if b.format == "json" {
 		out := map[string]any{
 			"target": b.kind, "concurrency": b.concurrency, "keys": b.keys, "rate": b.rate,
-			"requests": r.sent, "seconds": r.elapsed.Seconds(), "decisions_per_second": perSecond,
-			"allowed": r.allowed, "denied": r.denied, "errors": r.errors,
-			"p50_us": r.quantile(0.50).Microseconds(), "p90_us": r.quantile(0.90).Microseconds(),
-			"p99_us": r.quantile(0.99).Microseconds(), "max_us": r.quantile(1).Microseconds(),
+			"requests": r.Sent, "seconds": r.Elapsed.Seconds(), "decisions_per_second": perSecond,
+			"allowed": r.Allowed, "denied": r.Denied, "errors": r.Errors,
+			"p50_us": r.Quantile(0.50).Microseconds(), "p90_us": r.Quantile(0.90).Microseconds(),
+			"p99_us": r.Quantile(0.99).Microseconds(), "max_us": r.Quantile(1).Microseconds(),
 		}
-		if r.firstErr != nil {
-			out["first_error"] = r.firstErr.Error()
+		if r.FirstErr != nil {
+			out["first_error"] = r.FirstErr.Error()
 		}
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -337,12 +178,12 @@ func (r *benchResult) write(w io.Writer, b *benchFlags) error {
 		rate = strconv.FormatFloat(b.rate, 'f', -1, 64) + "/s"
 	}
 	fmt.Fprintf(w, "target       %s, %d in flight, %d keys, %s\n", b.kind, b.concurrency, b.keys, rate)
-	fmt.Fprintf(w, "requests     %d in %s: %.0f decisions/s\n", r.sent, r.elapsed.Round(time.Millisecond), perSecond)
-	fmt.Fprintf(w, "allowed      %d\ndenied       %d\nerrors       %d\n", r.allowed, r.denied, r.errors)
-	us := func(q float64) time.Duration { return r.quantile(q).Round(time.Microsecond) }
+	fmt.Fprintf(w, "requests     %d in %s: %.0f decisions/s\n", r.Sent, r.Elapsed.Round(time.Millisecond), perSecond)
+	fmt.Fprintf(w, "allowed      %d\ndenied       %d\nerrors       %d\n", r.Allowed, r.Denied, r.Errors)
+	us := func(q float64) time.Duration { return r.Quantile(q).Round(time.Microsecond) }
 	fmt.Fprintf(w, "latency      p50 %s  p90 %s  p99 %s  max %s\n", us(0.50), us(0.90), us(0.99), us(1))
-	if r.firstErr != nil {
-		fmt.Fprintf(w, "first error  %v\n", r.firstErr)
+	if r.FirstErr != nil {
+		fmt.Fprintf(w, "first error  %v\n", r.FirstErr)
 	}
 	return nil
 }

@@ -80,8 +80,8 @@ func TestBenchRateFlag(t *testing.T) {
 		t.Run(rate, func(t *testing.T) {
 			b := benchFlags{grpc: "127.0.0.1:1", entries: "a=b", keys: 1, concurrency: 1, requests: 1, rateText: rate, format: "json", timeout: time.Second}
 			if err := b.check(); err == nil {
-				r := &benchResult{sent: 1, allowed: 1, elapsed: time.Second, latencies: []time.Duration{time.Millisecond}}
-				t.Errorf("--rate %s accepted (rate %v); the JSON summary then fails: %v", rate, b.rate, r.write(io.Discard, &b))
+				r := &benchResult{Sent: 1, Allowed: 1, Elapsed: time.Second, Latencies: []time.Duration{time.Millisecond}}
+				t.Errorf("--rate %s accepted (rate %v); the JSON summary then fails: %v", rate, b.rate, writeSummary(io.Discard, r, &b))
 			}
 		})
 	}
@@ -116,7 +116,7 @@ func TestBenchPacedLatency(t *testing.T) {
 	r := b.run(context.Background(), target, io.Discard)
 	// Requests 1..19 were due at 5ms..95ms and could leave only after
 	// 100ms: over half of them waited at least 50ms behind the stall.
-	if p50 := r.quantile(0.5); p50 < 40*time.Millisecond {
-		t.Errorf("paced run behind a 100ms stall: p50 %s, p99 %s; the time queued behind the stall is not counted", p50, r.quantile(0.99))
+	if p50 := r.Quantile(0.5); p50 < 40*time.Millisecond {
+		t.Errorf("paced run behind a 100ms stall: p50 %s, p99 %s; the time queued behind the stall is not counted", p50, r.Quantile(0.99))
 	}
 }

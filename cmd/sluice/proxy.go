@@ -40,6 +40,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer stopHUP()
+	keepMinHeap(ctx, int64(*df.gcMinHeap)<<20)
 	// The forwarder is rebuilt from each valid reload, with the file's
 	// trusted proxies, and swapped in whole: requests in flight finish
 	// with the one they started with.

@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -22,6 +25,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	df := addDaemonFlags(fs, serveListen, "sluice policy file, or envoyproxy/ratelimit file or directory of them")
 	grpcListen := fs.string("grpc-listen", "SLUICE_GRPC_LISTEN", "127.0.0.1:8081", "gRPC address of Envoy's rate-limit service (empty: off)")
 	ef := addEnvoyFlags(fs)
+	pprofListen := fs.string("pprof-listen", "SLUICE_PPROF_LISTEN", "", "address of a listener serving Go's runtime profiles at /debug/pprof/ (net/http/pprof), such as 127.0.0.1:6060, for finding where a busy server spends its time; keep it on loopback (empty: off)")
 	df.limits.addServeBodyFlag(fs)
 	if err := fs.parse(args); err != nil {
 		return err
@@ -39,6 +43,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer stopHUP()
+	keepMinHeap(ctx, int64(*df.gcMinHeap)<<20)
 	path := df.path
 	m := metrics.New()
 	open := []policyfile.Option{policyfile.WithLogger(log), policyfile.WithRedis(df.storeSettings),
@@ -135,6 +140,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if ecfg != nil {
 		warnNoDomains(log, *path, ecfg)
 	}
+	if *pprofListen != "" {
+		stop, addr, err := servePprof(*pprofListen, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		counts = append(counts, "pprof", addr)
+	}
 	log.Info("serving", append([]any{"http", ln.Addr().String(), "grpc", grpcAddr, "config", *path}, counts...)...)
 	return serveUntil(ctx, srv, ln, errc, *df.drain, log, func(ctx context.Context) {
 		health.drain()
@@ -154,4 +167,23 @@ func stopGRPC(ctx context.Context, g *grpc.Server) {
 		g.Stop()
 		<-done
 	}
+}
+
+// servePprof serves net/http/pprof's profiles on a listener at addr, of a
+// mux of their own (not http.DefaultServeMux), and returns how to stop it
+// and the address it listens on.
+func servePprof(addr string, log *slog.Logger) (stop func(), bound string, err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("--pprof-listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: defaultHeaderTimeout, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	go func() { _ = srv.Serve(ln) }()
+	return func() { _ = srv.Close() }, ln.Addr().String(), nil
 }

@@ -220,3 +220,32 @@ rules:
 		t.Errorf("exit code %d, want 0", code)
 	}
 }
+
+// TestServePprof: --pprof-listen serves Go's profiles on a listener of its
+// own, named in the serving log line; without it none is served.
+func TestServePprof(t *testing.T) {
+	cfg := writeFile(t, "rules:\n  - {name: r, key: ip, limit: 5, period: 1m}\n")
+	d := startServe(t, nil, "--config", cfg, "--pprof-listen", "127.0.0.1:0")
+	addrs := d.logValues("serving", "pprof")
+	if len(addrs) != 1 || !strings.HasPrefix(addrs[0], "127.0.0.1:") {
+		t.Fatalf("the serving line names pprof %q, want one loopback address", addrs)
+	}
+	resp, err := http.Get("http://" + addrs[0] + "/debug/pprof/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "serve") {
+		t.Errorf("/debug/pprof/cmdline: %d %q, want 200 and the command line", resp.StatusCode, body)
+	}
+	// Not on the service's own listener.
+	resp, err = http.Get(d.base + "/debug/pprof/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 404 {
+		t.Errorf("the HTTP listener answers /debug/pprof/cmdline with %d, want 404", resp.StatusCode)
+	}
+}
