@@ -1,0 +1,129 @@
+package redis_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/redistest"
+	sluiceredis "github.com/sluice-go/sluice/store/redis"
+)
+
+// TestValueLayout: each algorithm stores its state as a decimal integer
+// that Redis keeps as a 64-bit integer (OBJECT ENCODING int), in the
+// layout the scripts document, under a key of the documented form.
+func TestValueLayout(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newRueidis(t, srv.Addr)
+	store := sluiceredis.FromRueidis(c)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // 1767225600000000µs, minute 29453760
+	lim := sluice.New(store, sluice.WithClock(func() time.Time { return now }))
+	ctx := context.Background()
+	tests := []struct {
+		l          sluice.Limit
+		n          int
+		key, value string
+	}{
+		{sluice.PerMinute(100).Using(sluice.FixedWindow), 3, "sluice:{client-123}f1m", "3" + "029453760"},
+		{sluice.PerMinute(100).Using(sluice.SlidingWindow), 2, "sluice:{client-123}w1m", "2" + "" + "0" + "029453760"},
+		{sluice.PerMinute(100).Using(sluice.TokenBucket), 1, "sluice:{client-123}t1m", "6" + "5" + "1767225600600000"},
+		{sluice.PerMinute(100).Using(sluice.GCRA).Named("api"), 2, "sluice:{client-123}g1m:api", "6" + "5" + "1767225601200000"},
+		{sluice.Per(9000, 1500*time.Millisecond).Using(sluice.FixedWindow), 1, "sluice:{client-123}f1500ms", "1" + "1178150400"},
+	}
+	for _, tt := range tests {
+		for range tt.n {
+			if _, err := lim.Allow(ctx, "client-123", tt.l); err != nil {
+				t.Fatal(err)
+			}
+		}
+		key := store.Key("client-123", tt.l)
+		v, err := c.Do(ctx, c.B().Get().Key(key).Build()).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc, err := c.Do(ctx, c.B().ObjectEncoding().Key(key).Build()).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if key != tt.key || v != tt.value || enc != "int" {
+			t.Errorf("%s after %d requests: %q = %q (%s), want %q = %q (int)", tt.l, tt.n, key, v, enc, tt.key, tt.value)
+		}
+	}
+	// The previous window's count, and counts past 9 digits (a string).
+	l := sluice.PerMinute(2_000_000_000).Using(sluice.SlidingWindow)
+	for _, cost := range []int{12, 1_500_000_000} {
+		if _, err := lim.AllowN(ctx, "two", l, cost); err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(time.Minute)
+	}
+	v, err := c.Do(ctx, c.B().Get().Key(store.Key("two", l)).Build()).ToString()
+	if want := "1500000000" + "12" + "2" + "029453761"; err != nil || v != want {
+		t.Errorf("sliding_window over two windows: %q, %v; want %q", v, err, want)
+	}
+	if _, err := lim.AllowN(ctx, "two", l, 400_000_000); err != nil {
+		t.Fatal(err)
+	}
+	v, err = c.Do(ctx, c.B().Get().Key(store.Key("two", l)).Build()).ToString()
+	if want := "400000000" + "1500000000" + "a" + "029453762"; err != nil || v != want {
+		t.Errorf("sliding_window with a count of 10 digits: %q, %v; want %q", v, err, want)
+	}
+}
+
+// TestMemoryUsage: what one client key's state costs Redis under each
+// algorithm (MEMORY USAGE, after one admitted request of 100 per minute,
+// at the server's clock) stays within the bound the package documents
+// (see "Keys" in redis.go): with the default prefix and the client key
+// "client-123", 72 bytes for every algorithm but sliding_log (the key is
+// 22 bytes, in Redis's allocation class of 15 to 30; 56 bytes needs a key
+// of at most 14), and 56 with the prefix "s" and the client key "u1"; a
+// sliding_log of n entries of cost 1, at most 80 + 25n bytes up to 128
+// entries (Redis's zset-max-listpack-entries) and 200 + 140n beyond.
+func TestMemoryUsage(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newRueidis(t, srv.Addr)
+	ctx := context.Background()
+	usage := func(store *sluiceredis.Store, key string, l sluice.Limit, n int) int64 {
+		t.Helper()
+		for range n {
+			if _, err := sluice.New(store).Allow(ctx, key, l); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b, err := c.Do(ctx, c.B().MemoryUsage().Key(store.Key(key, l)).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	long := sluiceredis.FromRueidis(c)
+	short := sluiceredis.FromRueidis(c, sluiceredis.WithPrefix("s"))
+	for _, a := range sluice.Algorithms {
+		l := sluice.PerMinute(100).Using(a)
+		if a == sluice.SlidingLog {
+			l := sluice.PerMinute(1000).Using(a)
+			for _, n := range []int{1, 10, 100, 128, 129, 1000} {
+				bound := int64(80 + 25*n) // a listpack: 20 B per member
+				if n > 128 {
+					bound = int64(200 + 140*n) // beyond zset-max-listpack-entries: a skiplist
+				}
+				if b := usage(long, fmt.Sprint("client-", n), l, n); b > bound {
+					t.Errorf("sliding_log of %d entries: %d B, want at most %d", n, b, bound)
+				} else {
+					t.Logf("sliding_log of %d entries: %d B (bound %d)", n, b, bound)
+				}
+			}
+			continue
+		}
+		if b := usage(long, "client-123", l, 1); b > 72 {
+			t.Errorf("%s: %q: %d B, want at most 72", a, long.Key("client-123", l), b)
+		} else {
+			t.Logf("%s: %q: %d B", a, long.Key("client-123", l), b)
+		}
+		if b := usage(short, "u1", l, 1); b > 56 {
+			t.Errorf("%s: %q: %d B, want at most 56", a, short.Key("u1", l), b)
+		}
+	}
+}
