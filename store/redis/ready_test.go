@@ -20,7 +20,7 @@ import (
 // connections.
 var aclCommands = []string{
 	"evalsha", "eval", "ping",
-	"get", "set", "del", "pexpire", "time",
+	"get", "set", "incrby", "del", "pexpire", "time",
 	"zadd", "zcard", "zcount", "zrange", "zrangebyscore", "zremrangebyscore", "zrem",
 }
 

@@ -141,8 +141,8 @@
 // Ready), so that it fails wherever decisions fail; Ping only runs a
 // script that touches nothing. A Redis ACL user needs EVALSHA and EVAL
 // (sent once per script after a restart or SCRIPT FLUSH; the store never
-// sends SCRIPT), the commands the scripts run (GET, SET, DEL, PEXPIRE,
-// TIME, for sliding_log ZADD, ZCOUNT, ZRANGE, ZRANGEBYSCORE,
+// sends SCRIPT), the commands the scripts run (GET, SET, INCRBY, DEL,
+// PEXPIRE, TIME, for sliding_log ZADD, ZCOUNT, ZRANGE, ZRANGEBYSCORE,
 // ZREMRANGEBYSCORE and ZREM, the last in refunds only, and for Heartbeat
 // ZADD, ZREMRANGEBYSCORE and ZCARD), and PING, which
 // rueidis sends on idle connections; SELECT for a database other than 0,
@@ -166,6 +166,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -213,8 +214,9 @@ func newScript(src string) script {
 	return script{src: src, sha: hex.EncodeToString(sum[:])}
 }
 
-// Each decision runs a script made of common.lua, the files of the
-// algorithms it serves, a generated table of those algorithms and take.lua.
+// Each decision runs a script made of common.lua, window.lua and
+// bucket.lua where its algorithms need them, the files of the algorithms it
+// serves, a generated table of those algorithms and take.lua.
 // A decision whose limits share one algorithm runs that algorithm's script,
 // the cheapest; a decision mixing algorithms runs the script of all five,
 // so that it is still one atomic call. The refund of a decision split over
@@ -245,6 +247,14 @@ func compose(main string, algorithms ...sluice.Algorithm) script {
 	}
 	var b strings.Builder
 	b.WriteString(read("common"))
+	// The helpers of windows and of buckets, where an algorithm needs them:
+	// each function a script defines costs every run of it a closure.
+	if slices.ContainsFunc(algorithms, isWindow) {
+		b.WriteString(read("window"))
+	}
+	if slices.ContainsFunc(algorithms, isBucket) {
+		b.WriteString(read("bucket"))
+	}
 	table := "local algorithms = {\n"
 	for _, a := range algorithms {
 		b.WriteString(read(string(a)))
@@ -254,6 +264,15 @@ func compose(main string, algorithms ...sluice.Algorithm) script {
 	b.WriteString(read(main))
 	return newScript(b.String())
 }
+
+// isWindow reports whether a counts requests in windows, isBucket whether
+// it is a token bucket: the algorithms that share window.lua, and
+// bucket.lua.
+func isWindow(a sluice.Algorithm) bool {
+	return a == sluice.FixedWindow || a == sluice.SlidingWindow
+}
+
+func isBucket(a sluice.Algorithm) bool { return a == sluice.TokenBucket || a == sluice.GCRA }
 
 // scriptFor returns the script for a decision under limits. Algorithms
 // are compared as the script sees them (algo.Code), so that a limit that

@@ -4,7 +4,7 @@
 --
 -- Every algorithm returns allowed (0/1), remaining, reset after, retry
 -- after and the state to store if the decision is committed; its writer
--- (here save) stores that state for reset after microseconds.
+-- (here window_write) stores that state for reset after microseconds.
 
 -- fw_state is the stored state of count (> 0) in window w, of width wd.
 local function fw_state(w, count, wd)
@@ -13,9 +13,9 @@ local function fw_state(w, count, wd)
   end
   local x = count * wd + w
   if x < exact then
-    return x
+    return fmt('%d', x)
   end
-  return str(count) .. pad(w, wd)
+  return fmt('%d', count) .. sub(fmt('%d', wd + w), 2)
 end
 
 -- fw_read returns the window and count of a stored value, or nil.
@@ -63,6 +63,9 @@ local function fixed_window(key, now, limit, period, cost)
   if count == 0 then
     return 1, limit, 0, 0, ''
   end
+  if server_clock and sw == w and (count + 1) * wd < exact then
+    return 1, limit - count, reset, 0, cost * wd -- add to the stored count
+  end
   return 1, limit - count, reset, 0, fw_state(w, count, wd)
 end
-local fixed_window_write = save
+local fixed_window_write = window_write

@@ -73,7 +73,7 @@ local function sliding_window_refund(key, now, taken, _, period, cost)
 end
 
 local function sliding_log_refund(key, now, taken, _, period, cost)
-  local stamp = str(taken)
+  local stamp = fmt('%d', taken)
   local n = redis.call('ZCOUNT', key, stamp, stamp)
   if n < cost then
     return
@@ -87,9 +87,9 @@ local function sliding_log_refund(key, now, taken, _, period, cost)
     end
     redis.call('ZREM', key, unpack(names))
   end
-  local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
+  local top = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')[2]
   if top and tonumber(top) + period > now then
-    redis.call('PEXPIRE', key, math.ceil((tonumber(top) + period - now) / 1000))
+    redis.call('PEXPIRE', key, fmt('%d', ceil((tonumber(top) + period - now) / 1000)))
   else
     redis.call('DEL', key)
   end

@@ -11,17 +11,17 @@ local function sl_member(stamp, i)
   if i == 0 then
     return stamp
   end
-  return stamp .. ':' .. i
+  return stamp .. ':' .. fmt('%d', i)
 end
 
 local function sliding_log(key, now, limit, period, cost)
-  local after = '(' .. str(now - period)
+  local after = '(' .. fmt('%d', now - period)
   local n = redis.call('ZCOUNT', key, after, '+inf')
   if n + cost > limit then
     -- The k-th oldest live member must expire before cost fits.
     local k = n + cost - limit
-    local kth = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', k - 1, 1)
-    local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    local kth = redis.call('ZRANGEBYSCORE', key, after, '+inf', 'WITHSCORES', 'LIMIT', fmt('%d', k - 1), '1')
+    local top = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
     local rem = limit - n
     if rem < 0 then
       rem = 0 -- a lowered limit, or a clock that stepped back
@@ -35,7 +35,7 @@ local function sliding_log(key, now, limit, period, cost)
   -- known to be none: no live member, or none as late as now.
   local newest, at = now, 0
   if n > 0 then
-    local top = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+    local top = tonumber(redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')[2])
     if top >= now then
       at = '' -- the writer counts them
     end
@@ -53,8 +53,8 @@ local function sliding_log_write(key, at, reset, now, cost, period)
     redis.call('DEL', key)
     return
   end
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - period)
-  local stamp = str(now)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt('%d', now - period))
+  local stamp = fmt('%d', now)
   -- Members with one score are always removed together, so the next
   -- number is their count, whatever clocks do.
   if at == '' then
@@ -68,5 +68,5 @@ local function sliding_log_write(key, at, reset, now, cost, period)
     end
     redis.call('ZADD', key, unpack(args))
   end
-  redis.call('PEXPIRE', key, math.ceil(reset / 1000))
+  redis.call('PEXPIRE', key, fmt('%d', ceil(reset / 1000)))
 end

@@ -15,16 +15,16 @@ local function sw_state(w, prev, cur, wd)
   end
   local x = ((cur * p + prev) * 10 + k) * wd + w
   if x < exact then
-    return x
+    return fmt('%d', x)
   end
   local s = ''
   if prev > 0 then
-    s = str(prev)
+    s = fmt('%d', prev)
   end
   if cur > 0 then
-    s = str(cur) .. s
+    s = fmt('%d', cur) .. s
   end
-  return s .. sub(digits, k + 1, k + 1) .. pad(w, wd)
+  return s .. sub(digits, k + 1, k + 1) .. sub(fmt('%d', wd + w), 2)
 end
 
 -- sw_read returns the window and counts of a stored value, or nil.
@@ -49,8 +49,15 @@ local function sw_read(v, wd, d)
     local prev = x % p
     return w, prev, (x - prev) / p
   end
-  local w, k = tonumber(sub(v, n - d + 1)), digit_at(v, n - d)
-  if not w or not k or n - d - k - 1 < 0 then
+  local w, k = tonumber(sub(v, n - d + 1)), byte(v, n - d)
+  if k >= 97 then
+    k = k - 87
+  elseif k <= 57 then
+    k = k - 48
+  else
+    return nil
+  end
+  if not w or k < 0 or k > 13 or n - d - k - 1 < 0 then
     return nil
   end
   local prev, cur = 0, 0
@@ -127,6 +134,18 @@ local function sliding_window(key, now, limit, period, cost)
     if reset <= 0 then
       return 1, rem, 0, 0, ''
     end
+    if server_clock and sw == w and b > 0 then
+      -- Add to the stored current count (window_write), whose TTL is
+      -- this reset's: the digits below it are 10^(k+1) * wd, k those of
+      -- the previous count.
+      local q = 10
+      while q <= prev * 10 do
+        q = q * 10
+      end
+      if (cur + 1) * q * wd < exact then
+        return 1, rem, reset, 0, cost * q * wd
+      end
+    end
     return 1, rem, reset, 0, sw_state(w, prev, cur, wd)
   end
   -- The earliest admitting instant lies in (now, (w+2)*period]: bisect.
@@ -143,4 +162,4 @@ local function sliding_window(key, now, limit, period, cost)
   end
   return 0, sw_remaining(prev, cur, e, limit, period), sw_reset(prev, cur, w, now, period), lo
 end
-local sliding_window_write = save
+local sliding_window_write = window_write
