@@ -22,19 +22,24 @@ func TestValueLayout(t *testing.T) {
 	lim := sluice.New(store, sluice.WithClock(func() time.Time { return now }))
 	ctx := context.Background()
 	tests := []struct {
-		l          sluice.Limit
-		n          int
-		key, value string
+		l               sluice.Limit
+		n               int // requests, or one request of cost -n
+		key, value, enc string
 	}{
-		{sluice.PerMinute(100).Using(sluice.FixedWindow), 3, "sluice:{client-123}f1m", "3" + "029453760"},
-		{sluice.PerMinute(100).Using(sluice.SlidingWindow), 2, "sluice:{client-123}w1m", "2" + "" + "0" + "029453760"},
-		{sluice.PerMinute(100).Using(sluice.TokenBucket), 1, "sluice:{client-123}t1m", "6" + "5" + "1767225600600000"},
-		{sluice.PerMinute(100).Using(sluice.GCRA).Named("api"), 2, "sluice:{client-123}g1m:api", "6" + "5" + "1767225601200000"},
-		{sluice.Per(9000, 1500*time.Millisecond).Using(sluice.FixedWindow), 1, "sluice:{client-123}f1500ms", "1" + "1178150400"},
+		{sluice.PerMinute(100).Using(sluice.FixedWindow), 3, "sluice:{client-123}f1m", "3" + "029453760", "int"},
+		{sluice.PerMinute(100).Using(sluice.SlidingWindow), 2, "sluice:{client-123}w1m", "2" + "" + "0" + "029453760", "int"},
+		{sluice.PerMinute(100).Using(sluice.TokenBucket), 1, "sluice:{client-123}t1m", "6" + "5" + "1767225600600000", "int"},
+		{sluice.PerMinute(100).Using(sluice.GCRA).Named("api"), 2, "sluice:{client-123}g1m:api", "6" + "5" + "1767225601200000", "int"},
+		{sluice.Per(9000, 1500*time.Millisecond).Using(sluice.FixedWindow), 1, "sluice:{client-123}f1500ms", "1" + "1178150400", "int"},
+		// The shortest and longest periods: windows of 13 and 2 digits.
+		{sluice.Per(5000, time.Millisecond).Using(sluice.FixedWindow), -1000, "sluice:{client-123}f1ms", "1000" + "1767225600000", "int"},
+		{sluice.Per(5, sluice.MaxPeriod).Using(sluice.FixedWindow), 2, "sluice:{client-123}f3650d", "2" + "05", "int"},
+		// An interval of 10^10µs: an exponent beyond 9 is a letter.
+		{sluice.Per(1, 10_000*time.Second).Using(sluice.GCRA).WithBurst(2), 2, "sluice:{client-123}g10000s", "1" + "a" + "1767245600000000", "embstr"},
 	}
 	for _, tt := range tests {
-		for range tt.n {
-			if _, err := lim.Allow(ctx, "client-123", tt.l); err != nil {
+		for i := 0; i < max(tt.n, 1); i++ {
+			if _, err := lim.AllowN(ctx, "client-123", tt.l, max(-tt.n, 1)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -47,8 +52,8 @@ func TestValueLayout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if key != tt.key || v != tt.value || enc != "int" {
-			t.Errorf("%s after %d requests: %q = %q (%s), want %q = %q (int)", tt.l, tt.n, key, v, enc, tt.key, tt.value)
+		if key != tt.key || v != tt.value || enc != tt.enc {
+			t.Errorf("%s after %d requests: %q = %q (%s), want %q = %q (%s)", tt.l, tt.n, key, v, enc, tt.key, tt.value, tt.enc)
 		}
 	}
 	// The previous window's count, and counts past 9 digits (a string).

@@ -42,12 +42,13 @@
 // the interval their debt is measured in, to convert it.
 //
 // Every state but sliding_log's is one decimal integer, which Redis keeps
-// in 8 bytes rather than as a string (lua/common.lua has the layouts): a
-// count and the window index (fixed_window); the two windows' counts and
-// the index (sliding_window); the token interval and the instant the
-// bucket is full again (token_bucket and gcra). So what a key costs is
-// mostly its name, of len(prefix) + len(client key) + 4 + len(limit)
-// bytes (limit: f1m, 3): MEMORY USAGE reports 72 bytes for each of these
+// as a 64-bit integer in its 16-byte object rather than as a string of 32
+// bytes or more (lua/window.lua, bucket.lua and the algorithms' files have
+// the layouts): a count and the window index (fixed_window); the two
+// windows' counts and the index (sliding_window); the token interval and
+// the instant the bucket is full again (token_bucket and gcra). So what a
+// key costs is mostly its name, of len(prefix) + len(client key) + 4 +
+// len(limit) bytes (limit: f1m, 3): MEMORY USAGE reports 72 bytes for each of these
 // four with the default prefix, a limit part of 3 bytes and a client key
 // of up to 18 (sluice:{client-123}f1m; Redis allocates 32 bytes for a key
 // of 15 to 30 bytes, and 16 for one of 7 to 14, which makes 56 in all:

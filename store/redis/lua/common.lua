@@ -7,13 +7,14 @@
 -- its algorithms use, and the helpers are few.
 --
 -- Every number is an integer: microseconds or requests. Numbers go to
--- redis.call as strings made by fmt('%d', x): Lua's own tostring and .. (%.14g)
--- turn a 16-digit microsecond timestamp into 1.7329e+15, and a Lua number
--- handed to redis.call is formatted by Redis as a double (%.17g), exact
--- below 2^53 but dearer than integer formatting.
+-- redis.call as strings made by fmt('%d', x): Lua's own tostring and ..
+-- (%.14g) turn a 16-digit microsecond timestamp into 1.7329e+15, and a
+-- Lua number handed to redis.call is formatted by Redis as a double
+-- (%.17g), exact below 2^53 but dearer than integer formatting.
 --
--- Stored values are decimal integers, so that Redis keeps each one in a
--- 64-bit integer (16 bytes) rather than a string: one or more counts, then
+-- Stored values are decimal integers, so that Redis keeps each one as a
+-- 64-bit integer in its object (16 bytes in all) rather than as a string
+-- (32 bytes or more): one or more counts, then
 -- a field of fixed width (a window index, a time). A value below 2^53 is
 -- packed and unpacked in arithmetic; a longer one (up to 19 digits is still
 -- an integer to Redis) as a string, digit for digit the same. A value that
