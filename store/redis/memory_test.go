@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,6 +130,61 @@ func TestMemoryUsage(t *testing.T) {
 		}
 		if b := usage(short, "u1", l, 1); b > 56 {
 			t.Errorf("%s: %q: %d B, want at most 56", a, short.Key("u1", l), b)
+		}
+	}
+}
+
+// TestKeysDistinct: the short keys stay collision-free and binary safe.
+// Over prefixes and client keys made of the characters the encoding
+// treats specially (braces, '%', the letters and digits of a limit's
+// part, bytes that are not text) and limits of every algorithm, period
+// unit and name, two inputs share a key exactly when they are the same
+// prefix, client key and limit identity; and a decision on each key of
+// binary bytes runs and leaves its state there.
+func TestKeysDistinct(t *testing.T) {
+	prefixes := []string{"sluice", "s", "a:b", "a{b", "a}", "a%7Bb", "f1m"}
+	clientKeys := []string{"", "%0", "%", "%25", "a", "a}", "}a", "{a}", "k}f1m", "kf1m", "k:f1m", "\x00", "\x00\xff{}", "ключ", strings.Repeat("x", 200), strings.Repeat("x", 201)}
+	var limits []sluice.Limit
+	for _, a := range sluice.Algorithms {
+		for _, p := range []time.Duration{time.Millisecond, 1500 * time.Millisecond, time.Second, time.Minute, time.Hour, 24 * time.Hour, 1001 * time.Microsecond} {
+			for _, name := range []string{"", "m", "1m", "api"} {
+				limits = append(limits, sluice.Limit{Algorithm: a, Limit: 1, Period: p, Name: name})
+			}
+		}
+	}
+	type input struct {
+		prefix, key string
+		id          sluice.Limit
+	}
+	seen := make(map[string]input)
+	for _, p := range prefixes {
+		store := sluiceredis.New(nil, sluiceredis.WithPrefix(p))
+		for _, k := range clientKeys {
+			for _, l := range limits {
+				in := input{p, k, l.Identity()}
+				key := store.Key(k, l)
+				if prev, ok := seen[key]; ok && prev != in {
+					t.Fatalf("%+v and %+v share the key %q", prev, in, key)
+				}
+				seen[key] = in
+			}
+		}
+	}
+	if want := len(prefixes) * len(clientKeys) * len(limits); len(seen) != want {
+		t.Fatalf("%d distinct keys, want %d", len(seen), want)
+	}
+
+	srv := redistest.Start(t)
+	c := newRueidis(t, srv.Addr)
+	store := sluiceredis.FromRueidis(c)
+	ctx := context.Background()
+	for i := 0; i < len(limits); i += 4 { // every algorithm and period, without names
+		l, key := limits[i], "\x00\xff{}\r\n"
+		if _, err := sluice.New(store).Allow(ctx, key, l); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := c.Do(ctx, c.B().Exists().Key(store.Key(key, l)).Build()).AsInt64(); err != nil || n != 1 {
+			t.Errorf("%s on a binary client key: EXISTS %q = %d, %v; want 1", l, store.Key(key, l), n, err)
 		}
 	}
 }
