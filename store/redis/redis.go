@@ -273,7 +273,9 @@ func isWindow(a sluice.Algorithm) bool {
 	return a == sluice.FixedWindow || a == sluice.SlidingWindow
 }
 
-func isBucket(a sluice.Algorithm) bool { return a == sluice.TokenBucket || a == sluice.GCRA }
+func isBucket(a sluice.Algorithm) bool {
+	return a == "" || a == sluice.TokenBucket || a == sluice.GCRA
+}
 
 // scriptFor returns the script for a decision under limits. Algorithms
 // are compared as the script sees them (algo.Code), so that a limit that
