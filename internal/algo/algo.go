@@ -104,21 +104,70 @@ func (sp *Spec) Check(st *State, now, cost int64, out *Outcome) {
 }
 
 // ID returns the storage identity of l, l.Identity(), in string form:
-// [name:]code:period_µs. Two valid limits have equal IDs if and only if
-// their Identities are equal. It holds neither Limit nor Burst, so that a
-// limit raised or lowered keeps the state spent under it: every algorithm
-// reads the state of another Limit or Burst (see Convert).
+// the algorithm's letter (keyLetter), the period, and ":" and the name if
+// l has one, for example "f1m", "t1500ms" or "g1h:api". The period is a
+// whole number of the largest unit that divides it: d (24h), h, m, s, ms
+// or us. Two valid limits have equal IDs if and only if their Identities
+// are equal: the letter is one character, the number ends at the unit,
+// whose letters are not digits, and a name (letters, digits, '-', '_' and
+// '.') follows the first ':' (TestIDInjective). It holds neither Limit nor
+// Burst, so that a limit raised or lowered keeps the state spent under it:
+// every algorithm reads the state of another Limit or Burst (see Convert).
+// It is short because it is part of every Redis key, and Redis memory per
+// key grows with the key's length.
 func ID(l sluice.Limit) string {
 	n := l.Identity()
-	b := make([]byte, 0, 32)
+	b := make([]byte, 0, 16+len(n.Name))
+	b = append(b, keyLetter(n.Algorithm))
+	b = appendPeriod(b, micros(n.Period))
 	if n.Name != "" {
-		b = append(b, n.Name...)
 		b = append(b, ':')
+		b = append(b, n.Name...)
 	}
-	b = append(b, Code(n.Algorithm)...)
-	b = append(b, ':')
-	b = strconv.AppendInt(b, micros(n.Period), 10)
 	return string(b)
+}
+
+// periodUnits are the units of a period in an ID, largest first.
+var periodUnits = []struct {
+	us   int64
+	name string
+}{
+	{86_400_000_000, "d"},
+	{3_600_000_000, "h"},
+	{60_000_000, "m"},
+	{1_000_000, "s"},
+	{1_000, "ms"},
+	{1, "us"},
+}
+
+// appendPeriod appends p µs (> 0) as a whole number of the largest unit
+// that divides it.
+func appendPeriod(b []byte, p int64) []byte {
+	for _, u := range periodUnits {
+		if p%u.us == 0 {
+			b = strconv.AppendInt(b, p/u.us, 10)
+			return append(b, u.name...)
+		}
+	}
+	return b // unreachable: every p is a whole number of µs
+}
+
+// keyLetter returns the letter that stands for an algorithm at the start
+// of an ID: f fixed_window, w sliding_window, l sliding_log, g gcra, t
+// token_bucket (and the zero Algorithm).
+func keyLetter(a sluice.Algorithm) byte {
+	switch a {
+	case sluice.FixedWindow:
+		return 'f'
+	case sluice.SlidingWindow:
+		return 'w'
+	case sluice.SlidingLog:
+		return 'l'
+	case sluice.GCRA:
+		return 'g'
+	default:
+		return 't'
+	}
 }
 
 // Code returns the short name of an algorithm used in storage keys and in

@@ -20,7 +20,7 @@ import (
 // connections.
 var aclCommands = []string{
 	"evalsha", "eval", "ping",
-	"get", "set", "del", "pexpire", "time",
+	"get", "set", "incrby", "del", "pexpire", "time",
 	"zadd", "zcard", "zcount", "zrange", "zrangebyscore", "zremrangebyscore", "zrem",
 }
 
@@ -84,7 +84,7 @@ func TestReady(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const reserved = "app:{%ready}:fw:1000000"
+	const reserved = "app:{%ready}f1s"
 	if len(keys) != 1 || keys[0] != reserved {
 		t.Fatalf("after Ready, the keys are %q; want the reserved key %s alone", keys, reserved)
 	}

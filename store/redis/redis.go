@@ -19,24 +19,63 @@
 //
 // The state of a client key under a limit lives at
 //
-//	<prefix>:{<client key>}:[<name>:]<algorithm>:<period µs>
+//	<prefix>:{<client key>}<algorithm letter><period>[:<name>]
 //
-// with one Redis key per limit. The client key is the Redis Cluster hash
-// tag, so all the keys of one client key land in one slot (a decision over
-// several client keys: see "Stacked decisions on a Cluster"); '{', '}' and
-// '%' in it and in the prefix are percent-encoded, the empty key becomes
-// %0, and client keys longer than 128 bytes are replaced by a hash so that
-// a hostile key cannot bloat memory. Every key expires as soon as its
-// state is equivalent to none (the window ended, the bucket is full).
+// with one Redis key per limit: sluice:{client-123}f1m for a fixed window
+// of a minute, sluice:{client-123}g1500ms:api for a GCRA limit named "api"
+// of 1.5 seconds. The letters are f fixed_window, w sliding_window, l
+// sliding_log, t token_bucket and g gcra; the period is a whole number of
+// the largest unit that divides it (d, h, m, s, ms, us). The client key is
+// the Redis Cluster hash tag, so all the keys of one client key land in
+// one slot (a decision over several client keys: see "Stacked decisions on
+// a Cluster"); '{', '}' and '%' in it and in the prefix are
+// percent-encoded, the empty key becomes %0, and client keys longer than
+// 128 bytes are replaced by a hash so that a hostile key cannot bloat
+// memory. The key is binary safe, and distinct client keys and limits
+// give distinct keys: the prefix ends at the first '{', the tag at the
+// first '}', and the rest reads back as one limit identity. Every key
+// expires as soon as its state is equivalent to none (the window ended,
+// the bucket is full).
 //
 // The rest of the key is the limit's Identity, without its Limit or Burst,
 // so that a limit raised or lowered keeps every client's state: each
-// script reads what other numbers left, and token_bucket ("debt:last
-// update:interval") and gcra ("tat:interval") store the interval their
-// debt is measured in, to convert it. Versions before this one put the
-// limit and the burst in the key: their keys are never read (every client
-// starts afresh once, as a changed limit used to start it) and expire on
-// their own TTLs; a value of another format is read as no state.
+// script reads what other numbers left, and token_bucket and gcra store
+// the interval their debt is measured in, to convert it.
+//
+// Every state but sliding_log's is one decimal integer, which Redis keeps
+// as a 64-bit integer in its 16-byte object rather than as a string of 32
+// bytes or more (lua/window.lua, bucket.lua and the algorithms' files have
+// the layouts): a count and the window index (fixed_window); the two
+// windows' counts and the index (sliding_window); the token interval and
+// the instant the bucket is full again (token_bucket and gcra). So what a
+// key costs is mostly its name, of len(prefix) + len(client key) + 4 +
+// len(limit) bytes (limit: f1m, 3): MEMORY USAGE reports 72 bytes for each of these
+// four with the default prefix, a limit part of 3 bytes and a client key
+// of up to 18 (sluice:{client-123}f1m; Redis allocates 32 bytes for a key
+// of 15 to 30 bytes, and 16 for one of 7 to 14, which makes 56 in all:
+// with WithPrefix("s") and a client key of up to 7 bytes, say). The value
+// stays an integer up to 922336 requests per window for a fixed window of
+// 1ms (more for longer periods), two counts of 9 digits together for a
+// sliding window of a minute (8 for a second, 11 for an hour), and token
+// intervals of two significant digits (a token every 600000µs, 100 per
+// minute, or every 3600000µs, 1000 per hour; not every 8571429µs, 7 per
+// minute): beyond, it is a string of up to 40 bytes, which costs 32 to 48
+// bytes more in memory. A sliding_log is a sorted set of one member per
+// admitted unit of cost, each request's first member being its instant,
+// an integer to Redis: up to 128 members (Redis's
+// zset-max-listpack-entries), at most 80 bytes plus 25 per member of a
+// request of cost 1; beyond, Redis's skiplist encoding, about 140 bytes per
+// member.
+//
+// Versions before this one used the keys <prefix>:{<client key>}:[<name>:]
+// <algorithm>:<period µs> with values of the form "a:b": they are never
+// read, and expire on their own TTLs. So during a rolling upgrade, the
+// replicas of the old version and those of this one count apart (each
+// client starts afresh once under this version, and may be admitted up to
+// the limit by each side until the old replicas are gone). A value of
+// another format found at a key is read as no state: each of its
+// characters must read as a digit of a number of the layout or as a
+// length, and none of them may be the ':' of the old formats.
 //
 // While a Cluster migrates a slot, decisions on its keys keep working: the
 // clients follow ASK and MOVED, the store reloads its scripts on the new
@@ -137,8 +176,8 @@
 // Ready), so that it fails wherever decisions fail; Ping only runs a
 // script that touches nothing. A Redis ACL user needs EVALSHA and EVAL
 // (sent once per script after a restart or SCRIPT FLUSH; the store never
-// sends SCRIPT), the commands the scripts run (GET, SET, DEL, PEXPIRE,
-// TIME, for sliding_log ZADD, ZCOUNT, ZRANGE, ZRANGEBYSCORE,
+// sends SCRIPT), the commands the scripts run (GET, SET, INCRBY, DEL,
+// PEXPIRE, TIME, for sliding_log ZADD, ZCOUNT, ZRANGE, ZRANGEBYSCORE,
 // ZREMRANGEBYSCORE and ZREM, the last in refunds only, and for Heartbeat
 // ZADD, ZREMRANGEBYSCORE and ZCARD), and PING, which
 // rueidis sends on idle connections; SELECT for a database other than 0,
@@ -162,6 +201,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -209,8 +249,9 @@ func newScript(src string) script {
 	return script{src: src, sha: hex.EncodeToString(sum[:])}
 }
 
-// Each decision runs a script made of common.lua, the files of the
-// algorithms it serves, a generated table of those algorithms and take.lua.
+// Each decision runs a script made of common.lua, window.lua and
+// bucket.lua where its algorithms need them, the files of the algorithms it
+// serves, a generated table of those algorithms and take.lua.
 // A decision whose limits share one algorithm runs that algorithm's script,
 // the cheapest; a decision mixing algorithms runs the script of all five,
 // so that it is still one atomic call. The refund of a decision split over
@@ -241,6 +282,14 @@ func compose(main string, algorithms ...sluice.Algorithm) script {
 	}
 	var b strings.Builder
 	b.WriteString(read("common"))
+	// The helpers of windows and of buckets, where an algorithm needs them:
+	// each function a script defines costs every run of it a closure.
+	if slices.ContainsFunc(algorithms, isWindow) {
+		b.WriteString(read("window"))
+	}
+	if slices.ContainsFunc(algorithms, isBucket) {
+		b.WriteString(read("bucket"))
+	}
 	table := "local algorithms = {\n"
 	for _, a := range algorithms {
 		b.WriteString(read(string(a)))
@@ -249,6 +298,17 @@ func compose(main string, algorithms ...sluice.Algorithm) script {
 	b.WriteString(table + "}\n")
 	b.WriteString(read(main))
 	return newScript(b.String())
+}
+
+// isWindow reports whether a counts requests in windows, isBucket whether
+// it is a token bucket: the algorithms that share window.lua, and
+// bucket.lua.
+func isWindow(a sluice.Algorithm) bool {
+	return a == sluice.FixedWindow || a == sluice.SlidingWindow
+}
+
+func isBucket(a sluice.Algorithm) bool {
+	return a == "" || a == sluice.TokenBucket || a == sluice.GCRA
 }
 
 // scriptFor returns the script for a decision under limits. Algorithms
@@ -467,7 +527,7 @@ var readyLimit = sluice.Limit{Algorithm: sluice.FixedWindow, Limit: 1 << 30, Per
 // Ready reports whether a decision can run now, for readiness probes: it
 // runs the decision script, as Take does (by SHA, sending the source on
 // NOSCRIPT), at the server's time, consuming 1 under a fixed window on
-// the reserved key <prefix>:{%ready}:fw:1000000, which no client key can
+// the reserved key <prefix>:{%ready}f1s, which no client key can
 // produce (readyTag) and which expires within a second. So it fails, with
 // Redis's answer as the cause, wherever decisions fail: Redis down or
 // unreachable, a user not permitted to run the script or the commands in
@@ -476,7 +536,7 @@ var readyLimit = sluice.Limit{Algorithm: sluice.FixedWindow, Limit: 1 << 30, Per
 // only.
 func (s *Store) Ready(ctx context.Context) error {
 	limits := []sluice.Limit{readyLimit}
-	g := &group{keys: []string{s.prefix + ":{" + readyTag + "}:" + algo.ID(readyLimit)}, limits: limits, cost: 1}
+	g := &group{keys: []string{s.prefix + ":{" + readyTag + "}" + algo.ID(readyLimit)}, limits: limits, cost: 1}
 	t, err := s.take(ctx, "", g, false)
 	if err != nil && aclDenied(err) {
 		return fmt.Errorf("redis store: not ready: NOPERM: the Redis user may not run a command of the decision script (see the ACL the README lists): %w", err)
@@ -520,7 +580,7 @@ func (s *Store) Key(key string, l sluice.Limit) string {
 // keys returns the Redis keys that hold the state of key under each of
 // limits, encoding key (escape) once for all of them.
 func (s *Store) keys(key string, limits []sluice.Limit) []string {
-	base := s.prefix + ":{" + escape(key) + "}:"
+	base := s.prefix + ":{" + escape(key) + "}"
 	keys := make([]string, len(limits))
 	for i, l := range limits {
 		keys[i] = base + algo.ID(l)

@@ -94,7 +94,7 @@ func TestScriptLoadedOnceAndReloaded(t *testing.T) {
 }
 
 // TestKeys: every key a workload leaves has a TTL and the schema
-// prefix:{client key}:limit, whatever the client key holds, and long keys
+// prefix:{client key}limit, whatever the client key holds, and long keys
 // are hashed.
 func TestKeys(t *testing.T) {
 	srv := redistest.Start(t)
@@ -121,10 +121,10 @@ func TestKeys(t *testing.T) {
 	if want := len(clientKeys) * len(limits); len(keys) != want {
 		t.Errorf("%d keys in Redis, want %d (one per client key and limit): %q", len(keys), want, keys)
 	}
-	schema := regexp.MustCompile(`^sluice:\{[^{}]+\}:(fw|sw|sl|tb|gcra):[0-9:]+$`)
+	schema := regexp.MustCompile(`^sluice:\{[^{}]+\}[fwltg][1-9][0-9]*(d|h|m|s|ms|us)$`)
 	for _, k := range keys {
 		if !schema.MatchString(k) {
-			t.Errorf("key %q does not follow sluice:{client}:limit with one hash tag", k)
+			t.Errorf("key %q does not follow sluice:{client}limit with one hash tag", k)
 		}
 		if len(k) > 200 {
 			t.Errorf("key of %d bytes: long client keys must be hashed", len(k))

@@ -1,57 +1,55 @@
 -- common.lua: helpers shared by the algorithms. The Go side concatenates
--- this file, the files of the algorithms a script serves, a generated table
--- of those algorithms and take.lua into one script.
+-- this file, window.lua if the script serves fixed_window or
+-- sliding_window, bucket.lua if it serves token_bucket or gcra, the files
+-- of the algorithms it serves, a generated table of those algorithms and
+-- take.lua (or refund.lua) into one script. Each function defined costs
+-- every run of the script a closure, so that a script defines only what
+-- its algorithms use, and the helpers are few.
 --
--- Every number is an integer: microseconds or requests. A number handed to
--- redis.call is formatted by Lua with %.14g, which turns a 16-digit
--- microsecond timestamp into 1.7329e+15, so numbers go to Redis as strings
--- made by str().
-local floor = math.floor
+-- Every number is an integer: microseconds or requests. Numbers go to
+-- redis.call as strings made by fmt('%d', x): Lua's own tostring and ..
+-- (%.14g) turn a 16-digit microsecond timestamp into 1.7329e+15, and a
+-- Lua number handed to redis.call is formatted by Redis as a double
+-- (%.17g), exact below 2^53 but dearer than integer formatting.
+--
+-- Stored values are decimal integers, so that Redis keeps each one as a
+-- 64-bit integer in its object (16 bytes in all) rather than as a string
+-- (32 bytes or more): one or more counts, then
+-- a field of fixed width (a window index, a time). A value below 2^53 is
+-- packed and unpacked in arithmetic; a longer one (up to 19 digits is still
+-- an integer to Redis) as a string, digit for digit the same. A value that
+-- is not of its algorithm's layout (another version's "a:b" strings) is
+-- read as no state: every character of it lands in a field that tonumber
+-- or a length digit must accept, and none accepts ':'.
+local floor, ceil = math.floor, math.ceil
+local sub, byte, fmt = string.sub, string.byte, string.format
 
-local function str(x)
-  return string.format('%d', x)
-end
+-- exact is 2^53: integers below it are exact in Lua's numbers.
+local exact = 2^53
 
--- rescale mirrors rescale in internal/algo/bucket.go: debt, µs of refill
--- at interval from, as µs of refill at interval to (the same tokens owed),
--- rounded up, at most max_debt.
-local max_debt = 2^51
-local function rescale(debt, from, to)
-  if debt > max_debt then
-    debt = max_debt
-  end
-  if from == to or debt <= 0 then
-    return debt
-  end
-  local whole = floor(debt / from)
-  local part = debt - whole * from
-  if whole * to >= max_debt then
-    return max_debt
-  end
-  local p = part * to
-  local q
-  if p < 2^53 then
-    q = math.ceil(p / from)
-  else
-    q = math.ceil(p / from + 0.5)
-  end
-  local d = whole * to + q
-  if d > max_debt then
-    d = max_debt
-  end
-  return d
-end
+-- digits are the characters of a small number in a stored value (a
+-- length, an exponent: 0 to 14): a decimal digit up to 9, a letter beyond
+-- (then the value is a string to Redis, as it would be anyway at that
+-- size). A reader takes byte - 48 for '0'..'9' and byte - 87 for 'a'..'e',
+-- and nothing else.
+local digits = '0123456789abcde'
 
--- save stores value at key for ttl microseconds (rounded up to whole
--- milliseconds), or deletes key when ttl <= 0: such state is equivalent to
--- none.
+-- save stores value (a string) at key for ttl
+-- microseconds (rounded up to whole milliseconds), or deletes key when
+-- ttl <= 0: such state is equivalent to none.
 local function save(key, value, ttl)
   if ttl > 0 then
-    redis.call('SET', key, value, 'PX', str(math.ceil(ttl / 1000)))
+    redis.call('SET', key, value, 'PX', fmt('%d', ceil(ttl / 1000)))
   else
     redis.call('DEL', key)
   end
 end
+
+-- server_clock is set once clock has read the server's TIME: the state of
+-- a window then expires, by the server's clock, at the instant the
+-- decision computes, so that a write within the same window may keep the
+-- key's TTL (window.lua's window_write).
+local server_clock = false
 
 -- clock returns the time of a decision in µs: arg when the caller gave
 -- one, the server's TIME when arg is ''.
@@ -62,22 +60,7 @@ local function clock(arg)
   -- Writing after TIME needs effects replication: the default since Redis
   -- 5, asked for explicitly before (from 3.2).
   redis.replicate_commands()
+  server_clock = true
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
--- bucket_debt returns a bucket's debt, read as debt µs of refill at
--- interval from (negative: none), in µs of refill at interval: Convert in
--- internal/algo/bucket.go. When from is another interval (a changed
--- limit), the converted state is stored at once, by state_of, whatever
--- the decision.
-local function bucket_debt(key, debt, from, now, interval, state_of)
-  if debt < 0 then
-    debt = 0
-  end
-  debt = rescale(debt, from, interval)
-  if from ~= interval then
-    save(key, state_of(debt, now, interval), debt)
-  end
-  return debt
 end

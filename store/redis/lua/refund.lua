@@ -16,17 +16,16 @@
 -- back nothing, which errs towards denying. What it assumes of each
 -- algorithm's stored value (adapt these functions when a format changes):
 --
---   fixed_window    "window:count"; the take counted cost in window
---                   floor(taken / period).
---   sliding_window  "window:previous:current"; the take counted cost in
+--   fixed_window    count and window (fw_read); the take counted cost in
+--                   window floor(taken / period).
+--   sliding_window  counts and window (sw_read); the take counted cost in
 --                   window floor(taken / period), which is the stored
 --                   window or the one before it, or no longer counts.
 --   sliding_log     a sorted set whose members at one score are numbered
---                   stamp:0, stamp:1, ...; the take added cost of them at
---                   score taken.
---   token_bucket    "debt:last update:interval" (read by tb_debt, which
---                   converts a debt measured at another interval).
---   gcra            "tat:interval" (read by gcra_debt, likewise).
+--                   (sl_member: stamp, stamp:1, stamp:2, ...); the take
+--                   added cost of them at score taken.
+--   token_bucket    interval and tat (read by bucket_debt, which converts
+--   and gcra        a debt measured at another interval).
 --
 -- token_bucket and gcra are one bucket of full = capacity * interval µs
 -- (gcra's level at t is full - max(0, tat - t)). Let A be the level with
@@ -43,18 +42,25 @@
 -- short of full (the usual case: the refund comes milliseconds later).
 
 local function fixed_window_refund(key, now, taken, _, period, cost)
-  local sw, c = string.match(redis.call('GET', key) or '', '^(%d+):(%d+)$')
-  sw, c = tonumber(sw), tonumber(c)
-  if sw ~= floor(taken / period) or c < cost then
+  local wd, d = window_width(period)
+  local sw, c = fw_read(redis.call('GET', key), wd, d)
+  if not sw or sw ~= floor(taken / period) or c < cost then
     return -- the window ended: what it counted no longer matters
   end
   c = c - cost
-  save(key, fw_state(sw, c), c > 0 and (sw + 1) * period - now or 0)
+  if c > 0 then
+    save(key, fw_state(sw, c, wd), (sw + 1) * period - now)
+  else
+    save(key, '', 0)
+  end
 end
 
 local function sliding_window_refund(key, now, taken, _, period, cost)
-  local sw, a, b = string.match(redis.call('GET', key) or '', '^(%d+):(%d+):(%d+)$')
-  sw, a, b = tonumber(sw), tonumber(a), tonumber(b)
+  local wd, d = window_width(period)
+  local sw, a, b = sw_read(redis.call('GET', key), wd, d)
+  if not sw then
+    return
+  end
   local w = floor(taken / period)
   if sw == w and b >= cost then
     b = b - cost
@@ -63,11 +69,11 @@ local function sliding_window_refund(key, now, taken, _, period, cost)
   else
     return
   end
-  save(key, sw_state(sw, a, b), sw_reset(a, b, sw, now, period))
+  save(key, sw_state(sw, a, b, wd), sw_reset(a, b, sw, now, period))
 end
 
 local function sliding_log_refund(key, now, taken, _, period, cost)
-  local stamp = str(taken)
+  local stamp = fmt('%d', taken)
   local n = redis.call('ZCOUNT', key, stamp, stamp)
   if n < cost then
     return
@@ -77,13 +83,13 @@ local function sliding_log_refund(key, now, taken, _, period, cost)
   for first = n - cost, n - 1, 1000 do
     local names = {}
     for i = first, math.min(first + 999, n - 1) do
-      names[#names + 1] = stamp .. ':' .. str(i)
+      names[#names + 1] = sl_member(stamp, i)
     end
     redis.call('ZREM', key, unpack(names))
   end
   local top = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')[2]
   if top and tonumber(top) + period > now then
-    redis.call('PEXPIRE', key, str(math.ceil((tonumber(top) + period - now) / 1000)))
+    redis.call('PEXPIRE', key, fmt('%d', ceil((tonumber(top) + period - now) / 1000)))
   else
     redis.call('DEL', key)
   end
@@ -94,35 +100,26 @@ local function bucket_give(now, taken, interval, cost, reset)
   return math.min(cost * interval, reset - (now - taken))
 end
 
--- bucket_refund gives back to a bucket whose debt debt_of reads and
--- state_of writes (token_bucket's or gcra's).
-local function bucket_refund(key, now, taken, interval, cost, reset, debt_of, state_of)
+-- bucket_refund gives back to a bucket (token_bucket's or gcra's).
+local function bucket_refund(key, now, taken, interval, _, cost, reset)
   local give = bucket_give(now, taken, interval, cost, reset)
   if give <= 0 then
     return
   end
-  local debt = debt_of(key, now, interval)
+  local debt = bucket_debt(key, now, interval)
   if debt <= 0 then
     return -- no state is a full bucket
   end
   debt = math.max(debt - give, 0)
-  save(key, state_of(debt, now, interval), debt)
-end
-
-local function token_bucket_refund(key, now, taken, interval, _, cost, reset)
-  bucket_refund(key, now, taken, interval, cost, reset, tb_debt, tb_state)
-end
-
-local function gcra_refund(key, now, taken, interval, _, cost, reset)
-  bucket_refund(key, now, taken, interval, cost, reset, gcra_debt, gcra_state)
+  save(key, bucket_state(debt, now, interval), debt)
 end
 
 local refunds = {
   fw = fixed_window_refund,
   sw = sliding_window_refund,
   sl = sliding_log_refund,
-  tb = token_bucket_refund,
-  gcra = gcra_refund,
+  tb = bucket_refund,
+  gcra = bucket_refund,
 }
 
 local now, taken = clock(ARGV[1]), tonumber(ARGV[2])

@@ -1,10 +1,76 @@
 -- sliding_window mirrors slidingWindow in internal/algo/window.go.
--- State: the string "window:previous:current", the counts of the stored
--- window and of the one before it.
+-- State: the current count, the previous window's count, the number of
+-- digits of the previous count (one digit; a letter beyond 9), and the
+-- window in d digits (window_width): current 7 and previous 12 in window
+-- 29935680 of a minute is 712229935680. A count of 0 has no digits.
 
--- sw_state is the stored state of window w and its counts.
-local function sw_state(w, prev, cur)
-  return str(w) .. ':' .. str(prev) .. ':' .. str(cur)
+-- sw_state is the stored state of window w (of width wd) and its counts.
+local function sw_state(w, prev, cur, wd)
+  if w < 0 then
+    return '' -- a time before 1970 (a test's clock): kept as no state
+  end
+  local k, p = 0, 1
+  while p <= prev do
+    k, p = k + 1, p * 10
+  end
+  local x = ((cur * p + prev) * 10 + k) * wd + w
+  if x < exact then
+    return fmt('%d', x)
+  end
+  local s = ''
+  if prev > 0 then
+    s = fmt('%d', prev)
+  end
+  if cur > 0 then
+    s = fmt('%d', cur) .. s
+  end
+  return s .. sub(digits, k + 1, k + 1) .. sub(fmt('%d', wd + w), 2)
+end
+
+-- sw_read returns the window and counts of a stored value, or nil.
+local function sw_read(v, wd, d)
+  if not v then
+    return nil
+  end
+  local n = #v
+  if n <= 15 then
+    local x = tonumber(v)
+    if not x or x < wd or x ~= floor(x) then
+      return nil
+    end
+    local w = x % wd
+    x = (x - w) / wd
+    local k = x % 10
+    x = (x - k) / 10
+    local p = 1
+    for _ = 1, k do
+      p = p * 10
+    end
+    local prev = x % p
+    return w, prev, (x - prev) / p
+  end
+  local w, k = tonumber(sub(v, n - d + 1)), byte(v, n - d)
+  if k >= 97 then
+    k = k - 87
+  elseif k <= 57 then
+    k = k - 48
+  else
+    return nil
+  end
+  if not w or k < 0 or k > 13 or n - d - k - 1 < 0 then
+    return nil
+  end
+  local prev, cur = 0, 0
+  if k > 0 then
+    prev = tonumber(sub(v, n - d - k, n - d - 1))
+  end
+  if n - d - k - 1 > 0 then
+    cur = tonumber(sub(v, 1, n - d - k - 1))
+  end
+  if not prev or not cur then
+    return nil
+  end
+  return w, prev, cur
 end
 
 -- sw_counts returns the previous and current counts at window w.
@@ -54,13 +120,10 @@ local function sw_at(sw, t, period)
 end
 
 local function sliding_window(key, now, limit, period, cost)
-  local sw, a, b = false, 0, 0
-  local v = redis.call('GET', key)
-  if v then
-    local x, y, z = string.match(v, '^(%d+):(%d+):(%d+)$')
-    if x then
-      sw, a, b = tonumber(x), tonumber(y), tonumber(z)
-    end
+  local wd, d = window_width(period)
+  local sw, a, b = sw_read(redis.call('GET', key), wd, d)
+  if not sw then
+    sw, a, b = false, 0, 0
   end
   local w, e = sw_at(sw, now, period)
   local prev, cur = sw_counts(sw, a, b, w)
@@ -71,7 +134,19 @@ local function sliding_window(key, now, limit, period, cost)
     if reset <= 0 then
       return 1, rem, 0, 0, ''
     end
-    return 1, rem, reset, 0, sw_state(w, prev, cur)
+    if server_clock and sw == w and b > 0 then
+      -- Add to the stored current count (window_write), whose TTL is
+      -- this reset's: the digits below it are 10^(k+1) * wd, k those of
+      -- the previous count.
+      local q = 10
+      while q <= prev * 10 do
+        q = q * 10
+      end
+      if (cur + 1) * q * wd < exact then
+        return 1, rem, reset, 0, cost * q * wd
+      end
+    end
+    return 1, rem, reset, 0, sw_state(w, prev, cur, wd)
   end
   -- The earliest admitting instant lies in (now, (w+2)*period]: bisect.
   local lo, hi = 1, (w + 2) * period - now
@@ -87,4 +162,4 @@ local function sliding_window(key, now, limit, period, cost)
   end
   return 0, sw_remaining(prev, cur, e, limit, period), sw_reset(prev, cur, w, now, period), lo
 end
-local sliding_window_write = save
+local sliding_window_write = window_write

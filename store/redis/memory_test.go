@@ -1,0 +1,190 @@
+package redis_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/redistest"
+	sluiceredis "github.com/sluice-go/sluice/store/redis"
+)
+
+// TestValueLayout: each algorithm stores its state as a decimal integer
+// that Redis keeps as a 64-bit integer (OBJECT ENCODING int), in the
+// layout the scripts document, under a key of the documented form.
+func TestValueLayout(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newRueidis(t, srv.Addr)
+	store := sluiceredis.FromRueidis(c)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // 1767225600000000µs, minute 29453760
+	lim := sluice.New(store, sluice.WithClock(func() time.Time { return now }))
+	ctx := context.Background()
+	tests := []struct {
+		l               sluice.Limit
+		n               int // requests, or one request of cost -n
+		key, value, enc string
+	}{
+		{sluice.PerMinute(100).Using(sluice.FixedWindow), 3, "sluice:{client-123}f1m", "3" + "029453760", "int"},
+		{sluice.PerMinute(100).Using(sluice.SlidingWindow), 2, "sluice:{client-123}w1m", "2" + "" + "0" + "029453760", "int"},
+		{sluice.PerMinute(100).Using(sluice.TokenBucket), 1, "sluice:{client-123}t1m", "6" + "5" + "1767225600600000", "int"},
+		{sluice.PerMinute(100).Using(sluice.GCRA).Named("api"), 2, "sluice:{client-123}g1m:api", "6" + "5" + "1767225601200000", "int"},
+		{sluice.Per(9000, 1500*time.Millisecond).Using(sluice.FixedWindow), 1, "sluice:{client-123}f1500ms", "1" + "1178150400", "int"},
+		// The shortest and longest periods: windows of 13 and 2 digits.
+		{sluice.Per(5000, time.Millisecond).Using(sluice.FixedWindow), -1000, "sluice:{client-123}f1ms", "1000" + "1767225600000", "int"},
+		{sluice.Per(5, sluice.MaxPeriod).Using(sluice.FixedWindow), 2, "sluice:{client-123}f3650d", "2" + "05", "int"},
+		// An interval of 10^10µs: an exponent beyond 9 is a letter.
+		{sluice.Per(1, 10_000*time.Second).Using(sluice.GCRA).WithBurst(2), 2, "sluice:{client-123}g10000s", "1" + "a" + "1767245600000000", "embstr"},
+	}
+	for _, tt := range tests {
+		for i := 0; i < max(tt.n, 1); i++ {
+			if _, err := lim.AllowN(ctx, "client-123", tt.l, max(-tt.n, 1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		key := store.Key("client-123", tt.l)
+		v, err := c.Do(ctx, c.B().Get().Key(key).Build()).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc, err := c.Do(ctx, c.B().ObjectEncoding().Key(key).Build()).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if key != tt.key || v != tt.value || enc != tt.enc {
+			t.Errorf("%s after %d requests: %q = %q (%s), want %q = %q (%s)", tt.l, tt.n, key, v, enc, tt.key, tt.value, tt.enc)
+		}
+	}
+	// The previous window's count, and counts past 9 digits (a string).
+	l := sluice.PerMinute(2_000_000_000).Using(sluice.SlidingWindow)
+	for _, cost := range []int{12, 1_500_000_000} {
+		if _, err := lim.AllowN(ctx, "two", l, cost); err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(time.Minute)
+	}
+	v, err := c.Do(ctx, c.B().Get().Key(store.Key("two", l)).Build()).ToString()
+	if want := "1500000000" + "12" + "2" + "029453761"; err != nil || v != want {
+		t.Errorf("sliding_window over two windows: %q, %v; want %q", v, err, want)
+	}
+	if _, err := lim.AllowN(ctx, "two", l, 400_000_000); err != nil {
+		t.Fatal(err)
+	}
+	v, err = c.Do(ctx, c.B().Get().Key(store.Key("two", l)).Build()).ToString()
+	if want := "400000000" + "1500000000" + "a" + "029453762"; err != nil || v != want {
+		t.Errorf("sliding_window with a count of 10 digits: %q, %v; want %q", v, err, want)
+	}
+}
+
+// TestMemoryUsage: what one client key's state costs Redis under each
+// algorithm (MEMORY USAGE, after one admitted request of 100 per minute,
+// at the server's clock) stays within the bound the package documents
+// (see "Keys" in redis.go): with the default prefix and the client key
+// "client-123", 72 bytes for every algorithm but sliding_log (the key is
+// 22 bytes, in Redis's allocation class of 15 to 30; 56 bytes needs a key
+// of at most 14), and 56 with the prefix "s" and the client key "u1"; a
+// sliding_log of n entries of cost 1, at most 80 + 25n bytes up to 128
+// entries (Redis's zset-max-listpack-entries) and 200 + 150n beyond.
+func TestMemoryUsage(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newRueidis(t, srv.Addr)
+	ctx := context.Background()
+	usage := func(store *sluiceredis.Store, key string, l sluice.Limit, n int) int64 {
+		t.Helper()
+		for range n {
+			if _, err := sluice.New(store).Allow(ctx, key, l); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b, err := c.Do(ctx, c.B().MemoryUsage().Key(store.Key(key, l)).Samples(0).Build()).AsInt64() // every member counted
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	long := sluiceredis.FromRueidis(c)
+	short := sluiceredis.FromRueidis(c, sluiceredis.WithPrefix("s"))
+	for _, a := range sluice.Algorithms {
+		l := sluice.PerMinute(100).Using(a)
+		if a == sluice.SlidingLog {
+			l := sluice.PerMinute(1000).Using(a)
+			for _, n := range []int{1, 10, 100, 128, 129, 1000} {
+				bound := int64(80 + 25*n) // a listpack: 20 B per member
+				if n > 128 {
+					bound = int64(200 + 150*n) // beyond zset-max-listpack-entries: a skiplist, of random levels
+				}
+				if b := usage(long, fmt.Sprint("client-", n), l, n); b > bound {
+					t.Errorf("sliding_log of %d entries: %d B, want at most %d", n, b, bound)
+				} else {
+					t.Logf("sliding_log of %d entries: %d B (bound %d)", n, b, bound)
+				}
+			}
+			continue
+		}
+		if b := usage(long, "client-123", l, 1); b > 72 {
+			t.Errorf("%s: %q: %d B, want at most 72", a, long.Key("client-123", l), b)
+		} else {
+			t.Logf("%s: %q: %d B", a, long.Key("client-123", l), b)
+		}
+		if b := usage(short, "u1", l, 1); b > 56 {
+			t.Errorf("%s: %q: %d B, want at most 56", a, short.Key("u1", l), b)
+		}
+	}
+}
+
+// TestKeysDistinct: the short keys stay collision-free and binary safe.
+// Over prefixes and client keys made of the characters the encoding
+// treats specially (braces, '%', the letters and digits of a limit's
+// part, bytes that are not text) and limits of every algorithm, period
+// unit and name, two inputs share a key exactly when they are the same
+// prefix, client key and limit identity; and a decision on each key of
+// binary bytes runs and leaves its state there.
+func TestKeysDistinct(t *testing.T) {
+	prefixes := []string{"sluice", "s", "a:b", "a{b", "a}", "a%7Bb", "f1m"}
+	clientKeys := []string{"", "%0", "%", "%25", "a", "a}", "}a", "{a}", "k}f1m", "kf1m", "k:f1m", "\x00", "\x00\xff{}", "ключ", strings.Repeat("x", 200), strings.Repeat("x", 201)}
+	var limits []sluice.Limit
+	for _, a := range sluice.Algorithms {
+		for _, p := range []time.Duration{time.Millisecond, 1500 * time.Millisecond, time.Second, time.Minute, time.Hour, 24 * time.Hour, 1001 * time.Microsecond} {
+			for _, name := range []string{"", "m", "1m", "api"} {
+				limits = append(limits, sluice.Limit{Algorithm: a, Limit: 1, Period: p, Name: name})
+			}
+		}
+	}
+	type input struct {
+		prefix, key string
+		id          sluice.Limit
+	}
+	seen := make(map[string]input)
+	for _, p := range prefixes {
+		store := sluiceredis.New(nil, sluiceredis.WithPrefix(p))
+		for _, k := range clientKeys {
+			for _, l := range limits {
+				in := input{p, k, l.Identity()}
+				key := store.Key(k, l)
+				if prev, ok := seen[key]; ok && prev != in {
+					t.Fatalf("%+v and %+v share the key %q", prev, in, key)
+				}
+				seen[key] = in
+			}
+		}
+	}
+	if want := len(prefixes) * len(clientKeys) * len(limits); len(seen) != want {
+		t.Fatalf("%d distinct keys, want %d", len(seen), want)
+	}
+
+	srv := redistest.Start(t)
+	c := newRueidis(t, srv.Addr)
+	store := sluiceredis.FromRueidis(c)
+	ctx := context.Background()
+	for i := 0; i < len(limits); i += 4 { // every algorithm and period, without names
+		l, key := limits[i], "\x00\xff{}\r\n"
+		if _, err := sluice.New(store).Allow(ctx, key, l); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := c.Do(ctx, c.B().Exists().Key(store.Key(key, l)).Build()).AsInt64(); err != nil || n != 1 {
+			t.Errorf("%s on a binary client key: EXISTS %q = %d, %v; want 1", l, store.Key(key, l), n, err)
+		}
+	}
+}
