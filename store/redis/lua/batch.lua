@@ -31,6 +31,10 @@ for _ = 1, tonumber(ARGV[1]) do
   else
     now = tonumber(now)
   end
+  -- The window algorithms add to a stored count in place only at the
+  -- server's clock (common.lua): say so per request, since a batch may
+  -- mix requests of both clocks.
+  server_clock = ARGV[a - 2] == ''
   if m == 1 then
     -- One limit, most requests: its decision is the request's.
     local alg = algorithms[ARGV[a]]
