@@ -22,11 +22,19 @@ UPSTREAM_VERSION := v1.4.1-0.20260122083618-3fb702589d36
 UPSTREAM_DIR     ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sluice/ratelimit-$(UPSTREAM_VERSION)
 UPSTREAM_BIN     := $(UPSTREAM_DIR)/service_cmd
 
-.PHONY: test short deps fmt vet lint vuln fuzz bench run soak upstream
+.PHONY: test short deps fmt vet lint vuln fuzz bench benchcheck run soak upstream
 
 test: deps fmt vet lint vuln upstream
 	SLUICE_UPSTREAM_RATELIMIT=$(UPSTREAM_BIN) $(GO) test -race -count=1 ./...
 	$(MAKE) fuzz
+	$(MAKE) benchcheck
+
+# make benchcheck: bench/ is a module of its own, outside ./...: vet it
+# and run its tests (the report, the section format, a short harness run
+# against a real redis-server; about 10 s), so that make bench keeps
+# working. It runs no benchmark.
+benchcheck:
+	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 # make upstream: install envoyproxy/ratelimit's service_cmd, once, and
 # print its path (go test ./envoy -run TestAgainstUpstream reads it from
