@@ -67,6 +67,11 @@ type Redis struct {
 	// (one Limit on every replica, no Cluster refunds, no reset by another
 	// process, a Redis that keeps its data).
 	DenyCache bool
+	// Batch is the most decisions one Redis script call carries when the
+	// store coalesces concurrent decisions (redis.WithBatch): 1 turns
+	// coalescing off. 0, the default, leaves the store's own
+	// (redis.DefaultBatch, 128).
+	Batch int
 }
 
 // DefaultRedis returns the redis section of a file without one: the

@@ -545,6 +545,38 @@ func TestErrorPolicies(t *testing.T) {
 	}
 }
 
+// TestBatchField: redis.batch is 0 (the store's default) unless the file
+// gives a count of at least 1.
+func TestBatchField(t *testing.T) {
+	const rule = "rules: [{name: a, limit: 1, period: 1s}]\n"
+	for _, tc := range []struct {
+		redis string
+		want  int
+		err   string
+	}{
+		{"", 0, ""},
+		{"redis: {url: redis://127.0.0.1:6379}\n", 0, ""},
+		{"redis: {url: redis://127.0.0.1:6379, batch: 1}\n", 1, ""},
+		{"redis: {batch: 64}\n", 64, ""},
+		{"redis: {batch: 0}\n", 0, "redis.batch: must be at least 1 (1: no coalescing), got 0"},
+		{"redis: {batch: lots}\n", 0, "redis.batch"},
+	} {
+		f, err := Parse("f.yaml", []byte(tc.redis+rule))
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: error %v, want one with %q", tc.redis, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Redis.Batch != tc.want {
+			t.Errorf("%q: batch %d, want %d", tc.redis, f.Redis.Batch, tc.want)
+		}
+	}
+}
+
 // TestDenyCacheField: redis.deny_cache is false unless the file says true.
 func TestDenyCacheField(t *testing.T) {
 	for text, want := range map[string]bool{

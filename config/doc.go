@@ -20,6 +20,7 @@
 //	  timeout: 100ms             # bound on every store call (default 100ms)
 //	  replicas: auto             # replicas sharing the limits, whose share each enforces under local: auto (default: learned from heartbeats) or a number
 //	  deny_cache: false          # answer in process the denials that must still hold (default false; exact under sluice.WithDenyCache's conditions)
+//	  batch: 128                 # most concurrent decisions coalesced into one script call, >= 1 (default 128; 1: off)
 //	memory:                      # optional: the in-memory store (no url, or the on_error: local fallback)
 //	  max_keys: 524288           # most entries (client key x limit) held, >= 1 (default 524288, about 60 MiB);
 //	                             # when full, the least recently used is forgotten and starts afresh

@@ -57,9 +57,9 @@ var errorTests = []struct {
 	{"timeout zero", rule + "redis:\n  timeout: 0s\n",
 		`redis.timeout: must be positive, got 0s; write a Go duration such as 500ms, 1s, 1m, 1h or 1h30m (sluice.yaml:4)`},
 	{"redis unknown field", rule + "redis:\n  adress: redis://h\n",
-		`redis.adress: unknown field; redis takes url, on_error, timeout, replicas, deny_cache (sluice.yaml:4)`},
+		`redis.adress: unknown field; redis takes url, on_error, timeout, replicas, deny_cache, batch (sluice.yaml:4)`},
 	{"redis not a mapping", rule + "redis: redis://h\n",
-		`redis: must be a mapping with the keys url, on_error, timeout, replicas, deny_cache, not "redis://h" (sluice.yaml:3)`},
+		`redis: must be a mapping with the keys url, on_error, timeout, replicas, deny_cache, batch, not "redis://h" (sluice.yaml:3)`},
 
 	// memory.
 	{"max_keys zero", rule + "memory:\n  max_keys: 0\n",

@@ -50,6 +50,15 @@ func (p *parser) redis(f field) Redis {
 			r.DenyCache = b
 		}
 	}
+	if e, ok := m["batch"]; ok {
+		if n, ok := p.integer(e, "the most concurrent decisions one Redis script call carries (1: no coalescing)"); ok {
+			if n < 1 {
+				p.errorf(e.val.Line, e.path, "must be at least 1 (1: no coalescing), got %d", n)
+			} else {
+				r.Batch = n
+			}
+		}
+	}
 	if e, ok := m["replicas"]; ok {
 		if e.val.Value == "auto" {
 			r.Replicas = 0

@@ -79,6 +79,9 @@ func openBackend(r config.Redis, m config.Memory, st settings) (*Backend, error)
 	ctx, cancel := context.WithCancel(context.Background())
 	policy, _ := sluice.ParseErrorPolicy(r.OnError, mem(ctx))
 	store := &lazyRedis{url: r.URL, log: log}
+	if r.Batch > 0 {
+		store.opts = append(store.opts, redis.WithBatch(r.Batch))
+	}
 	store.connect(ctx)
 	fleet := &fleet{n: r.Replicas}
 	if r.Replicas == 0 {
@@ -187,6 +190,7 @@ var errNotConnected = errors.New("redis store: not connected yet")
 // it can, logging the change.
 type lazyRedis struct {
 	url   string
+	opts  []redis.Option
 	log   *slog.Logger
 	store atomic.Pointer[redis.Store]
 }
@@ -224,7 +228,7 @@ func (l *lazyRedis) connect(ctx context.Context) {
 // try opens the store; its error names the cause (refused, wrong
 // password...) but not the URL.
 func (l *lazyRedis) try() error {
-	s, err := redis.Open(l.url)
+	s, err := redis.Open(l.url, l.opts...)
 	if err != nil {
 		return err
 	}

@@ -16,13 +16,13 @@ import (
 
 // The coalescer implements "Coalescing" in the package doc (redis.go).
 
-// defaultBatch is the most decisions one batch script call carries unless
-// WithBatch says otherwise: Redis CPU per decision is at its floor from
+// DefaultBatch is the most decisions one batch script call carries unless
+// WithBatch says otherwise (see "Coalescing"): Redis CPU per decision is at its floor from
 // about 64 (BenchmarkBatchScriptCPU: 64, 128 and 256 within the noise of
 // one another), and a call of 128 one-limit decisions stays under a
 // millisecond of Redis time, so that a full batch does not hold the
 // server long.
-const defaultBatch = 128
+const DefaultBatch = 128
 
 // maxInFlight is how many script calls of one lane may be in flight at
 // once before arriving decisions wait to be batched. 4: up to 4 concurrent

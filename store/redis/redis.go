@@ -378,7 +378,7 @@ func WithCluster() Option {
 
 // New returns a Store that runs its scripts through c.
 func New(c Client, opts ...Option) *Store {
-	s := &Store{client: c, prefix: "sluice", batch: defaultBatch}
+	s := &Store{client: c, prefix: "sluice", batch: DefaultBatch}
 	for _, o := range opts {
 		o(s)
 	}
