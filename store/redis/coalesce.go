@@ -290,27 +290,7 @@ func batchContext(b []*call) (context.Context, context.CancelFunc) {
 // takeBatch runs batch.lua over the groups of b, in order, and returns
 // what each took.
 func (s *Store) takeBatch(ctx context.Context, b []*call) ([]taken, error) {
-	nk := 0
-	for _, cl := range b {
-		nk += len(cl.g.limits)
-	}
-	keys := make([]string, 0, nk)
-	args := make([]string, 1, 1+2*len(b)+4*nk)
-	args[0] = strconv.Itoa(len(b))
-	code, mixed := algo.Code(b[0].g.limits[0].Algorithm), false
-	for _, cl := range b {
-		g := cl.g
-		keys = append(keys, g.keys...)
-		args = append(args, cl.now, strconv.Itoa(len(g.limits)))
-		for i, l := range g.limits {
-			args = appendParams(args, l, g.costOf(i))
-			mixed = mixed || algo.Code(l.Algorithm) != code
-		}
-	}
-	sc := batchScripts[code]
-	if mixed {
-		sc = batchAll
-	}
+	sc, keys, args := batchArgs(b)
 	// eval, not run: a batch that a Cluster refuses is split (send), not
 	// retried whole.
 	reply, err := s.eval(ctx, sc, keys, args)
@@ -335,4 +315,109 @@ func (s *Store) takeBatch(ctx context.Context, b []*call) ([]taken, error) {
 		return nil, fmt.Errorf("batch script replied %d integers, want %d", len(reply), off)
 	}
 	return ts, nil
+}
+
+// Batch arguments. The general form (batch.lua) sends six strings per
+// one-limit request: its now, its number of limits and its limit's code,
+// two parameters and cost, each one a bulk string Redis parses and turns
+// into a Lua string, and most of them a tonumber. A batch of one-limit
+// requests, the common case, goes in the compact form instead: the
+// distinct limits of the batch once, then one integer per request (and
+// its now, when it has its own).
+
+// maxCompactLimits is the most distinct limits a compact batch carries:
+// the client finds a request's limit among them by a linear search.
+const maxCompactLimits = 16
+
+// maxCompactCost bounds the costs of a compact batch, so that a request's
+// integer r = cost * L + index stays below 2^37 and batch.lua's r % L is
+// exact in Lua's numbers: r / L = cost + index / L, at least 1/16 below
+// cost + 1 where a double's spacing is at most 2^-20, never rounds up to
+// cost + 1.
+const maxCompactCost = 1<<32 - 1
+
+// batchArgs returns the script, keys and arguments of a batch call over
+// the groups of b: in the compact form when every group has one limit,
+// there are at most maxCompactLimits distinct limits and no cost exceeds
+// maxCompactCost, in the general form otherwise.
+func batchArgs(b []*call) (script, []string, []string) {
+	code, mixed := algo.Code(b[0].g.limits[0].Algorithm), false
+	pick := func() script {
+		if mixed {
+			return batchAll
+		}
+		return batchScripts[code]
+	}
+	keys := make([]string, 0, len(b))
+	type limit struct {
+		code   string
+		p1, p2 int64
+	}
+	var (
+		distinct [maxCompactLimits]limit
+		nl       int
+		idx      = make([]int, len(b)) // the limit of each request
+	)
+	compact := true
+	for i, cl := range b {
+		g := cl.g
+		if len(g.limits) != 1 || g.costOf(0) < 0 || int64(g.costOf(0)) > maxCompactCost {
+			compact = false
+			break
+		}
+		l := g.limits[0]
+		p1, p2 := algo.Params(l)
+		d := limit{algo.Code(l.Algorithm), p1, p2}
+		mixed = mixed || d.code != code
+		j := slices.Index(distinct[:nl], d)
+		if j < 0 {
+			if nl == maxCompactLimits {
+				compact = false
+				break
+			}
+			distinct[nl] = d
+			j = nl
+			nl++
+		}
+		idx[i] = j
+		keys = append(keys, g.keys[0])
+	}
+	if compact {
+		// ARGV[1] is -L, the number of distinct limits, negated; then each
+		// limit's code and two parameters; then, per request, cost * L +
+		// index (0-based), or -(cost * L + index) - 1 followed by its now
+		// when it has a now of its own.
+		args := make([]string, 1, 1+3*nl+len(b))
+		args[0] = strconv.Itoa(-nl)
+		for _, d := range distinct[:nl] {
+			args = append(args, d.code, strconv.FormatInt(d.p1, 10), strconv.FormatInt(d.p2, 10))
+		}
+		for i, cl := range b {
+			r := int64(cl.g.costOf(0))*int64(nl) + int64(idx[i])
+			if cl.now == "" {
+				args = append(args, strconv.FormatInt(r, 10))
+			} else {
+				args = append(args, strconv.FormatInt(-r-1, 10), cl.now)
+			}
+		}
+		return pick(), keys, args
+	}
+	nk := 0
+	for _, cl := range b {
+		nk += len(cl.g.limits)
+	}
+	keys = make([]string, 0, nk)
+	args := make([]string, 1, 1+2*len(b)+4*nk)
+	args[0] = strconv.Itoa(len(b))
+	mixed = false
+	for _, cl := range b {
+		g := cl.g
+		keys = append(keys, g.keys...)
+		args = append(args, cl.now, strconv.Itoa(len(g.limits)))
+		for i, l := range g.limits {
+			args = appendParams(args, l, g.costOf(i))
+			mixed = mixed || algo.Code(l.Algorithm) != code
+		}
+	}
+	return pick(), keys, args
 }

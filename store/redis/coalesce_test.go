@@ -181,7 +181,19 @@ func TestBatchScript(t *testing.T) {
 			return sluice.Limit{Algorithm: a, Limit: 4, Period: 10 * time.Second}
 		}
 	}
-	for round := range 20 {
+	// Rounds of the general form (a request of several limits), then of
+	// the compact one (one limit each; up to 15 distinct limits, costs
+	// from 0 to 3, a third at the server's clock), then of the general one
+	// again for one-limit requests that the compact form cannot carry:
+	// more distinct limits than it takes, or a cost too large for it.
+	for round := range 50 {
+		form := "general"
+		switch {
+		case round >= 40:
+			form = "many limits"
+		case round >= 20:
+			form = "compact"
+		}
 		batched := sluiceredis.FromRueidis(c, prefix())
 		alone := sluiceredis.FromRueidis(c, prefix(), sluiceredis.WithBatch(1))
 		reqs := make([]sluice.Request, 40)
@@ -192,30 +204,65 @@ func TestBatchScript(t *testing.T) {
 			a := sluice.Algorithms[rng.IntN(len(sluice.Algorithms))]
 			p := sluice.Part{Key: key, Limits: []sluice.Limit{limitsOf(a)}, Cost: rng.IntN(4)}
 			req := sluice.Request{Parts: []sluice.Part{p}, Now: at}
-			switch rng.IntN(4) {
-			case 0: // two limits, two algorithms
-				b := sluice.Algorithms[(slicesIndex(a)+1+rng.IntN(len(sluice.Algorithms)-1))%len(sluice.Algorithms)]
-				req.Parts[0].Limits = append(req.Parts[0].Limits, limitsOf(b))
-			case 1: // two parts, one server: one group
-				req.Parts = append(req.Parts, sluice.Part{Key: "other" + key, Limits: []sluice.Limit{limitsOf(a)}, Cost: rng.IntN(3)})
+			switch form {
+			case "general":
+				switch rng.IntN(4) {
+				case 0: // two limits, two algorithms
+					b := sluice.Algorithms[(slicesIndex(a)+1+rng.IntN(len(sluice.Algorithms)-1))%len(sluice.Algorithms)]
+					req.Parts[0].Limits = append(req.Parts[0].Limits, limitsOf(b))
+				case 1: // two parts, one server: one group
+					req.Parts = append(req.Parts, sluice.Part{Key: "other" + key, Limits: []sluice.Limit{limitsOf(a)}, Cost: rng.IntN(3)})
+				}
+			case "compact":
+				if rng.IntN(3) == 0 {
+					req.Now = time.Time{} // the server's clock
+				}
+			case "many limits": // 17 distinct limits, or more
+				req.Parts[0].Limits[0] = sluice.Limit{Algorithm: a, Limit: 5 + i%17, Period: time.Minute}
 			}
 			reqs[i] = req
+		}
+		if round == 49 && strconv.IntSize == 64 {
+			// A cost above the compact form's bound, in a batch of one
+			// distinct limit.
+			big := int64(1) << 33
+			l := sluice.Limit{Algorithm: sluice.FixedWindow, Limit: int(big), Period: time.Hour}
+			for i := range reqs {
+				reqs[i].Parts[0].Limits[0] = l
+				reqs[i].Parts[0].Cost = [...]int{0, 1, int(big / 2)}[i%3]
+			}
+		}
+		if got := batched.BatchCompact(reqs); got != (form == "compact") {
+			t.Fatalf("round %d (%s): compact form %v", round, form, got)
 		}
 		got, nows, err := batched.TakeBatch(ctx, reqs)
 		if err != nil {
 			t.Fatal(err)
 		}
+		server := int64(0) // the server's instant of the batch
 		for i, req := range reqs {
+			if req.Now.IsZero() {
+				// The oracle decides at the instant the batch did.
+				if server == 0 {
+					server = nows[i]
+				}
+				if nows[i] != server {
+					t.Fatalf("round %d, request %d decided at %d, want the batch's server instant %d", round, i, nows[i], server)
+				}
+				req.Now = time.UnixMicro(server)
+			} else if nows[i] != req.Now.UnixMicro() {
+				t.Errorf("round %d, request %d decided at %d, want its own now %d", round, i, nows[i], req.Now.UnixMicro())
+			}
 			want, err := alone.Take(ctx, req)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !reflect.DeepEqual(got[i], want) {
-				t.Fatalf("round %d, request %d (%+v): batched %+v, alone %+v", round, i, req, got[i], want)
+				t.Fatalf("round %d (%s), request %d (%+v): batched %+v, alone %+v", round, form, i, req, got[i], want)
 			}
-			if nows[i] != req.Now.UnixMicro() {
-				t.Errorf("request %d decided at %d, want its own now %d", i, nows[i], req.Now.UnixMicro())
-			}
+		}
+		if form == "compact" && server == 0 {
+			t.Fatalf("round %d: no request at the server's clock", round)
 		}
 	}
 

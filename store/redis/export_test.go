@@ -110,3 +110,14 @@ func (s *Store) SendBatch(ctx context.Context, reqs []sluice.Request) ([][]sluic
 	}
 	return rs, errs
 }
+
+// BatchCompact reports whether a batch of reqs, each of one group, goes
+// to batch.lua in the compact form (batchArgs).
+func (s *Store) BatchCompact(reqs []sluice.Request) bool {
+	b := make([]*call, len(reqs))
+	for i, req := range reqs {
+		b[i] = &call{now: clockArg(req.Now), g: s.groups(req)[0]}
+	}
+	_, _, args := batchArgs(b)
+	return args[0][0] == '-'
+}

@@ -6,6 +6,15 @@
 -- at (µs). The client coalesces concurrent decisions into it
 -- (coalesce.go).
 --
+-- Two forms of ARGV. The compact one, for requests of one limit each:
+-- ARGV[1]   -L, the number of distinct limits of the batch, negated
+-- then, for each of them: algorithm code, its two parameters
+-- then, for each request in turn: r = cost * L + i, its cost and the index
+--   (0-based) of its limit, at the server's clock (one TIME for the whole
+--   batch, read when the first such request is decided); or -r - 1
+--   followed by its own now in µs. Each request's key is the next of KEYS.
+--
+-- The general one:
 -- ARGV[1]   the number of requests
 -- then, for each request in turn:
 --   now in µs, or '' for the server's clock (one TIME for the whole
@@ -18,6 +27,50 @@
 
 local server_now
 local out, n, k, a = {}, 0, 0, 2
+
+local nl = -tonumber(ARGV[1])
+if nl > 0 then
+  -- The compact form: each limit's numbers are read once.
+  local algs, p1s, p2s = {}, {}, {}
+  for i = 1, nl do
+    local j = 3 * i - 1
+    algs[i] = algorithms[ARGV[j]]
+    if not algs[i] then
+      return redis.error_reply('sluice: unknown algorithm ' .. tostring(ARGV[j]))
+    end
+    p1s[i], p2s[i] = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
+  end
+  a = 3 * nl + 2
+  local last = #ARGV
+  while a <= last do
+    local r, now = tonumber(ARGV[a])
+    if r < 0 then
+      r, now = -r - 1, tonumber(ARGV[a + 1])
+      server_clock = false
+      a = a + 2
+    else
+      if not server_now then
+        server_now = clock('')
+      end
+      now = server_now
+      server_clock = true
+      a = a + 1
+    end
+    local i = r % nl
+    local cost = (r - i) / nl
+    i = i + 1
+    k = k + 1
+    local alg, key, p2 = algs[i], KEYS[k], p2s[i]
+    local ok, rem, reset, retry, state = alg[1](key, now, p1s[i], p2, cost)
+    if ok == 1 then
+      alg[2](key, state, reset, now, cost, p2)
+    end
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = ok, rem, reset, retry, now
+    n = n + 5
+  end
+  return out
+end
+
 local states = {} -- reused by every request of several limits
 for _ = 1, tonumber(ARGV[1]) do
   local now = ARGV[a]
