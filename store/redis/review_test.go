@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/redistest"
@@ -78,4 +79,65 @@ func TestCoalesceKeepsNoRequestPastTake(t *testing.T) {
 		t.Errorf("y: %v", err)
 	}
 	eventually(t, "the lane idle", func() bool { busy, q := store.Lanes(); return busy == 0 && q == 0 })
+}
+
+// TestWindowAddInPlaceKeepsOwnNowTTL: a window's count is added in place
+// (INCRBY, keeping the key's TTL) only at the server's clock, on the
+// premise that the key's TTL was set at the server's clock for the same
+// window end. A request with its own Now ahead of the server's (a replica
+// with WithClock), in the server's current window, SETs the key with a
+// TTL that much shorter; a later server-clock request in that window
+// then INCRBYs and keeps that short TTL, where a SET would have set it
+// to the window's end. The key expires before the window ends (by the
+// server's clock) and the window admits its limit again: over-admission.
+// Both as separate calls and with the two requests in one batch.
+func TestWindowAddInPlaceKeepsOwnNowTTL(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := newRueidis(t, srv.Addr)
+	store := sluiceredis.FromRueidis(newRueidis(t, srv.Addr), prefix())
+	ctx := context.Background()
+	const period = 3 * time.Second
+	l := sluice.Limit{Algorithm: sluice.FixedWindow, Limit: 2, Period: period}
+	p := period.Microseconds()
+	// Start early in a window of the server's clock.
+	now := skewServerTime(t, admin)
+	for now%p > 300_000 {
+		time.Sleep(time.Duration(p-now%p) * time.Microsecond)
+		now = skewServerTime(t, admin)
+	}
+	end := (now/p + 1) * p
+	own := time.UnixMicro(now + 1_500_000) // 1.5 s ahead, same window
+	req := func(key string, at time.Time) sluice.Request {
+		return sluice.Request{Parts: []sluice.Part{{Key: key, Limits: []sluice.Limit{l}, Cost: 1}}, Now: at}
+	}
+	// "calls": own Now, then the server's clock, as two calls.
+	for _, r := range []sluice.Request{req("calls", own), req("calls", time.Time{})} {
+		if rs, err := store.Take(ctx, r); err != nil || !rs[0].Allowed {
+			t.Fatalf("calls: %+v, %v; want admitted", rs, err)
+		}
+	}
+	// "batch": the same two in one batch.
+	got, _, err := store.TakeBatch(ctx, []sluice.Request{req("batch", own), req("batch", time.Time{})})
+	if err != nil || !got[0][0].Allowed || !got[1][0].Allowed {
+		t.Fatalf("batch: %+v, %v; want both admitted", got, err)
+	}
+	// Both windows are full: 2 of 2 in the server's window.
+	for _, key := range []string{"calls", "batch"} {
+		if rs, err := store.Take(ctx, req(key, time.Time{})); err != nil || rs[0].Allowed {
+			t.Fatalf("%s, third in the window: %+v, %v; want denied", key, rs, err)
+		}
+	}
+	// Past the own-Now request's TTL, still in the server's window.
+	time.Sleep(time.Duration(end-1_500_000+200_000-skewServerTime(t, admin)) * time.Microsecond)
+	if n := skewServerTime(t, admin); n >= end-200_000 {
+		t.Skipf("the machine was too slow: at %d µs, the window ends at %d", n, end)
+	}
+	for _, key := range []string{"calls", "batch"} {
+		ttl, _ := store.TTL(ctx, key, l)
+		rs, err := store.Take(ctx, req(key, time.Time{}))
+		if err != nil || rs[0].Allowed {
+			t.Errorf("%s, in the same window of the server's clock, %v before its end: %+v, %v; want denied (2 of 2 already admitted in it; the key's TTL was %v)",
+				key, time.Duration(end-skewServerTime(t, admin))*time.Microsecond, rs, err, ttl)
+		}
+	}
 }
