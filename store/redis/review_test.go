@@ -3,9 +3,13 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/redistest"
@@ -139,5 +143,64 @@ func TestWindowAddInPlaceKeepsOwnNowTTL(t *testing.T) {
 			t.Errorf("%s, in the same window of the server's clock, %v before its end: %+v, %v; want denied (2 of 2 already admitted in it; the key's TTL was %v)",
 				key, time.Duration(end-skewServerTime(t, admin))*time.Microsecond, rs, err, ttl)
 		}
+	}
+}
+
+// panicking is a Client over a real rueidis client whose first calls
+// panic, as a Client adapter with a bug would (New takes any Client);
+// the rest go to the server.
+type panicking struct {
+	c    rueidis.Client
+	left atomic.Int32
+}
+
+func (p *panicking) EvalSha(ctx context.Context, sha string, keys, args []string) ([]int64, error) {
+	if p.left.Add(-1) >= 0 {
+		panic("client adapter bug")
+	}
+	v, err := p.c.Do(ctx, p.c.B().Evalsha().Sha1(sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()).AsIntSlice()
+	if re, ok := rueidis.IsRedisErr(err); ok && re.IsNoScript() {
+		return nil, fmt.Errorf("%w: %w", sluiceredis.ErrNoScript, err)
+	}
+	return v, err
+}
+
+func (p *panicking) Eval(ctx context.Context, src string, keys, args []string) ([]int64, error) {
+	return p.c.Do(ctx, p.c.B().Eval().Script(src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()).AsIntSlice()
+}
+
+// TestCoalescePanicFreesLane: a decision whose script call panics (a
+// Client's bug, recovered by the caller, as net/http recovers a
+// handler's panic) must not keep its lane's call in flight: after
+// MaxInFlight such panics, every later decision would wait in the queue
+// for a call that never ends, until its context does (forever without a
+// deadline). Without coalescing (WithBatch(1)) nothing sticks.
+func TestCoalescePanicFreesLane(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, batch := range []int{sluiceredis.DefaultBatch, 1} {
+		t.Run(fmt.Sprint("batch ", batch), func(t *testing.T) {
+			c := &panicking{c: newRueidis(t, srv.Addr)}
+			c.left.Store(sluiceredis.MaxInFlight)
+			store := sluiceredis.New(c, prefix(), sluiceredis.WithBatch(batch))
+			ctx := context.Background()
+			for i := range sluiceredis.MaxInFlight {
+				func() {
+					defer func() {
+						if recover() == nil {
+							t.Fatalf("decision %d: no panic", i)
+						}
+					}()
+					_, _ = store.Take(ctx, one("p", 1))
+				}()
+			}
+			if busy, q := store.Lanes(); busy != 0 || q != 0 {
+				t.Errorf("after the panics: %d calls in flight, %d queued; want none", busy, q)
+			}
+			tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			if rs, err := store.Take(tctx, one("p", 1)); err != nil || !rs[0].Allowed {
+				t.Errorf("a decision after the panics: %+v, %v; want admitted (no call in flight)", rs, err)
+			}
+		})
 	}
 }
