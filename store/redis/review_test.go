@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -202,5 +204,48 @@ func TestCoalescePanicFreesLane(t *testing.T) {
 				t.Errorf("a decision after the panics: %+v, %v; want admitted (no call in flight)", rs, err)
 			}
 		})
+	}
+}
+
+// TestCoalesceLeaversNoOverAdmission: through a Limiter (whose AllowN
+// request is pooled and cleared as soon as Take returns), callers whose
+// deadlines end while their decisions are queued or in flight, among
+// callers that wait for their answers, on one hot key: a batch that reads
+// a departed caller's cleared limit after it was sent decides that key
+// under the zero Limit (a token bucket of capacity 0, whose decision
+// deletes the key), and the window admits again. At most the limit may be
+// admitted.
+func TestCoalesceLeaversNoOverAdmission(t *testing.T) {
+	srv := redistest.Start(t)
+	store := sluiceredis.FromRueidis(newRueidis(t, srv.Addr), prefix())
+	lim := sluice.New(store)
+	const limit = 20
+	l := sluice.PerDay(limit).Using(sluice.FixedWindow)
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	stop := time.Now().Add(2 * time.Second)
+	for w := range 48 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			for time.Now().Before(stop) {
+				d := 5 * time.Second // waits for its answer
+				if w%2 == 0 {
+					d = time.Duration(rng.IntN(400)) * time.Microsecond // leaves
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), d)
+				r, err := lim.Allow(ctx, "hot", l)
+				cancel()
+				if err == nil && r.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if batches, _, _ := store.Coalesced(); batches == 0 {
+		t.Error("no batch sent: the test did not exercise coalescing")
+	}
+	if n := admitted.Load(); n > limit {
+		t.Errorf("admitted %d, limit %d per day: over-admission", n, limit)
 	}
 }
