@@ -157,6 +157,10 @@ func (c *coalescer) take(ctx context.Context, now string, g *group) (taken, erro
 		return t, err
 	}
 	cl := calls.Get().(*call)
+	// The caller may leave (its context ending) once its call is sent,
+	// and then reuse its Limits (the Limiter pools them): the sender reads
+	// a copy. g is this Take's own.
+	g.limits = slices.Clone(g.limits)
 	cl.ctx, cl.now, cl.g = ctx, now, g
 	l.queue = append(l.queue, cl)
 	l.mu.Unlock()
