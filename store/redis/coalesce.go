@@ -150,11 +150,14 @@ func (c *coalescer) take(ctx context.Context, now string, g *group) (taken, erro
 	if l.busy < maxInFlight {
 		l.busy++
 		l.mu.Unlock()
-		t, err := c.s.take(ctx, now, g, false)
-		if b := c.next(l); b != nil {
-			go c.run(l, b)
-		}
-		return t, err
+		// Deferred, so that a panic in the call (a Client's) still ends it:
+		// the lane would otherwise count it in flight for good.
+		defer func() {
+			if b := c.next(l); b != nil {
+				go c.run(l, b)
+			}
+		}()
+		return c.s.take(ctx, now, g, false)
 	}
 	cl := calls.Get().(*call)
 	// The caller may leave (its context ending) once its call is sent,
