@@ -48,8 +48,24 @@ end
 -- (the Limiter refuses two limits of one identity on one key), and a
 -- script deciding several requests must write each before it decides the
 -- next on the same key.
-local function window_write(key, state, reset)
+--
+-- A request with its own time (not server_clock) writes the window with
+-- a TTL that lasts at least until the instant its state ends (now +
+-- reset, a window boundary) by the server's clock too: a later request
+-- at the server's clock in the same window adds to the count in place,
+-- keeping that TTL, and a TTL counted on a clock ahead of the server's
+-- would let the key expire before the window ends, forgetting its count.
+-- A TTL longer than needed costs memory only: the value names its window.
+local function window_write(key, state, reset, now)
   if type(state) ~= 'number' then
+    if not server_clock and reset > 0 then
+      redis.replicate_commands()
+      local t = redis.call('TIME')
+      local left = now + reset - (tonumber(t[1]) * 1000000 + tonumber(t[2]))
+      if left > reset then
+        reset = left
+      end
+    end
     save(key, state, reset)
   elseif state > 0 then
     redis.call('INCRBY', key, fmt('%d', state))
