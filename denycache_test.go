@@ -3,24 +3,13 @@ package sluice_test
 import (
 	"context"
 	"math/rand/v2"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/store/memory"
+	"github.com/sluice-go/sluice/storetest"
 )
-
-// countingStore counts the decisions that reach the store it wraps.
-type countingStore struct {
-	sluice.Store
-	takes atomic.Int64
-}
-
-func (s *countingStore) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
-	s.takes.Add(1)
-	return s.Store.Take(ctx, req)
-}
 
 // denyLimits has one limit of every algorithm, small enough to deny often.
 var denyLimits = []sluice.Limit{
@@ -41,7 +30,7 @@ func TestDenyCacheExact(t *testing.T) {
 			now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 			clock := func() time.Time { return now }
 			plain := sluice.New(memory.New(), sluice.WithClock(clock))
-			counted := &countingStore{Store: memory.New()}
+			counted := &storetest.Counting{Store: memory.New()}
 			cached := sluice.New(counted, sluice.WithClock(clock), sluice.WithDenyCache(0))
 			rng := rand.New(rand.NewPCG(1, uint64(len(l.Algorithm))))
 			ctx := context.Background()
@@ -77,10 +66,10 @@ func TestDenyCacheExact(t *testing.T) {
 					t.Fatalf("request %d (%s, cost %d, at %s): with the cache %+v, without %+v", i, key, cost, now.Format("15:04:05.000"), got, want)
 				}
 			}
-			if n := counted.takes.Load(); n > int64(requests)*3/4 {
+			if n := counted.Takes(); n > int64(requests)*3/4 {
 				t.Errorf("the store decided %d of %d requests: the cache answered few", n, requests)
 			}
-			t.Logf("%s: the store decided %d of %d requests", l.Algorithm, counted.takes.Load(), requests)
+			t.Logf("%s: the store decided %d of %d requests", l.Algorithm, counted.Takes(), requests)
 		})
 	}
 }

@@ -1,25 +1,12 @@
 package redis_test
 
 import (
-	"context"
-	"sync/atomic"
 	"testing"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/storetest"
 )
-
-// countingStore counts the decisions that reach the store it wraps.
-type countingStore struct {
-	sluice.Store
-	takes atomic.Int64
-}
-
-func (s *countingStore) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
-	s.takes.Add(1)
-	return s.Store.Take(ctx, req)
-}
 
 // TestDenyCacheHammer: 8 replicas with the deny cache (each over its own
 // connections) × 32 goroutines hammer one key on Redis with 16 times its
@@ -31,10 +18,10 @@ func TestDenyCacheHammer(t *testing.T) {
 	const attempts = 32 // per goroutine: 8192 requests for a limit of 500
 	for _, a := range sluice.Algorithms {
 		t.Run(string(a), func(t *testing.T) {
-			var counters []*countingStore
+			var counters []*storetest.Counting
 			var lims []*sluice.Limiter
 			for _, s := range serverStores(t, srv.Addr, replicas) {
-				c := &countingStore{Store: s}
+				c := &storetest.Counting{Store: s}
 				counters = append(counters, c)
 				lims = append(lims, sluice.New(c, sluice.WithDenyCache(0)))
 			}
@@ -42,7 +29,7 @@ func TestDenyCacheHammer(t *testing.T) {
 			got := storetest.Hammer(t, lims, "hot-deny-"+string(a), goroutines, attempts, l)
 			var decided int64
 			for _, c := range counters {
-				decided += c.takes.Load()
+				decided += c.Takes()
 			}
 			t.Logf("%s: %d requests, %d admitted, %d decided by Redis", l, replicas*goroutines*attempts, got, decided)
 			if got != 500 {
