@@ -153,37 +153,25 @@ func appendPeriod(b []byte, p int64) []byte {
 }
 
 // keyLetter returns the letter that stands for an algorithm at the start
-// of an ID: f fixed_window, w sliding_window, l sliding_log, g gcra, t
-// token_bucket (and the zero Algorithm).
-func keyLetter(a sluice.Algorithm) byte {
-	switch a {
-	case sluice.FixedWindow:
-		return 'f'
-	case sluice.SlidingWindow:
-		return 'w'
-	case sluice.SlidingLog:
-		return 'l'
-	case sluice.GCRA:
-		return 'g'
-	default:
-		return 't'
-	}
-}
+// of an ID: its Code.
+func keyLetter(a sluice.Algorithm) byte { return Code(a)[0] }
 
-// Code returns the short name of an algorithm used in storage keys and in
-// the Redis scripts' arguments.
+// Code returns the one-letter name of an algorithm, the one vocabulary of
+// storage keys (ID) and of the Redis scripts' arguments and tables: f
+// fixed_window, w sliding_window, l sliding_log, g gcra, t token_bucket
+// (and the zero Algorithm).
 func Code(a sluice.Algorithm) string {
 	switch a {
 	case sluice.FixedWindow:
-		return "fw"
+		return "f"
 	case sluice.SlidingWindow:
-		return "sw"
+		return "w"
 	case sluice.SlidingLog:
-		return "sl"
+		return "l"
 	case sluice.GCRA:
-		return "gcra"
+		return "g"
 	default:
-		return "tb"
+		return "t"
 	}
 }
 

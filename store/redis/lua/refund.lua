@@ -114,12 +114,14 @@ local function bucket_refund(key, now, taken, interval, _, cost, reset)
   save(key, bucket_state(debt, now, interval), debt)
 end
 
+-- refunds maps each algorithm code (algo.Code, as the generated table
+-- algorithms) to its refund.
 local refunds = {
-  fw = fixed_window_refund,
-  sw = sliding_window_refund,
-  sl = sliding_log_refund,
-  tb = bucket_refund,
-  gcra = bucket_refund,
+  f = fixed_window_refund,
+  w = sliding_window_refund,
+  l = sliding_log_refund,
+  t = bucket_refund,
+  g = bucket_refund,
 }
 
 local now, taken = clock(ARGV[1]), tonumber(ARGV[2])
