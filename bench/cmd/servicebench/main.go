@@ -180,7 +180,7 @@ func run(ctx context.Context, f flags) error {
 	if err := os.MkdirAll(filepath.Dir(f.out), 0o755); err != nil {
 		return err
 	}
-	if err := writeJSON(f.out, rep); err != nil {
+	if err := rep.Write(f.out); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "wrote %s in %s\n", f.out, time.Since(began).Round(time.Second))
