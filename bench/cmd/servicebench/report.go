@@ -142,8 +142,8 @@ func goals(e *env, by map[string]*scenarioResult) []section.Goal {
 			g.Limit = limitOf(id, callers)
 		}
 	}
-	if s, rl := get("sluice-grpc-redis", many), func() *runResult { r, _ := bestRL(many, faster); return r }(); s != nil && rl != nil {
-		_, setting := bestRL(many, faster)
+	rl, setting := bestRL(many, faster)
+	if s := get("sluice-grpc-redis", many); s != nil && rl != nil {
 		g := section.Goal{Goal: fmt.Sprintf("gRPC ShouldRateLimit at %d callers: at least 2x envoyproxy/ratelimit's best setting on the same Redis (%s)", many, setting), Target: ">= 2.00x"}
 		ratio(&g, s.res.PerSecond(), rl.res.PerSecond(), 2, "sluice-grpc-redis", many)
 		gs = append(gs, g)
@@ -155,8 +155,8 @@ func goals(e *env, by map[string]*scenarioResult) []section.Goal {
 			gs = append(gs, g)
 		}
 	}
-	if s, rl := get("sluice-grpc-redis", 1), func() *runResult { r, _ := bestRL(1, quicker); return r }(); s != nil && rl != nil {
-		_, setting := bestRL(1, quicker)
+	rl, setting = bestRL(1, quicker)
+	if s := get("sluice-grpc-redis", 1); s != nil && rl != nil {
 		a, b := s.res.Quantile(0.5), rl.res.Quantile(0.5)
 		g := section.Goal{
 			Goal:     fmt.Sprintf("gRPC ShouldRateLimit, 1 caller, on Redis: no slower than envoyproxy/ratelimit (its quicker setting: %s)", setting),
