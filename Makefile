@@ -111,8 +111,7 @@ fuzz:
 #  2. cmd/libbench: sluice beside redis_rate, ulule/limiter and throttled
 #     on one redis-server it starts -> results/library.json;
 #  3. cmd/servicebench: the service beside envoyproxy/ratelimit,
-#     gubernator and an empty gRPC server -> results/service.json (left
-#     out, with a note, where the command is missing);
+#     gubernator and an empty gRPC server -> results/service.json;
 #  4. cmd/report: results/*.json -> BENCHMARKS.md and results/charts/*.svg.
 BENCHSTAT   := golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 BENCH_MICRO := -run '^$$' -bench 'Memory|Redis/(redis_rate|sluice-gcra-rueidis)/' -benchmem -benchtime=100ms -count 6 .
@@ -122,12 +121,7 @@ bench: deps
 	cd bench && $(GO) test $(BENCH_MICRO) > results/micro.txt
 	cd bench && $(GO) run $(BENCHSTAT) results/micro.txt > results/micro-benchstat.txt
 	cd bench && $(GO) run ./cmd/libbench -out results/library.json -micro results/micro.txt -micro-cmd "go test $(BENCH_MICRO) > results/micro.txt"
-	@if [ -d bench/cmd/servicebench ]; then \
-		echo "cd bench && $(GO) run ./cmd/servicebench -out results/service.json"; \
-		cd bench && $(GO) run ./cmd/servicebench -out results/service.json; \
-	else \
-		echo "bench/cmd/servicebench is missing: BENCHMARKS.md reports the service section as not measured"; \
-	fi
+	cd bench && $(GO) run ./cmd/servicebench -out results/service.json
 	cd bench && $(GO) run ./cmd/report -out ../BENCHMARKS.md -benchstat-cmd "go run $(BENCHSTAT) results/micro.txt > results/micro-benchstat.txt"
 
 # make soak, not part of make test: sluice serve with a real redis-server

@@ -14,13 +14,11 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	goredislib "github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
-	"github.com/throttled/throttled/v2"
-	"github.com/throttled/throttled/v2/store/memstore"
-	"github.com/ulule/limiter/v3"
 	ululememory "github.com/ulule/limiter/v3/drivers/store/memory"
 	"golang.org/x/time/rate"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/bench/internal/peers"
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/store/memory"
 	sluiceredis "github.com/sluice-go/sluice/store/redis"
@@ -29,15 +27,9 @@ import (
 
 // keySpace is how many client keys every benchmark cycles through, one per
 // iteration, so that each call reads and writes existing per-key state.
-const keySpace = 1000
+const keySpace = peers.KeySpace
 
-var keys = func() []string {
-	ks := make([]string, keySpace)
-	for i := range ks {
-		ks[i] = "client-" + strconv.Itoa(i)
-	}
-	return ks
-}()
+var keys = peers.Keys
 
 // Every limiter admits 1e6 requests per second per key with a burst of 1e6
 // (sluice's sliding_log: its maximum, 10000 per second), which no run comes
@@ -63,15 +55,10 @@ const redisParallelism = 8
 
 // allowFunc decides one request of cost 1 by key and reports whether it was
 // admitted.
-type allowFunc func(ctx context.Context, key string) (bool, error)
+type allowFunc = peers.Allow
 
 // sluiceAllow decides with a sluice Limiter under limit.
-func sluiceAllow(l *sluice.Limiter, limit sluice.Limit) allowFunc {
-	return func(ctx context.Context, key string) (bool, error) {
-		r, err := l.Allow(ctx, key, limit)
-		return r.Allowed, err
-	}
-}
+var sluiceAllow = peers.Sluice
 
 // run benchmarks the limiter that setup returns, as name/serial and
 // name/parallel. setup runs once per measurement, outside the timer; every
@@ -186,14 +173,7 @@ func BenchmarkMemory(b *testing.B) {
 	newRate := func() *rate.Limiter { return rate.NewLimiter(rate.Limit(admitRate), admitRate) }
 
 	run(b, "x-time-rate-syncmap", 1, func(b *testing.B) allowFunc {
-		var m sync.Map // string → *rate.Limiter
-		return func(_ context.Context, key string) (bool, error) {
-			v, ok := m.Load(key)
-			if !ok {
-				v, _ = m.LoadOrStore(key, newRate())
-			}
-			return v.(*rate.Limiter).Allow(), nil
-		}
+		return peers.SyncMapRate(newRate)
 	})
 	run(b, "x-time-rate-mutexmap", 1, func(b *testing.B) allowFunc {
 		var mu sync.Mutex
@@ -210,7 +190,7 @@ func BenchmarkMemory(b *testing.B) {
 		}
 	})
 	run(b, "ulule-memory", 1, func(b *testing.B) allowFunc {
-		return ululeAllow(ululememory.NewStore(), admitRate, admitPeriod)
+		return peers.Ulule(ululememory.NewStore(), admitRate, admitPeriod)
 	})
 	run(b, "throttled-memstore", 1, func(b *testing.B) allowFunc {
 		return throttledAllow(b, admitRate, admitPeriod)
@@ -222,34 +202,14 @@ func BenchmarkMemory(b *testing.B) {
 	}
 }
 
-// ululeAllow decides with github.com/ulule/limiter over store: a fixed
-// window of n per period.
-func ululeAllow(store limiter.Store, n int, period time.Duration) allowFunc {
-	l := limiter.New(store, limiter.Rate{Limit: int64(n), Period: period})
-	return func(ctx context.Context, key string) (bool, error) {
-		r, err := l.Get(ctx, key)
-		return err == nil && !r.Reached, err
-	}
-}
-
 // throttledAllow decides with github.com/throttled/throttled's GCRA over
 // its in-memory store (no key bound): n per period, a burst of n.
 func throttledAllow(b *testing.B, n int, period time.Duration) allowFunc {
-	st, err := memstore.NewCtx(0)
+	allow, err := peers.ThrottledMemory(n, period)
 	if err != nil {
 		b.Fatal(err)
 	}
-	l, err := throttled.NewGCRARateLimiterCtx(st, throttled.RateQuota{MaxRate: throttled.PerDuration(n, period), MaxBurst: n - 1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	// Its default of 10 compare-and-swap attempts fails decisions of one
-	// key under parallel callers; libbench raises it likewise.
-	l.SetMaxCASAttemptsLimit(1000)
-	return func(ctx context.Context, key string) (bool, error) {
-		limited, _, err := l.RateLimitCtx(ctx, key, 1)
-		return err == nil && !limited, err
-	}
+	return allow
 }
 
 // lastingN per lastingPeriod, with a burst of lastingN, admits far more
@@ -282,17 +242,10 @@ func BenchmarkMemoryOneKey(b *testing.B) {
 		return func(context.Context, string) (bool, error) { return l.Allow(), nil }
 	})
 	oneKey(b, "x-time-rate-syncmap", func(b *testing.B) allowFunc {
-		var m sync.Map
-		return func(_ context.Context, key string) (bool, error) {
-			v, ok := m.Load(key)
-			if !ok {
-				v, _ = m.LoadOrStore(key, lastingRate())
-			}
-			return v.(*rate.Limiter).Allow(), nil
-		}
+		return peers.SyncMapRate(lastingRate)
 	})
 	oneKey(b, "ulule-memory", func(b *testing.B) allowFunc {
-		return ululeAllow(ululememory.NewStore(), lastingN, lastingPeriod)
+		return peers.Ulule(ululememory.NewStore(), lastingN, lastingPeriod)
 	})
 	oneKey(b, "throttled-memstore", func(b *testing.B) allowFunc {
 		return throttledAllow(b, lastingN, lastingPeriod)
@@ -345,10 +298,7 @@ const millionKeys = 1 << 20
 // keys. The store is built and every key decided once per count, outside
 // the timer, and shared by the serial and parallel runs.
 func BenchmarkMemory1M(b *testing.B) {
-	ks := make([]string, millionKeys)
-	for i := range ks {
-		ks[i] = "client-" + strconv.Itoa(i)
-	}
+	ks := peers.ClientKeys(millionKeys)
 	// Each store's sub-benchmark warms it, so that -bench can select one
 	// store (and a profile of it holds no other store's warm-up).
 	bench := func(b *testing.B, name string, newAllow func() allowFunc) {
@@ -385,14 +335,7 @@ func BenchmarkMemory1M(b *testing.B) {
 		})
 	}
 	bench(b, "x-time-rate-syncmap", func() allowFunc {
-		var m sync.Map
-		return func(_ context.Context, key string) (bool, error) {
-			v, ok := m.Load(key)
-			if !ok {
-				v, _ = m.LoadOrStore(key, lastingRate())
-			}
-			return v.(*rate.Limiter).Allow(), nil
-		}
+		return peers.SyncMapRate(lastingRate)
 	})
 	bench(b, "sluice-gcra", func() allowFunc {
 		return sluiceAllow(sluice.New(memory.New(memory.WithCapacity(2*millionKeys))), lastingLimit.Using(sluice.GCRA))

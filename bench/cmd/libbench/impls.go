@@ -7,18 +7,18 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	goredislib "github.com/redis/go-redis/v9"
-	"github.com/throttled/throttled/v2"
 	throttledredis "github.com/throttled/throttled/v2/store/goredisstore.v9"
 	"github.com/ulule/limiter/v3"
 	ululeredis "github.com/ulule/limiter/v3/drivers/store/redis"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/bench/internal/peers"
 	sluiceredis "github.com/sluice-go/sluice/store/redis"
 )
 
 // allowFunc decides one request of cost 1 by key and reports whether it
 // was admitted.
-type allowFunc func(ctx context.Context, key string) (bool, error)
+type allowFunc = peers.Allow
 
 // rate is a limit every implementation can state: n requests per period,
 // with a burst of n where the algorithm has one.
@@ -73,11 +73,7 @@ func openSluice(a sluice.Algorithm, o sluiceOpts) func(ctx context.Context, addr
 			lopts = append(lopts, sluice.WithDenyCache(0))
 		}
 		lim := sluice.New(store, lopts...)
-		l := sluiceLimit(a, r)
-		return func(ctx context.Context, key string) (bool, error) {
-			res, err := lim.Allow(ctx, key, l)
-			return res.Allowed, err
-		}, store.Close, nil
+		return peers.Sluice(lim, sluiceLimit(a, r)), store.Close, nil
 	}
 }
 
@@ -124,17 +120,8 @@ func openUlule(ctx context.Context, addr, prefix string, r rate) (allowFunc, fun
 		_ = c.Close()
 		return nil, nil, fmt.Errorf("ulule/limiter: %w", err)
 	}
-	l := limiter.New(store, limiter.Rate{Limit: int64(r.n), Period: r.per})
-	return func(ctx context.Context, key string) (bool, error) {
-		res, err := l.Get(ctx, key)
-		return err == nil && !res.Reached, err
-	}, func() { _ = c.Close() }, nil
+	return peers.Ulule(store, r.n, r.per), func() { _ = c.Close() }, nil
 }
-
-// throttledCASAttempts is how often throttled retries its compare and
-// swap before it fails a decision (its default, 10, fails decisions of
-// a key that 256 callers contend for).
-const throttledCASAttempts = 1000
 
 // openThrottled is github.com/throttled/throttled's GCRA over its go-redis
 // v9 store: a pipelined TIME and GET, then a compare-and-swap script sent
@@ -149,16 +136,12 @@ func openThrottled(ctx context.Context, addr, prefix string, r rate) (allowFunc,
 		_ = c.Close()
 		return nil, nil, fmt.Errorf("throttled: %w", err)
 	}
-	l, err := throttled.NewGCRARateLimiterCtx(store, throttled.RateQuota{MaxRate: throttled.PerDuration(r.n, r.per), MaxBurst: r.n - 1})
+	allow, err := peers.Throttled(store, r.n, r.per)
 	if err != nil {
 		_ = c.Close()
 		return nil, nil, fmt.Errorf("throttled: %w", err)
 	}
-	l.SetMaxCASAttemptsLimit(throttledCASAttempts)
-	return func(ctx context.Context, key string) (bool, error) {
-		limited, _, err := l.RateLimitCtx(ctx, key, 1)
-		return err == nil && !limited, err
-	}, func() { _ = c.Close() }, nil
+	return allow, func() { _ = c.Close() }, nil
 }
 
 // redisImpls are the implementations over Redis, side by side: sluice's

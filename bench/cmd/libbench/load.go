@@ -3,23 +3,18 @@ package main
 import (
 	"context"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/sluice-go/sluice/bench/internal/peers"
 )
 
 // keySpace is how many client keys the Redis runs cycle through.
-const keySpace = 1000
+const keySpace = peers.KeySpace
 
-var keys = func() []string {
-	ks := make([]string, keySpace)
-	for i := range ks {
-		ks[i] = "client-" + strconv.Itoa(i)
-	}
-	return ks
-}()
+var keys = peers.Keys
 
 // maxSamples bounds the latencies a run records, 32 MiB of them: each
 // caller keeps its first maxSamples/callers (at least minSamples).

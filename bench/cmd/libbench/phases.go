@@ -569,7 +569,7 @@ func heapOne(name string, n int) (float64, error) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	allow, keep, err := memoryStores()[i].open(keepState)
+	allow, err := memoryStores()[i].open(keepState)
 	if err != nil {
 		return 0, err
 	}
@@ -581,7 +581,7 @@ func heapOne(name string, n int) (float64, error) {
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)
-	runtime.KeepAlive(keep)
+	runtime.KeepAlive(allow)
 	return (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / float64(n), nil
 }
 

@@ -180,7 +180,7 @@ func run(ctx context.Context, f flags) error {
 	if err := os.MkdirAll(filepath.Dir(f.out), 0o755); err != nil {
 		return err
 	}
-	if err := writeJSON(f.out, rep); err != nil {
+	if err := rep.Write(f.out); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "wrote %s in %s\n", f.out, time.Since(began).Round(time.Second))
@@ -287,6 +287,18 @@ func grpcTarget(addr string, keys int) (loadgen.Func, func(), error) {
 	return fn, func() { conn.Close() }, nil
 }
 
+// grpcServer is the server of process p, answering ShouldRateLimit at
+// addr (pprof: its pprof address, "" for none). It stops p when it cannot
+// make the client.
+func grpcServer(p *process, addr, pprof string, keys int) (*server, error) {
+	fn, closeFn, err := grpcTarget(addr, keys)
+	if err != nil {
+		p.stop()
+		return nil, err
+	}
+	return &server{proc: p, fn: fn, pprof: pprof, close: closeFn}, nil
+}
+
 // httpTarget returns the POST /v1/check Func of a server at addr.
 func httpTarget(addr string, callers, keys int) (loadgen.Func, func()) {
 	tr := &http.Transport{MaxIdleConns: callers, MaxIdleConnsPerHost: callers, IdleConnTimeout: time.Minute}
@@ -299,12 +311,7 @@ func startEmptyGRPC(_ context.Context, e *env) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	fn, closeFn, err := grpcTarget(addr, e.f.keys)
-	if err != nil {
-		p.stop()
-		return nil, err
-	}
-	return &server{proc: p, fn: fn, close: closeFn}, nil
+	return grpcServer(p, addr, "", e.f.keys)
 }
 
 func startEmptyHTTP(_ context.Context, e *env) (*server, error) {
@@ -320,11 +327,9 @@ func startEmptyHTTP(_ context.Context, e *env) (*server, error) {
 // memory store, with a pprof listener, and returns it with its HTTP and
 // gRPC addresses.
 func startSluice(e *env, config string, redis bool) (p *process, httpAddr, grpcAddr, pprofAddr string, err error) {
-	addrs := make([]string, 3)
-	for i := range addrs {
-		if addrs[i], err = freeAddr(); err != nil {
-			return nil, "", "", "", err
-		}
+	addrs, err := freeAddrs(3)
+	if err != nil {
+		return nil, "", "", "", err
 	}
 	args := []string{"serve", "--config", config, "--listen", addrs[0], "--grpc-listen", addrs[1], "--pprof-listen", addrs[2],
 		"--log-format", "json", "--reload-interval", "0"}
@@ -341,12 +346,7 @@ func sluiceGRPC(redis bool) func(context.Context, *env) (*server, error) {
 		if err != nil {
 			return nil, err
 		}
-		fn, closeFn, err := grpcTarget(grpcAddr, e.f.keys)
-		if err != nil {
-			p.stop()
-			return nil, err
-		}
-		return &server{proc: p, fn: fn, pprof: pprofAddr, close: closeFn}, nil
+		return grpcServer(p, grpcAddr, pprofAddr, e.f.keys)
 	}
 }
 
@@ -365,12 +365,9 @@ func sluiceHTTP(redis bool) func(context.Context, *env) (*server, error) {
 // on the Redis, serving the bench config, with settings added.
 func startRatelimit(settings []string) func(context.Context, *env) (*server, error) {
 	return func(_ context.Context, e *env) (*server, error) {
-		addrs := make([]string, 3)
-		for i := range addrs {
-			var err error
-			if addrs[i], err = freeAddr(); err != nil {
-				return nil, err
-			}
+		addrs, err := freeAddrs(3)
+		if err != nil {
+			return nil, err
 		}
 		port := func(a string) string { return a[strings.LastIndexByte(a, ':')+1:] }
 		vars := append([]string{
@@ -385,24 +382,16 @@ func startRatelimit(settings []string) func(context.Context, *env) (*server, err
 		if err != nil {
 			return nil, err
 		}
-		fn, closeFn, err := grpcTarget(addrs[1], e.f.keys)
-		if err != nil {
-			p.stop()
-			return nil, err
-		}
-		return &server{proc: p, fn: fn, close: closeFn}, nil
+		return grpcServer(p, addrs[1], "", e.f.keys)
 	}
 }
 
 // startGubernator starts gubernator as a cluster of one: memberlist on
 // loopback with no other node known.
 func startGubernator(_ context.Context, e *env) (*server, error) {
-	addrs := make([]string, 3)
-	for i := range addrs {
-		var err error
-		if addrs[i], err = freeAddr(); err != nil {
-			return nil, err
-		}
+	addrs, err := freeAddrs(3)
+	if err != nil {
+		return nil, err
 	}
 	vars := []string{
 		"GUBER_GRPC_ADDRESS=" + addrs[0], "GUBER_HTTP_ADDRESS=" + addrs[1], "GUBER_ADVERTISE_ADDRESS=" + addrs[0],

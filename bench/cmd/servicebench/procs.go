@@ -90,6 +90,18 @@ func freeAddr() (string, error) {
 	return "127.0.0.1:" + strconv.Itoa(port), nil
 }
 
+// freeAddrs returns n free loopback addresses.
+func freeAddrs(n int) ([]string, error) {
+	addrs := make([]string, n)
+	for i := range addrs {
+		var err error
+		if addrs[i], err = freeAddr(); err != nil {
+			return nil, err
+		}
+	}
+	return addrs, nil
+}
+
 // clockTicks is the unit of /proc/<pid>/stat's CPU times, USER_HZ:
 // getconf CLK_TCK, 100 where it cannot be read.
 var clockTicks = func() float64 {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,54 +9,13 @@ import (
 	"strconv"
 	"strings"
 	"time"
-)
 
-// The results file's format, which the report generator renders into
-// BENCHMARKS.md.
-type (
-	results struct {
-		Title   string   `json:"title"`
-		Command string   `json:"command"`
-		Notes   []string `json:"notes"`
-		Tables  []table  `json:"tables"`
-		Charts  []chart  `json:"charts"`
-		Goals   []goal   `json:"goals"`
-	}
-	table struct {
-		Caption string     `json:"caption"`
-		Header  []string   `json:"header"`
-		Rows    [][]string `json:"rows"`
-	}
-	chart struct {
-		Name  string `json:"name"`
-		Title string `json:"title"`
-		Unit  string `json:"unit"`
-		Bars  []bar  `json:"bars"`
-	}
-	bar struct {
-		Label string  `json:"label"`
-		Value float64 `json:"value"`
-	}
-	goal struct {
-		Goal     string `json:"goal"`
-		Target   string `json:"target"`
-		Measured string `json:"measured"`
-		Met      bool   `json:"met"`
-		Limit    string `json:"limit"`
-	}
+	"github.com/sluice-go/sluice/bench/internal/section"
 )
-
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
-}
 
 // report makes the results of the scenarios' runs.
-func report(e *env, rs []*scenarioResult, took time.Duration) *results {
-	out := &results{
+func report(e *env, rs []*scenarioResult, took time.Duration) *section.Section {
+	out := &section.Section{
 		Title:   "Service: sluice serve beside envoyproxy/ratelimit, gubernator and empty servers",
 		Command: "cd bench && go run ./cmd/servicebench -out " + e.f.out + flagsNote(e.f),
 		Notes:   notes(e, took),
@@ -70,12 +28,12 @@ func report(e *env, rs []*scenarioResult, took time.Duration) *results {
 		{"grpc", "gRPC ShouldRateLimit, 1 descriptor"},
 		{"http", "HTTP POST /v1/check, 1 check"},
 	} {
-		t := table{
+		t := section.Table{
 			Caption: fmt.Sprintf("%s, %d keys, every call admitted, %d callers and 1", door.caption, e.f.keys, e.f.callers),
 			Header:  []string{"server", "store", "setting", "callers", "decisions/s", "p50", "p99", "server CPU µs/decision", "Redis CPU µs/decision"},
 		}
 		for _, callers := range []int{e.f.callers, 1} {
-			c := chart{
+			c := section.Chart{
 				Name:  fmt.Sprintf("service-%s-%d", door.door, callers),
 				Title: fmt.Sprintf("%s, %d caller%s", door.caption, callers, map[bool]string{true: "", false: "s"}[callers == 1]),
 				Unit:  "decisions/s",
@@ -99,7 +57,7 @@ func report(e *env, rs []*scenarioResult, took time.Duration) *results {
 				if r.sc.id == "ratelimit-best" {
 					label += ", " + r.sc.setting
 				}
-				c.Bars = append(c.Bars, bar{Label: label, Value: round1(run.res.PerSecond())})
+				c.Bars = append(c.Bars, section.Bar{Label: label, Value: round1(run.res.PerSecond())})
 			}
 			if len(c.Bars) > 0 {
 				out.Charts = append(out.Charts, c)
@@ -109,7 +67,7 @@ func report(e *env, rs []*scenarioResult, took time.Duration) *results {
 			out.Tables = append(out.Tables, t)
 		}
 	}
-	prof := table{
+	prof := section.Table{
 		Caption: "Where sluice serve's CPU goes (pprof CPU profile of the server process, by package), while driven at each number of callers",
 		Header:  []string{"server", "callers", "share of the server's CPU"},
 	}
@@ -131,8 +89,8 @@ func report(e *env, rs []*scenarioResult, took time.Duration) *results {
 }
 
 // goals judges the issue's service goals on the runs there are.
-func goals(e *env, by map[string]*scenarioResult) []goal {
-	var gs []goal
+func goals(e *env, by map[string]*scenarioResult) []section.Goal {
+	var gs []section.Goal
 	many := e.f.callers
 	get := func(id string, callers int) *runResult {
 		if r := by[id]; r != nil {
@@ -172,8 +130,9 @@ func goals(e *env, by map[string]*scenarioResult) []goal {
 		}
 		return s + fmt.Sprintf(", of %d shared with the load client", runtime.NumCPU())
 	}
-	ratio := func(g *goal, a, b float64, target float64, id string, callers int) {
+	ratio := func(g *section.Goal, a, b float64, target float64, id string, callers int) {
 		if b <= 0 {
+			g.Measured = fmt.Sprintf("%.0f vs %.0f decisions/s: no ratio", a, b)
 			return
 		}
 		x := a / b
@@ -183,23 +142,23 @@ func goals(e *env, by map[string]*scenarioResult) []goal {
 			g.Limit = limitOf(id, callers)
 		}
 	}
-	if s, rl := get("sluice-grpc-redis", many), func() *runResult { r, _ := bestRL(many, faster); return r }(); s != nil && rl != nil {
-		_, setting := bestRL(many, faster)
-		g := goal{Goal: fmt.Sprintf("gRPC ShouldRateLimit at %d callers: at least 2x envoyproxy/ratelimit's best setting on the same Redis (%s)", many, setting), Target: ">= 2.00x"}
+	rl, setting := bestRL(many, faster)
+	if s := get("sluice-grpc-redis", many); s != nil && rl != nil {
+		g := section.Goal{Goal: fmt.Sprintf("gRPC ShouldRateLimit at %d callers: at least 2x envoyproxy/ratelimit's best setting on the same Redis (%s)", many, setting), Target: ">= 2.00x"}
 		ratio(&g, s.res.PerSecond(), rl.res.PerSecond(), 2, "sluice-grpc-redis", many)
 		gs = append(gs, g)
 	}
 	for _, store := range []string{"memory", "redis"} {
 		if s, empty := get("sluice-grpc-"+store, many), get("empty-grpc", many); s != nil && empty != nil {
-			g := goal{Goal: fmt.Sprintf("gRPC ShouldRateLimit at %d callers (%s store): at least 70%% of an empty gRPC server's decisions/s", many, store), Target: ">= 0.70x"}
+			g := section.Goal{Goal: fmt.Sprintf("gRPC ShouldRateLimit at %d callers (%s store): at least 70%% of an empty gRPC server's decisions/s", many, store), Target: ">= 0.70x"}
 			ratio(&g, s.res.PerSecond(), empty.res.PerSecond(), 0.7, "sluice-grpc-"+store, many)
 			gs = append(gs, g)
 		}
 	}
-	if s, rl := get("sluice-grpc-redis", 1), func() *runResult { r, _ := bestRL(1, quicker); return r }(); s != nil && rl != nil {
-		_, setting := bestRL(1, quicker)
+	rl, setting = bestRL(1, quicker)
+	if s := get("sluice-grpc-redis", 1); s != nil && rl != nil {
 		a, b := s.res.Quantile(0.5), rl.res.Quantile(0.5)
-		g := goal{
+		g := section.Goal{
 			Goal:     fmt.Sprintf("gRPC ShouldRateLimit, 1 caller, on Redis: no slower than envoyproxy/ratelimit (its quicker setting: %s)", setting),
 			Target:   "p50 <= envoyproxy/ratelimit's",
 			Measured: fmt.Sprintf("p50 %s vs %s; %.0f vs %.0f decisions/s", us(a), us(b), s.res.PerSecond(), rl.res.PerSecond()),
@@ -213,7 +172,7 @@ func goals(e *env, by map[string]*scenarioResult) []goal {
 	for _, callers := range []int{many, 1} {
 		for _, store := range []string{"memory", "redis"} {
 			if s, empty := get("sluice-http-"+store, callers), get("empty-http", callers); s != nil && empty != nil {
-				g := goal{Goal: fmt.Sprintf("HTTP POST /v1/check at %d caller(s) (%s store): at least 70%% of an empty net/http handler's decisions/s", callers, store), Target: ">= 0.70x"}
+				g := section.Goal{Goal: fmt.Sprintf("HTTP POST /v1/check at %d caller(s) (%s store): at least 70%% of an empty net/http handler's decisions/s", callers, store), Target: ">= 0.70x"}
 				ratio(&g, s.res.PerSecond(), empty.res.PerSecond(), 0.7, "sluice-http-"+store, callers)
 				gs = append(gs, g)
 			}
