@@ -23,7 +23,7 @@ func TestReadmeExamples(t *testing.T) {
 		block int // index of the README's Go block
 	}{
 		{"example_test.go", 0},
-		{"policyfile/example_test.go", 2},
+		{"policyfile/example_test.go", 3},
 	}
 	for _, tt := range tests {
 		src, err := os.ReadFile(tt.file)
