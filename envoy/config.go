@@ -101,7 +101,7 @@ type RateLimit struct {
 // node is the lookup index of a descriptor level.
 type node struct {
 	d        *Descriptor      // nil at a domain's root
-	exact    map[string]*node // key + "\x00" + value
+	exact    map[Entry]*node  // by key and value
 	prefix   []prefixNode     // values ending in '*', in file order
 	wildcard map[string]*node // key with no value
 }
@@ -359,9 +359,9 @@ func (idx *node) add(d *Descriptor, n *node) bool {
 		idx.wildcard[d.Key] = n
 	default:
 		if idx.exact == nil {
-			idx.exact = map[string]*node{}
+			idx.exact = map[Entry]*node{}
 		}
-		k := d.Key + "\x00" + d.Value
+		k := Entry{d.Key, d.Value}
 		if idx.exact[k] != nil {
 			return false
 		}
@@ -372,17 +372,28 @@ func (idx *node) add(d *Descriptor, n *node) bool {
 
 // lookup finds the child for one request entry: an exact value first,
 // then the first value prefix ("foo*") in file order, then the key with no
-// value. prefix tells whether a value prefix matched.
+// value. prefix tells whether a value prefix matched. It allocates
+// nothing: it runs for every entry of every request.
 func (idx *node) lookup(key, value string) (n *node, prefix bool) {
-	if n := idx.exact[key+"\x00"+value]; n != nil {
+	if n := idx.exact[Entry{key, value}]; n != nil {
 		return n, false
 	}
 	for _, pn := range idx.prefix {
-		if pn.joined && strings.HasPrefix(key+"_"+value, pn.prefix) || !pn.joined && pn.key == key && strings.HasPrefix(value, pn.prefix) {
+		if pn.joined && joinedHasPrefix(key, value, pn.prefix) || !pn.joined && pn.key == key && strings.HasPrefix(value, pn.prefix) {
 			return pn.n, true
 		}
 	}
 	return idx.wildcard[key], false
+}
+
+// joinedHasPrefix reports whether key+"_"+value starts with prefix,
+// without joining them.
+func joinedHasPrefix(key, value, prefix string) bool {
+	if len(prefix) <= len(key) {
+		return strings.HasPrefix(key, prefix)
+	}
+	rest, ok := strings.CutPrefix(prefix, key)
+	return ok && rest[0] == '_' && strings.HasPrefix(value, rest[1:])
 }
 
 // unit is one of envoyproxy/ratelimit's units: its name in a config file,

@@ -194,3 +194,40 @@ func TestLoadConfigTooLarge(t *testing.T) {
 		t.Errorf("LoadConfig of %d bytes: %v, %v; want config.ErrFileTooLarge naming the file and the limit", config.MaxFileBytes+1, cfg, err)
 	}
 }
+
+// TestLookupJoinedAndExact: a key wildcard ("x-*", no value) matches the
+// entry whose key, '_' and value start with "x-", as joining them would,
+// an exact value wins over it, and neither costs the lookup an
+// allocation (it runs for every entry of every request).
+func TestLookupJoinedAndExact(t *testing.T) {
+	idx, exact, joined := &node{}, &node{}, &node{}
+	long := strings.Repeat("v", 40) // past the stack buffer of a string concatenation
+	idx.add(&Descriptor{Key: "remote_address", Value: long}, exact)
+	idx.add(&Descriptor{Key: "x-*"}, joined)
+	idx.add(&Descriptor{Key: "ab_c*"}, joined)
+	for _, tc := range []struct {
+		key, value string
+		want       *node
+	}{
+		{"remote_address", long, exact},
+		{"remote_address", long + "w", nil},
+		{"x-user", long, joined},
+		{"x-", "", joined},
+		{"x", "-y", nil}, // "x_-y": the '_' is not the '-'
+		{"ab", "c", joined},
+		{"ab", "cd", joined},
+		{"ab", "b", nil},
+		{"abc", "", nil},
+		{"a", "b_c", nil}, // "a_b_c" does not start with "ab_c"
+		{"ab_c", "", joined},
+	} {
+		if got, _ := idx.lookup(tc.key, tc.value); got != tc.want {
+			t.Errorf("lookup(%q, %q) = %p, want %p (exact %p, joined %p)", tc.key, tc.value, got, tc.want, exact, joined)
+		}
+	}
+	for _, e := range []Entry{{"remote_address", long}, {"x-user", long}} {
+		if n := testing.AllocsPerRun(100, func() { idx.lookup(e.Key, e.Value) }); n != 0 {
+			t.Errorf("lookup(%q, %q): %v allocations, want 0", e.Key, e.Value, n)
+		}
+	}
+}

@@ -48,10 +48,25 @@ type Metrics struct {
 	// once instead of by WithLabelValues (hashing the label values under
 	// the vector's lock) per request: sluice_decisions_total's by
 	// ruleOutcome, and the store's take and reset series.
-	byRule                   atomic.Pointer[map[ruleOutcome]prometheus.Counter] // copied on write, read without a lock
-	byRuleMu                 sync.Mutex                                         // held by writers
-	takeSeconds, resetSecond prometheus.Observer
-	takeErrors, resetErrors  prometheus.Counter
+	byRule      atomic.Pointer[map[ruleOutcome]prometheus.Counter] // copied on write, read without a lock
+	byRuleMu    sync.Mutex                                         // held by writers
+	take, reset opSeries
+}
+
+// opSeries are a store operation's children of sluice_store_seconds and
+// sluice_store_errors_total.
+type opSeries struct {
+	seconds prometheus.Observer
+	errors  prometheus.Counter
+}
+
+// observe records a call of the operation that started at start and
+// ended with err.
+func (o opSeries) observe(start time.Time, err error) {
+	o.seconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		o.errors.Inc()
+	}
 }
 
 // ruleOutcome is the key of a sluice_decisions_total child.
@@ -99,8 +114,8 @@ func New() *Metrics {
 			Help: "Envoy rate limit requests for a domain the configuration does not have, answered OK as envoyproxy/ratelimit answers them.",
 		}),
 	}
-	m.takeSeconds, m.resetSecond = m.storeSeconds.WithLabelValues("take"), m.storeSeconds.WithLabelValues("reset")
-	m.takeErrors, m.resetErrors = m.storeErrors.WithLabelValues("take"), m.storeErrors.WithLabelValues("reset")
+	m.take = opSeries{m.storeSeconds.WithLabelValues("take"), m.storeErrors.WithLabelValues("take")}
+	m.reset = opSeries{m.storeSeconds.WithLabelValues("reset"), m.storeErrors.WithLabelValues("reset")}
 	m.reg.MustRegister(m.decisions, m.storeSeconds, m.storeErrors, m.fallbacks, m.reloads, m.breakerOpen, m.breakerOpens, m.unknown,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -142,9 +157,9 @@ func (m *Metrics) counter(k ruleOutcome) prometheus.Counter {
 			return c
 		}
 	}
-	next := make(map[ruleOutcome]prometheus.Counter, 1)
+	next := make(map[ruleOutcome]prometheus.Counter)
 	if old != nil {
-		next = maps.Clone(*old)
+		maps.Copy(next, *old)
 	}
 	c := m.decisions.WithLabelValues(k.rule, k.outcome.String())
 	next[k] = c
@@ -189,19 +204,13 @@ type store struct {
 func (s *store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
 	start := time.Now()
 	rs, err := s.next.Take(ctx, req)
-	s.m.takeSeconds.Observe(time.Since(start).Seconds())
-	if err != nil {
-		s.m.takeErrors.Inc()
-	}
+	s.m.take.observe(start, err)
 	return rs, err
 }
 
 func (s *store) Reset(ctx context.Context, key string, limits ...sluice.Limit) error {
 	start := time.Now()
 	err := s.next.Reset(ctx, key, limits...)
-	s.m.resetSecond.Observe(time.Since(start).Seconds())
-	if err != nil {
-		s.m.resetErrors.Inc()
-	}
+	s.m.reset.observe(start, err)
 	return err
 }

@@ -37,22 +37,18 @@ func (c *checkRequest) decodeFast(data []byte) bool {
 				return false
 			}
 			i = skipSpace(data, i+1)
-			switch name {
+			switch string(name) { // compared, not copied
 			case "rule", "key":
-				field := 0
-				if name == "key" {
-					field = 1
+				field, dst := 0, &out.Rule
+				if string(name) == "key" {
+					field, dst = 1, &out.Key
 				}
 				v, j, ok := plainString(data, i)
 				if !ok || seen[field] {
 					return false
 				}
 				seen[field] = true
-				if field == 0 {
-					out.Rule = v
-				} else {
-					out.Key = v
-				}
+				*dst = string(v)
 				i = j
 			case "cost":
 				v, j, ok := plainInt(data, i)
@@ -94,20 +90,21 @@ func skipSpace(data []byte, i int) int {
 }
 
 // plainString reads the JSON string at data[i:] when it holds no escape
-// and no control character, and returns it and the offset after it.
-func plainString(data []byte, i int) (string, int, bool) {
+// and no control character, and returns its bytes (in data, not copied)
+// and the offset after it.
+func plainString(data []byte, i int) ([]byte, int, bool) {
 	if i >= len(data) || data[i] != '"' {
-		return "", 0, false
+		return nil, 0, false
 	}
 	for j := i + 1; j < len(data); j++ {
 		switch c := data[j]; {
 		case c == '"':
-			return string(data[i+1 : j]), j + 1, true
+			return data[i+1 : j], j + 1, true
 		case c == '\\' || c < 0x20:
-			return "", 0, false
+			return nil, 0, false
 		}
 	}
-	return "", 0, false
+	return nil, 0, false
 }
 
 // plainInt reads the JSON integer at data[i:] (no fraction, no exponent,

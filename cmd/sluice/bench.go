@@ -27,9 +27,10 @@ type benchFlags struct {
 	format                      string
 	progress                    bool
 	// Made by check:
-	rate       float64         // of rateText
-	descriptor []loadgen.Entry // of entries
-	kind       string          // "http <url>" or "grpc <addr>"
+	rate       float64          // of rateText
+	keyTmpl    loadgen.Template // of key
+	descriptor []loadgen.Entry  // of entries
+	kind       string           // "http <url>" or "grpc <addr>"
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -100,19 +101,22 @@ func (b *benchFlags) check() error {
 	if b.timeout <= 0 {
 		return fmt.Errorf("--timeout %s: positive", b.timeout)
 	}
-	if b.keys > loadgen.MaxIPKeys && (strings.Contains(b.key, "{ip}") && b.http != "" || strings.Contains(b.entries, "{ip}") && b.grpc != "") {
-		return fmt.Errorf("--keys %d: {ip} makes at most %d distinct addresses", b.keys, loadgen.MaxIPKeys)
-	}
 	b.kind = "http " + b.http
+	b.keyTmpl = loadgen.ParseTemplate(b.key)
+	ip := b.keyTmpl.HasIP()
 	if b.grpc != "" {
-		b.kind = "grpc " + b.grpc
+		b.kind, ip = "grpc "+b.grpc, false
 		for _, kv := range strings.Split(b.entries, ",") {
 			k, v, ok := strings.Cut(kv, "=")
 			if !ok || k == "" {
 				return fmt.Errorf("--descriptor %q: want key=value pairs separated by commas", b.entries)
 			}
-			b.descriptor = append(b.descriptor, loadgen.Entry{Key: k, Value: loadgen.ParseTemplate(v)})
+			e := loadgen.Entry{Key: k, Value: loadgen.ParseTemplate(v)}
+			b.descriptor, ip = append(b.descriptor, e), ip || e.Value.HasIP()
 		}
+	}
+	if ip && b.keys > loadgen.MaxIPKeys {
+		return fmt.Errorf("--keys %d: {ip} makes at most %d distinct addresses", b.keys, loadgen.MaxIPKeys)
 	}
 	return nil
 }
@@ -124,13 +128,9 @@ const (
 	maxBenchRate = 1e7
 )
 
-// benchTarget makes one decision for key number n: allowed or denied,
-// or an error.
-type benchTarget = loadgen.Func
-
 // target returns the decision of one request to the service, and how to
 // release its connections.
-func (b *benchFlags) target() (benchTarget, func(), error) {
+func (b *benchFlags) target() (loadgen.Func, func(), error) {
 	if b.grpc != "" {
 		conn, err := grpc.NewClient(b.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
@@ -140,14 +140,11 @@ func (b *benchFlags) target() (benchTarget, func(), error) {
 	}
 	tr := &http.Transport{MaxIdleConns: b.concurrency, MaxIdleConnsPerHost: b.concurrency, IdleConnTimeout: time.Minute}
 	client := &http.Client{Transport: tr, Timeout: b.timeout}
-	return loadgen.HTTPCheck(client, b.http, b.rule, loadgen.ParseTemplate(b.key), b.keys), tr.CloseIdleConnections, nil
+	return loadgen.HTTPCheck(client, b.http, b.rule, b.keyTmpl, b.keys), tr.CloseIdleConnections, nil
 }
 
-// benchResult is what a run saw.
-type benchResult = loadgen.Result
-
 // run sends the requests and returns what they got.
-func (b *benchFlags) run(ctx context.Context, target benchTarget, progress io.Writer) *benchResult {
+func (b *benchFlags) run(ctx context.Context, target loadgen.Func, progress io.Writer) *loadgen.Result {
 	o := loadgen.Options{Concurrency: b.concurrency, Requests: b.requests, Duration: b.duration, Keys: b.keys, Rate: b.rate}
 	if b.progress {
 		o.Progress = progress
@@ -156,7 +153,7 @@ func (b *benchFlags) run(ctx context.Context, target benchTarget, progress io.Wr
 }
 
 // writeSummary writes the summary of r in b.format.
-func writeSummary(w io.Writer, r *benchResult, b *benchFlags) error {
+func writeSummary(w io.Writer, r *loadgen.Result, b *benchFlags) error {
 	perSecond := r.PerSecond()
 	if b.format == "json" {
 		out := map[string]any{

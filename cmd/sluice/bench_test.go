@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluice-go/sluice/internal/loadgen"
 )
 
 // benchSummary is the JSON summary of sluice bench.
@@ -80,10 +82,33 @@ func TestBenchRateFlag(t *testing.T) {
 		t.Run(rate, func(t *testing.T) {
 			b := benchFlags{grpc: "127.0.0.1:1", entries: "a=b", keys: 1, concurrency: 1, requests: 1, rateText: rate, format: "json", timeout: time.Second}
 			if err := b.check(); err == nil {
-				r := &benchResult{Sent: 1, Allowed: 1, Elapsed: time.Second, Latencies: []time.Duration{time.Millisecond}}
+				r := &loadgen.Result{Sent: 1, Allowed: 1, Elapsed: time.Second, Latencies: []time.Duration{time.Millisecond}}
 				t.Errorf("--rate %s accepted (rate %v); the JSON summary then fails: %v", rate, b.rate, writeSummary(io.Discard, r, &b))
 			}
 		})
+	}
+}
+
+// TestBenchIPKeys: {ip} makes at most loadgen.MaxIPKeys addresses, so
+// more keys are refused where the key or a descriptor value holds it,
+// and accepted where nothing does.
+func TestBenchIPKeys(t *testing.T) {
+	for _, tc := range []struct {
+		b  benchFlags
+		ok bool
+	}{
+		{benchFlags{http: "http://x", rule: "r", key: "{ip}"}, false},
+		{benchFlags{http: "http://x", rule: "r", key: "k{n}"}, true},
+		{benchFlags{grpc: "x", entries: "rule=r,remote_address={ip}"}, false},
+		{benchFlags{grpc: "x", entries: "rule=r,user={n}"}, true},
+		{benchFlags{grpc: "x", key: "{ip}", entries: "user={n}"}, true}, // --key is for HTTP only
+	} {
+		b := tc.b
+		b.keys, b.concurrency, b.requests, b.rateText, b.format, b.timeout = loadgen.MaxIPKeys+1, 1, 1, "0", "text", time.Second
+		err := b.check()
+		if (err == nil) != tc.ok || err != nil && !strings.Contains(err.Error(), "{ip} makes at most") {
+			t.Errorf("%+v: check = %v, want ok %v", tc.b, err, tc.ok)
+		}
 	}
 }
 

@@ -52,7 +52,7 @@ func addDaemonFlags(fs *cmdFlags, listen, configs string) *daemonFlags {
 		gcMinHeap:   new(int),
 	}
 	fs.intVar(d.gcMinHeap, "gc-min-heap-mib", "SLUICE_GC_MIN_HEAP_MIB", defaultGCMinHeapMiB,
-		"the smallest heap, in MiB, at which the garbage collector runs: a small live heap is collected as if it were this large (GOGC raised to match) rather than every few MiB allocated, which costs a busy server a third of its CPU; a larger heap is collected as under GOGC=100 (0: off; ignored when GOGC is set)")
+		"the smallest heap, in MiB, at which the garbage collector runs: while the live heap is at most half of it, the collector waits until the process's memory nears it (GOGC off under a soft memory limit of it) rather than running every few MiB allocated, which costs a busy server a third of its CPU; a larger live heap is collected as under GOGC=100 (0: off; ignored when GOGC or GOMEMLIMIT is set)")
 	return d
 }
 

@@ -63,16 +63,5 @@ func keepMinHeap(ctx context.Context, floor int64) {
 		small = !small
 	}
 	tune()
-	go func() {
-		t := time.NewTicker(gcTuneEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				tune()
-			}
-		}
-	}()
+	go every(ctx, gcTuneEvery, tune)
 }

@@ -55,19 +55,22 @@ func startHealth(ctx context.Context, ready func(context.Context) error) *health
 		}
 	}
 	update()
-	go func() {
-		t := time.NewTicker(healthEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				update()
-			}
-		}
-	}()
+	go every(ctx, healthEvery, update)
 	return h
+}
+
+// every calls f every d until ctx ends.
+func every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f()
+		}
+	}
 }
 
 // register serves the gRPC health service on g.
