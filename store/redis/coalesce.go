@@ -48,14 +48,8 @@ func WithBatch(max int) Option {
 // batchScripts holds the batch script of each algorithm, by its algo.Code
 // as algScripts does; batchAll serves a batch that mixes algorithms.
 var (
-	batchScripts = func() map[string]script {
-		m := make(map[string]script)
-		for _, a := range sluice.Algorithms {
-			m[algo.Code(a)] = compose("batch", a)
-		}
-		return m
-	}()
-	batchAll = compose("batch", sluice.Algorithms...)
+	batchScripts = byAlgorithm("batch")
+	batchAll     = compose("batch", sluice.Algorithms...)
 )
 
 // coalescer batches a Store's concurrent single-group decisions, lane by
