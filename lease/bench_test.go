@@ -32,15 +32,7 @@ func BenchmarkBackingCalls(b *testing.B) {
 			}
 			b.Run(n, func(b *testing.B) {
 				c := &counting{Store: memory.New()}
-				var s sluice.Store = c
-				if blk > 0 {
-					ls, err := lease.New(c, lease.Block(blk))
-					if err != nil {
-						b.Fatal(err)
-					}
-					s = ls
-				}
-				lim := sluice.New(s)
+				lim := sluice.New(leasing(b, c, blk))
 				ctx := context.Background()
 				decide := func() {
 					r, err := lim.Allow(ctx, "hot", l)
@@ -87,15 +79,7 @@ func BenchmarkRedisHotKey(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			c := &counting{Store: rs}
-			var s sluice.Store = c
-			if blk > 0 {
-				ls, err := lease.New(c, lease.Block(blk))
-				if err != nil {
-					b.Fatal(err)
-				}
-				s = ls
-			}
-			lim := sluice.New(s)
+			lim := sluice.New(leasing(b, c, blk))
 			ctx := context.Background()
 			key := "hot-" + name
 			b.ReportAllocs()
@@ -154,4 +138,17 @@ func BenchmarkLeaseMemory(b *testing.B) {
 	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(b.N), "bytes/lease")
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(keys)
+}
+
+// leasing returns a lease store of blocks of blk over c, or c itself when
+// blk is 0 (no leasing).
+func leasing(b *testing.B, c *counting, blk int) sluice.Store {
+	if blk == 0 {
+		return c
+	}
+	s, err := lease.New(c, lease.Block(blk))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
 }

@@ -55,18 +55,11 @@ func BenchmarkAllow(b *testing.B) {
 				}
 			})
 			b.Run(c.name+"/"+string(a)+"/parallel", func(b *testing.B) {
-				var next atomic.Int64
 				b.ReportAllocs()
 				b.SetParallelism(16) // requests in flight, as a busy service has
-				b.RunParallel(func(pb *testing.PB) {
-					i := int(next.Add(1)) * 7919
-					for pb.Next() {
-						i++
-						if _, err := lim.Allow(ctx, benchKeyNames[i%benchKeys], l); err != nil {
-							b.Error(err)
-							return
-						}
-					}
+				runParallel(b, func(i int) error {
+					_, err := lim.Allow(ctx, benchKeyNames[i%benchKeys], l)
+					return err
 				})
 			})
 		}
@@ -89,18 +82,8 @@ func BenchmarkScriptCPU(b *testing.B) {
 		if err := c.Do(ctx, c.B().ConfigResetstat().Build()).Error(); err != nil {
 			b.Fatal(err)
 		}
-		var next atomic.Int64
 		b.SetParallelism(16)
-		b.RunParallel(func(pb *testing.PB) {
-			i := int(next.Add(1)) * 7919
-			for pb.Next() {
-				i++
-				if err := run(i); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
+		runParallel(b, run)
 		b.ReportMetric(scriptUsec(b, c)/float64(b.N), "redis-µs/decision")
 	}
 	incr := rueidis.NewLuaScript("return redis.call('INCR', KEYS[1])")
@@ -135,6 +118,23 @@ func BenchmarkScriptCPU(b *testing.B) {
 			_, err := lim.AllowAll(ctx, benchKeyNames[i%benchKeys], 1, limits...)
 			return err
 		})
+	})
+}
+
+// runParallel runs run in b's parallel goroutines, each on its own run of
+// indexes i (spread over the keys), until b.N calls; it reports the first
+// error of each goroutine and stops that goroutine.
+func runParallel(b *testing.B, run func(i int) error) {
+	var next atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(next.Add(1)) * 7919
+		for pb.Next() {
+			i++
+			if err := run(i); err != nil {
+				b.Error(err)
+				return
+			}
+		}
 	})
 }
 
@@ -229,18 +229,11 @@ func BenchmarkCoalesce(b *testing.B) {
 				if err := admin.Do(ctx, admin.B().ConfigResetstat().Build()).Error(); err != nil {
 					b.Fatal(err)
 				}
-				var next atomic.Int64
 				b.ReportAllocs()
 				b.SetParallelism(max(1, lv.callers/runtime.GOMAXPROCS(0)))
-				b.RunParallel(func(pb *testing.PB) {
-					i := int(next.Add(1)) * 7919
-					for pb.Next() {
-						i++
-						if _, err := lim.Allow(ctx, benchKeyNames[i%benchKeys], l); err != nil {
-							b.Error(err)
-							return
-						}
-					}
+				runParallel(b, func(i int) error {
+					_, err := lim.Allow(ctx, benchKeyNames[i%benchKeys], l)
+					return err
 				})
 				b.StopTimer()
 				b.ReportMetric(scriptUsec(b, admin)/float64(b.N), "redis-µs/decision")

@@ -48,14 +48,8 @@ func WithBatch(max int) Option {
 // batchScripts holds the batch script of each algorithm, by its algo.Code
 // as algScripts does; batchAll serves a batch that mixes algorithms.
 var (
-	batchScripts = func() map[string]script {
-		m := make(map[string]script)
-		for _, a := range sluice.Algorithms {
-			m[algo.Code(a)] = compose("batch", a)
-		}
-		return m
-	}()
-	batchAll = compose("batch", sluice.Algorithms...)
+	batchScripts = byAlgorithm("batch")
+	batchAll     = compose("batch", sluice.Algorithms...)
 )
 
 // coalescer batches a Store's concurrent single-group decisions, lane by
@@ -82,16 +76,17 @@ type call struct {
 	ctx   context.Context
 	now   string
 	g     *group
-	state callState     // under the lane's mu
-	done  chan struct{} // buffered: receives once t and err are set
+	lims  []sluice.Limit // the call's copy of g.limits, kept when recycled
+	state callState      // under the lane's mu
+	done  chan struct{}  // buffered: receives once t and err are set
 	t     taken
 	err   error
 }
 
 // calls recycles the calls whose callers took their answer or left the
-// queue, so that a queued decision allocates neither its call nor its
-// channel. A call whose caller left after it was sent is not recycled:
-// its sender still answers it.
+// queue, so that a queued decision allocates neither its call, nor its
+// channel, nor its copy of the limits. A call whose caller left after it
+// was sent is not recycled: its sender still answers it.
 var calls = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
 // answer tells cl's caller that cl.t and cl.err are set.
@@ -99,7 +94,8 @@ func (cl *call) answer() { cl.done <- struct{}{} }
 
 // free recycles cl, whose answer its caller took, or which no sender holds.
 func (cl *call) free() {
-	*cl = call{done: cl.done}
+	clear(cl.lims)
+	*cl = call{done: cl.done, lims: cl.lims[:0]}
 	calls.Put(cl)
 }
 
@@ -162,8 +158,10 @@ func (c *coalescer) take(ctx context.Context, now string, g *group) (taken, erro
 	cl := calls.Get().(*call)
 	// The caller may leave (its context ending) once its call is sent,
 	// and then reuse its Limits (the Limiter pools them): the sender reads
-	// a copy. g is this Take's own.
-	g.limits = slices.Clone(g.limits)
+	// a copy, in the call's own buffer (recycled with it, so that a
+	// queued decision does not allocate one). g is this Take's own.
+	cl.lims = append(cl.lims[:0], g.limits...)
+	g.limits = cl.lims
 	cl.ctx, cl.now, cl.g = ctx, now, g
 	l.queue = append(l.queue, cl)
 	l.mu.Unlock()

@@ -259,18 +259,22 @@ func newScript(src string) script {
 var (
 	// algScripts holds each algorithm's script by its algo.Code, under
 	// which the default ("") is token_bucket's.
-	algScripts = func() map[string]script {
-		m := make(map[string]script)
-		for _, a := range sluice.Algorithms {
-			m[algo.Code(a)] = compose("take", a)
-		}
-		return m
-	}()
+	algScripts   = byAlgorithm("take")
 	allScript    = compose("take", sluice.Algorithms...)
 	refundScript = compose("refund", sluice.Algorithms...)
 )
 
-// compose builds the script that runs main (take or refund) over
+// byAlgorithm returns the script of main over each algorithm alone, by
+// its algo.Code.
+func byAlgorithm(main string) map[string]script {
+	m := make(map[string]script, len(sluice.Algorithms))
+	for _, a := range sluice.Algorithms {
+		m[algo.Code(a)] = compose(main, a)
+	}
+	return m
+}
+
+// compose builds the script that runs main (take, batch or refund) over
 // algorithms.
 func compose(main string, algorithms ...sluice.Algorithm) script {
 	read := func(name string) string {
