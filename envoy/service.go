@@ -78,8 +78,9 @@ const maxLoggedDomains = 100
 type ServiceOption func(*Service)
 
 // WithObserver registers f to be told of every counted decision: a label
-// for the limit, its result, and whether the descriptor is in shadow mode
-// (for metrics). The label is the limit's name for a configured descriptor
+// for the limit, the descriptor's storage key as the client key, and its
+// outcome, shadow mode included (for metrics and the dashboard). The label
+// is the limit's name for a configured descriptor
 // ("<domain>.<key>[_<value>]...", per node of the configuration, never per
 // request value) and "override.<domain>" for every limit override a
 // request carries, so that the labels are as few as the configuration's
@@ -167,7 +168,7 @@ func WithHeaderNames(limit, remaining, reset string) ServiceOption {
 
 // NewService returns a Service deciding with lim under cfg.
 func NewService(lim *sluice.Limiter, cfg *Config, opts ...ServiceOption) *Service {
-	s := &Service{lim: lim, now: time.Now, obs: func(string, policy.Outcome) {}, unknown: func(string) {}, log: slog.Default(), names: DefaultHeaderNames}
+	s := &Service{lim: lim, now: time.Now, obs: func(string, string, policy.Outcome) {}, unknown: func(string) {}, log: slog.Default(), names: DefaultHeaderNames}
 	s.Update(cfg)
 	for _, o := range opts {
 		o(s)
@@ -507,7 +508,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, d *co
 		if n != cost {
 			res.Allowed = false
 		}
-		s.obs(label, policy.OutcomeOf(sluice.MultiResult{Result: res, Results: []sluice.Result{res}}, shadow))
+		s.obs(label, m.store, policy.OutcomeOf(sluice.MultiResult{Result: res, Results: []sluice.Result{res}}, shadow))
 	}
 	if !res.Allowed && !shadow {
 		v.status.Code = rlsv3.RateLimitResponse_OVER_LIMIT

@@ -310,7 +310,7 @@ func TestOverrideLabel(t *testing.T) {
 		mu     sync.Mutex
 		labels []string
 	)
-	f := start(t, WithObserver(func(rule string, _ policy.Outcome) {
+	f := start(t, WithObserver(func(rule, _ string, _ policy.Outcome) {
 		mu.Lock()
 		labels = append(labels, rule)
 		mu.Unlock()

@@ -127,8 +127,9 @@ func (m *Metrics) Handler() http.Handler {
 }
 
 // Decision counts one rule's outcome in a decision: a policy.Observer.
-// Fallbacks are counted once per rule that the error policy decided.
-func (m *Metrics) Decision(rule string, o policy.Outcome) {
+// Fallbacks are counted once per rule that the error policy decided. The
+// client key is not a label: any number of them could be sent.
+func (m *Metrics) Decision(rule, _ string, o policy.Outcome) {
 	if o == policy.DegradedAllowed || o == policy.DegradedDenied {
 		m.fallbacks.Inc()
 	}

@@ -123,7 +123,7 @@ rules:
 func TestDecision(t *testing.T) {
 	m := metrics.New()
 	for _, o := range policy.Outcomes {
-		m.Decision("r", o)
+		m.Decision("r", "k", o)
 	}
 	text := scrape(t, m)
 	for _, o := range policy.Outcomes {
@@ -215,7 +215,7 @@ func TestDecisionConcurrent(t *testing.T) {
 	for g := range 8 {
 		wg.Go(func() {
 			for i := range 100 {
-				m.Decision("r"+strconv.Itoa(i%5), policy.Outcomes[(g+i)%2])
+				m.Decision("r"+strconv.Itoa(i%5), "k", policy.Outcomes[(g+i)%2])
 			}
 		})
 	}
@@ -243,7 +243,7 @@ func BenchmarkDecision(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for i := 0; pb.Next(); i++ {
-			m.Decision(rules[i%len(rules)], policy.Allowed)
+			m.Decision(rules[i%len(rules)], "k", policy.Allowed)
 		}
 	})
 }

@@ -33,8 +33,11 @@ type Engine struct {
 type EngineOption func(*Engine)
 
 // Observer is told of the outcome of each rule in each decision, for
-// metrics. It must be safe for concurrent use and quick.
-type Observer func(rule string, o Outcome)
+// metrics and the dashboard: the rule's name, the client key as the rule
+// yields it (Applied.Key: a client's address or a header value, never to
+// be a metric label), and the outcome. It must be safe for concurrent use
+// and quick.
+type Observer func(rule, key string, o Outcome)
 
 // WithObserver registers f to be told of every rule's outcome.
 func WithObserver(f Observer) EngineOption { return func(e *Engine) { e.obs = f } }
@@ -47,7 +50,7 @@ func WithLogger(l *slog.Logger) EngineOption { return func(e *Engine) { e.log = 
 // rules: every request passes unlimited and every Check names an unknown
 // rule, until Update supplies some.
 func New(lim *sluice.Limiter, set *RuleSet, opts ...EngineOption) *Engine {
-	e := &Engine{lim: lim, obs: func(string, Outcome) {}, log: slog.Default()}
+	e := &Engine{lim: lim, obs: func(string, string, Outcome) {}, log: slog.Default()}
 	for _, o := range opts {
 		o(e)
 	}
@@ -416,7 +419,7 @@ func (e *Engine) decide(ctx context.Context, d *Decision) error {
 			own := sluice.Combine(a.Results)
 			a.Binding = own.Binding
 			a.Outcome = outcome(res.Allowed, own.Allowed, res.Degraded)
-			e.obs(a.Rule.Name, a.Outcome)
+			e.obs(a.Rule.Name, a.Key, a.Outcome)
 		}
 	}
 	if !d.Allowed {
@@ -448,7 +451,7 @@ func (e *Engine) decide(ctx context.Context, d *Decision) error {
 		if a.Outcome == ShadowDenied {
 			e.log.Info("sluice: shadow rule would deny", "rule", a.Rule.Name, "retry_after", res.RetryAfter)
 		}
-		e.obs(a.Rule.Name, a.Outcome)
+		e.obs(a.Rule.Name, a.Key, a.Outcome)
 		d.Applied[kept] = *a
 		kept++
 	}

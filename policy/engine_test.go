@@ -56,7 +56,7 @@ func newFixtureOn(t *testing.T, lim *sluice.Limiter, clock *storetest.Clock, rul
 	return f
 }
 
-func (f *fixture) observe(rule string, o policy.Outcome) {
+func (f *fixture) observe(rule, _ string, o policy.Outcome) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.seen = append(f.seen, rule+"="+o.String())

@@ -152,7 +152,7 @@ func newPolicy(f *config.File, fp fingerprint, opts []Option) (*Policy, error) {
 }
 
 func defaults() settings {
-	return settings{log: slog.Default(), obs: func(string, policy.Outcome) {}, redis: func(r config.Redis) config.Redis { return r }, onReload: func(bool) {},
+	return settings{log: slog.Default(), obs: func(string, string, policy.Outcome) {}, redis: func(r config.Redis) config.Redis { return r }, onReload: func(bool) {},
 		onBreaker: func(sluice.BreakerState, error) {}, onMemory: func(*memory.Store) {}}
 }
 
