@@ -126,6 +126,10 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
 
+// Gatherer returns the registry the metrics are in, for a reader in
+// process (the dashboard) that reads the same series Prometheus scrapes.
+func (m *Metrics) Gatherer() prometheus.Gatherer { return m.reg }
+
 // Decision counts one rule's outcome in a decision: a policy.Observer.
 // Fallbacks are counted once per rule that the error policy decided. The
 // client key is not a label: any number of them could be sent.

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -136,4 +138,14 @@ func (s *RuleSet) checkKey(rule *Rule, v string, composite bool) (key, stored st
 		return "", "", fmt.Errorf("%w: rule %q is keyed by %s and needs a key", ErrInvalidKey, rule.Name, rule.Key)
 	}
 	return v, storageKey(rule.Key.Source, v), nil
+}
+
+// MaskKey returns how a client key is shown where it would otherwise be
+// shown in the clear (the dashboard, sluice top, sampled denial logs):
+// "#" and the first 12 hexadecimal digits of its SHA-256. The same key
+// always masks the same, so an operator who knows a key can find it, and
+// a reader who does not cannot read one off the page.
+func MaskKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "#" + hex.EncodeToString(sum[:6])
 }

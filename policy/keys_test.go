@@ -313,3 +313,13 @@ func TestDecideInvalidUTF8Key(t *testing.T) {
 		t.Errorf("\\xff after U+FFFD: %v, want ErrInvalidKey", err)
 	}
 }
+
+func TestMaskKey(t *testing.T) {
+	a, b := policy.MaskKey("203.0.113.7"), policy.MaskKey("203.0.113.8")
+	if len(a) != 13 || a[0] != '#' || a == b || a != policy.MaskKey("203.0.113.7") {
+		t.Fatalf("MaskKey: %q, %q", a, b)
+	}
+	if strings.Contains(a, "203") {
+		t.Fatalf("MaskKey(%q) = %q shows the key", "203.0.113.7", a)
+	}
+}
