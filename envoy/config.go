@@ -638,6 +638,20 @@ func (c *Config) Limits() []Path {
 	return out
 }
 
+// Labels returns every label a Service under c tells its observer of
+// (see WithObserver): each limit's name, in the order of Limits, then
+// "override.<domain>" for each domain, in name order.
+func (c *Config) Labels() []string {
+	var names []string
+	for _, p := range c.Limits() {
+		names = append(names, p.Node().RateLimit.Limit.Name)
+	}
+	for _, d := range sortedDomains(c) {
+		names = append(names, limitName("override."+d))
+	}
+	return names
+}
+
 // Entry is one key/value pair of a request descriptor.
 type Entry struct {
 	// Key is the entry's key, such as "remote_address".

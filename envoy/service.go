@@ -180,6 +180,9 @@ func NewService(lim *sluice.Limiter, cfg *Config, opts ...ServiceOption) *Servic
 // under the one they started with.
 func (s *Service) Update(cfg *Config) { s.cfg.Store(&generation{cfg: cfg}) }
 
+// Config returns the configuration the service decides under now.
+func (s *Service) Config() *Config { return s.cfg.Load().cfg }
+
 // Register registers s on g.
 func Register(g *grpc.Server, s rlsv3.RateLimitServiceServer) {
 	rlsv3.RegisterRateLimitServiceServer(g, s)

@@ -330,6 +330,39 @@ func TestOverrideLabel(t *testing.T) {
 	}
 }
 
+// TestLabels: Config.Labels lists every label the observer is told of,
+// those of overrides included, so that metrics can show their series
+// from the start.
+func TestLabels(t *testing.T) {
+	var (
+		mu       sync.Mutex
+		observed []string
+	)
+	f := start(t, WithObserver(func(rule, _ string, _ policy.Outcome) {
+		mu.Lock()
+		observed = append(observed, rule)
+		mu.Unlock()
+	}))
+	o := desc("remote_address", "1.1.1.1")
+	o.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_MINUTE}
+	f.call(t, "api", 0, o)
+	f.call(t, "mongo_cps", 0, desc("database", "default"))
+	labels := f.svc.Config().Labels()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(observed) != 2 {
+		t.Fatalf("observed %q, want two labels", observed)
+	}
+	for _, l := range observed {
+		if !slices.Contains(labels, l) {
+			t.Errorf("observed label %q is not in Labels() %q", l, labels)
+		}
+	}
+	if n := len(f.svc.Config().Limits()) + len(f.svc.Config().Domains); len(labels) != n {
+		t.Errorf("Labels() has %d labels, want %d (one per limit and per domain)", len(labels), n)
+	}
+}
+
 func TestInvalidArgument(t *testing.T) {
 	f := start(t)
 	cases := []struct {

@@ -2,6 +2,7 @@
 // Prometheus metrics:
 //
 //	sluice_decisions_total{rule, outcome}   allowed | denied | denied_by_other | shadow_denied | degraded_allowed | degraded_denied
+//	sluice_decision_duration_seconds{door}  latency of a decision as its door serves it: http | grpc | json | proxy
 //	sluice_store_duration_seconds{op}       latency of store calls (take, reset)
 //	sluice_store_errors_total{op}           failed store calls
 //	sluice_fallbacks_total                  decisions the error policy made while the store failed
@@ -15,12 +16,21 @@
 //
 // with the Go runtime's and the process's own (go_goroutines,
 // process_resident_memory_bytes...).
+//
+// Every series is there from the first scrape, at zero until its first
+// event: every door's latency, every store operation's, both reload
+// results, and, once Rules names them, every rule's outcomes, so that a
+// rate() or an alert over a series that has not happened yet reads 0
+// rather than nothing. The labels are rule names, outcomes, doors and
+// operations only, never a client key: their number is the
+// configuration's, not the traffic's.
 package metrics
 
 import (
 	"context"
 	"maps"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +38,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/policy"
@@ -44,6 +55,9 @@ type Metrics struct {
 	breakerOpen  prometheus.Gauge
 	breakerOpens prometheus.Counter
 	unknown      prometheus.Counter
+	doorSeconds  *prometheus.HistogramVec
+	doors        [len(Doors)]prometheus.Observer
+	rules        atomic.Pointer[func() []string] // the rules whose series are shown from the start
 	// The children of the vectors that every request touches, looked up
 	// once instead of by WithLabelValues (hashing the label values under
 	// the vector's lock) per request: sluice_decisions_total's by
@@ -67,6 +81,34 @@ func (o opSeries) observe(start time.Time, err error) {
 	if err != nil {
 		o.errors.Inc()
 	}
+}
+
+// The doors, the values of sluice_decision_duration_seconds' door label:
+// POST /v1/check and /v1/check/batch (DoorHTTP), Envoy's gRPC
+// ShouldRateLimit (DoorGRPC), Envoy's JSON at POST /json (DoorJSON), and
+// the reverse proxy's decision before it forwards (DoorProxy).
+const (
+	DoorHTTP Door = iota
+	DoorGRPC
+	DoorJSON
+	DoorProxy
+)
+
+// Door is a way decisions are asked for, a label value of
+// sluice_decision_duration_seconds.
+type Door uint8
+
+// Doors lists every Door.
+var Doors = [...]Door{DoorHTTP, DoorGRPC, DoorJSON, DoorProxy}
+
+var doorNames = [...]string{"http", "grpc", "json", "proxy"}
+
+// String returns the door's label value, such as "grpc".
+func (d Door) String() string {
+	if int(d) < len(doorNames) {
+		return doorNames[d]
+	}
+	return "Door(" + strconv.Itoa(int(d)) + ")"
 }
 
 // ruleOutcome is the key of a sluice_decisions_total child.
@@ -114,21 +156,65 @@ func New() *Metrics {
 			Help: "Envoy rate limit requests for a domain the configuration does not have, answered OK as envoyproxy/ratelimit answers them.",
 		}),
 	}
+	m.doorSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "sluice_decision_duration_seconds",
+		Help:    "Latency of decisions as each door serves them, from the request read to the answer written (the reverse proxy: until it forwards or refuses).",
+		Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+	}, []string{"door"})
+	for _, d := range Doors {
+		m.doors[d] = m.doorSeconds.WithLabelValues(d.String())
+	}
+	for _, result := range []string{"ok", "rejected"} {
+		m.reloads.WithLabelValues(result)
+	}
 	m.take = opSeries{m.storeSeconds.WithLabelValues("take"), m.storeErrors.WithLabelValues("take")}
 	m.reset = opSeries{m.storeSeconds.WithLabelValues("reset"), m.storeErrors.WithLabelValues("reset")}
-	m.reg.MustRegister(m.decisions, m.storeSeconds, m.storeErrors, m.fallbacks, m.reloads, m.breakerOpen, m.breakerOpens, m.unknown,
+	m.reg.MustRegister(m.decisions, m.doorSeconds, m.storeSeconds, m.storeErrors, m.fallbacks, m.reloads, m.breakerOpen, m.breakerOpens, m.unknown,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
 // Handler serves the metrics in the Prometheus exposition format.
 func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	return promhttp.HandlerFor(m.Gatherer(), promhttp.HandlerOpts{})
 }
 
-// Gatherer returns the registry the metrics are in, for a reader in
-// process (the dashboard) that reads the same series Prometheus scrapes.
-func (m *Metrics) Gatherer() prometheus.Gatherer { return m.reg }
+// Gatherer returns the metrics' registry, for a reader in process (the
+// dashboard) that reads the same series Prometheus scrapes. Like the
+// Handler, it first adds the series of every rule Rules names.
+func (m *Metrics) Gatherer() prometheus.Gatherer {
+	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		if f := m.rules.Load(); f != nil {
+			for _, rule := range (*f)() {
+				for _, o := range policy.Outcomes {
+					m.counter(ruleOutcome{rule, o})
+				}
+			}
+		}
+		return m.reg.Gather()
+	})
+}
+
+// Rules sets where the names of the configuration's rules are read from
+// at each scrape (a reload changes them), so that every rule's
+// sluice_decisions_total series are there, at zero, before its first
+// decision. A rule a reload removed keeps its series.
+func (m *Metrics) Rules(names func() []string) { m.rules.Store(&names) }
+
+// ObserveDoor records a decision served by door d in elapsed.
+func (m *Metrics) ObserveDoor(d Door, elapsed time.Duration) {
+	m.doors[d].Observe(elapsed.Seconds())
+}
+
+// Time returns h with the latency of each of its requests recorded as
+// door d's.
+func (m *Metrics) Time(d Door, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		h.ServeHTTP(w, r)
+		m.doors[d].Observe(time.Since(start).Seconds())
+	})
+}
 
 // Decision counts one rule's outcome in a decision: a policy.Observer.
 // Fallbacks are counted once per rule that the error policy decided. The

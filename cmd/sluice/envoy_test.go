@@ -72,6 +72,11 @@ descriptors:
 	for _, want := range []string{
 		`sluice_decisions_total{outcome="allowed",rule="mongo_cps.database_users"} 3`,
 		`sluice_decisions_total{outcome="denied",rule="mongo_cps.database_users"} 1`,
+		// Every limit's series from the start, overrides' too, and the
+		// four calls timed at the grpc door.
+		`sluice_decisions_total{outcome="denied",rule="mongo_cps.database"} 0`,
+		`sluice_decisions_total{outcome="allowed",rule="override.mongo_cps"} 0`,
+		`sluice_decision_duration_seconds_count{door="grpc"} 4`,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("/metrics lacks %s", want)

@@ -192,8 +192,8 @@ func (l *listenFlags) server(h http.Handler, log *slog.Logger) *http.Server {
 // envoy.MaxRequestBytes, the handshake within --header-timeout, idle
 // connections closed after --idle-timeout, pings enforced, and at most
 // --max-inflight calls at once on the listener (and streams on one
-// connection), one more refused with Unavailable.
-func (l *listenFlags) grpcServer(log *slog.Logger) *grpc.Server {
+// connection), one more refused with Unavailable; extra options follow.
+func (l *listenFlags) grpcServer(log *slog.Logger, extra ...grpc.ServerOption) *grpc.Server {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(envoy.MaxRequestBytes),
 		grpc.ConnectionTimeout(*l.header),
@@ -217,7 +217,7 @@ func (l *listenFlags) grpcServer(log *slog.Logger) *grpc.Server {
 				return next(ctx, req)
 			}))
 	}
-	return grpc.NewServer(opts...)
+	return grpc.NewServer(append(opts, extra...)...)
 }
 
 // inflight counts the requests one listener works on, up to its cap, and

@@ -12,9 +12,11 @@ import (
 	"net/netip"
 	"net/url"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluice-go/sluice/envoy"
 	"github.com/sluice-go/sluice/internal/httpjson"
+	"github.com/sluice-go/sluice/metrics"
 	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/policyfile"
 )
@@ -23,6 +25,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flagSet("proxy", "Run a rate-limiting reverse proxy: requests within the policy file's limits\nare forwarded to the upstream, the others get 429.", stdout)
 	df := addDaemonFlags(fs, proxyListen, "policy file")
 	upstreamFlag := fs.string("upstream", "SLUICE_UPSTREAM", "", "upstream URL, such as http://127.0.0.1:3000 (required)")
+	metricsListen := fs.string("metrics-listen", "SLUICE_METRICS_LISTEN", "", "address of a listener serving the Prometheus metrics at GET /metrics, such as 127.0.0.1:9464 (empty: off); every path of --listen is the upstream's")
 	df.limits.addProxyBodyFlags(fs)
 	if err := fs.parse(args); err != nil {
 		return err
@@ -48,18 +51,22 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		p       *policyfile.Policy
 		forward atomic.Pointer[httputil.ReverseProxy]
 	)
+	m := metrics.New()
 	forwarding := func(ok bool) {
+		m.Reload(ok)
 		if ok {
 			forward.Store(newReverseProxy(upstream, p.File().HTTP.TrustedProxies, log))
 		}
 	}
-	p, err = policyfile.Open(*df.path, policyfile.WithLogger(log), policyfile.WithRedis(df.storeSettings), policyfile.WithReloadReport(forwarding))
+	p, err = policyfile.Open(*df.path, policyfile.WithLogger(log), policyfile.WithRedis(df.storeSettings), policyfile.WithReloadReport(forwarding),
+		policyfile.WithStore(m.Store), policyfile.WithObserver(m.Decision), policyfile.WithBreakerReport(m.Breaker), policyfile.WithMemoryStore(m.MemoryStore))
 	if err != nil {
 		return err
 	}
 	defer p.Close()
-	forwarding(true)
-	h := p.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { forward.Load().ServeHTTP(w, r) }))
+	forward.Store(newReverseProxy(upstream, p.File().HTTP.TrustedProxies, log))
+	m.Rules(func() []string { return ruleNames(p.Engine()) })
+	h := timeProxy(m, p.Middleware, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { forward.Load().ServeHTTP(w, r) }))
 	ln, err := net.Listen("tcp", *df.listen)
 	if err != nil {
 		return err
@@ -68,11 +75,50 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer stopWatch()
 	p.Watch(ctx, *df.reloadEvery, hup)
 	srv := df.limits.proxyServer(h, log)
-	log.Info("proxying", "http", ln.Addr().String(), "upstream", upstream.Redacted(), "config", *df.path, "rules", len(p.File().Rules))
+	counts := []any{"rules", len(p.File().Rules)}
+	if *metricsListen != "" {
+		stop, addr, err := serveAside("--metrics-listen", *metricsListen, m.Handler(), log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		counts = append(counts, "metrics", addr)
+	}
+	log.Info("proxying", append([]any{"http", ln.Addr().String(), "upstream", upstream.Redacted(), "config", *df.path}, counts...)...)
 	return serveUntil(ctx, srv, ln, make(chan error, 1), *df.drain, log, nil)
 }
 
 // parseUpstream checks that s is an absolute http or https URL.
+// timeProxy returns limit(next), the proxy's handler, with the time each
+// request took to be decided recorded as the proxy door's: until it is
+// refused, or until it reaches next to be forwarded (the upstream's time
+// is not the decision's).
+func timeProxy(m *metrics.Metrics, limit func(http.Handler) http.Handler, next http.Handler) http.Handler {
+	h := limit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if t, ok := r.Context().Value(proxyTimerKey{}).(*proxyTimer); ok {
+			t.decided = true
+			m.ObserveDoor(metrics.DoorProxy, time.Since(t.start))
+		}
+		next.ServeHTTP(w, r)
+	}))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t := &proxyTimer{start: time.Now()}
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), proxyTimerKey{}, t)))
+		if !t.decided {
+			m.ObserveDoor(metrics.DoorProxy, time.Since(t.start))
+		}
+	})
+}
+
+// proxyTimer is when a proxied request arrived, and whether its decision
+// was recorded when it was admitted.
+type proxyTimer struct {
+	start   time.Time
+	decided bool
+}
+
+type proxyTimerKey struct{}
+
 func parseUpstream(s string) (*url.URL, error) {
 	if s == "" {
 		return nil, errors.New("--upstream is required (an http or https URL, such as http://127.0.0.1:3000)")

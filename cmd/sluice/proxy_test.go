@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -117,9 +118,14 @@ rules:
   - {name: limited, match: GET /limited, key: ip, limit: 2, period: 1m}
 `)
 	srv := redistest.Start(t)
-	d := startProxy(t, []string{"SLUICE_REDIS_URL=redis://" + srv.Addr}, "--config", cfg, "--upstream", up.URL)
-	if early := strings.Join(d.early, "\n"); !strings.Contains(early, `"upstream":"`+up.URL+`"`) {
+	d := startProxy(t, []string{"SLUICE_REDIS_URL=redis://" + srv.Addr}, "--config", cfg, "--upstream", up.URL, "--metrics-listen", "127.0.0.1:0")
+	early := strings.Join(d.early, "\n")
+	if !strings.Contains(early, `"upstream":"`+up.URL+`"`) {
 		t.Errorf("the proxying line does not name the upstream:\n%s", early)
+	}
+	metricsAddr := regexp.MustCompile(`"metrics":"([^"]+)"`).FindStringSubmatch(early)
+	if metricsAddr == nil {
+		t.Fatalf("the proxying line does not name the metrics listener:\n%s", early)
 	}
 
 	t.Run("rate limited", func(t *testing.T) {
@@ -144,6 +150,24 @@ rules:
 		for i := 0; i < 3; i++ {
 			if resp, body := do(t, "GET", d.base+"/free", "", nil); resp.StatusCode != 200 {
 				t.Fatalf("unlimited path: %d %s", resp.StatusCode, body)
+			}
+		}
+		// The metrics listener counts the decisions, and times the six
+		// at the proxy door.
+		resp, err := http.Get("http://" + metricsAddr[1] + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		text, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, want := range []string{
+			`sluice_decisions_total{outcome="allowed",rule="limited"} 2`,
+			`sluice_decisions_total{outcome="denied",rule="limited"} 1`,
+			`sluice_decisions_total{outcome="shadow_denied",rule="limited"} 0`,
+			`sluice_decision_duration_seconds_count{door="proxy"} 6`,
+		} {
+			if !strings.Contains(string(text), want+"\n") {
+				t.Errorf("the proxy's /metrics lacks %s", want)
 			}
 		}
 	})

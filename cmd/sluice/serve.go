@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -74,6 +75,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		back = &policyfile.Backend{Limiter: p.Limiter(), Ready: p.Ready, Close: p.Close}
 		counts = []any{"rules", len(p.File().Rules)}
+		m.Rules(func() []string { return ruleNames(p.Engine()) })
 	}
 	defer back.Close()
 	ln, err := net.Listen("tcp", *df.listen)
@@ -90,6 +92,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if ecfg != nil {
 		svcOpts = append(svcOpts, envoy.WithObserver(m.Decision), envoy.WithUnknownDomain(m.UnknownDomain), envoy.WithLogger(log))
 		esvc = envoy.NewService(back.Limiter, ecfg, svcOpts...)
+		m.Rules(func() []string { return esvc.Config().Labels() })
 		rls = esvc
 	} else {
 		rls, ready = envoy.NewRulesService(p.Engine()), p.Ready
@@ -100,13 +103,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", m.Handler())
 	// Any method, as envoyproxy/ratelimit routes them.
-	mux.Handle("/json", envoy.JSONHandler(rls))
+	mux.Handle("/json", m.Time(metrics.DoorJSON, envoy.JSONHandler(rls)))
 	mux.Handle("/healthcheck", health)
+	var api *server.Server
 	if p != nil {
-		mux.Handle("/", server.New(p.Engine(), server.WithReady(p.Ready)))
+		api = server.New(p.Engine(), server.WithReady(p.Ready))
 	} else {
-		mux.Handle("/", server.New(policy.New(back.Limiter, nil), server.WithReady(back.Ready)))
+		api = server.New(policy.New(back.Limiter, nil), server.WithReady(back.Ready))
 	}
+	mux.Handle("/", api)
+	mux.Handle("/v1/check", m.Time(metrics.DoorHTTP, api))
+	mux.Handle("/v1/check/batch", m.Time(metrics.DoorHTTP, api))
 	// The probes and the metrics answer whatever the load: an orchestrator
 	// that saw them fail at --max-inflight would restart a busy replica,
 	// or stop watching it, when it is needed most.
@@ -125,7 +132,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
-		g = df.limits.grpcServer(log)
+		g = df.limits.grpcServer(log, grpc.ChainUnaryInterceptor(timeDecisions(m)))
 		envoy.Register(g, rls)
 		health.register(g)
 		go func() { errc <- g.Serve(gln) }()
@@ -157,6 +164,30 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	})
 }
 
+// timeDecisions records the latency of Envoy's ShouldRateLimit calls as
+// the grpc door's.
+func timeDecisions(m *metrics.Metrics) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+		if info.FullMethod != rlsv3.RateLimitService_ShouldRateLimit_FullMethodName {
+			return next(ctx, req)
+		}
+		start := time.Now()
+		resp, err := next(ctx, req)
+		m.ObserveDoor(metrics.DoorGRPC, time.Since(start))
+		return resp, err
+	}
+}
+
+// ruleNames returns the names of e's rules.
+func ruleNames(e *policy.Engine) []string {
+	rules := e.Rules().Rules()
+	names := make([]string, len(rules))
+	for i, r := range rules {
+		names[i] = r.Name
+	}
+	return names
+}
+
 // stopGRPC drains g until ctx ends, then stops it.
 func stopGRPC(ctx context.Context, g *grpc.Server) {
 	done := make(chan struct{})
@@ -173,17 +204,23 @@ func stopGRPC(ctx context.Context, g *grpc.Server) {
 // mux of their own (not http.DefaultServeMux), and returns how to stop it
 // and the address it listens on.
 func servePprof(addr string, log *slog.Logger) (stop func(), bound string, err error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, "", fmt.Errorf("--pprof-listen: %w", err)
-	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: defaultHeaderTimeout, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	return serveAside("--pprof-listen", addr, mux, log)
+}
+
+// serveAside serves h on a listener of its own at addr, the value of
+// flag, and returns how to stop it and the address it listens on.
+func serveAside(flag, addr string, h http.Handler, log *slog.Logger) (stop func(), bound string, err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", flag, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: defaultHeaderTimeout, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	go func() { _ = srv.Serve(ln) }()
 	return func() { _ = srv.Close() }, ln.Addr().String(), nil
 }

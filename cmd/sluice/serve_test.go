@@ -28,6 +28,7 @@ redis:
   on_error: deny
 rules:
   - {name: login, match: POST /login, key: ip, limit: 2, period: 1m, algorithm: sliding_log}
+  - {name: search, match: /search, key: ip, limit: 5, period: 1s}
 `)
 	d := startServe(t, []string{"SLUICE_REDIS_URL=redis://" + srv.Addr}, "--config", cfg)
 
@@ -71,6 +72,14 @@ rules:
 		`sluice_decisions_total{outcome="allowed",rule="login"} 2`,
 		`sluice_decisions_total{outcome="denied",rule="login"} 1`,
 		`sluice_store_duration_seconds_count{op="take"} 3`,
+		// Every series from the start: a rule not asked yet, errors,
+		// reloads. Each POST /v1/check (8, the bad ones too) took its
+		// time at the http door; no other door was asked.
+		`sluice_decisions_total{outcome="denied",rule="search"} 0`,
+		`sluice_store_errors_total{op="take"} 0`,
+		`sluice_config_reloads_total{result="rejected"} 0`,
+		`sluice_decision_duration_seconds_count{door="http"} 8`,
+		`sluice_decision_duration_seconds_count{door="grpc"} 0`,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("/metrics lacks %s", want)
