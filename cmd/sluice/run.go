@@ -22,6 +22,8 @@ var commands = map[string]command{
 	"bench":   {"drive a running sluice serve and report decisions/s, latency and outcomes", runBench},
 	"check":   {"validate a policy file or an envoyproxy/ratelimit config and print what it enforces", runCheck},
 	"demo":    {"show, on loopback, N replicas holding one limit with Redis and N x the limit without", runDemo},
+	"inspect": {"show a client's state under a rule of a running sluice serve, spending nothing", runInspect},
+	"reset":   {"forget a client's state under a rule of a running sluice serve", runReset},
 	"proxy":   {"run a rate-limiting reverse proxy", runProxy},
 	"serve":   {"serve rate-limit decisions over HTTP", runServe},
 	"version": {"print the version", runVersion},

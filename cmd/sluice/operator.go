@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sluice-go/sluice/admin"
+	"github.com/sluice-go/sluice/internal/httpjson"
+)
+
+// The operator commands (inspect, reset, top) are clients of a running
+// sluice serve's operator API: its store may be the in-memory one, which
+// only the process holding it can read.
+
+// operatorTimeout bounds each call of the operator API.
+const operatorTimeout = 10 * time.Second
+
+// operatorFlags are the flags every operator command has.
+type operatorFlags struct {
+	server *string
+	json   *bool
+}
+
+func addOperatorFlags(fs *cmdFlags) operatorFlags {
+	return operatorFlags{
+		server: fs.string("server", "SLUICE_SERVER", "http://"+serveListen, "base URL of the running sluice serve (its --listen, or its --dashboard-listen when the dashboard has a listener of its own)"),
+		json:   fs.boolean("json", "SLUICE_JSON", false, "print the API's JSON answer instead of a table"),
+	}
+}
+
+// call sends a request of the operator API at path to the server of of,
+// with body as JSON when not nil and the bearer token when token is not
+// empty, and decodes a 200 answer into out. Any other answer is an error
+// that says what the server said.
+func (of operatorFlags) call(ctx context.Context, method, path string, query url.Values, body any, token string, out any, raw io.Writer) error {
+	base, err := url.Parse(*of.server)
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		return usageError{fmt.Errorf("--server %q is not an http or https URL, such as http://127.0.0.1:8080", *of.server)}
+	}
+	u := base.JoinPath(path)
+	u.RawQuery = query.Encode()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	ctx, cancel := context.WithTimeout(ctx, operatorTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("asking %s: %w", base.Redacted(), err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return fmt.Errorf("reading the answer of %s: %w", base.Redacted(), err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e httpjson.ErrorBody
+		if json.Unmarshal(b, &e) == nil && e.Error.Message != "" {
+			return fmt.Errorf("%s %s: %s (%s)", method, path, e.Error.Message, resp.Status)
+		}
+		return fmt.Errorf("%s %s: %s: %.200s", method, path, resp.Status, strings.TrimSpace(string(b)))
+	}
+	if raw != nil {
+		_, err := raw.Write(b)
+		return err
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("%s %s: the answer is not what this sluice understands (%w); is --server a sluice serve of the same version?", method, path, err)
+	}
+	return nil
+}
+
+// ruleKeyFlags are the --rule and --key of inspect and reset.
+func ruleKeyFlags(fs *cmdFlags) (rule, key *string) {
+	rule = fs.string("rule", "SLUICE_RULE", "", "the rule's name (required)")
+	key = fs.string("key", "SLUICE_KEY", "", "the client key as the rule's key source yields it: an IP address for a rule keyed by ip, the header or query value for the others (ignored for a global rule)")
+	return rule, key
+}
+
+func needRule(rule string) error {
+	if rule == "" {
+		return usageError{errors.New("--rule is required")}
+	}
+	return nil
+}
+
+func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flagSet("inspect", "Show a client's state under each limit of a rule of a running sluice serve, without\nspending anything: what remains, when it resets, and whether the next request of\n--cost would pass (and if not, when it would).", stdout)
+	of := addOperatorFlags(fs)
+	rule, key := ruleKeyFlags(fs)
+	cost := fs.string("cost", "SLUICE_COST", "", "the cost of the request asked about (empty: the rule's cost)")
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	if err := needRule(*rule); err != nil {
+		return err
+	}
+	q := url.Values{"rule": {*rule}, "key": {*key}}
+	if *cost != "" {
+		if _, err := strconv.Atoi(*cost); err != nil {
+			return usageError{fmt.Errorf("--cost %q is not an integer", *cost)}
+		}
+		q.Set("cost", *cost)
+	}
+	if *of.json {
+		return of.call(ctx, http.MethodGet, admin.InspectPath, q, nil, "", nil, stdout)
+	}
+	var in admin.Inspection
+	if err := of.call(ctx, http.MethodGet, admin.InspectPath, q, nil, "", &in, nil); err != nil {
+		return err
+	}
+	printInspection(stdout, in)
+	return nil
+}
+
+// printInspection writes in as a sentence and a table of its limits.
+func printInspection(w io.Writer, in admin.Inspection) {
+	verdict := "would pass"
+	if !in.Allowed {
+		verdict = "would be denied, and pass in " + msString(in.RetryAfterMS)
+	}
+	shadow := ""
+	if in.Shadow {
+		shadow = " (shadow mode: it is never denied)"
+	}
+	fmt.Fprintf(w, "rule %s, key %q: a request of cost %d %s%s\n\n", in.Rule, in.Key, in.Cost, verdict, shadow)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "LIMIT\tALGORITHM\tLIMIT/PERIOD\tREMAINING\tRESETS IN\tNEXT")
+	for _, l := range in.Limits {
+		rate := strconv.Itoa(l.Limit) + "/" + l.Period
+		if l.Burst != 0 && l.Burst != l.Limit {
+			rate += " burst " + strconv.Itoa(l.Burst)
+		}
+		next := "passes"
+		if !l.Allowed {
+			next = "denied, retry in " + msString(l.RetryAfterMS)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", l.Name, l.Algorithm, rate, l.Remaining, msString(l.ResetAfterMS), next)
+	}
+	tw.Flush()
+}
+
+// msString writes ms milliseconds as a Go duration ("1.5s", "0s").
+func msString(ms int64) string { return (time.Duration(ms) * time.Millisecond).String() }
+
+func runReset(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flagSet("reset", "Forget a client's state under every limit of a rule of a running sluice serve: its\nnext request starts from a full quota. The server must have been started with\n"+admin.TokenEnv+" set, and this command sends the same token from its own\nenvironment. With several replicas over one Redis the reset is shared; each other\nreplica's cached denials of the key (the deny cache) last until their retry-after.", stdout)
+	of := addOperatorFlags(fs)
+	rule, key := ruleKeyFlags(fs)
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	if err := needRule(*rule); err != nil {
+		return err
+	}
+	token := os.Getenv(admin.TokenEnv)
+	if token == "" {
+		return usageError{fmt.Errorf("%s is not set: reset sends the bearer token the server was started with", admin.TokenEnv)}
+	}
+	body := admin.ResetRequest{Rule: *rule, Key: *key}
+	if *of.json {
+		return of.call(ctx, http.MethodPost, admin.ResetPath, nil, body, token, nil, stdout)
+	}
+	var out admin.ResetResponse
+	if err := of.call(ctx, http.MethodPost, admin.ResetPath, nil, body, token, &out, nil); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "reset rule %s, key %q: %d limit(s) forgotten\n", out.Rule, out.Key, out.Limits)
+	return nil
+}

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/sluice-go/sluice/admin"
+	"github.com/sluice-go/sluice/internal/redistest"
+)
+
+// operatorRules has one rule per algorithm, each 3 per hour (so that no
+// window ends and no token refills between an inspect and the request
+// after it), and a rule in shadow mode.
+const operatorRules = `
+rules:
+  - {name: fw, match: /fw, key: header:X-Key, limit: 3, period: 1h, algorithm: fixed_window}
+  - {name: sw, match: /sw, key: header:X-Key, limit: 3, period: 1h, algorithm: sliding_window}
+  - {name: sl, match: /sl, key: header:X-Key, limit: 3, period: 1h, algorithm: sliding_log}
+  - {name: tb, match: /tb, key: header:X-Key, limit: 3, period: 1h, algorithm: token_bucket}
+  - {name: gc, match: /gc, key: header:X-Key, limit: 3, period: 1h, algorithm: gcra}
+  - {name: sh, match: /sh, key: header:X-Key, limit: 1, period: 1h, shadow: true}
+`
+
+// operator runs an operator command (inspect, reset, top) in process
+// against d and returns its stdout, failing t when it fails.
+func operator(t *testing.T, d *daemon, args ...string) string {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	args = append(args, "--server", d.base)
+	if code := Run(context.Background(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("sluice %s: exit %d: %s%s", strings.Join(args, " "), code, stderr.String(), stdout.String())
+	}
+	return stdout.String()
+}
+
+// inspect runs sluice inspect --json and decodes its answer.
+func inspect(t *testing.T, d *daemon, rule, key string, cost int) admin.Inspection {
+	t.Helper()
+	out := operator(t, d, "inspect", "--json", "--rule", rule, "--key", key, "--cost", fmt.Sprint(cost))
+	var in admin.Inspection
+	if err := json.Unmarshal([]byte(out), &in); err != nil {
+		t.Fatalf("inspect --json: %v: %s", err, out)
+	}
+	return in
+}
+
+// checked is the part of a /v1/check answer an inspection predicts.
+type checked struct {
+	Allowed      bool  `json:"allowed"`
+	Remaining    int   `json:"remaining"`
+	ResetAfterMS int64 `json:"reset_after_ms"`
+	RetryAfterMS int64 `json:"retry_after_ms"`
+}
+
+// TestInspectAgrees: on the memory store and on Redis, for every
+// algorithm, what sluice inspect says a request of cost n would get is
+// what the next POST /v1/check of cost n gets: admitted or not, what
+// remains, and (within the milliseconds between the two) when it resets
+// and when it may retry; inspecting spends nothing and is not counted as
+// a decision.
+func TestInspectAgrees(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, store := range []struct {
+		name string
+		env  []string
+	}{
+		{"memory", nil},
+		{"redis", []string{"SLUICE_REDIS_URL=redis://" + srv.Addr}},
+	} {
+		t.Run(store.name, func(t *testing.T) {
+			d := startServe(t, store.env, "--config", writeFile(t, operatorRules))
+			for _, rule := range []string{"fw", "sw", "sl", "tb", "gc"} {
+				// A cost of 2 is denied while one unit remains, and a cost of
+				// 1 then admitted: the state says so before each.
+				for i, cost := range []int{1, 1, 2, 1, 2, 1} {
+					in := inspect(t, d, rule, "client-a", cost)
+					again := inspect(t, d, rule, "client-a", cost)
+					if in.Allowed != again.Allowed || in.Limits[0].Remaining != again.Limits[0].Remaining {
+						t.Fatalf("%s step %d: a second inspect differs (%+v, then %+v): inspecting spent", rule, i, in, again)
+					}
+					_, _, body := d.post(t, "/v1/check", fmt.Sprintf(`{"rule":%q,"key":"client-a","cost":%d}`, rule, cost))
+					var got checked
+					if err := json.Unmarshal([]byte(body), &got); err != nil {
+						t.Fatalf("%s step %d: %v: %s", rule, i, err, body)
+					}
+					l := in.Limits[0]
+					if got.Allowed != in.Allowed || got.Allowed != l.Allowed || got.Remaining != l.Remaining {
+						t.Errorf("%s step %d (cost %d): inspect said allowed %v remaining %d; the request got %s", rule, i, cost, in.Allowed, l.Remaining, body)
+					}
+					if !near(got.RetryAfterMS, l.RetryAfterMS) || !near(got.RetryAfterMS, in.RetryAfterMS) || !near(got.ResetAfterMS, l.ResetAfterMS) {
+						t.Errorf("%s step %d (cost %d): inspect said retry %dms reset %dms; the request got %s", rule, i, cost, l.RetryAfterMS, l.ResetAfterMS, body)
+					}
+				}
+			}
+			// A rule in shadow mode: inspect says it would deny, and that
+			// it is in shadow mode.
+			d.post(t, "/v1/check", `{"rule":"sh","key":"client-a"}`)
+			if in := inspect(t, d, "sh", "client-a", 1); !in.Shadow || in.Allowed {
+				t.Errorf("shadow rule after its one request: %+v, want shadow and not allowed", in)
+			}
+			// Inspections are not decisions: the metrics count only the
+			// checks (3 admitted of 6 per rule).
+			text := scrapeMetrics(t, d)
+			for _, want := range []string{
+				`sluice_decisions_total{outcome="allowed",rule="fw"} 3`,
+				`sluice_decisions_total{outcome="denied",rule="fw"} 3`,
+				`sluice_decisions_total{outcome="allowed",rule="gc"} 3`,
+			} {
+				if !strings.Contains(text, want+"\n") {
+					t.Errorf("/metrics lacks %s", want)
+				}
+			}
+		})
+	}
+}
+
+// near reports whether two durations in ms, taken a few ms apart, agree:
+// the later one (a) is not longer, and not more than a second shorter.
+func near(a, b int64) bool { return a <= b && a >= b-1000 }
+
+// TestReset: sluice reset is refused unless the server was started with
+// the token, and then without the right one; with it, the client's state
+// is forgotten under the rule, its deny cache entries too, so that its
+// next request is admitted with a full quota, and another client's state
+// is untouched.
+func TestReset(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := writeFile(t, "redis:\n  deny_cache: true\n"+operatorRules)
+	run := func(d *daemon, token string, args ...string) (int, string) {
+		t.Setenv(admin.TokenEnv, token)
+		var out bytes.Buffer
+		code := Run(context.Background(), append(args, "--server", d.base), &out, &out)
+		return code, out.String()
+	}
+	spend := func(d *daemon, key string, n int) {
+		for range n {
+			d.post(t, "/v1/check", `{"rule":"fw","key":"`+key+`"}`)
+		}
+	}
+
+	off := startServe(t, []string{"SLUICE_REDIS_URL=redis://" + srv.Addr, admin.TokenEnv + "="}, "--config", cfg)
+	if code, out := run(off, "secret", "reset", "--rule", "fw", "--key", "a"); code != 1 || !strings.Contains(out, admin.TokenEnv) {
+		t.Errorf("reset of a server started without %s: exit %d: %s; want 1, saying it is off", admin.TokenEnv, code, out)
+	}
+	if code, out := run(off, "", "reset", "--rule", "fw", "--key", "a"); code != 2 || !strings.Contains(out, admin.TokenEnv) {
+		t.Errorf("reset without %s: exit %d: %s; want a usage error naming it", admin.TokenEnv, code, out)
+	}
+	off.terminate(t)
+
+	d := startServe(t, []string{"SLUICE_REDIS_URL=redis://" + srv.Addr, admin.TokenEnv + "=secret"}, "--config", cfg)
+	spend(d, "a", 5) // 3 admitted, 2 denied: the last one cached
+	spend(d, "b", 2)
+	if code, _, _ := d.post(t, "/v1/check", `{"rule":"fw","key":"a"}`); code != 429 {
+		t.Fatalf("client a after its quota: %d, want 429", code)
+	}
+	if code, out := run(d, "wrong", "reset", "--rule", "fw", "--key", "a"); code != 1 || !strings.Contains(out, "401") {
+		t.Errorf("reset with a wrong token: exit %d: %s; want 1 and a 401", code, out)
+	}
+	if code, out := run(d, "secret", "reset", "--rule", "nope", "--key", "a"); code != 1 || !strings.Contains(out, `unknown rule "nope"`) {
+		t.Errorf("reset of an unknown rule: exit %d: %s", code, out)
+	}
+	if code, out := run(d, "secret", "reset", "--rule", "fw", "--key", "a"); code != 0 || !strings.Contains(out, "1 limit(s) forgotten") {
+		t.Fatalf("reset: exit %d: %s", code, out)
+	}
+	for i := 1; i <= 4; i++ {
+		code, _, body := d.post(t, "/v1/check", `{"rule":"fw","key":"a"}`)
+		if want := map[bool]int{true: 200, false: 429}[i <= 3]; code != want {
+			t.Errorf("client a request %d after the reset: %d %s, want %d", i, code, body, want)
+		}
+	}
+	if in := inspect(t, d, "fw", "b", 1); in.Limits[0].Remaining != 0 {
+		t.Errorf("client b after a's reset: %+v, want its 2 spent (0 remaining after one more)", in)
+	}
+}
