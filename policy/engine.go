@@ -275,7 +275,8 @@ type Check struct {
 	// keyed by ip refuses it.
 	Composite bool
 	// Cost overrides the rule's cost when not nil; 0 reports the state
-	// without spending anything.
+	// without spending anything, and is told to no Observer (it decides
+	// nothing; what the next request would get is Inspect's to tell).
 	Cost *int
 }
 
