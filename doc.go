@@ -18,7 +18,8 @@
 //	if !res.Allowed { ... }     // answer 429; retry after res.RetryAfter
 //
 // AllowN spends a cost other than 1; AllowAll checks several limits (10 per
-// second AND 1000 per hour) in one atomic call, all or nothing; Reset
+// second AND 1000 per hour) in one atomic call, all or nothing; Peek tells
+// what the next request would get without spending anything; Reset
 // forgets a key.
 //
 // # Algorithms

@@ -175,19 +175,28 @@ func (l *Limiter) AllowAll(ctx context.Context, key string, n int, limits ...Lim
 // keys live on different Redis Cluster slots). The MultiResult holds one
 // Result per limit, the first part's limits first.
 func (l *Limiter) AllowParts(ctx context.Context, parts ...Part) (MultiResult, error) {
-	if len(parts) == 0 {
-		return MultiResult{}, fmt.Errorf("%w: a decision needs at least one part", ErrInvalidLimit)
-	}
-	for _, p := range parts {
-		if len(p.Limits) == 0 {
-			return MultiResult{}, fmt.Errorf("%w: the part of key %q has no limit; a decision needs at least one", ErrInvalidLimit, p.Key)
-		}
+	if err := someLimits(parts, "decision"); err != nil {
+		return MultiResult{}, err
 	}
 	rs, err := l.take(ctx, parts)
 	if err != nil {
 		return MultiResult{}, err
 	}
 	return Combine(rs), nil
+}
+
+// someLimits reports a request (what: "decision", "peek") without parts,
+// or with a part without limits.
+func someLimits(parts []Part, what string) error {
+	if len(parts) == 0 {
+		return fmt.Errorf("%w: a %s needs at least one part", ErrInvalidLimit, what)
+	}
+	for _, p := range parts {
+		if len(p.Limits) == 0 {
+			return fmt.Errorf("%w: the part of key %q has no limit; a %s needs at least one", ErrInvalidLimit, p.Key, what)
+		}
+	}
+	return nil
 }
 
 // Reset forgets the state of key under each of limits, so that its next
@@ -219,6 +228,51 @@ func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error 
 		l.deny.forget(key, limits)
 	}
 	return nil
+}
+
+// ErrPeekUnsupported is wrapped by the error of Limiter.Peek when the
+// Limiter's store is no Peeker.
+var ErrPeekUnsupported = errors.New("the store cannot be read without deciding (it is no sluice.Peeker)")
+
+// Peek returns what AllowParts(ctx, parts...) would answer now, if
+// nothing else happened first, and spends nothing: the Results of a
+// request of each part's Cost (0: the state as it is), and whether it
+// would be admitted. It validates parts as AllowParts does, and asks the
+// store directly (its Peeker), bounded by the store timeout
+// (WithStoreTimeout).
+//
+// Peek reports the store's state only. It never answers from the deny
+// cache (WithDenyCache), whose denials agree with the store's state
+// anyway, and it is neither refused by an open breaker nor counted by it.
+// It never applies the ErrorPolicy: when the store fails, or is no
+// Peeker, Peek returns the error (wrapping ErrPeekUnsupported for the
+// latter), never a made-up or local answer, whatever the policy; a
+// request decided meanwhile would get the policy's answer.
+func (l *Limiter) Peek(ctx context.Context, parts ...Part) (MultiResult, error) {
+	if err := someLimits(parts, "peek"); err != nil {
+		return MultiResult{}, err
+	}
+	if err := validate(parts); err != nil {
+		return MultiResult{}, err
+	}
+	pk, ok := l.store.(Peeker)
+	if !ok {
+		return MultiResult{}, fmt.Errorf("sluice: peek: %w: %T", ErrPeekUnsupported, l.store)
+	}
+	req := Request{Parts: parts}
+	if l.now != nil {
+		req.Now = l.now()
+	}
+	ctx, cancel := l.bound(ctx)
+	defer cancel()
+	rs, err := pk.Peek(ctx, req)
+	if err != nil {
+		return MultiResult{}, fmt.Errorf("sluice: peek: %w", err)
+	}
+	if len(rs) != req.Len() {
+		return MultiResult{}, fmt.Errorf("sluice: peek: the store returned %d results for %d limits", len(rs), req.Len())
+	}
+	return Combine(rs), nil
 }
 
 func (l *Limiter) take(ctx context.Context, parts []Part) ([]Result, error) {

@@ -12,7 +12,8 @@ import (
 )
 
 // takeOnly hides its store's TakeOne: a Limiter over it decides Allow and
-// AllowN with Take, as over a store that is no sluice.OneTaker.
+// AllowN with Take, as over a store that is no sluice.OneTaker; and its
+// Peek: it is no sluice.Peeker.
 type takeOnly struct{ sluice.Store }
 
 // TestOneTakerAgrees: a Limiter over the memory store, which asks its

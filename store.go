@@ -88,3 +88,22 @@ func (req Request) Len() int {
 	}
 	return n
 }
+
+// Peeker is an optional interface of a Store: a Store that has it reads a
+// request's state without deciding it, for Limiter.Peek (an operator's
+// look at a client: sluice inspect). The memory and Redis stores have it,
+// and so do the wrappers in this module that forward to a store
+// (storetest.Counting, lease.Store, the metrics package's instrumented
+// store).
+//
+// Peek(ctx, req) returns what Take(ctx, req) would return at req.Now (the
+// zero Now: the store's clock), the same Results in the same order, and
+// changes nothing in the store: it writes no state, converts none kept
+// under another Limit or Burst, creates no entry, extends no expiry and,
+// in a store that forgets its least recently used entries, does not count
+// as a use. As for Take, the request is valid. A store that wraps another
+// is a Peeker only if it forwards Peek; a Limiter over a store without it
+// answers Peek with an error wrapping ErrPeekUnsupported.
+type Peeker interface {
+	Peek(ctx context.Context, req Request) ([]Result, error)
+}

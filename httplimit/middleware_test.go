@@ -451,7 +451,7 @@ func TestShadow(t *testing.T) {
 rules:
   - {name: r, key: ip, limit: 1, period: 1m, shadow: true}
 `)
-	f := serve(t, clock, policy.New(newLimiter(clock), set, policy.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))))
+	f := serve(t, clock, policy.New(newLimiter(clock), set, policy.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))), policy.WithDenialLog(1)))
 	for i := range 5 {
 		if w := f.do(req{target: "/"}); w.Code != 200 || w.Header().Get("Retry-After") != "" {
 			t.Fatalf("request %d in shadow mode: %d %v; want 200", i, w.Code, w.Header())

@@ -23,6 +23,11 @@
 // other replicas 2 until it ends). B is clamped to the limit's Capacity,
 // so a block is always a valid request.
 //
+// Store.Peek (sluice.Peeker, for sluice inspect) reads without spending:
+// from this replica's lease when it would serve the request, otherwise
+// from the backing store, whose state counts every replica's leased but
+// unspent units as spent.
+//
 // # How a lease is taken and spent
 //
 // A replica holds at most one lease per key and limit identity

@@ -17,6 +17,11 @@
 // binding limit, the rule whose key the request lacked, and whether the
 // store failed and which error policy answered instead.
 //
+// For operators, Inspect reads a client's state under a rule, limit by
+// limit, and what a request of some cost would get, spending nothing
+// (sluice.Limiter.Peek); Reset forgets it. Denials are logged at a sampled
+// rate (WithDenialLog), client keys masked (MaskKey).
+//
 // # Groups: stacked rules
 //
 // Rules belong to groups (Rule.Group; "" is the default group). Within a

@@ -27,6 +27,9 @@ type Engine struct {
 	set atomic.Pointer[RuleSet]
 	obs Observer
 	log *slog.Logger
+
+	denials   float64 // the share of denials logged (WithDenialLog)
+	plainKeys bool    // the denial log shows client keys unmasked (WithPlainKeys)
 }
 
 // EngineOption configures an Engine.
@@ -35,22 +38,23 @@ type EngineOption func(*Engine)
 // Observer is told of the outcome of each rule in each decision, for
 // metrics and the dashboard: the rule's name, the client key as the rule
 // yields it (Applied.Key: a client's address or a header value, never to
-// be a metric label), and the outcome. It must be safe for concurrent use
-// and quick.
+// be a metric label), and the outcome. A check of cost 0, a look at the
+// state that spends nothing, decided nothing and is not reported, nor is
+// Inspect. It must be safe for concurrent use and quick.
 type Observer func(rule, key string, o Outcome)
 
 // WithObserver registers f to be told of every rule's outcome.
 func WithObserver(f Observer) EngineOption { return func(e *Engine) { e.obs = f } }
 
-// WithLogger sets where the engine logs store failures and shadow denials
-// (default slog.Default()).
+// WithLogger sets where the engine logs store failures and the denials
+// that WithDenialLog samples (default slog.Default()).
 func WithLogger(l *slog.Logger) EngineOption { return func(e *Engine) { e.log = l } }
 
 // New returns an Engine deciding with lim under set. A nil set has no
 // rules: every request passes unlimited and every Check names an unknown
 // rule, until Update supplies some.
 func New(lim *sluice.Limiter, set *RuleSet, opts ...EngineOption) *Engine {
-	e := &Engine{lim: lim, obs: func(string, string, Outcome) {}, log: slog.Default()}
+	e := &Engine{lim: lim, obs: func(string, string, Outcome) {}, log: slog.Default(), denials: DefaultDenialLogRate}
 	for _, o := range opts {
 		o(e)
 	}
@@ -271,7 +275,8 @@ type Check struct {
 	// keyed by ip refuses it.
 	Composite bool
 	// Cost overrides the rule's cost when not nil; 0 reports the state
-	// without spending anything.
+	// without spending anything, and is told to no Observer (it decides
+	// nothing; what the next request would get is Inspect's to tell).
 	Cost *int
 }
 
@@ -419,7 +424,7 @@ func (e *Engine) decide(ctx context.Context, d *Decision) error {
 			own := sluice.Combine(a.Results)
 			a.Binding = own.Binding
 			a.Outcome = outcome(res.Allowed, own.Allowed, res.Degraded)
-			e.obs(a.Rule.Name, a.Key, a.Outcome)
+			e.report(a)
 		}
 	}
 	if !d.Allowed {
@@ -448,15 +453,24 @@ func (e *Engine) decide(ctx context.Context, d *Decision) error {
 		}
 		a.Results, a.Binding = res.Results, res.Binding
 		a.Outcome = OutcomeOf(res, true)
-		if a.Outcome == ShadowDenied {
-			e.log.Info("sluice: shadow rule would deny", "rule", a.Rule.Name, "retry_after", res.RetryAfter)
-		}
-		e.obs(a.Rule.Name, a.Key, a.Outcome)
+		e.report(a)
 		d.Applied[kept] = *a
 		kept++
 	}
 	d.Applied = d.Applied[:kept]
 	return nil
+}
+
+// report tells the observer of a's outcome, unless a is a look (cost 0),
+// and logs a's denial if the sampler picks it.
+func (e *Engine) report(a *Applied) {
+	if a.Cost == 0 {
+		return // a look decided nothing
+	}
+	if a.Outcome == Denied || a.Outcome == ShadowDenied {
+		e.logDenial(a)
+	}
+	e.obs(a.Rule.Name, a.Key, a.Outcome)
 }
 
 // OutcomeOf returns the outcome of a rule decided alone, res, in shadow

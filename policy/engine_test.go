@@ -24,7 +24,7 @@ import (
 
 // fixture is an Engine over the memory store with a fake clock that
 // stands still (so nothing refills), recording what its observer is told
-// and what it logs.
+// and what it logs (every denial: WithDenialLog(1)).
 type fixture struct {
 	t     *testing.T
 	e     *policy.Engine
@@ -52,7 +52,7 @@ func newFixtureOn(t *testing.T, lim *sluice.Limiter, clock *storetest.Clock, rul
 		t.Fatalf("Compile: %v", err)
 	}
 	f := &fixture{t: t, clock: clock}
-	f.e = policy.New(lim, set, policy.WithObserver(f.observe), policy.WithLogger(slog.New(slog.NewTextHandler(&f.logs, nil))))
+	f.e = policy.New(lim, set, policy.WithObserver(f.observe), policy.WithLogger(slog.New(slog.NewTextHandler(&f.logs, nil))), policy.WithDenialLog(1))
 	return f
 }
 

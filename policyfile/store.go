@@ -246,6 +246,16 @@ func (l *lazyRedis) Take(ctx context.Context, req sluice.Request) ([]sluice.Resu
 	return s.Take(ctx, req)
 }
 
+// Peek reads req's state in the Redis store (redis.Store.Peek), or fails
+// with errNotConnected while Redis has not been reached yet.
+func (l *lazyRedis) Peek(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	s := l.store.Load()
+	if s == nil {
+		return nil, errNotConnected
+	}
+	return s.Peek(ctx, req)
+}
+
 // Reset resets key's limits in the Redis store, or fails with
 // errNotConnected while Redis has not been reached yet.
 func (l *lazyRedis) Reset(ctx context.Context, key string, limits ...sluice.Limit) error {

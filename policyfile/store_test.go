@@ -17,7 +17,7 @@ import (
 )
 
 // TestOpenBackend: OpenBackend builds the store of a redis section, in
-// memory and on Redis, with no store wrapper, and decides.
+// memory and on Redis, with no store wrapper, and decides and peeks.
 func TestOpenBackend(t *testing.T) {
 	srv := redistest.Start(t)
 	for name, r := range map[string]config.Redis{
@@ -38,6 +38,11 @@ func TestOpenBackend(t *testing.T) {
 				if err != nil || res.Allowed != want || res.Degraded != sluice.NotDegraded {
 					t.Errorf("decision %d: allowed %v, degraded %q, %v; want %v by the store", i+1, res.Allowed, res.Degraded, err, want)
 				}
+			}
+			// The store reads without deciding (sluice inspect).
+			p, err := b.Limiter.Peek(context.Background(), sluice.Part{Key: "k", Limits: []sluice.Limit{sluice.PerMinute(1)}, Cost: 1})
+			if err != nil || p.Allowed || p.Remaining != 0 {
+				t.Errorf("Peek: %+v, %v; want denied, as the next decision", p.Result, err)
 			}
 		})
 	}

@@ -35,7 +35,10 @@
 // "2001:db8:1:2::/64", is accepted too), the header's or query parameter's
 // value (an API key, a user ID) for a rule keyed by header:<Name> or
 // query:<name>; a rule keyed by global ignores it. cost is optional and
-// defaults to the rule's cost; 0 reports the state without consuming. The
+// defaults to the rule's cost; 0 spends nothing and counts as no decision
+// in the metrics, but it answers for a request of cost 0, admitted where
+// the next request of cost 1 may be denied: to see what the next request
+// would get, inspect the key (sluice inspect, policy.Engine.Inspect). The
 // limits are the rule's, or those of the rule's plan that matches key
 // (policy.Rule.LimitsFor). The engine stores each count in the namespace
 // of its key source, so that the service, the middleware, the proxy and

@@ -90,7 +90,7 @@ func setup(t *testing.T, yaml string, opts ...Option) *fixture {
 
 func setupWith(t *testing.T, lim *sluice.Limiter, c *storetest.Clock, yaml string, opts ...Option) *fixture {
 	f := &fixture{t: t, clock: c, logs: &syncBuffer{}}
-	f.engine = policy.New(lim, compile(t, yaml), policy.WithLogger(slog.New(slog.NewTextHandler(f.logs, nil))))
+	f.engine = policy.New(lim, compile(t, yaml), policy.WithLogger(slog.New(slog.NewTextHandler(f.logs, nil))), policy.WithDenialLog(1))
 	f.srv = New(f.engine, append([]Option{WithClock(c.Now)}, opts...)...)
 	return f
 }

@@ -2,18 +2,21 @@ package storetest
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 
 	"github.com/sluice-go/sluice"
 )
 
-// Counting wraps a Store and counts the Take calls that reach it, so that
-// a test can tell how many decisions a cache or a lease spared the store.
+// Counting wraps a Store and counts the Take and Peek calls that reach
+// it, so that a test can tell how many decisions a cache or a lease
+// spared the store.
 // It is no sluice.OneTaker, so a Limiter over it sends every decision
 // through Take.
 type Counting struct {
 	sluice.Store
 	takes atomic.Int64
+	peeks atomic.Int64
 }
 
 // Take counts the call and passes it to the wrapped Store.
@@ -24,3 +27,17 @@ func (c *Counting) Take(ctx context.Context, req sluice.Request) ([]sluice.Resul
 
 // Takes returns how many Take calls have reached the wrapped Store.
 func (c *Counting) Takes() int64 { return c.takes.Load() }
+
+// Peek counts the call and passes it to the wrapped Store, which must be
+// a sluice.Peeker (else the error wraps sluice.ErrPeekUnsupported).
+func (c *Counting) Peek(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	c.peeks.Add(1)
+	pk, ok := c.Store.(sluice.Peeker)
+	if !ok {
+		return nil, fmt.Errorf("storetest: %T: %w", c.Store, sluice.ErrPeekUnsupported)
+	}
+	return pk.Peek(ctx, req)
+}
+
+// Peeks returns how many Peek calls have reached the Counting store.
+func (c *Counting) Peeks() int64 { return c.peeks.Load() }

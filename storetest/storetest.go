@@ -4,8 +4,9 @@
 // fixed-window boundary burst and its absence in sliding_log, refill over
 // time, costs, Remaining, ResetAfter and RetryAfter values, RetryAfter
 // honesty, state lifetimes, multi-limit all or nothing, token_bucket and
-// gcra agreeing, invalid limits, key isolation and exactness under
-// concurrency. Because the expected Results are the same constants for
+// gcra agreeing, invalid limits, key isolation, exactness under
+// concurrency, and a Peek (sluice.Peeker, which the suite requires) that
+// answers what Take would and changes nothing. Because the expected Results are the same constants for
 // every store, a scenario produces the same Result in every store; a
 // randomized differential test compares every store with the reference
 // algorithms in internal/algo besides.
@@ -86,6 +87,7 @@ func Run(t *testing.T, newStore Factory) {
 	t.Run("KeysIsolated", func(t *testing.T) { testKeys(t, newStore) })
 	t.Run("StoreClock", func(t *testing.T) { testStoreClock(t, newStore) })
 	t.Run("Concurrency", func(t *testing.T) { testConcurrency(t, newStore) })
+	t.Run("Peek", func(t *testing.T) { testPeek(t, newStore) })
 }
 
 // env is one test's store, fake clock and limiter.

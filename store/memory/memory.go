@@ -11,7 +11,9 @@
 // independently; all limits of one key live in one shard, so a multi-limit
 // decision is atomic. It is a sluice.OneTaker: a Limiter's Allow and AllowN
 // over it allocate nothing once a key has its entry (BenchmarkAllow,
-// BenchmarkManyKeys). Every piece of state carries the shortest sufficient
+// BenchmarkManyKeys). It is a sluice.Peeker: Peek reads a request's
+// Results without deciding, creating, converting or touching anything
+// (see Store.Peek). Every piece of state carries the shortest sufficient
 // lifetime (until it would be equivalent to no state at all), and state
 // that has been expired for over a minute is evicted as the store is used,
 // so idle keys do not accumulate. The minute of grace keeps a clock that

@@ -57,6 +57,20 @@ func TestValueLayout(t *testing.T) {
 			t.Errorf("%s after %d requests: %q = %q (%s), want %q = %q (%s)", tt.l, tt.n, key, v, enc, tt.key, tt.value, tt.enc)
 		}
 	}
+	// The example of the package doc: current 7 and previous 12 in the
+	// minute 29453760.
+	seven := sluice.PerMinute(100).Using(sluice.SlidingWindow).Named("doc")
+	now = now.Add(-time.Minute)
+	if _, err := lim.AllowN(ctx, "doc", seven, 12); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(time.Minute)
+	if _, err := lim.AllowN(ctx, "doc", seven, 7); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.Do(ctx, c.B().Get().Key(store.Key("doc", seven)).Build()).ToString(); err != nil || v != "7122029453760" {
+		t.Errorf("sliding_window, 12 in the previous minute and 7 in this one: %q, %v; want 7122029453760", v, err)
+	}
 	// The previous window's count, and counts past 9 digits (a string).
 	l := sluice.PerMinute(2_000_000_000).Using(sluice.SlidingWindow)
 	for _, cost := range []int{12, 1_500_000_000} {

@@ -219,6 +219,12 @@ func TestMinimalACL(t *testing.T) {
 		if _, err := lim.AllowAll(ctx, tag+"-all", 1, limits...); err != nil {
 			return err
 		}
+		// A peek, under a raised limit too (a bucket converted unstored).
+		for _, ls := range [][]sluice.Limit{limits, {sluice.PerMinute(9)}} {
+			if _, err := lim.Peek(ctx, sluice.Part{Key: tag + "-all", Limits: ls, Cost: 1}); err != nil {
+				return err
+			}
+		}
 		if err := s.Reset(ctx, tag, limits...); err != nil {
 			return err
 		}

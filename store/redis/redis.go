@@ -42,10 +42,61 @@
 // script reads what other numbers left, and token_bucket and gcra store
 // the interval their debt is measured in, to convert it.
 //
+// Keys written for the policy engine (sluice serve, the middleware, the
+// proxy) hold its namespaced client key (package policy): the rule
+// login's limit for the address 192.0.2.1 is
+// sluice:{ip:192.0.2.1}w1m:login-1m, a header or query value v is k:v,
+// the global key global. Two keys are the store's own, which no client
+// key can produce: <prefix>:{%ready}f1s (Ready) and
+// <prefix>:{%fleet}:replicas (Heartbeat, a sorted set of replica names
+// scored by the millisecond their heartbeat ends).
+//
+// # Values
+//
+// A value is written by the scripts in lua/ only, as the algorithms'
+// files there describe it; what each key holds:
+//
+//   - fixed_window: the string of decimal digits of the count (1 or more:
+//     a count of 0 is no key), followed by the window index
+//     floor(now / period), now and period in µs, zero-padded to d digits,
+//     where 10^d is the smallest power of ten above every window index of
+//     a time below 2^53 µs: 13 digits for a period of 1ms, 10 for 1s or
+//     1.5s, 9 for 1m, 7 for 1h, 6 for 1d, 2 for MaxPeriod. A count of 3
+//     in the minute 29453760 (2026-01-01 00:00 UTC) is 3029453760. It
+//     expires when its window ends.
+//   - sliding_window: the current window's count (no digits when 0), the
+//     previous window's count (no digits when 0), the number of digits of
+//     the previous count as one character (0 to 9, then a to d for 10 to
+//     13), and the current window index, padded to d digits as
+//     fixed_window's. Current 7 and previous 12 in the minute 29453760
+//     are 7122029453760; current 2 alone is 20029453760. It expires when
+//     the window after the one of its last count ends.
+//   - token_bucket and gcra (one layout): the token interval in µs as its
+//     significant digits m (the interval without its trailing zeros, in
+//     decimal) and the number of its trailing zeros e as one character (0
+//     to 9, then a to e), followed by tat, the instant in µs since 1970 at
+//     which the bucket is full again (token_bucket: the last update plus
+//     the debt then; gcra: the theoretical arrival time), in 16 digits
+//     (zero-padded before 2001). The debt at now is tat − now µs of
+//     refill at the interval m×10^e, each interval one token; the
+//     capacity is the limit's, never stored. 100 per minute (a token every
+//     600000µs) full again at 1767225600600000 is 651767225600600000. It
+//     expires at tat.
+//   - sliding_log: a sorted set with one member per unit of admitted
+//     cost, scored by the instant it was admitted, in µs; the members of
+//     one instant are named <instant>, <instant>:1, <instant>:2... Those
+//     scored at or before now − period have expired (they are removed
+//     when an admitted request writes). The key expires a period after
+//     its newest member.
+//
+// Each TTL is rounded up to the millisecond and counted on the server's
+// clock, so a value outlives its state by up to a millisecond; a request
+// with its own time (WithClock) may set a longer one. A value of another
+// layout (an older version's, or one written by hand) reads as no state.
+//
 // Every state but sliding_log's is one decimal integer, which Redis keeps
 // as a 64-bit integer in its 16-byte object rather than as a string of 32
-// bytes or more (lua/window.lua, bucket.lua and the algorithms' files have
-// the layouts): a count and the window index (fixed_window); the two
+// bytes or more (see Values): a count and the window index (fixed_window); the two
 // windows' counts and the index (sliding_window); the token interval and
 // the instant the bucket is full again (token_bucket and gcra). So what a
 // key costs is mostly its name, of len(prefix) + len(client key) + 4 +
@@ -100,7 +151,8 @@
 //
 // A lane is what one script may touch: the server (standalone, Sentinel),
 // or one hash slot on a Cluster. A store sharded on the client side
-// (WithSharding) does not coalesce, nor do decisions split over slots.
+// (WithSharding) does not coalesce, nor do decisions split over slots,
+// nor peeks (Peek), which go to Redis alone.
 //
 // A decision whose context ends while it waits leaves the queue, not
 // taken, and Take returns the context's error. Once its batch is sent it
@@ -182,7 +234,9 @@
 // ZADD, ZREMRANGEBYSCORE and ZCARD), and PING, which
 // rueidis sends on idle connections; SELECT for a database other than 0,
 // CLUSTER SHARDS and CLUSTER SLOTS on a Cluster, ROLE on a primary reached
-// through Sentinel. Store.TTL runs PTTL.
+// through Sentinel. Store.TTL runs PTTL. Peek (lua/peek.lua) runs only
+// reading commands that decisions run too (GET, TIME, ZCOUNT, ZRANGE,
+// ZRANGEBYSCORE) and writes nothing.
 //
 // # Clients
 //

@@ -71,4 +71,9 @@ func TestRingStacked(t *testing.T) {
 	if err != nil || r.Remaining != 9 {
 		t.Errorf("the first client alone: %+v, %v; want 9 left (1 of 10 spent)", r, err)
 	}
+	// A peek over both reads each key on its own server.
+	p, err := lim.Peek(ctx, sluice.Part{Key: first, Limits: []sluice.Limit{l1}, Cost: 2}, sluice.Part{Key: second, Limits: []sluice.Limit{l2}, Cost: 3})
+	if err != nil || !p.Allowed || p.Results[0].Remaining != 7 || p.Results[1].Remaining != 6 {
+		t.Errorf("Peek over both clients: %+v, %v; want allowed with 7 and 6 left", p, err)
+	}
 }

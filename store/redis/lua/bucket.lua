@@ -62,7 +62,7 @@ end
 -- internal/algo/bucket.go: the debt at now of the bucket at key, in µs of
 -- refill at interval (0: none). State measured at another interval (a
 -- changed limit) is converted and stored so at once, whatever the
--- decision.
+-- decision (unless read_only: a peek).
 local function bucket_debt(key, now, interval)
   local v = redis.call('GET', key)
   if not v then
@@ -97,6 +97,8 @@ local function bucket_debt(key, now, interval)
     return debt
   end
   debt = rescale(debt, from, interval)
-  save(key, bucket_state(debt, now, interval), debt)
+  if not read_only then
+    save(key, bucket_state(debt, now, interval), debt)
+  end
   return debt
 end

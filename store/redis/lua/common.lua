@@ -45,6 +45,11 @@ local function save(key, value, ttl)
   end
 end
 
+-- read_only is set by peek.lua: a decision function then writes nothing
+-- (bucket_debt converts state without storing it), so that the script
+-- reads the state as take.lua would decide on it and leaves it as it is.
+local read_only = false
+
 -- server_clock is set once clock has read the server's TIME: the state of
 -- a window then expires, by the server's clock, at the instant the
 -- decision computes, so that a write within the same window may keep the

@@ -2,7 +2,7 @@
 -- State: the current count, the previous window's count, the number of
 -- digits of the previous count (one digit; a letter beyond 9), and the
 -- window in d digits (window_width): current 7 and previous 12 in window
--- 29935680 of a minute is 712229935680. A count of 0 has no digits.
+-- 29935680 of a minute is 7122029935680. A count of 0 has no digits.
 
 -- sw_state is the stored state of window w (of width wd) and its counts.
 local function sw_state(w, prev, cur, wd)
