@@ -3,7 +3,7 @@
 //
 //	sluice_decisions_total{rule, outcome}   allowed | denied | denied_by_other | shadow_denied | degraded_allowed | degraded_denied
 //	sluice_decision_duration_seconds{door}  latency of a decision as its door serves it: http | grpc | json | proxy
-//	sluice_store_duration_seconds{op}       latency of store calls (take, reset)
+//	sluice_store_duration_seconds{op}       latency of store calls (take, reset, peek)
 //	sluice_store_errors_total{op}           failed store calls
 //	sluice_fallbacks_total                  decisions the error policy made while the store failed
 //	sluice_config_reloads_total{result}     ok | rejected
@@ -169,6 +169,7 @@ func New() *Metrics {
 	}
 	m.take = opSeries{m.storeSeconds.WithLabelValues("take"), m.storeErrors.WithLabelValues("take")}
 	m.reset = opSeries{m.storeSeconds.WithLabelValues("reset"), m.storeErrors.WithLabelValues("reset")}
+	m.peekSeries()
 	m.reg.MustRegister(m.decisions, m.doorSeconds, m.storeSeconds, m.storeErrors, m.fallbacks, m.reloads, m.breakerOpen, m.breakerOpens, m.unknown,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

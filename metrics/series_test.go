@@ -22,6 +22,7 @@ func TestSeriesFromStart(t *testing.T) {
 	want := []string{
 		`sluice_store_errors_total{op="take"} 0`,
 		`sluice_store_errors_total{op="reset"} 0`,
+		`sluice_store_errors_total{op="peek"} 0`,
 		`sluice_config_reloads_total{result="ok"} 0`,
 		`sluice_config_reloads_total{result="rejected"} 0`,
 		`sluice_fallbacks_total 0`,

@@ -97,21 +97,22 @@ func (e *Engine) Inspect(ctx context.Context, c Check) (*Inspection, error) {
 // be named here), under each limit that applies to it (its plan's, for a
 // key a plan matches), so that its next request starts afresh: in the
 // store, in the Limiter's local fallback and in its deny cache (see
-// sluice.Limiter.Reset). The error is an *UnknownRuleError, one wrapping
-// ErrInvalidKey, or the Limiter's (the store failed).
+// sluice.Limiter.Reset). It returns the limits it reset (the rule's
+// compiled ones: read, never modify). The error is an *UnknownRuleError,
+// one wrapping ErrInvalidKey, or the Limiter's (the store failed).
 //
 // In a fleet the store is shared, so every replica sees the reset at its
 // next decision, except in its deny cache (sluice.WithDenyCache): only
 // the replica that served the reset forgets its cached denials of the
 // key; each other replica's last until their RetryAfter at most, and it
 // keeps denying the key from its cache until then.
-func (e *Engine) Reset(ctx context.Context, rule, key string) error {
+func (e *Engine) Reset(ctx context.Context, rule, key string) ([]sluice.Limit, error) {
 	a, err := e.set.Load().check(Check{Rule: rule, Key: key})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := e.lim.Reset(ctx, a.stored, a.Limits...); err != nil {
-		return fmt.Errorf("rule %q: %w", a.Rule.Name, err)
+		return nil, fmt.Errorf("rule %q: %w", a.Rule.Name, err)
 	}
-	return nil
+	return a.Limits, nil
 }

@@ -8,11 +8,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 
+	"github.com/sluice-go/sluice/admin"
 	"github.com/sluice-go/sluice/config"
 	"github.com/sluice-go/sluice/envoy"
 	"github.com/sluice-go/sluice/metrics"
@@ -105,13 +107,20 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// Any method, as envoyproxy/ratelimit routes them.
 	mux.Handle("/json", m.Time(metrics.DoorJSON, envoy.JSONHandler(rls)))
 	mux.Handle("/healthcheck", health)
-	var api *server.Server
+	var (
+		api    *server.Server
+		engine func() *policy.Engine
+	)
 	if p != nil {
-		api = server.New(p.Engine(), server.WithReady(p.Ready))
+		api, engine = server.New(p.Engine(), server.WithReady(p.Ready)), p.Engine
 	} else {
-		api = server.New(policy.New(back.Limiter, nil), server.WithReady(back.Ready))
+		e := policy.New(back.Limiter, nil)
+		api, engine = server.New(e, server.WithReady(back.Ready)), func() *policy.Engine { return e }
 	}
 	mux.Handle("/", api)
+	ops := admin.NewOperator(engine, os.Getenv(admin.TokenEnv))
+	mux.Handle(admin.InspectPath, ops)
+	mux.Handle(admin.ResetPath, ops)
 	mux.Handle("/v1/check", m.Time(metrics.DoorHTTP, api))
 	mux.Handle("/v1/check/batch", m.Time(metrics.DoorHTTP, api))
 	// The probes and the metrics answer whatever the load: an orchestrator

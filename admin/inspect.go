@@ -1,0 +1,134 @@
+package admin
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/httpjson"
+	"github.com/sluice-go/sluice/policy"
+)
+
+// operator serves the operator API's inspect and reset for the engine
+// engine returns (a reload may replace it), resets only when token is
+// not empty.
+type operator struct {
+	engine func() *policy.Engine
+	token  string
+}
+
+// inspect answers GET InspectPath?rule=R&key=K[&cost=N] with an
+// Inspection.
+func (o operator) inspect(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	rule := q.Get("rule")
+	if rule == "" {
+		httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST", "rule is required: "+InspectPath+"?rule=R&key=K[&cost=N]")
+		return
+	}
+	c := policy.Check{Rule: rule, Key: q.Get("key")}
+	if s := q.Get("cost"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST", fmt.Sprintf("cost %q is not a non-negative integer", s))
+			return
+		}
+		c.Cost = &n
+	}
+	in, err := o.engine().Inspect(r.Context(), c)
+	if err != nil {
+		operatorError(w, err)
+		return
+	}
+	httpjson.Write(w, http.StatusOK, "application/json", inspection(c.Key, in))
+}
+
+// inspection returns the API's body for in, asked about key.
+func inspection(key string, in *policy.Inspection) Inspection {
+	out := Inspection{Rule: in.Rule.Name, Key: key, Cost: in.Cost, Shadow: in.Rule.Shadow, Allowed: in.Allowed,
+		Limits: make([]LimitState, len(in.Limits))}
+	if !in.Allowed {
+		out.RetryAfterMS = ms(in.Result().RetryAfter)
+	}
+	for i, l := range in.Limits {
+		out.Limits[i] = LimitState{
+			Name: l.Limit.Name, Algorithm: l.Limit.Algorithm.String(),
+			Limit: l.Limit.Limit, Period: l.Limit.Period.String(), Burst: l.Limit.Burst,
+			Allowed: l.Result.Allowed, Remaining: l.Result.Remaining,
+			ResetAfterMS: ms(l.Result.ResetAfter), RetryAfterMS: ms(l.Result.RetryAfter),
+		}
+	}
+	return out
+}
+
+// ms is d in milliseconds, rounded up, as POST /v1/check writes them: a
+// client that waits that long is never early.
+func ms(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
+
+// reset answers POST ResetPath: with the bearer token, it forgets the
+// state of the ResetRequest's key under its rule.
+func (o operator) reset(w http.ResponseWriter, r *http.Request) {
+	if o.token == "" {
+		httpjson.Error(w, http.StatusForbidden, "RESET_DISABLED",
+			"resets are off: start sluice serve with "+TokenEnv+" set in its environment to turn them on")
+		return
+	}
+	given, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || subtle.ConstantTimeCompare([]byte(given), []byte(o.token)) != 1 {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+		httpjson.Error(w, http.StatusUnauthorized, "UNAUTHORIZED", "a reset needs the header Authorization: Bearer <the server's "+TokenEnv+">")
+		return
+	}
+	var req ResetRequest
+	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST", `the body must be {"rule":"R","key":"K"}: `+err.Error())
+		return
+	}
+	if req.Rule == "" {
+		httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST", `rule is required: {"rule":"R","key":"K"}`)
+		return
+	}
+	limits, err := o.engine().Reset(r.Context(), req.Rule, req.Key)
+	if err != nil {
+		operatorError(w, err)
+		return
+	}
+	httpjson.Write(w, http.StatusOK, "application/json", ResetResponse{Rule: req.Rule, Key: req.Key, Limits: len(limits)})
+}
+
+// operatorError answers err of Inspect or Reset: 400 for a request that
+// can never succeed, 501 for a store that cannot be read, 503 when the
+// store failed.
+func operatorError(w http.ResponseWriter, err error) {
+	var unknown *policy.UnknownRuleError
+	switch {
+	case errors.As(err, &unknown), errors.Is(err, policy.ErrInvalidKey), errors.Is(err, sluice.ErrInvalidCost):
+		httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST", err.Error())
+	case errors.Is(err, sluice.ErrPeekUnsupported):
+		httpjson.Error(w, http.StatusNotImplemented, "NOT_IMPLEMENTED", err.Error())
+	case errors.Is(err, context.Canceled):
+		// The operator went away: nobody to answer.
+	default:
+		httpjson.Error(w, http.StatusServiceUnavailable, "STORE_UNAVAILABLE", err.Error())
+	}
+}
+
+// NewOperator returns the operator API (GET InspectPath, POST ResetPath)
+// over the engine engine returns, resets on only when token is not empty.
+func NewOperator(engine func() *policy.Engine, token string) http.Handler {
+	o := operator{engine: engine, token: token}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+InspectPath, o.inspect)
+	mux.HandleFunc("POST "+ResetPath, o.reset)
+	return mux
+}
