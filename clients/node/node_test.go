@@ -123,35 +123,38 @@ func runNode(t *testing.T, node string, env []string, files ...string) {
 	}
 }
 
-// same429 fails t unless the 429 that live.test.js saved in file carries
-// the body and body fields that httplimit.WriteTooManyRequests writes for
-// its Retry-After.
+// same429 fails t unless each 429 that live.test.js saved in file
+// carries the status, body and body fields that
+// httplimit.WriteTooManyRequests writes for its wait.
 func same429(t *testing.T, file string) {
 	t.Helper()
 	data, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatalf("live.test.js saved no 429: %v", err)
 	}
-	var got struct {
+	var saved []struct {
+		Name    string            `json:"name"`
+		Wait    float64           `json:"wait"` // seconds
 		Status  int               `json:"status"`
 		Headers map[string]string `json:"headers"`
 		Body    string            `json:"body"`
 	}
-	if err := json.Unmarshal(data, &got); err != nil {
+	if err := json.Unmarshal(data, &saved); err != nil {
 		t.Fatal(err)
 	}
-	secs, err := strconv.Atoi(got.Headers["retry-after"])
-	if err != nil {
-		t.Fatalf("the 429's Retry-After %q: %v", got.Headers["retry-after"], err)
+	if len(saved) < 2 {
+		t.Fatalf("live.test.js saved %d 429s, want the middleware's and writeTooManyRequests's", len(saved))
 	}
-	want := httptest.NewRecorder()
-	httplimit.WriteTooManyRequests(want, time.Duration(secs)*time.Second, nil, false)
-	if got.Status != want.Code || got.Body != want.Body.String() {
-		t.Errorf("the Express middleware's 429: %d %q, httplimit writes %d %q", got.Status, got.Body, want.Code, want.Body.String())
-	}
-	for _, f := range []string{"Retry-After", "Content-Type", "X-Content-Type-Options", "Cache-Control"} {
-		if g, w := got.Headers[strings.ToLower(f)], want.Header().Get(f); g != w {
-			t.Errorf("the Express middleware's 429: %s %q, httplimit writes %q", f, g, w)
+	for _, got := range saved {
+		want := httptest.NewRecorder()
+		httplimit.WriteTooManyRequests(want, time.Duration(got.Wait*float64(time.Second)), nil, false)
+		if got.Status != want.Code || got.Body != want.Body.String() {
+			t.Errorf("%s: %d %q, httplimit writes %d %q", got.Name, got.Status, got.Body, want.Code, want.Body.String())
+		}
+		for _, f := range []string{"Retry-After", "Content-Type", "X-Content-Type-Options", "Cache-Control"} {
+			if g, w := got.Headers[strings.ToLower(f)], want.Header().Get(f); g != w {
+				t.Errorf("%s: %s %q, httplimit writes %q", got.Name, f, g, w)
+			}
 		}
 	}
 }
