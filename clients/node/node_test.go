@@ -33,11 +33,12 @@ const debianNodePath = "/usr/share/nodejs"
 const minNode = 18
 
 // TestNode starts sluice serve with test/sluice.yaml and runs the Node.js
-// tests three times: test/live.test.js while it serves, then
-// test/unreachable.test.js while it is stopped by SIGSTOP (it accepts
-// connections and never answers: the client's timeout decides) and once
-// it has exited (connections are refused). The 429 that the Express
-// middleware wrote in live.test.js must be httplimit's, byte for byte.
+// tests: test/live.test.js while it serves, then test/unreachable.test.js
+// while it is stopped by SIGSTOP (it accepts connections and never
+// answers: the client's timeout decides) and once it has exited
+// (connections are refused); then test/degraded.test.js against a sluice
+// serve whose Redis is down under on_error deny. The 429s that
+// live.test.js saw must be httplimit's, byte for byte.
 //
 // It skips under -short; otherwise a missing node or Express fails it.
 func TestNode(t *testing.T) {
@@ -45,7 +46,8 @@ func TestNode(t *testing.T) {
 		t.Skip("skipped under -short: this test needs node, Debian's node-express and a sluice serve (run go test without -short, or make test)")
 	}
 	node := needNode(t)
-	s := startSluice(t, buildSluice(t))
+	bin := buildSluice(t)
+	s := startSluice(t, bin, true)
 
 	result := filepath.Join(t.TempDir(), "429.json")
 	t.Run("live", func(t *testing.T) {
@@ -66,6 +68,16 @@ func TestNode(t *testing.T) {
 	t.Run("down", func(t *testing.T) {
 		s.stop(t)
 		runNode(t, node, []string{"SLUICE_URL=" + s.url, "SLUICE_STATE=down"}, "test/unreachable.test.js")
+	})
+	t.Run("store down", func(t *testing.T) {
+		// A Redis that refuses connections (nothing listens on the
+		// port), under on_error deny: sluice refuses every check itself.
+		port, err := proc.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := startSluice(t, bin, false, "--redis", fmt.Sprintf("redis://127.0.0.1:%d", port), "--on-error", "deny")
+		runNode(t, node, []string{"SLUICE_URL=" + s.url}, "test/degraded.test.js")
 	})
 }
 
@@ -177,13 +189,16 @@ type sluiceProc struct {
 	err  error         // its Wait's, once done is closed
 }
 
-// startSluice starts bin serve with test/sluice.yaml on a free loopback
-// port, no gRPC listener and none of this environment's SLUICE_*
-// variables, and waits until it is ready (/readyz). It kills the process,
-// by pid, when t ends.
-func startSluice(t *testing.T, bin string) *sluiceProc {
+// startSluice starts bin serve with test/sluice.yaml and args on a free
+// loopback port, no gRPC listener and none of this environment's SLUICE_*
+// variables, and waits until it is ready (/readyz answers 200) or, when
+// ready is false, until it serves (/healthz: a sluice whose store is down
+// under on_error deny is never ready). It kills the process, by pid, when
+// t ends.
+func startSluice(t *testing.T, bin string, ready bool, args ...string) *sluiceProc {
 	t.Helper()
-	cmd := exec.Command(bin, "serve", "--config", "test/sluice.yaml", "--listen", "127.0.0.1:0", "--grpc-listen", "", "--log-format", "json")
+	args = append([]string{"serve", "--config", "test/sluice.yaml", "--listen", "127.0.0.1:0", "--grpc-listen", "", "--log-format", "json"}, args...)
+	cmd := exec.Command(bin, args...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "SLUICE_") {
 			cmd.Env = append(cmd.Env, kv)
@@ -234,9 +249,13 @@ func startSluice(t *testing.T, bin string) *sluiceProc {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("sluice serve did not log \"serving\" within 30s:\n%s", drain(lines))
 	}
+	probe := "/readyz"
+	if !ready {
+		probe = "/healthz"
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		resp, err := http.Get(s.url + "/readyz")
+		resp, err := http.Get(s.url + probe)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -244,7 +263,7 @@ func startSluice(t *testing.T, bin string) *sluiceProc {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("sluice serve at %s not ready within 10s (%v)", s.url, err)
+			t.Fatalf("sluice serve at %s: %s not 200 within 10s (%v)", s.url, probe, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

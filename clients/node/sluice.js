@@ -105,6 +105,7 @@ function client(options = {}) {
    *   headers       the rate-limit header fields to carry on, by FORWARDED_FIELDS name
    *   retryAfter    the seconds to wait when denied (Retry-After), else 0
    *   body          sluice's answer (limit, remaining, policies, ...), null when none
+   *   raw           sluice's answer as it came (text), '' when none
    *   shadowDenied  a rule in shadow mode would have denied it
    *   degraded      sluice's store failed, or sluice could not be asked
    *   error         why sluice could not be asked (a SluiceError), when it could not
@@ -150,6 +151,7 @@ function client(options = {}) {
         headers: forwarded(res.headers),
         retryAfter: res.status === 429 ? retryAfterOf(res.headers, body) : 0,
         body,
+        raw: res.text,
         shadowDenied: body.shadow_denied === true,
         degraded: body.degraded === true,
       };
@@ -193,6 +195,7 @@ function client(options = {}) {
       headers: {},
       retryAfter: 0,
       body: null,
+      raw: '',
       shadowDenied: false,
       degraded: true,
       error,
