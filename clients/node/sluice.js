@@ -224,9 +224,10 @@ function client(options = {}) {
  *
  * options:
  *   rule     the rule of sluice's policy file to check (required)
- *   key      req => the client key (default req => req.ip, Express's client
- *            address, which honours app.set('trust proxy', ...)); a missing
- *            key (undefined, null or '') answers 401 MISSING_KEY
+ *   key      req => the client key (default: req.ip, Express's client
+ *            address, which honours app.set('trust proxy', ...), or outside
+ *            Express the connection's address); a missing key (undefined,
+ *            null or '') answers 401 MISSING_KEY
  *   cost     a number, or req => a number (default: the rule's cost)
  *   onError  'allow' (default) or 'deny': when sluice cannot be asked, let
  *            the request through unlimited, or answer 503 RATE_LIMITER_UNAVAILABLE
@@ -241,7 +242,7 @@ function express(options = {}) {
   if (typeof rule !== 'string' || rule === '') {
     throw new TypeError(`sluice: express needs a rule name (a non-empty string), got ${describe(rule)}`);
   }
-  const key = options.key === undefined ? (req) => req.ip : options.key;
+  const key = options.key === undefined ? clientAddress : options.key;
   if (typeof key !== 'function') {
     throw new TypeError(`sluice: the key of rule "${rule}" must be a function of the request, got ${describe(key)}`);
   }
@@ -278,6 +279,12 @@ function express(options = {}) {
     }
     return false;
   }
+}
+
+// clientAddress is express's default key: Express's req.ip, else (a plain
+// Node http server) the address of the connection.
+function clientAddress(req) {
+  return req.ip || (req.socket && req.socket.remoteAddress);
 }
 
 /**
