@@ -232,3 +232,15 @@ test('writeTooManyRequests: the 429 of sluice\'s Go middleware for any wait', as
     save(`writeTooManyRequests for ${wait}s`, wait, r);
   }
 });
+
+test('middleware outside Express: a plain Node server, keyed by the connection\'s address', async (t) => {
+  const limit = sluice.express({ url, rule: 'preview' }); // shadow mode: reported, never enforced
+  const base = await listen(t, (req, res) => limit(req, res, () => res.end('through')));
+  for (const remaining of ['0', '0']) {
+    const r = await request('GET', `${base}/`);
+    assert.equal(r.status, 200);
+    assert.equal(r.body, 'through');
+    assert.equal(r.headers['ratelimit-policy'], '"preview-1m";q=1;w=60');
+    assert.equal(r.headers['x-ratelimit-remaining'], remaining);
+  }
+});
