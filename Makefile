@@ -22,12 +22,13 @@ UPSTREAM_VERSION := v1.4.1-0.20260122083618-3fb702589d36
 UPSTREAM_DIR     ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sluice/ratelimit-$(UPSTREAM_VERSION)
 UPSTREAM_BIN     := $(UPSTREAM_DIR)/service_cmd
 
-.PHONY: test short deps fmt vet lint vuln fuzz bench benchcheck run soak upstream
+.PHONY: test short deps fmt vet lint vuln fuzz bench benchcheck examples run soak upstream
 
 test: deps fmt vet lint vuln upstream
 	SLUICE_UPSTREAM_RATELIMIT=$(UPSTREAM_BIN) $(GO) test -race -count=1 ./...
 	$(MAKE) fuzz
 	$(MAKE) benchcheck
+	$(MAKE) examples
 
 # make benchcheck: bench/ is a module of its own, outside ./...: vet it
 # and run its tests (the report, the section format, a short harness run
@@ -35,6 +36,14 @@ test: deps fmt vet lint vuln upstream
 # working. It runs no benchmark.
 benchcheck:
 	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+# make examples: examples/frameworks is a module of its own, outside ./...,
+# so that chi, gin and echo never enter sluice's go.mod: vet it and run
+# its tests (each framework's router over loopback against httplimit's
+# answers, its main on the in-memory store and on a real redis-server;
+# a few seconds).
+examples:
+	cd examples/frameworks && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 
 # make upstream: install envoyproxy/ratelimit's service_cmd, once, and
 # print its path (go test ./envoy -run TestAgainstUpstream reads it from
@@ -53,8 +62,10 @@ short:
 
 # redis-server and redis-cli (Cluster and Sentinel tests), nginx (the load
 # balancer of the scale-out test), gcc for the race detector (cgo), git
-# (the version test commits a checkout of its own). nginx lives in
-# /usr/sbin, which a non-root PATH may lack.
+# (the version test commits a checkout of its own), nodejs and Debian's
+# node-express (clients/node's tests, with no npm packages; Express lives
+# in /usr/share/nodejs). nginx lives in /usr/sbin, which a non-root PATH
+# may lack.
 deps:
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
@@ -62,6 +73,8 @@ deps:
 	command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing="$$missing nginx"; \
 	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; \
 	command -v git >/dev/null 2>&1 || missing="$$missing git"; \
+	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
+	[ -f /usr/share/nodejs/express/package.json ] || missing="$$missing node-express"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing with apt-get:$$missing"; \
 		$(SUDO) apt-get update -qq && \

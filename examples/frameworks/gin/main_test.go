@@ -1,0 +1,21 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluice-go/sluice/examples/frameworks/internal/frameworktest"
+)
+
+func init() { gin.SetMode(gin.ReleaseMode) } // no debug lines for every route
+
+// TestRouter: the gin router admits exactly what the tiers admit, and
+// answers as net/http under httplimit does.
+func TestRouter(t *testing.T) { frameworktest.Check(t, newRouter) }
+
+// TestRun runs the example as main does, on the in-memory store.
+func TestRun(t *testing.T) { frameworktest.CheckMain(t, run) }
+
+// TestRunRedis runs two replicas of the example on one redis-server.
+func TestRunRedis(t *testing.T) { frameworktest.CheckMainRedis(t, run) }
