@@ -41,6 +41,7 @@ type settings struct {
 	wrap      func(sluice.Store) sluice.Store
 	redis     func(config.Redis) config.Redis
 	rules     []policy.Option
+	engine    []policy.EngineOption
 	onReload  func(ok bool)
 	onBreaker func(sluice.BreakerState, error)
 	onMemory  func(*memory.Store)
@@ -71,6 +72,13 @@ func WithRedis(f func(config.Redis) config.Redis) Option {
 // such as policy.WithKey to key a rule by the authenticated user.
 func WithRuleOptions(opts ...policy.Option) Option {
 	return func(s *settings) { s.rules = append(s.rules, opts...) }
+}
+
+// WithEngineOptions adds options to the engine the file's rules are
+// decided by, such as policy.WithDenialLog; WithObserver and WithLogger
+// are set by their own options.
+func WithEngineOptions(opts ...policy.EngineOption) Option {
+	return func(s *settings) { s.engine = append(s.engine, opts...) }
 }
 
 // WithReloadReport registers f to hear whether each reload succeeded (for
@@ -145,7 +153,7 @@ func newPolicy(f *config.File, fp fingerprint, opts []Option) (*Policy, error) {
 	if p.back, err = openBackend(p.running, p.memory, p.set); err != nil {
 		return nil, err
 	}
-	p.engine = policy.New(p.back.Limiter, set, policy.WithObserver(p.set.obs), policy.WithLogger(p.set.log))
+	p.engine = policy.New(p.back.Limiter, set, append(p.set.engine, policy.WithObserver(p.set.obs), policy.WithLogger(p.set.log))...)
 	p.file.Store(f)
 	p.resp.Store(&resp)
 	return p, nil

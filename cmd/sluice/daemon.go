@@ -17,6 +17,8 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/config"
+	"github.com/sluice-go/sluice/policy"
+	"github.com/sluice-go/sluice/policyfile"
 )
 
 // daemonFlags are the flags that serve and proxy share, each with its
@@ -25,6 +27,8 @@ type daemonFlags struct {
 	path, redisURL, listen, logFormat, onError *string
 	drain, reloadEvery                         *time.Duration
 	gcMinHeap                                  *int         // MiB
+	denialLog                                  *float64     // the share of denials logged
+	showKeys                                   *bool        // client keys in the clear in logs and on the dashboard
 	limits                                     *listenFlags // the listeners' bounds
 }
 
@@ -50,6 +54,10 @@ func addDaemonFlags(fs *cmdFlags, listen, configs string) *daemonFlags {
 		reloadEvery: fs.duration("reload-interval", "SLUICE_RELOAD_INTERVAL", time.Second, "how often to check the config for changes (0: only on SIGHUP)"),
 		limits:      addListenFlags(fs),
 		gcMinHeap:   new(int),
+		denialLog: fs.float("log-denials", "SLUICE_LOG_DENIALS", policy.DefaultDenialLogRate,
+			"the share of denials (and shadow denials) logged, each with its rule, limits, retry_after and client key: 0 none, 1 every one"),
+		showKeys: fs.boolean("show-keys", "SLUICE_SHOW_KEYS", false,
+			"show client keys in the clear in the denial log, on the dashboard and to sluice top (default: masked, as # and 12 hex digits of their SHA-256, which policy.MaskKey computes)"),
 	}
 	fs.intVar(d.gcMinHeap, "gc-min-heap-mib", "SLUICE_GC_MIN_HEAP_MIB", defaultGCMinHeapMiB,
 		"the smallest heap, in MiB, at which the garbage collector runs: while the live heap is at most half of it, the collector waits until the process's memory nears it (GOGC off under a soft memory limit of it) rather than running every few MiB allocated, which costs a busy server a third of its CPU; a larger live heap is collected as under GOGC=100 (0: off; ignored when GOGC or GOMEMLIMIT is set)")
@@ -67,6 +75,9 @@ func (d *daemonFlags) start(stderr io.Writer) (log *slog.Logger, hup chan os.Sig
 	}
 	if err := d.limits.check(); err != nil {
 		return nil, nil, nil, usageError{err}
+	}
+	if r := *d.denialLog; !(r >= 0 && r <= 1) {
+		return nil, nil, nil, usageError{fmt.Errorf("--log-denials %v is not a share between 0 (none) and 1 (every denial)", r)}
 	}
 	if *d.gcMinHeap < 0 {
 		return nil, nil, nil, usageError{fmt.Errorf("--gc-min-heap-mib %d is negative (0: off)", *d.gcMinHeap)}
@@ -119,6 +130,11 @@ func serveUntil(ctx context.Context, srv *http.Server, ln net.Listener, errc cha
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	return nil
+}
+
+// engineOptions are the engine's options the flags set.
+func (d daemonFlags) engineOptions() policyfile.Option {
+	return policyfile.WithEngineOptions(policy.WithDenialLog(*d.denialLog), policy.WithPlainKeys(*d.showKeys))
 }
 
 // newLogger returns a slog logger writing text or JSON to w.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-go/sluice/admin"
 	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/policy"
 )
 
 // operatorRules has one rule per algorithm, each 3 per hour (so that no
@@ -174,5 +175,38 @@ func TestReset(t *testing.T) {
 	}
 	if in := inspect(t, d, "fw", "b", 1); in.Limits[0].Remaining != 0 {
 		t.Errorf("client b after a's reset: %+v, want its 2 spent (0 remaining after one more)", in)
+	}
+}
+
+// TestDenialLog: --log-denials 1 logs every denial with its rule and the
+// client key masked, --show-keys in the clear; the default logs about
+// one in a hundred, and a bad share is a usage error.
+func TestDenialLog(t *testing.T) {
+	cfg := writeFile(t, operatorRules)
+	for _, tc := range []struct {
+		flags []string
+		key   string
+	}{
+		{[]string{"--log-denials", "1"}, policy.MaskKey("client-a")},
+		{[]string{"--log-denials", "1", "--show-keys"}, "client-a"},
+	} {
+		d := startServe(t, nil, append([]string{"--config", cfg}, tc.flags...)...)
+		for range 4 {
+			d.post(t, "/v1/check", `{"rule":"fw","key":"client-a"}`)
+		}
+		entry := d.waitLog(t, "sluice: rate limited")
+		if entry["rule"] != "fw" || entry["key"] != tc.key {
+			t.Errorf("%v: denial logged as %v, want rule fw and key %q", tc.flags, entry, tc.key)
+		}
+		d.mu.Lock()
+		logs := strings.Join(d.lines, "\n")
+		d.mu.Unlock()
+		if strings.Contains(logs, "client-a") != (tc.key == "client-a") {
+			t.Errorf("%v: the key in the clear is in the log %v, want %v", tc.flags, !(tc.key == "client-a"), tc.key == "client-a")
+		}
+	}
+	var out bytes.Buffer
+	if code := Run(context.Background(), []string{"serve", "--config", cfg, "--log-denials", "2"}, &out, &out); code != 2 || !strings.Contains(out.String(), "--log-denials 2") {
+		t.Errorf("--log-denials 2: exit %d: %s; want a usage error", code, out.String())
 	}
 }

@@ -59,7 +59,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	p, err = policyfile.Open(*df.path, policyfile.WithLogger(log), policyfile.WithRedis(df.storeSettings), policyfile.WithReloadReport(forwarding),
-		policyfile.WithStore(m.Store), policyfile.WithObserver(m.Decision), policyfile.WithBreakerReport(m.Breaker), policyfile.WithMemoryStore(m.MemoryStore))
+		policyfile.WithStore(m.Store), policyfile.WithObserver(m.Decision), policyfile.WithBreakerReport(m.Breaker), policyfile.WithMemoryStore(m.MemoryStore), df.engineOptions())
 	if err != nil {
 		return err
 	}

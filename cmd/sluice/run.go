@@ -119,6 +119,11 @@ func (c *cmdFlags) intVar(p *int, name, env string, value int, help string) {
 	c.IntVar(p, name, value, c.usage(name, env, help))
 }
 
+// float defines a float64 flag read also from env.
+func (c *cmdFlags) float(name, env string, value float64, help string) *float64 {
+	return c.Float64(name, value, c.usage(name, env, help))
+}
+
 // boolean defines a bool flag read also from env.
 func (c *cmdFlags) boolean(name, env string, value bool, help string) *bool {
 	return c.Bool(name, value, c.usage(name, env, help))

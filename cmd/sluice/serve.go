@@ -51,7 +51,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	m := metrics.New()
 	open := []policyfile.Option{policyfile.WithLogger(log), policyfile.WithRedis(df.storeSettings),
 		policyfile.WithStore(m.Store), policyfile.WithObserver(m.Decision), policyfile.WithReloadReport(m.Reload),
-		policyfile.WithBreakerReport(m.Breaker), policyfile.WithMemoryStore(m.MemoryStore)}
+		policyfile.WithBreakerReport(m.Breaker), policyfile.WithMemoryStore(m.MemoryStore), df.engineOptions()}
 	// A file or directory written for envoyproxy/ratelimit configures the
 	// Envoy gRPC service; a sluice policy file, the HTTP API and Envoy's
 	// gRPC, both deciding through one engine.
