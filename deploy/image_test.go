@@ -219,8 +219,19 @@ func TestImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	tag := fmt.Sprintf("localhost/sluice-deploy-test:%d", time.Now().UnixNano())
-	podman(t, 5*time.Minute, "build", "--build-arg", "BINARY=prebuilt", "--build-arg", "BASE=scratch", "-t", tag, ctx)
-	t.Cleanup(func() { _, _ = runErr(time.Minute, "podman", "rmi", "-f", tag) })
+	// The image and the images of the build's stages (each "--> <id>"
+	// line of the output), removed when the test ends.
+	out, err := runErr(5*time.Minute, need(t, "podman", "podman"), "build", "--build-arg", "BINARY=prebuilt", "--build-arg", "BASE=scratch", "-t", tag, ctx)
+	t.Cleanup(func() {
+		rm := []string{"rmi", "-f", tag}
+		for _, m := range regexp.MustCompile(`(?m)^--> ([0-9a-f]{6,})$`).FindAllStringSubmatch(out, -1) {
+			rm = append(rm, m[1])
+		}
+		_, _ = runErr(time.Minute, "podman", rm...)
+	})
+	if err != nil {
+		t.Fatalf("podman build: %v\n%s", err, out)
+	}
 
 	policy := t.TempDir()
 	if err := os.Chmod(policy, 0o755); err != nil {
