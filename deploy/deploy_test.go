@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -147,20 +146,6 @@ func freeAddr(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return "127.0.0.1:" + strconv.Itoa(port)
-}
-
-// portOf returns the port of a host:port address.
-func portOf(t *testing.T, addr string) int {
-	t.Helper()
-	_, p, err := net.SplitHostPort(addr)
-	if err != nil {
-		t.Fatalf("%q: %v", addr, err)
-	}
-	n, err := strconv.Atoi(p)
-	if err != nil {
-		t.Fatalf("%q: %v", addr, err)
-	}
-	return n
 }
 
 // process is a sluice serve the test started.

@@ -202,6 +202,9 @@ func podman(t *testing.T, within time.Duration, args ...string) string {
 func TestImage(t *testing.T) {
 	need(t, "podman", "podman")
 	p := loadKube(t).sluicePod(t)
+	if p.spec.SecurityContext.RunAsUser == nil {
+		t.Fatal("the Deployment sets no runAsUser to run the container as")
+	}
 
 	ctx := t.TempDir()
 	df, err := os.ReadFile("Dockerfile")
