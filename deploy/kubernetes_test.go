@@ -256,6 +256,27 @@ func (k *kube) sluicePod(t *testing.T) pod {
 	return p
 }
 
+// ruleNames returns the names of the rules of the ConfigMap's policy file.
+func (p pod) ruleNames(t *testing.T) []string {
+	t.Helper()
+	var f struct {
+		Rules []struct {
+			Name string `yaml:"name"`
+		} `yaml:"rules"`
+	}
+	if err := yaml.Unmarshal([]byte(p.cm.Data[p.policy]), &f); err != nil {
+		t.Fatalf("ConfigMap %s: %v", p.cm.Metadata.Name, err)
+	}
+	var names []string
+	for _, r := range f.Rules {
+		names = append(names, r.Name)
+	}
+	if len(names) == 0 {
+		t.Fatalf("ConfigMap %s's policy has no rules", p.cm.Metadata.Name)
+	}
+	return names
+}
+
 // TestKubernetesManifests: the manifests pass only flags and variables
 // sluice serve has, its ports are the ones it listens on and the Services
 // reach them, the probes ask the paths it serves, the pod runs as the

@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"encoding/json"
+	"net/http"
 	"os"
 	"regexp"
 	"slices"
@@ -305,6 +306,67 @@ func TestGrafanaDashboard(t *testing.T) {
 	for n := range metricNames {
 		if !shown[n] {
 			t.Errorf("no panel shows %s", n)
+		}
+	}
+}
+
+// TestMetricNamesServed: the series the alerts and the dashboard read
+// are the ones sluice serve's /metrics has from its first scrape, of the
+// same kind, with the label values they match against; and every sluice
+// series and label value it serves is among them (a new one would go
+// unwatched). Its rule labels are the ConfigMap's rules.
+func TestMetricNamesServed(t *testing.T) {
+	p := loadKube(t).sluicePod(t)
+	vol := newConfigMapVolume(t, p.cm.Data)
+	env, httpAddr, _ := p.podEnv(t, vol.dir)
+	base := "http://" + httpAddr
+	startSluice(t, p.c.Args, env, base+"/healthz")
+	code, body := get(base + "/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: %d", code)
+	}
+	served := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^# TYPE (sluice_[a-z_]+) ([a-z]+)$`).FindAllStringSubmatch(body, -1) {
+		served[m[1]] = m[2]
+	}
+	for name, kind := range served {
+		if metricNames[name] != kind {
+			t.Errorf("/metrics serves %s %s; metricNames has it as %q", kind, name, metricNames[name])
+		}
+	}
+	for name := range metricNames {
+		if _, ok := served[name]; !ok {
+			t.Errorf("/metrics does not serve %s, which the alerts and the dashboard read", name)
+		}
+	}
+
+	values := map[string]map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^sluice_[a-z_]+\{([^}]*)\}`).FindAllStringSubmatch(body, -1) {
+		for _, l := range promLabel.FindAllStringSubmatch(m[1], -1) {
+			if values[l[1]] == nil {
+				values[l[1]] = map[string]bool{}
+			}
+			values[l[1]][l[3]] = true
+		}
+	}
+	want := map[string][]string{"rule": p.ruleNames(t)}
+	for label, vs := range labelValues {
+		want[label] = vs
+	}
+	for label, vs := range want {
+		got := make([]string, 0, len(values[label]))
+		for v := range values[label] {
+			got = append(got, v)
+		}
+		slices.Sort(got)
+		vs = slices.Sorted(slices.Values(vs))
+		if !slices.Equal(got, vs) {
+			t.Errorf("/metrics labels %s with %q, want %q", label, got, vs)
+		}
+	}
+	for label := range values {
+		if _, ok := want[label]; !ok && label != "le" {
+			t.Errorf("/metrics has a label %s the test does not know", label)
 		}
 	}
 }
