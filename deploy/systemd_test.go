@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -127,6 +128,9 @@ func TestSystemdUnit(t *testing.T) {
 		if got := u["Service"][k]; len(got) != 1 || got[0] != want {
 			t.Errorf("%s=%q, want %q", k, got, want)
 		}
+	}
+	if slices.Contains(u["Service"]["ProcSubset"], "pid") {
+		t.Error("ProcSubset=pid hides /proc/sys/net/core/somaxconn: Go's listeners would get a backlog of 128")
 	}
 	if f := u["Service"]["SystemCallFilter"]; len(f) == 0 || f[0] != "@system-service" {
 		t.Errorf("SystemCallFilter=%q: want @system-service first", f)
