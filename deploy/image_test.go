@@ -103,6 +103,24 @@ func finalStage(t *testing.T) image {
 	if !built {
 		t.Error("Dockerfile: no RUN go build")
 	}
+	// The golang image is at least the go.mod's Go version.
+	gomod, err := os.ReadFile("../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	goVersion := regexp.MustCompile(`(?m)^go (\d+)\.(\d+)`).FindStringSubmatch(string(gomod))
+	goImage := ""
+	for _, in := range ins {
+		if v, ok := strings.CutPrefix(in.args, "GO_IMAGE="); in.cmd == "ARG" && ok {
+			goImage = v
+		}
+	}
+	golang := regexp.MustCompile(`^golang:(\d+)\.(\d+)`).FindStringSubmatch(goImage)
+	if goVersion == nil || golang == nil {
+		t.Errorf("Dockerfile ARG GO_IMAGE=%q, go.mod's go %v: want golang:<major>.<minor>...", goImage, goVersion)
+	} else if a, b := atoi(golang[1])*1000+atoi(golang[2]), atoi(goVersion[1])*1000+atoi(goVersion[2]); a < b {
+		t.Errorf("Dockerfile builds with %s, older than go.mod's go %s.%s", goImage, goVersion[1], goVersion[2])
+	}
 	img := image{env: map[string]string{}}
 	for _, in := range ins[last+1:] {
 		switch in.cmd {
@@ -130,6 +148,12 @@ func finalStage(t *testing.T) image {
 		}
 	}
 	return img
+}
+
+// atoi is strconv.Atoi of a string a regular expression matched as digits.
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
 }
 
 // TestDockerfile: the final stage runs the binary it copies as a numeric
