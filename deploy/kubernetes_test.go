@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -203,6 +204,7 @@ func loadKube(t *testing.T) *kube {
 			if err := doc.Decode(into); err != nil {
 				t.Fatalf("%s: %s %s: %v", f, head.Kind, head.Metadata.Name, err)
 			}
+			checkKnownFields(t, f+": "+head.Kind+" "+head.Metadata.Name, head.Kind, &doc)
 		}
 	}
 	if len(k.deployments) != 1 || len(k.configMaps) != 1 || len(k.pdbs) != 1 || len(k.services) == 0 {
@@ -641,5 +643,109 @@ func TestKubernetesRedisSecret(t *testing.T) {
 	}
 	if allowed != 5 || !sort.SliceIsSorted(codes, func(i, j int) bool { return codes[i] < codes[j] }) {
 		t.Errorf("two pods on one Redis answered %v to 8 logins: want 5 admitted, then denials", codes)
+	}
+}
+
+// The fields of the Kubernetes API objects the kit writes (k8s.io/api
+// core/v1 and apps/v1), so that a misspelt field, which the API server
+// would refuse (or, with a lenient client, drop), fails the test.
+var (
+	podSpecFields = strings.Fields(`volumes initContainers containers ephemeralContainers restartPolicy
+		terminationGracePeriodSeconds activeDeadlineSeconds dnsPolicy nodeSelector serviceAccountName
+		serviceAccount automountServiceAccountToken nodeName hostNetwork hostPID hostIPC
+		shareProcessNamespace securityContext imagePullSecrets hostname subdomain affinity schedulerName
+		tolerations hostAliases priorityClassName priority dnsConfig readinessGates runtimeClassName
+		enableServiceLinks preemptionPolicy overhead topologySpreadConstraints setHostnameAsFQDN os
+		hostUsers schedulingGates resourceClaims resources`)
+	containerFields = strings.Fields(`name image command args workingDir ports envFrom env resources
+		resizePolicy restartPolicy volumeMounts volumeDevices livenessProbe readinessProbe startupProbe
+		lifecycle terminationMessagePath terminationMessagePolicy imagePullPolicy securityContext stdin
+		stdinOnce tty`)
+	probeFields = strings.Fields(`exec httpGet tcpSocket grpc initialDelaySeconds timeoutSeconds
+		periodSeconds successThreshold failureThreshold terminationGracePeriodSeconds`)
+	containerSecurityFields = strings.Fields(`capabilities privileged seLinuxOptions windowsOptions runAsUser
+		runAsGroup runAsNonRoot readOnlyRootFilesystem allowPrivilegeEscalation procMount seccompProfile
+		appArmorProfile`)
+	podSecurityFields = strings.Fields(`seLinuxOptions windowsOptions runAsUser runAsGroup runAsNonRoot
+		supplementalGroups supplementalGroupsPolicy fsGroup sysctls fsGroupChangePolicy seccompProfile
+		appArmorProfile seLinuxChangePolicy`)
+	deploymentSpecFields = strings.Fields(`replicas selector template strategy minReadySeconds
+		revisionHistoryLimit paused progressDeadlineSeconds`)
+	serviceSpecFields = strings.Fields(`ports selector clusterIP clusterIPs type externalIPs sessionAffinity
+		loadBalancerIP loadBalancerSourceRanges externalName externalTrafficPolicy healthCheckNodePort
+		publishNotReadyAddresses sessionAffinityConfig ipFamilies ipFamilyPolicy
+		allocateLoadBalancerNodePorts loadBalancerClass internalTrafficPolicy trafficDistribution`)
+	servicePortFields = strings.Fields(`name protocol appProtocol port targetPort nodePort`)
+	pdbSpecFields     = strings.Fields(`minAvailable maxUnavailable selector unhealthyPodEvictionPolicy`)
+	objectFields      = strings.Fields(`apiVersion kind metadata spec data binaryData immutable`)
+	metadataFields    = strings.Fields(`name namespace labels annotations`)
+)
+
+// child returns the value of key in the mapping n, or nil.
+func child(n *yaml.Node, key string) *yaml.Node {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}
+
+// knownKeys fails t for every key of the mapping n not in fields.
+func knownKeys(t *testing.T, where string, n *yaml.Node, fields []string) {
+	t.Helper()
+	if n == nil {
+		return
+	}
+	if n.Kind != yaml.MappingNode {
+		t.Errorf("%s: line %d: want a mapping", where, n.Line)
+		return
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if k := n.Content[i]; !slices.Contains(fields, k.Value) {
+			t.Errorf("%s: line %d: unknown field %q", where, k.Line, k.Value)
+		}
+	}
+}
+
+// checkKnownFields checks the fields of the object doc of kind.
+func checkKnownFields(t *testing.T, where, kind string, doc *yaml.Node) {
+	t.Helper()
+	root := doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = root.Content[0]
+	}
+	knownKeys(t, where, root, objectFields)
+	knownKeys(t, where+" metadata", child(root, "metadata"), metadataFields)
+	spec := child(root, "spec")
+	switch kind {
+	case "Deployment":
+		knownKeys(t, where+" spec", spec, deploymentSpecFields)
+		tmpl := child(spec, "template")
+		knownKeys(t, where+" template metadata", child(tmpl, "metadata"), metadataFields)
+		pod := child(tmpl, "spec")
+		knownKeys(t, where+" pod spec", pod, podSpecFields)
+		knownKeys(t, where+" pod securityContext", child(pod, "securityContext"), podSecurityFields)
+		if cs := child(pod, "containers"); cs != nil {
+			for _, c := range cs.Content {
+				knownKeys(t, where+" container", c, containerFields)
+				knownKeys(t, where+" container securityContext", child(c, "securityContext"), containerSecurityFields)
+				for _, p := range []string{"livenessProbe", "readinessProbe", "startupProbe"} {
+					knownKeys(t, where+" "+p, child(c, p), probeFields)
+				}
+			}
+		}
+	case "Service":
+		knownKeys(t, where+" spec", spec, serviceSpecFields)
+		if ps := child(spec, "ports"); ps != nil {
+			for _, p := range ps.Content {
+				knownKeys(t, where+" port", p, servicePortFields)
+			}
+		}
+	case "PodDisruptionBudget":
+		knownKeys(t, where+" spec", spec, pdbSpecFields)
 	}
 }
