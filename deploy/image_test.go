@@ -219,10 +219,11 @@ func podman(t *testing.T, within time.Duration, args ...string) string {
 // golang and distroless images), and runs it as the Deployment runs its
 // pod: its user, a read-only root file system, no capabilities, no
 // privilege escalation, the ConfigMap's policy file mounted read-only at
-// /etc/sluice, and nothing else given (the image's ENTRYPOINT, CMD and
-// ENV). Its ports, published on loopback, answer /healthz, /readyz,
-// /v1/check and the gRPC health service, its process is not root, and
-// podman stop (SIGTERM) drains it to exit code 0.
+// /etc/sluice, and nothing else given but loopback addresses for its
+// listeners (the image's ENTRYPOINT, CMD and the rest of its ENV). It
+// answers /healthz, /readyz, /v1/check and the gRPC health service, its
+// process is not root and has no capabilities, and podman stop (SIGTERM)
+// drains it to exit code 0.
 func TestImage(t *testing.T) {
 	need(t, "podman", "podman")
 	p := loadKube(t).sluicePod(t)
@@ -267,13 +268,16 @@ func TestImage(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(policy, p.policy), []byte(p.cm.Data[p.policy]), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The host's network, with the listeners moved to free loopback
+	// ports (the image's 0.0.0.0 would listen on every interface of the
+	// host): nothing leaves loopback, and no bridge or packet filter is
+	// set up. TestDockerfile checks the image's own addresses.
 	httpAddr, grpcAddr := freeAddr(t), freeAddr(t)
-	args := []string{"run", "--detach",
+	args := []string{"run", "--detach", "--network=host",
 		"--user", strconv.FormatInt(*p.spec.SecurityContext.RunAsUser, 10),
 		"--read-only", "--cap-drop=ALL", "--security-opt=no-new-privileges",
 		"-v", policy + ":" + p.policyDir + ":ro",
-		"-p", httpAddr + ":" + strconv.Itoa(p.ports["http"]),
-		"-p", grpcAddr + ":" + strconv.Itoa(p.ports["grpc"]),
+		"-e", "SLUICE_LISTEN=" + httpAddr, "-e", "SLUICE_GRPC_LISTEN=" + grpcAddr,
 	}
 	args = append(args, sandboxRunArgs()...)
 	args = append(args, tag)
