@@ -583,12 +583,14 @@ func TestKubernetesPod(t *testing.T) {
 	}
 	updated[p.policy] = strings.TrimRight(p.cm.Data[p.policy], "\n") + added
 	vol.update(t, updated)
+	swapped := time.Now()
 	eventually(t, 10*time.Second, func() error {
 		if code, body := check(base, "added-by-update", "x"); code != http.StatusOK {
 			return fmt.Errorf("the rule added by the ConfigMap update is not served: %d %s\n%s", code, body, proc.out)
 		}
 		return nil
 	})
+	t.Logf("the ConfigMap update was served %v after the ..data swap", time.Since(swapped).Round(10*time.Millisecond))
 	if code, body := check(base, "added-by-update", "x"); code != http.StatusTooManyRequests {
 		t.Errorf("second check of a 1/h rule: %d %s", code, body)
 	}
