@@ -22,7 +22,7 @@ UPSTREAM_VERSION := v1.4.1-0.20260122083618-3fb702589d36
 UPSTREAM_DIR     ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sluice/ratelimit-$(UPSTREAM_VERSION)
 UPSTREAM_BIN     := $(UPSTREAM_DIR)/service_cmd
 
-.PHONY: test short deps fmt vet lint vuln fuzz bench benchcheck examples run soak upstream
+.PHONY: test short deps fmt vet lint vuln fuzz bench benchcheck examples run soak upstream image
 
 test: deps fmt vet lint vuln upstream
 	SLUICE_UPSTREAM_RATELIMIT=$(UPSTREAM_BIN) $(GO) test -race -count=1 ./...
@@ -65,12 +65,19 @@ short:
 # (the version test commits a checkout of its own), nodejs and Debian's
 # node-express (clients/node's tests, with no npm packages; Express lives
 # in /usr/share/nodejs). nginx lives in /usr/sbin, which a non-root PATH
-# may lack.
+# may lack. deploy/'s tests: promtool (Debian's prometheus) checks and
+# unit-tests the alert rules, podman builds and runs the image (runc
+# beside it: crun refuses a hybrid cgroup hierarchy), systemd-analyze
+# (systemd) verifies the unit.
 deps:
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v redis-cli >/dev/null 2>&1 || missing="$$missing redis-tools"; \
 	command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing="$$missing nginx"; \
+	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	command -v podman >/dev/null 2>&1 || missing="$$missing podman"; \
+	command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || missing="$$missing runc"; \
+	command -v systemd-analyze >/dev/null 2>&1 || missing="$$missing systemd"; \
 	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; \
 	command -v git >/dev/null 2>&1 || missing="$$missing git"; \
 	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
@@ -80,6 +87,21 @@ deps:
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
+
+# make image: the container image of deploy/Dockerfile, tagged $(IMAGE),
+# with podman (or docker). IMAGE_BINARY=prebuilt builds the static binary
+# here and copies it in, for a machine that cannot pull the golang image
+# (BASE=scratch for one that cannot pull distroless either).
+IMAGE        ?= sluice:latest
+IMAGE_BINARY ?= source
+BASE         ?= gcr.io/distroless/static-debian12:nonroot
+CONTAINER    ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/null || echo podman)
+
+image:
+ifeq ($(IMAGE_BINARY),prebuilt)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o sluice ./cmd/sluice
+endif
+	$(CONTAINER) build -f deploy/Dockerfile --build-arg BINARY=$(IMAGE_BINARY) --build-arg BASE=$(BASE) -t $(IMAGE) .
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

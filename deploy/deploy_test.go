@@ -1,0 +1,331 @@
+package deploy_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sluice-go/sluice/internal/proc"
+)
+
+// sluiceBin is the sluice binary TestMain builds: static (CGO_ENABLED=0),
+// as deploy/Dockerfile builds it, so that the image test can copy it.
+var sluiceBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sluice-deploy-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	sluiceBin = filepath.Join(dir, "sluice")
+	build := exec.Command("go", "build", "-trimpath", "-o", sluiceBin, "../cmd/sluice")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build ./cmd/sluice: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// flagSet is what "sluice <command> --help" says the command takes: each
+// flag's name, and the environment variable it is also read from.
+type flagSet struct {
+	env   map[string]string // flag name -> variable
+	flags map[string]string // variable -> flag name
+}
+
+var (
+	helpOnce  sync.Once
+	serveHelp flagSet
+	helpErr   error
+)
+
+// helpFlag matches a flag's line of --help ("  -listen string") and
+// helpEnv the variable its help names ("(env SLUICE_LISTEN)").
+var (
+	helpFlag = regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`)
+	helpEnv  = regexp.MustCompile(`\(env (SLUICE_[A-Z0-9_]+)\)`)
+)
+
+// serveFlags returns sluice serve's flags, read from its --help.
+func serveFlags(t *testing.T) flagSet {
+	t.Helper()
+	helpOnce.Do(func() {
+		out, err := exec.Command(sluiceBin, "serve", "--help").CombinedOutput()
+		if err != nil {
+			helpErr = fmt.Errorf("sluice serve --help: %w\n%s", err, out)
+			return
+		}
+		serveHelp, helpErr = parseHelp(string(out))
+	})
+	if helpErr != nil {
+		t.Fatal(helpErr)
+	}
+	return serveHelp
+}
+
+// parseHelp reads the flags and their variables out of a command's help:
+// each flag line is followed by its help, which names the variable.
+func parseHelp(help string) (flagSet, error) {
+	fs := flagSet{env: map[string]string{}, flags: map[string]string{}}
+	locs := helpFlag.FindAllStringSubmatchIndex(help, -1)
+	for i, l := range locs {
+		end := len(help)
+		if i+1 < len(locs) {
+			end = locs[i+1][0]
+		}
+		name := help[l[2]:l[3]]
+		env := helpEnv.FindStringSubmatch(help[l[1]:end])
+		if env == nil {
+			return fs, fmt.Errorf("--help: flag -%s names no environment variable", name)
+		}
+		fs.env[name] = env[1]
+		fs.flags[env[1]] = name
+	}
+	if len(fs.env) < 5 {
+		return fs, fmt.Errorf("--help lists only %d flags:\n%s", len(fs.env), help)
+	}
+	return fs, nil
+}
+
+// checkArgs fails t for every --flag of args that fs lacks; where names
+// what gave them. A flag's value may follow it or be joined with "=".
+func (fs flagSet) checkArgs(t *testing.T, where string, args []string) {
+	t.Helper()
+	for _, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if _, ok := fs.env[name]; !ok {
+			t.Errorf("%s: sluice serve has no flag --%s", where, name)
+		}
+	}
+}
+
+// checkEnv fails t for every variable of env that sluice serve does not
+// read.
+func (fs flagSet) checkEnv(t *testing.T, where string, env map[string]string) {
+	t.Helper()
+	if len(env) == 0 {
+		t.Errorf("%s sets no SLUICE_ variable", where)
+	}
+	for name := range env {
+		if _, ok := fs.flags[name]; !ok {
+			t.Errorf("%s: sluice serve reads no %s", where, name)
+		}
+	}
+}
+
+// freeAddr returns a free loopback host:port.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	port, err := proc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "127.0.0.1:" + strconv.Itoa(port)
+}
+
+// process is a sluice serve the test started.
+type process struct {
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan error
+}
+
+// syncBuffer is a bytes.Buffer safe for the process's writes and the
+// test's reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// startSluice runs the sluice binary with args and only the environment
+// env (no variable of the test's own leaks in), waits until healthz
+// (a URL) answers 200, and stops the process by its pid with SIGTERM
+// when t ends (SIGKILL if it has not drained within 20s).
+func startSluice(t *testing.T, args []string, env map[string]string, healthz string) *process {
+	t.Helper()
+	cmd := exec.Command(sluiceBin, args...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	p := &process{cmd: cmd, out: &syncBuffer{}, done: make(chan error, 1)}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(func() { p.stop(t) })
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		select {
+		case err := <-p.done:
+			p.done <- err
+			t.Fatalf("sluice %s exited before %s answered: %v\n%s", strings.Join(args, " "), healthz, err, p.out)
+		default:
+		}
+		if code, _ := get(healthz); code == http.StatusOK {
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not answer 200 within 15s:\n%s", healthz, p.out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM and waits for the drain; it reports an exit other
+// than 0 (a SIGTERM drain ends with 0).
+func (p *process) stop(t *testing.T) {
+	if p.cmd.ProcessState != nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		p.done <- err
+		if err != nil {
+			t.Errorf("sluice after SIGTERM: %v\n%s", err, p.out)
+		}
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		t.Errorf("sluice did not exit within 20s of SIGTERM:\n%s", p.out)
+	}
+}
+
+// client is the test's HTTP client: every call bounded.
+var client = &http.Client{Timeout: 5 * time.Second}
+
+// get returns the status and body of GET url.
+func get(url string) (int, string) {
+	resp, err := client.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// check posts a /v1/check of rule and key to base and returns the status
+// and body.
+func check(base, rule, key string) (int, string) {
+	body := fmt.Sprintf(`{"rule":%q,"key":%q}`, rule, key)
+	resp, err := client.Post(base+"/v1/check", "application/json", strings.NewReader(body))
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// eventually calls f every 100ms until it returns nil or within is over,
+// and fails t with f's last error then.
+func eventually(t *testing.T, within time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %v", within, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// grpcHealth asks the gRPC health service at addr about service.
+func grpcHealth(t *testing.T, addr, service string) healthpb.HealthCheckResponse_ServingStatus {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+	if err != nil {
+		t.Fatalf("gRPC health check of %q at %s: %v", service, addr, err)
+	}
+	return resp.Status
+}
+
+// run runs name with args, bounded by within, and returns its combined
+// output; it fails t when the command fails.
+func run(t *testing.T, within time.Duration, name string, args ...string) string {
+	t.Helper()
+	out, err := runErr(within, name, args...)
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// runErr runs name with args, bounded by within.
+func runErr(within time.Duration, name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("not done within %v: %w", within, err)
+	}
+	return string(out), err
+}
+
+// need returns the path of program, which make deps installs; under
+// -short, which runs no test that starts a server or a tool, it skips t.
+func need(t *testing.T, program, pkg string) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("skipped under -short: this test needs %s", program)
+	}
+	path, err := exec.LookPath(program)
+	if err != nil {
+		if _, serr := os.Stat("/usr/sbin/" + program); serr == nil {
+			return "/usr/sbin/" + program
+		}
+		t.Fatalf("%s is not installed: run make deps, which installs it, or apt-get install %s", program, pkg)
+	}
+	return path
+}

@@ -1,0 +1,7 @@
+// Package deploy is sluice's deployment kit: a Dockerfile, Kubernetes
+// manifests, a hardened systemd unit, an Envoy configuration, Prometheus
+// alert rules and a Grafana dashboard. It holds no Go code; its tests
+// check that the files use the flags, environment variables, ports and
+// paths the sluice binary really has, by building the binary and running
+// it as each file says.
+package deploy
