@@ -48,8 +48,8 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		p       *policyfile.Policy
 		forward atomic.Pointer[httputil.ReverseProxy]
 	)
-	forwarding := func(ok bool) {
-		if ok {
+	forwarding := func(err error) {
+		if err == nil {
 			forward.Store(newReverseProxy(upstream, p.File().HTTP.TrustedProxies, log))
 		}
 	}
@@ -58,7 +58,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer p.Close()
-	forwarding(true)
+	forwarding(nil)
 	h := p.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { forward.Load().ServeHTTP(w, r) }))
 	ln, err := net.Listen("tcp", *df.listen)
 	if err != nil {
