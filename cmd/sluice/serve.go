@@ -27,6 +27,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	ef := addEnvoyFlags(fs)
 	pprofListen := fs.string("pprof-listen", "SLUICE_PPROF_LISTEN", "", "address of a listener serving Go's runtime profiles at /debug/pprof/ (net/http/pprof), such as 127.0.0.1:6060, for finding where a busy server spends its time; keep it on loopback (empty: off)")
 	df.limits.addServeBodyFlag(fs)
+	dashFlags := addDashboardFlags(fs)
 	if err := fs.parse(args); err != nil {
 		return err
 	}
@@ -46,8 +47,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	keepMinHeap(ctx, int64(*df.gcMinHeap)<<20)
 	path := df.path
 	m := metrics.New()
+	dash, err := dashFlags.open(m, *path, isEnvoy)
+	if err != nil {
+		return err
+	}
 	open := []policyfile.Option{policyfile.WithLogger(log), policyfile.WithRedis(df.storeSettings),
-		policyfile.WithStore(m.Store), policyfile.WithObserver(m.Decision), policyfile.WithReloadReport(m.Reload),
+		policyfile.WithStore(m.Store), policyfile.WithObserver(dash.observer(m.Decision)), policyfile.WithReloadReport(dash.reloaded(m.Reload)),
 		policyfile.WithBreakerReport(m.Breaker), policyfile.WithMemoryStore(m.MemoryStore)}
 	// A file or directory written for envoyproxy/ratelimit configures the
 	// Envoy gRPC service; a sluice policy file, the HTTP API and Envoy's
@@ -88,7 +93,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		ready = back.Ready
 	)
 	if ecfg != nil {
-		svcOpts = append(svcOpts, envoy.WithObserver(m.Decision), envoy.WithUnknownDomain(m.UnknownDomain), envoy.WithLogger(log))
+		svcOpts = append(svcOpts, envoy.WithObserver(dash.observer(m.Decision)), envoy.WithUnknownDomain(m.UnknownDomain), envoy.WithLogger(log))
 		esvc = envoy.NewService(back.Limiter, ecfg, svcOpts...)
 		rls = esvc
 	} else {
@@ -107,6 +112,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	} else {
 		mux.Handle("/", server.New(policy.New(back.Limiter, nil), server.WithReady(back.Ready)))
 	}
+	dashAttrs, stopDash, err := dash.serve(ctx, mux, engineOf(p), back.Limiter, ecfg, log)
+	if err != nil {
+		return err
+	}
+	defer stopDash()
+	counts = append(counts, dashAttrs...)
 	// The probes and the metrics answer whatever the load: an orchestrator
 	// that saw them fail at --max-inflight would restart a busy replica,
 	// or stop watching it, when it is needed most.
@@ -132,7 +143,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		grpcAddr = gln.Addr().String()
 	}
 	if esvc != nil {
-		watchEnvoyConfig(ctx, *path, loaded, ef.loadOptions(), *df.reloadEvery, hup, esvc.Update, m.Reload, log)
+		watchEnvoyConfig(ctx, *path, loaded, ef.loadOptions(), *df.reloadEvery, hup, dash.envoyApply(esvc.Update), dash.reloaded(m.Reload), log)
 	}
 	if p != nil {
 		p.Watch(ctx, *df.reloadEvery, hup)
