@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +22,8 @@ var uiFiles embed.FS
 
 // The paths the Handler serves.
 const (
+	// adminPrefix holds every path but the page's.
+	adminPrefix = "/admin/"
 	// PagePath is the dashboard page.
 	PagePath = "/"
 	// AssetsPrefix is where the page's script and style sheet are.
@@ -146,11 +149,29 @@ func New(opts ...Option) *Handler {
 	h.handle("GET "+AssetsPrefix, http.StripPrefix(AssetsPrefix, http.FileServerFS(assets)))
 	h.handle("GET "+StatsPath, http.HandlerFunc(h.stats))
 	h.handle("GET "+TopPath, http.HandlerFunc(h.topKeys))
-	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		httpjson.Error(w, http.StatusNotFound, "NOT_FOUND",
-			fmt.Sprintf("no endpoint at %s; the dashboard serves GET %s, GET %s and GET %s", r.URL.Path, PagePath, StatsPath, TopPath))
-	})
+	h.mux.HandleFunc("/", h.notFound)
 	return h
+}
+
+// notFound answers a request no route takes: 405 for a path that is
+// routed for another method, else 404.
+func (h *Handler) notFound(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := h.mux.Handler(probe); pattern != "/" && m != r.Method {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		httpjson.Error(w, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED",
+			fmt.Sprintf("method %s is not allowed on %s; use %s", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+		return
+	}
+	httpjson.Error(w, http.StatusNotFound, "NOT_FOUND",
+		fmt.Sprintf("no endpoint at %s; the dashboard serves GET %s, GET %s and GET %s", r.URL.Path, PagePath, StatsPath, TopPath))
 }
 
 // handle routes pattern to hh, and lists it for Register.
@@ -163,13 +184,15 @@ func (h *Handler) handle(pattern string, hh http.Handler) {
 // the handler of a listener of its own.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
-// Register routes the dashboard's paths of mux to h (GET / exactly, and
-// the paths under /admin/), leaving every other path to mux's other
+// Register routes the dashboard's requests of mux to h: GET / exactly,
+// and every path under /admin/ (those h does not serve are answered with
+// a JSON 404 or 405), leaving every other request to mux's other
 // handlers.
 func (h *Handler) Register(mux *http.ServeMux) {
 	for _, p := range h.routes {
 		mux.Handle(p, h)
 	}
+	mux.Handle(adminPrefix, h)
 }
 
 // Run samples the metrics every second, for the per-second history and
