@@ -53,8 +53,9 @@ short:
 
 # redis-server and redis-cli (Cluster and Sentinel tests), nginx (the load
 # balancer of the scale-out test), gcc for the race detector (cgo), git
-# (the version test commits a checkout of its own). nginx lives in
-# /usr/sbin, which a non-root PATH may lack.
+# (the version test commits a checkout of its own), chromium (the
+# dashboard's end-to-end test and internal/cdp drive it headless). nginx
+# lives in /usr/sbin, which a non-root PATH may lack.
 deps:
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
@@ -62,6 +63,7 @@ deps:
 	command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing="$$missing nginx"; \
 	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; \
 	command -v git >/dev/null 2>&1 || missing="$$missing git"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing with apt-get:$$missing"; \
 		$(SUDO) apt-get update -qq && \
