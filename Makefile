@@ -1,7 +1,7 @@
-# make test: everything CI runs. It installs redis-server, redis-cli and
-# nginx with apt-get when they are missing, then checks formatting, vets,
-# lints and runs every test with the race detector against real
-# redis-server (and nginx) processes.
+# make test: everything CI runs. It installs redis-server, redis-cli,
+# nginx and chromium with apt-get when they are missing, then checks
+# formatting, vets, lints and runs every test with the race detector
+# against real redis-server (and nginx, and headless Chromium) processes.
 
 GO          ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
