@@ -65,12 +65,13 @@
     }
   }
 
-  // chart draws series (name -> [per second]) as lines in a box.
-  function chart(title, series, step, classes) {
+  // chart draws series (name -> [per second]) as lines in a box W units
+  // wide (about its width in pixels, so that its text keeps its size).
+  function chart(title, series, step, classes, W = 400) {
     const box = el("div", { class: "chart" });
     if (title) box.append(el("h3", {}, title));
-    const W = 400, H = 120, L = 34, B = 14;
-    const s = svg("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", role: "img" });
+    const H = 120, L = 34, B = 14;
+    const s = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img" });
     let n = 0, max = 0;
     for (const v of Object.values(series)) { n = Math.max(n, v.length); for (const x of v) max = Math.max(max, x); }
     const top = max > 0 ? max * 1.1 : 1;
@@ -78,7 +79,7 @@
     const t1 = svg("text", { x: 2, y: 12 }); t1.textContent = rate(top); s.append(t1);
     const t0 = svg("text", { x: 2, y: H - B }); t0.textContent = "0"; s.append(t0);
     const tx = svg("text", { x: L + 2, y: H - 2 }); tx.textContent = "−" + span(n * step); s.append(tx);
-    const tn = svg("text", { x: W - 22, y: H - 2 }); tn.textContent = "now"; s.append(tn);
+    const tn = svg("text", { x: W - 20, y: H - 2 }); tn.textContent = "now"; s.append(tn);
     for (const [name, cls] of classes) {
       const v = series[name];
       if (!v || !v.length) continue;
@@ -135,7 +136,7 @@
     $("latency-note").textContent = l.calls ? "percentiles of " + count(l.calls) + " store calls over the last " + span(l.window_seconds) : "no store calls in the last minute";
     const box = chart("store errors (red) and degraded decisions (violet) per second",
       { errors: st.series.store_errors || [], degraded: st.series.degraded || [] }, st.series.step_seconds || 1,
-      [["errors", "denied"], ["degraded", "degraded"]]);
+      [["errors", "denied"], ["degraded", "degraded"]], 600);
     $("store-chart").replaceChildren(...box.childNodes);
   }
 

@@ -47,10 +47,11 @@ type dashboardView struct {
 		Key    string  `json:"key"`
 		Denied float64 `json:"denied"`
 	} `json:"top"`
-	Lines   int    `json:"lines"`
-	Breaker string `json:"breaker"`
-	P99     string `json:"p99"`
-	Text    string `json:"text"`
+	Lines   int      `json:"lines"`
+	Breaker string   `json:"breaker"`
+	P99     string   `json:"p99"`
+	Text    string   `json:"text"`
+	Reloads []string `json:"reloads"`
 }
 
 // readView is the JavaScript that reads a dashboardView.
@@ -73,6 +74,7 @@ const readView = `(() => {
     breaker: document.getElementById("breaker").textContent,
     p99: document.getElementById("p99").textContent,
     text: document.body.innerText,
+    reloads: [...document.querySelectorAll("#reloads li")].map((li) => li.textContent),
   };
 })()`
 
@@ -88,10 +90,28 @@ func TestDashboard(t *testing.T) {
 		t.Fatal(err) // outside -short a missing browser fails: make deps installs it
 	}
 	srv := redistest.Start(t)
-	d := startServe(t, []string{"SLUICE_REDIS_URL=redis://" + srv.Addr}, "--config", writeFile(t, dashboardRules))
+	cfg := writeFile(t, dashboardRules)
+	d := startServe(t, []string{"SLUICE_REDIS_URL=redis://" + srv.Addr}, "--config", cfg, "--reload-interval", "200ms")
+	// A reload rejected, then one applied: the page lists both.
+	rewrite := func(content string) {
+		if err := os.WriteFile(cfg, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rewrite(strings.Replace(dashboardRules, "period: 1m", "perod: 1m", 1))
+	d.waitLog(t, "config rejected")
+	rewrite(dashboardRules + "# reviewed\n")
+	d.waitLog(t, "config reloaded")
 
 	const limited, unlimited = "203.0.113.7", "198.51.100.23"
-	// Traffic, every 100ms for at most 30s, until the screenshot is
+	// For the committed screenshot, a longer run, whose chart has more to
+	// show.
+	update := os.Getenv("SLUICE_UPDATE_SCREENSHOT") == "1"
+	run := 6 * time.Second
+	if update {
+		run = 40 * time.Second
+	}
+	// Traffic, every 100ms for at most a minute, until the screenshot is
 	// taken: one login client over its limit of 20/min, another under
 	// it, search under its limit, export over its shadow limit.
 	stop := make(chan struct{})
@@ -108,12 +128,12 @@ func TestDashboard(t *testing.T) {
 		}
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
-		for i := 0; i < 300; i++ {
+		for i := 0; i < 600; i++ {
 			check(`{"rule":"login","key":"` + limited + `"}`)
 			if i%10 == 0 && i < 60 {
 				check(`{"rule":"login","key":"` + unlimited + `"}`)
 			}
-			for range 1 + i%5 {
+			for range 1 + i%5 + 2*(i/50%2) { // 30/s, then 50/s, by turns
 				check(`{"rule":"search","key":"key-a"}`)
 			}
 			check(`{"rule":"export","key":"key-b"}`)
@@ -127,7 +147,7 @@ func TestDashboard(t *testing.T) {
 	stopTraffic := sync.OnceFunc(func() { close(stop); traffic.Wait() })
 	t.Cleanup(stopTraffic)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), run+90*time.Second)
 	defer cancel()
 	b, err := cdp.Start(ctx, browserPath)
 	if err != nil {
@@ -146,23 +166,23 @@ func TestDashboard(t *testing.T) {
 		t.Fatal(err)
 	}
 	mask := policy.MaskKey(limited)
-	// Until the page shows the limited key, and at least 6s of traffic
-	// for the chart (bounded by ctx).
+	// Until the page shows the limited key, after run of traffic for the
+	// chart (bounded by ctx).
 	started := time.Now()
 	var v dashboardView
-	wait, stopWait := context.WithTimeout(ctx, 45*time.Second)
+	wait, stopWait := context.WithTimeout(ctx, run+40*time.Second)
 	defer stopWait()
 	for {
 		if err := page.Evaluate(wait, readView, &v); err != nil {
 			t.Fatalf("reading the page: %v\n%s", err, b.Stderr())
 		}
-		shown := v.LoginAllowed > 0 && v.LoginDenied > 0 && v.ExportShadow > 0 && len(v.Top) > 0 && v.P99 != "–"
-		if shown && time.Since(started) > 6*time.Second {
+		shown := v.LoginAllowed > 0 && v.LoginDenied > 0 && v.ExportShadow > 0 && len(v.Top) > 0 && v.P99 != "–" && len(v.Reloads) == 2
+		if shown && time.Since(started) > run {
 			break
 		}
 		select {
 		case <-wait.Done():
-			t.Fatalf("the page did not show the limited rule and key within 45s: %+v", v)
+			t.Fatalf("the page did not show the limited rule and key within %v: %+v", run+40*time.Second, v)
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
@@ -203,12 +223,16 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("%d chart lines, breaker %q: want a line per rule's outcome, closed", v.Lines, v.Breaker)
 	}
 
+	if len(v.Reloads) != 2 || !strings.Contains(v.Reloads[0], "ok") || !strings.Contains(v.Reloads[1], "rejected") || !strings.Contains(v.Reloads[1], "perod") {
+		t.Errorf("reloads shown %q, want the one applied, then the one rejected naming perod", v.Reloads)
+	}
+
 	img, err := png.Decode(bytes.NewReader(shot))
 	if err != nil || img.Bounds().Dx() != 1280 {
 		t.Fatalf("the screenshot is no 1280-wide PNG: %v", err)
 	}
 	out := filepath.Join(t.TempDir(), "dashboard.png")
-	if os.Getenv("SLUICE_UPDATE_SCREENSHOT") == "1" {
+	if update {
 		out = screenshotPath
 		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 			t.Fatal(err)
