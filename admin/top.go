@@ -51,8 +51,9 @@ type Top struct {
 	gen       time.Duration
 	now       func() time.Time
 	cur, prev *summary
-	started   time.Time // when cur began
-	prevStart time.Time // when prev began; zero while prev holds nothing
+	rules     map[string]string // rule names, interned: a counter copies only its key
+	started   time.Time         // when cur began
+	prevStart time.Time         // when prev began; zero while prev holds nothing
 }
 
 // TopOption configures a Top.
@@ -88,6 +89,7 @@ func NewTop(k int, opts ...TopOption) *Top {
 		o(t)
 	}
 	t.cur, t.prev = newSummary(k), newSummary(k)
+	t.rules = map[string]string{}
 	t.started = t.now()
 	return t
 }
@@ -110,7 +112,13 @@ func (t *Top) Observe(rule, key string, o policy.Outcome) {
 	now := t.now()
 	t.mu.Lock()
 	t.rotate(now)
-	t.cur.add(id, masked, o == policy.ShadowDenied)
+	if c, ok := t.cur.index[id]; ok {
+		t.cur.bump(c, o == policy.ShadowDenied)
+	} else {
+		// A new key: its strings are copied, since a door may hand over
+		// a key that aliases a request's buffer.
+		t.cur.insert(topKey{t.intern(rule), strings.Clone(id.key)}, masked, o == policy.ShadowDenied)
+	}
 	t.mu.Unlock()
 }
 
@@ -154,43 +162,39 @@ func (t *Top) Snapshot(n int) TopList {
 	t.mu.Lock()
 	t.rotate(now)
 	list := TopList{Since: t.started, Until: now, K: t.cur.k, Counted: t.cur.total}
-	merged := make(map[topKey]*TopEntry, len(t.cur.heap)+len(t.prev.heap))
-	curMin := t.cur.floor()
+	all := make([]TopEntry, 0, len(t.cur.heap)+len(t.prev.heap))
 	for _, c := range t.cur.heap {
-		merged[c.topKey] = &TopEntry{Rule: c.rule, Key: c.key, Masked: c.masked, Count: c.count, Error: c.err, Shadow: c.shadow}
+		all = append(all, TopEntry{Rule: c.rule, Key: c.key, Masked: c.masked, Count: c.count, Error: c.err, Shadow: c.shadow})
 	}
 	if !t.prevStart.IsZero() {
 		list.Since = t.prevStart
 		list.Counted += t.prev.total
-		prevMin := t.prev.floor()
-		for _, e := range merged {
-			// Absent from a full generation: counted there at most its
-			// smallest count, unknown how often.
-			if _, ok := t.prev.index[topKey{e.Rule, e.Key}]; !ok {
-				e.Count += prevMin
-				e.Error += prevMin
+		// A key absent from a full generation was counted there at most
+		// its smallest count, unknown how often.
+		curMin, prevMin := t.cur.floor(), t.prev.floor()
+		for i := range all {
+			if _, ok := t.prev.index[topKey{all[i].Rule, all[i].Key}]; !ok {
+				all[i].Count += prevMin
+				all[i].Error += prevMin
 			}
 		}
 		for _, c := range t.prev.heap {
-			if e, ok := merged[c.topKey]; ok {
+			if in, ok := t.cur.index[c.topKey]; ok {
+				e := &all[in.pos] // all holds cur.heap's counters in heap order
 				e.Count += c.count
 				e.Error += c.err
 				continue
 			}
-			merged[c.topKey] = &TopEntry{Rule: c.rule, Key: c.key, Masked: c.masked, Count: c.count + curMin, Error: c.err + curMin, Shadow: c.shadow}
+			all = append(all, TopEntry{Rule: c.rule, Key: c.key, Masked: c.masked, Count: c.count + curMin, Error: c.err + curMin, Shadow: c.shadow})
 		}
 	}
 	t.mu.Unlock()
-	list.Tracked = len(merged)
-	all := make([]TopEntry, 0, len(merged))
-	for _, e := range merged {
-		all = append(all, *e)
-	}
+	list.Tracked = len(all)
 	slices.SortFunc(all, func(a, b TopEntry) int {
 		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Error, b.Error), strings.Compare(a.Rule, b.Rule), strings.Compare(a.Key, b.Key))
 	})
 	if n > 0 && len(all) > n {
-		all = all[:n]
+		all = all[:n:n]
 	}
 	for i := range all {
 		if all[i].Masked == "" {
@@ -199,6 +203,22 @@ func (t *Top) Snapshot(n int) TopList {
 	}
 	list.Entries = all
 	return list
+}
+
+// maxRules bounds the rule names a Top interns.
+const maxRules = 4096
+
+// intern returns rule as a string of t's own, copied once. Called with
+// t.mu held.
+func (t *Top) intern(rule string) string {
+	if r, ok := t.rules[rule]; ok {
+		return r
+	}
+	r := strings.Clone(rule)
+	if len(t.rules) < maxRules {
+		t.rules[r] = r
+	}
+	return r
 }
 
 // rotate starts a new generation when the current one is over: it
@@ -263,19 +283,19 @@ func (s *summary) floor() uint64 {
 	return s.heap[0].count
 }
 
-// add counts one decision for id. A new key takes a free counter, or the
-// one with the smallest count, whose count it inherits as its error.
-func (s *summary) add(id topKey, masked string, shadow bool) {
+// bump counts one decision for the key of c.
+func (s *summary) bump(c *counter, shadow bool) {
 	s.total++
-	if c, ok := s.index[id]; ok {
-		c.count++
-		c.shadow = shadow
-		s.down(c.pos)
-		return
-	}
-	// The strings are copied: a door may hand over a key that aliases a
-	// request's buffer.
-	id = topKey{strings.Clone(id.rule), strings.Clone(id.key)}
+	c.count++
+	c.shadow = shadow
+	s.down(c.pos)
+}
+
+// insert counts one decision for id, a key s does not hold, keeping its
+// strings. It takes a free counter, or the one with the smallest count,
+// whose count it inherits as its error.
+func (s *summary) insert(id topKey, masked string, shadow bool) {
+	s.total++
 	if len(s.heap) < s.k {
 		c := &s.slab[len(s.heap)]
 		*c = counter{topKey: id, masked: masked, count: 1, shadow: shadow, pos: len(s.heap)}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/sluice-go/sluice/policy"
 )
@@ -319,11 +320,14 @@ func TestTopLongKeys(t *testing.T) {
 // request buffer) is kept as it was.
 func TestTopKeyCopied(t *testing.T) {
 	top := NewTop(10)
-	buf := []byte("client-a")
-	top.Observe("r", string(buf), policy.Denied)
-	copy(buf, "CLIENT-B")
-	if got := top.Snapshot(0).Entries[0].Key; got != "client-a" {
-		t.Errorf("key %q, want client-a", got)
+	rule, key := []byte("login"), []byte("client-a")
+	// The strings alias the buffers, as a door's decoder without copies
+	// hands them over.
+	top.Observe(unsafe.String(&rule[0], len(rule)), unsafe.String(&key[0], len(key)), policy.Denied)
+	copy(rule, "LOGIN")
+	copy(key, "CLIENT-B")
+	if e := top.Snapshot(0).Entries[0]; e.Rule != "login" || e.Key != "client-a" {
+		t.Errorf("kept %q %q, want login client-a", e.Rule, e.Key)
 	}
 }
 
