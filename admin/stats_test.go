@@ -131,3 +131,30 @@ func TestSamplerLatency(t *testing.T) {
 		t.Errorf("a minute without calls: %+v, want none", lat)
 	}
 }
+
+// BenchmarkSample: the cost of one sample (a Gather of every metric,
+// Go's runtime included), taken once a second, and of one series of 300
+// steps for 20 rules, made per page refresh.
+func BenchmarkSample(b *testing.B) {
+	m := metrics.New()
+	for i := range 20 {
+		for _, o := range policy.Outcomes {
+			m.Decision("rule-"+string(rune('a'+i)), "k", o)
+		}
+	}
+	s := newSampler(m.Gatherer(), DefaultHistory)
+	at := time.Now()
+	b.Run("sample", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			at = at.Add(time.Second)
+			s.sample(at)
+		}
+	})
+	b.Run("series-300", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			s.series(DefaultWindow)
+		}
+	})
+}
