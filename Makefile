@@ -1,7 +1,7 @@
-# make test: everything CI runs. It installs redis-server, redis-cli and
-# nginx with apt-get when they are missing, then checks formatting, vets,
-# lints and runs every test with the race detector against real
-# redis-server (and nginx) processes.
+# make test: everything CI runs. It installs redis-server, redis-cli,
+# nginx and chromium with apt-get when they are missing, then checks
+# formatting, vets, lints and runs every test with the race detector
+# against real redis-server (and nginx, and headless Chromium) processes.
 
 GO          ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -68,7 +68,8 @@ short:
 # may lack. deploy/'s tests: promtool (Debian's prometheus) checks and
 # unit-tests the alert rules, podman builds and runs the image (runc
 # beside it: crun refuses a hybrid cgroup hierarchy), systemd-analyze
-# (systemd) verifies the unit.
+# (systemd) verifies the unit; chromium: the dashboard's end-to-end test
+# and internal/cdp drive it headless.
 deps:
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
@@ -82,6 +83,7 @@ deps:
 	command -v git >/dev/null 2>&1 || missing="$$missing git"; \
 	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
 	[ -f /usr/share/nodejs/express/package.json ] || missing="$$missing node-express"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing with apt-get:$$missing"; \
 		$(SUDO) apt-get update -qq && \

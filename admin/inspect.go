@@ -18,16 +18,30 @@ import (
 )
 
 // operator serves the operator API's inspect and reset for the engine
-// engine returns (a reload may replace it), resets only when token is
-// not empty.
+// engine returns (nil: an envoyproxy/ratelimit config, which has no
+// rules to name), resets only when token is not empty.
 type operator struct {
 	engine func() *policy.Engine
 	token  string
 }
 
+// noEngine answers, and reports, a request of an operator API without an
+// engine.
+func (o operator) noEngine(w http.ResponseWriter) bool {
+	if o.engine != nil && o.engine() != nil {
+		return false
+	}
+	httpjson.Error(w, http.StatusNotImplemented, "NOT_IMPLEMENTED",
+		"inspect and reset name a rule of a sluice policy file; this server decides an envoyproxy/ratelimit config, which has none")
+	return true
+}
+
 // inspect answers GET InspectPath?rule=R&key=K[&cost=N] with an
 // Inspection.
 func (o operator) inspect(w http.ResponseWriter, r *http.Request) {
+	if o.noEngine(w) {
+		return
+	}
 	q := r.URL.Query()
 	rule := q.Get("rule")
 	if rule == "" {
@@ -76,6 +90,9 @@ func ms(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.
 // reset answers POST ResetPath: with the bearer token, it forgets the
 // state of the ResetRequest's key under its rule.
 func (o operator) reset(w http.ResponseWriter, r *http.Request) {
+	if o.noEngine(w) {
+		return
+	}
 	if o.token == "" {
 		httpjson.Error(w, http.StatusForbidden, "RESET_DISABLED",
 			"resets are off: start sluice serve with "+TokenEnv+" set in its environment to turn them on")
@@ -123,12 +140,3 @@ func operatorError(w http.ResponseWriter, err error) {
 	}
 }
 
-// NewOperator returns the operator API (GET InspectPath, POST ResetPath)
-// over the engine engine returns, resets on only when token is not empty.
-func NewOperator(engine func() *policy.Engine, token string) http.Handler {
-	o := operator{engine: engine, token: token}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+InspectPath, o.inspect)
-	mux.HandleFunc("POST "+ResetPath, o.reset)
-	return mux
-}

@@ -270,10 +270,11 @@ func (m *Metrics) Breaker(state sluice.BreakerState, _ error) {
 	m.breakerOpen.Set(0)
 }
 
-// Reload counts a policy file reload.
-func (m *Metrics) Reload(ok bool) {
+// Reload counts a policy file reload that err rejected, or that
+// succeeded when err is nil (policyfile.WithReloadReport).
+func (m *Metrics) Reload(err error) {
 	result := "ok"
-	if !ok {
+	if err != nil {
 		result = "rejected"
 	}
 	m.reloads.WithLabelValues(result).Inc()

@@ -2,6 +2,7 @@ package metrics_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -67,9 +68,9 @@ rules:
 			t.Fatal(err)
 		}
 	}
-	m.Reload(true)
-	m.Reload(false)
-	m.Reload(false)
+	m.Reload(nil)
+	m.Reload(errors.New("rejected"))
+	m.Reload(errors.New("rejected"))
 
 	// A store that fails counts its errors, and each error policy's
 	// decision is a fallback.

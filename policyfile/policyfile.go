@@ -42,7 +42,7 @@ type settings struct {
 	redis     func(config.Redis) config.Redis
 	rules     []policy.Option
 	engine    []policy.EngineOption
-	onReload  func(ok bool)
+	onReload  func(err error)
 	onBreaker func(sluice.BreakerState, error)
 	onMemory  func(*memory.Store)
 }
@@ -81,9 +81,10 @@ func WithEngineOptions(opts ...policy.EngineOption) Option {
 	return func(s *settings) { s.engine = append(s.engine, opts...) }
 }
 
-// WithReloadReport registers f to hear whether each reload succeeded (for
-// metrics).
-func WithReloadReport(f func(ok bool)) Option { return func(s *settings) { s.onReload = f } }
+// WithReloadReport registers f to hear the outcome of each reload: nil
+// when the file was applied, else the error that rejected it, the same
+// error Reload returns (for metrics and the dashboard's recent reloads).
+func WithReloadReport(f func(err error)) Option { return func(s *settings) { s.onReload = f } }
 
 // WithBreakerReport registers f to hear each change of the store's
 // circuit breaker (see sluice.WithBreakerHandler), for metrics; the
@@ -160,7 +161,7 @@ func newPolicy(f *config.File, fp fingerprint, opts []Option) (*Policy, error) {
 }
 
 func defaults() settings {
-	return settings{log: slog.Default(), obs: func(string, string, policy.Outcome) {}, redis: func(r config.Redis) config.Redis { return r }, onReload: func(bool) {},
+	return settings{log: slog.Default(), obs: func(string, string, policy.Outcome) {}, redis: func(r config.Redis) config.Redis { return r }, onReload: func(error) {},
 		onBreaker: func(sluice.BreakerState, error) {}, onMemory: func(*memory.Store) {}}
 }
 
@@ -243,7 +244,7 @@ func (p *Policy) Reload() error {
 			}
 		}
 	}
-	p.set.onReload(err == nil)
+	p.set.onReload(err)
 	return err
 }
 

@@ -36,7 +36,7 @@ func TestWatchPoll(t *testing.T) {
 	path := writeFile(t, oldRules)
 	log := &logs{}
 	reports := make(chan bool, 10)
-	p := open(t, path, log, policyfile.WithReloadReport(func(ok bool) { reports <- ok }))
+	p := open(t, path, log, policyfile.WithReloadReport(func(err error) { reports <- err == nil }))
 	watch(t, p, 20*time.Millisecond, nil)
 
 	rewrite(t, path, newRules)
@@ -92,12 +92,12 @@ func TestWatchAfterOpen(t *testing.T) {
 func TestWatchRejected(t *testing.T) {
 	path := writeFile(t, oldRules)
 	log := &logs{}
-	reports := make(chan bool, 10)
-	p := open(t, path, log, policyfile.WithReloadReport(func(ok bool) { reports <- ok }))
+	reports := make(chan error, 10)
+	p := open(t, path, log, policyfile.WithReloadReport(func(err error) { reports <- err }))
 	watch(t, p, 20*time.Millisecond, nil)
 	rewrite(t, path, "rules:\n  - name: new\n    perod: 1s\n    limit: 5\n")
-	if ok := <-reports; ok {
-		t.Fatal("an invalid file was reported as reloaded")
+	if err := <-reports; err == nil || !strings.Contains(err.Error(), "perod: unknown field") {
+		t.Fatalf("an invalid file was reported with %v, want the error naming perod", err)
 	}
 	// The report comes first, from Reload; then Watch logs.
 	var es []map[string]any
@@ -135,7 +135,7 @@ func TestWatchCompileFails(t *testing.T) {
 	log := &logs{}
 	reports := make(chan bool, 1)
 	user := policy.WithKey("old", func(*http.Request) (string, bool) { return "", false })
-	p := open(t, path, log, policyfile.WithRuleOptions(user), policyfile.WithReloadReport(func(ok bool) { reports <- ok }))
+	p := open(t, path, log, policyfile.WithRuleOptions(user), policyfile.WithReloadReport(func(err error) { reports <- err == nil }))
 	rewrite(t, path, newRules)
 	err := p.Reload()
 	if err == nil || !strings.Contains(err.Error(), `WithKey names rule "old"`) {
@@ -186,7 +186,7 @@ func TestWatchTooLarge(t *testing.T) {
 	path := writeFile(t, oldRules)
 	log := &logs{}
 	reports := make(chan bool, 10)
-	p := open(t, path, log, policyfile.WithReloadReport(func(ok bool) { reports <- ok }))
+	p := open(t, path, log, policyfile.WithReloadReport(func(err error) { reports <- err == nil }))
 	grow := func() {
 		t.Helper()
 		f, err := os.OpenFile(path, os.O_WRONLY, 0)

@@ -125,14 +125,15 @@ func warnNoDomains(log *slog.Logger, path string, cfg *envoy.Config) {
 // file, or a directory as a whole) as policyfile.Policy.Watch reloads a
 // policy file: on a signal from hup, or when a file envoyFiles lists
 // changes, appears or disappears (polled every interval). A valid set goes
-// to apply (envoy.Service.Update); an invalid one is logged, one line per
+// to apply (envoy.Service.Update); report hears each outcome (nil, or
+// the error that rejected the set); an invalid one is logged, one line per
 // error, and leaves the old set serving. since is the version that was
 // loaded: a change made after it is reloaded at the first poll.
-func watchEnvoyConfig(ctx context.Context, path string, since policyfile.Version, opts []envoy.LoadOption, interval time.Duration, hup <-chan os.Signal, apply func(*envoy.Config), report func(ok bool), log *slog.Logger) {
+func watchEnvoyConfig(ctx context.Context, path string, since policyfile.Version, opts []envoy.LoadOption, interval time.Duration, hup <-chan os.Signal, apply func(*envoy.Config), report func(err error), log *slog.Logger) {
 	list := func() ([]string, error) { return envoyFiles(path) }
 	policyfile.WatchFiles(ctx, list, since, interval, hup, func(trigger string) {
 		cfg, err := envoy.LoadConfig(path, opts...)
-		report(err == nil)
+		report(err)
 		if err != nil {
 			for _, line := range strings.Split(err.Error(), "\n") {
 				if line != "" {

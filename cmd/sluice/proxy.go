@@ -52,9 +52,9 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		forward atomic.Pointer[httputil.ReverseProxy]
 	)
 	m := metrics.New()
-	forwarding := func(ok bool) {
-		m.Reload(ok)
-		if ok {
+	forwarding := func(err error) {
+		m.Reload(err)
+		if err == nil {
 			forward.Store(newReverseProxy(upstream, p.File().HTTP.TrustedProxies, log))
 		}
 	}

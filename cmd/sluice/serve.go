@@ -8,13 +8,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"os"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 
-	"github.com/sluice-go/sluice/admin"
 	"github.com/sluice-go/sluice/config"
 	"github.com/sluice-go/sluice/envoy"
 	"github.com/sluice-go/sluice/metrics"
@@ -30,6 +28,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	ef := addEnvoyFlags(fs)
 	pprofListen := fs.string("pprof-listen", "SLUICE_PPROF_LISTEN", "", "address of a listener serving Go's runtime profiles at /debug/pprof/ (net/http/pprof), such as 127.0.0.1:6060, for finding where a busy server spends its time; keep it on loopback (empty: off)")
 	df.limits.addServeBodyFlag(fs)
+	dashFlags := addDashboardFlags(fs)
 	if err := fs.parse(args); err != nil {
 		return err
 	}
@@ -49,8 +48,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	keepMinHeap(ctx, int64(*df.gcMinHeap)<<20)
 	path := df.path
 	m := metrics.New()
+	dash, err := dashFlags.open(m, *path, isEnvoy, *df.showKeys)
+	if err != nil {
+		return err
+	}
 	open := []policyfile.Option{policyfile.WithLogger(log), policyfile.WithRedis(df.storeSettings),
-		policyfile.WithStore(m.Store), policyfile.WithObserver(m.Decision), policyfile.WithReloadReport(m.Reload),
+		policyfile.WithStore(m.Store), policyfile.WithObserver(dash.observer(m.Decision)), policyfile.WithReloadReport(dash.reloaded(m.Reload)),
 		policyfile.WithBreakerReport(m.Breaker), policyfile.WithMemoryStore(m.MemoryStore), df.engineOptions()}
 	// A file or directory written for envoyproxy/ratelimit configures the
 	// Envoy gRPC service; a sluice policy file, the HTTP API and Envoy's
@@ -92,7 +95,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		ready = back.Ready
 	)
 	if ecfg != nil {
-		svcOpts = append(svcOpts, envoy.WithObserver(m.Decision), envoy.WithUnknownDomain(m.UnknownDomain), envoy.WithLogger(log))
+		svcOpts = append(svcOpts, envoy.WithObserver(dash.observer(m.Decision)), envoy.WithUnknownDomain(m.UnknownDomain), envoy.WithLogger(log))
 		esvc = envoy.NewService(back.Limiter, ecfg, svcOpts...)
 		m.Rules(func() []string { return esvc.Config().Labels() })
 		rls = esvc
@@ -107,22 +110,21 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// Any method, as envoyproxy/ratelimit routes them.
 	mux.Handle("/json", m.Time(metrics.DoorJSON, envoy.JSONHandler(rls)))
 	mux.Handle("/healthcheck", health)
-	var (
-		api    *server.Server
-		engine func() *policy.Engine
-	)
+	var api *server.Server
 	if p != nil {
-		api, engine = server.New(p.Engine(), server.WithReady(p.Ready)), p.Engine
+		api = server.New(p.Engine(), server.WithReady(p.Ready))
 	} else {
-		e := policy.New(back.Limiter, nil)
-		api, engine = server.New(e, server.WithReady(back.Ready)), func() *policy.Engine { return e }
+		api = server.New(policy.New(back.Limiter, nil), server.WithReady(back.Ready))
 	}
 	mux.Handle("/", api)
-	ops := admin.NewOperator(engine, os.Getenv(admin.TokenEnv))
-	mux.Handle(admin.InspectPath, ops)
-	mux.Handle(admin.ResetPath, ops)
 	mux.Handle("/v1/check", m.Time(metrics.DoorHTTP, api))
 	mux.Handle("/v1/check/batch", m.Time(metrics.DoorHTTP, api))
+	dashAttrs, stopDash, err := dash.serve(ctx, mux, engineOf(p), back.Limiter, ecfg, log)
+	if err != nil {
+		return err
+	}
+	defer stopDash()
+	counts = append(counts, dashAttrs...)
 	// The probes and the metrics answer whatever the load: an orchestrator
 	// that saw them fail at --max-inflight would restart a busy replica,
 	// or stop watching it, when it is needed most.
@@ -148,7 +150,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		grpcAddr = gln.Addr().String()
 	}
 	if esvc != nil {
-		watchEnvoyConfig(ctx, *path, loaded, ef.loadOptions(), *df.reloadEvery, hup, esvc.Update, m.Reload, log)
+		watchEnvoyConfig(ctx, *path, loaded, ef.loadOptions(), *df.reloadEvery, hup, dash.envoyApply(esvc.Update), dash.reloaded(m.Reload), log)
 	}
 	if p != nil {
 		p.Watch(ctx, *df.reloadEvery, hup)

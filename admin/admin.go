@@ -1,0 +1,428 @@
+package admin
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/httpjson"
+	"github.com/sluice-go/sluice/metrics"
+	"github.com/sluice-go/sluice/policy"
+)
+
+//go:embed ui
+var uiFiles embed.FS
+
+// The paths the Handler serves.
+const (
+	// adminPrefix holds every path but the page's.
+	adminPrefix = "/admin/"
+	// PagePath is the dashboard page.
+	PagePath = "/"
+	// AssetsPrefix is where the page's script and style sheet are.
+	AssetsPrefix = "/admin/ui/"
+	// StatsPath is the JSON the page reads.
+	StatsPath = "/admin/v1/stats"
+	// TopPath is the most limited keys as JSON.
+	TopPath = "/admin/v1/top"
+)
+
+// The bounds of the endpoints' parameters.
+const (
+	// DefaultTopN is how many keys /admin/v1/top and the page list.
+	DefaultTopN = 20
+	// DefaultWindow is how many seconds of history /admin/v1/stats
+	// returns unless asked (window=N).
+	DefaultWindow = 300
+	// maxReloads is how many recent reloads are kept.
+	maxReloads = 20
+	// maxReloadError is the longest reload error kept, in bytes.
+	maxReloadError = 4 << 10
+	// sampleEvery is how often the metrics are sampled.
+	sampleEvery = time.Second
+)
+
+// Handler serves the dashboard and the read-only admin API (see the
+// package documentation). Create it with New; start its sampling with
+// Run. It is safe for concurrent use.
+type Handler struct {
+	mux     *http.ServeMux
+	routes  []string // the patterns Register adds to a mux
+	rules   func() []RuleInfo
+	limiter func() *sluice.Limiter
+	config  func() ConfigInfo
+	engine  func() *policy.Engine // for inspect and reset; nil: none
+	token   string                // the bearer token of reset; empty: off
+	met     *metrics.Metrics
+	top     *Top
+	plain   bool
+	history int
+	samp    *sampler
+	started time.Time
+
+	mu      sync.Mutex
+	reloads []Reload // oldest first, at most maxReloads
+}
+
+// Option configures a Handler.
+type Option func(*Handler)
+
+// WithEngine has the Handler show the rules of the engine that e returns
+// (called at each request: the engine may be built after the Handler)
+// and the state of its Limiter's circuit breaker.
+func WithEngine(e func() *policy.Engine) Option {
+	return func(h *Handler) {
+		h.engine = e
+		h.rules = func() []RuleInfo {
+			if eng := e(); eng != nil {
+				return RulesOf(eng.Rules())
+			}
+			return nil
+		}
+		h.limiter = func() *sluice.Limiter {
+			if eng := e(); eng != nil {
+				return eng.Limiter()
+			}
+			return nil
+		}
+	}
+}
+
+// WithToken turns on the operator API's reset (POST ResetPath), for
+// requests that carry token as their bearer token (TokenEnv holds it in
+// sluice serve's environment). Without it, or with an empty token, a
+// reset is refused with 403.
+func WithToken(token string) Option { return func(h *Handler) { h.token = token } }
+
+// WithRules has the Handler show the rules that f returns (for a
+// configuration that is not a policy.RuleSet, such as Envoy's
+// descriptors), in place of WithEngine's.
+func WithRules(f func() []RuleInfo) Option { return func(h *Handler) { h.rules = f } }
+
+// WithLimiter has the Handler show the circuit breaker of the Limiter f
+// returns, in place of WithEngine's.
+func WithLimiter(f func() *sluice.Limiter) Option { return func(h *Handler) { h.limiter = f } }
+
+// WithConfig has the Handler show what f says of the configuration.
+func WithConfig(f func() ConfigInfo) Option { return func(h *Handler) { h.config = f } }
+
+// WithMetrics has the Handler read decisions, store latency, errors and
+// fallbacks from m's registry (the series /metrics serves).
+func WithMetrics(m *metrics.Metrics) Option { return func(h *Handler) { h.met = m } }
+
+// WithTop has the Handler report the most limited keys t counts.
+func WithTop(t *Top) Option { return func(h *Handler) { h.top = t } }
+
+// WithPlainKeys has the Handler show client keys in the clear; by
+// default they are masked (policy.MaskKey).
+func WithPlainKeys(plain bool) Option { return func(h *Handler) { h.plain = plain } }
+
+// WithHistory sets how many seconds of per-second history the Handler
+// keeps (default DefaultHistory); n <= 0 keeps the default.
+func WithHistory(n int) Option {
+	return func(h *Handler) {
+		if n > 0 {
+			h.history = n
+		}
+	}
+}
+
+// New returns a Handler with opts.
+func New(opts ...Option) *Handler {
+	h := &Handler{
+		rules:   func() []RuleInfo { return nil },
+		limiter: func() *sluice.Limiter { return nil },
+		config:  func() ConfigInfo { return ConfigInfo{} },
+		history: DefaultHistory,
+		started: time.Now(),
+	}
+	for _, o := range opts {
+		o(h)
+	}
+	if h.met != nil {
+		h.samp = newSampler(h.met.Gatherer(), h.history)
+	}
+	assets, err := fs.Sub(uiFiles, "ui")
+	if err != nil {
+		panic(err) // the embedded directory is there: a build without it fails
+	}
+	h.mux = http.NewServeMux()
+	h.handle("GET /{$}", http.HandlerFunc(h.page))
+	h.handle("GET "+AssetsPrefix, http.StripPrefix(AssetsPrefix, http.FileServerFS(assets)))
+	h.handle("GET "+StatsPath, http.HandlerFunc(h.stats))
+	h.handle("GET "+TopPath, http.HandlerFunc(h.topKeys))
+	ops := operator{engine: h.engine, token: h.token}
+	h.handle("GET "+InspectPath, http.HandlerFunc(ops.inspect))
+	h.handle("POST "+ResetPath, http.HandlerFunc(ops.reset))
+	h.mux.HandleFunc("/", h.notFound)
+	return h
+}
+
+// notFound answers a request no route takes: 405 for a path that is
+// routed for another method, else 404.
+func (h *Handler) notFound(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := h.mux.Handler(probe); pattern != "/" && m != r.Method {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		httpjson.Error(w, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED",
+			fmt.Sprintf("method %s is not allowed on %s; use %s", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+		return
+	}
+	httpjson.Error(w, http.StatusNotFound, "NOT_FOUND",
+		fmt.Sprintf("no endpoint at %s; the dashboard serves GET %s, GET %s, GET %s, GET %s and POST %s", r.URL.Path, PagePath, StatsPath, TopPath, InspectPath, ResetPath))
+}
+
+// handle routes pattern to hh, and lists it for Register.
+func (h *Handler) handle(pattern string, hh http.Handler) {
+	h.mux.Handle(pattern, hh)
+	h.routes = append(h.routes, pattern)
+}
+
+// ServeHTTP serves the dashboard's paths, and a JSON 404 for any other:
+// the handler of a listener of its own.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// Register routes the dashboard's requests of mux to h: GET / exactly,
+// and every path under /admin/ (those h does not serve are answered with
+// a JSON 404 or 405), leaving every other request to mux's other
+// handlers.
+func (h *Handler) Register(mux *http.ServeMux) {
+	for _, p := range h.routes {
+		mux.Handle(p, h)
+	}
+	mux.Handle(adminPrefix, h)
+}
+
+// Run samples the metrics every second, for the per-second history and
+// the latency percentiles, until ctx ends. Without WithMetrics it returns
+// at once.
+func (h *Handler) Run(ctx context.Context) {
+	if h.samp == nil {
+		return
+	}
+	h.samp.sample(time.Now())
+	tick := time.NewTicker(sampleEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			h.samp.sample(now)
+		}
+	}
+}
+
+// Reload is one reload of the configuration, in Stats.
+type Reload struct {
+	// Time is when it happened.
+	Time time.Time `json:"time"`
+	// Outcome is "ok" or "rejected".
+	Outcome string `json:"outcome"`
+	// Error is why it was rejected ("" when ok).
+	Error string `json:"error,omitempty"`
+}
+
+// Reloaded records a reload of the configuration that err rejected, or
+// that succeeded when err is nil: a policyfile.WithReloadReport.
+func (h *Handler) Reloaded(err error) {
+	r := Reload{Time: time.Now(), Outcome: "ok"}
+	if err != nil {
+		r.Outcome, r.Error = "rejected", err.Error()
+		if len(r.Error) > maxReloadError {
+			r.Error = r.Error[:maxReloadError] + "…"
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.reloads) == maxReloads {
+		h.reloads = append(h.reloads[:0], h.reloads[1:]...)
+	}
+	h.reloads = append(h.reloads, r)
+}
+
+// page serves the dashboard: it loads nothing but its own script and
+// style sheet, which the Content-Security-Policy enforces.
+func (h *Handler) page(w http.ResponseWriter, r *http.Request) {
+	b, err := uiFiles.ReadFile("ui/index.html")
+	if err != nil {
+		httpjson.Error(w, http.StatusInternalServerError, "INTERNAL", err.Error())
+		return
+	}
+	hd := w.Header()
+	hd.Set("Content-Type", "text/html; charset=utf-8")
+	hd.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("Referrer-Policy", "no-referrer")
+	hd.Set("Cache-Control", "no-store")
+	_, _ = w.Write(b)
+}
+
+// Stats is the body of GET /admin/v1/stats. Its field names are stable.
+type Stats struct {
+	// Now is when it was made.
+	Now time.Time `json:"now"`
+	// UptimeSeconds is how long the Handler has run.
+	UptimeSeconds float64 `json:"uptime_seconds"`
+	// Config says what configuration is served.
+	Config ConfigInfo `json:"config"`
+	// Rules are the rules decided under now.
+	Rules []RuleInfo `json:"rules"`
+	// Series are the decisions per second of each rule, and the store's.
+	Series Series `json:"series"`
+	// Store is the store's health.
+	Store StoreHealth `json:"store"`
+	// Top are the most limited keys.
+	Top TopKeys `json:"top"`
+	// Reloads are the recent reloads of the configuration, newest first.
+	Reloads []Reload `json:"reloads"`
+}
+
+// StoreHealth is the store's part of Stats.
+type StoreHealth struct {
+	// Breaker is the circuit breaker's state: closed, open or half_open.
+	Breaker string `json:"breaker"`
+	// Latency is the take latency of the last minute.
+	Latency Latency `json:"latency"`
+	// ErrorsPerSecond and DegradedPerSecond are the last step's store
+	// errors and fallback decisions per second (Series holds their
+	// history).
+	ErrorsPerSecond   float64 `json:"errors_per_second"`
+	DegradedPerSecond float64 `json:"degraded_per_second"`
+}
+
+func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
+	window, err := intParam(r, "window", DefaultWindow, 1, h.history)
+	if err != nil {
+		httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST", err.Error())
+		return
+	}
+	n, err := intParam(r, "n", DefaultTopN, 1, h.topK())
+	if err != nil {
+		httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST", err.Error())
+		return
+	}
+	now := time.Now()
+	st := Stats{Now: now, UptimeSeconds: round3(now.Sub(h.started).Seconds()), Config: h.config(), Rules: h.rules(), Series: Series{Rules: []RuleSeries{}}}
+	if st.Rules == nil {
+		st.Rules = []RuleInfo{}
+	}
+	st.Store.Breaker = sluice.BreakerClosed.String()
+	if lim := h.limiter(); lim != nil {
+		st.Store.Breaker = lim.Breaker().String()
+	}
+	if h.samp != nil {
+		st.Series, st.Store.Latency = h.samp.series(window)
+		if k := len(st.Series.StoreErrors); k > 0 {
+			st.Store.ErrorsPerSecond = st.Series.StoreErrors[k-1]
+			st.Store.DegradedPerSecond = st.Series.Degraded[k-1]
+		}
+	}
+	st.Top = h.topList(n)
+	h.mu.Lock()
+	st.Reloads = make([]Reload, 0, len(h.reloads))
+	for i := len(h.reloads) - 1; i >= 0; i-- {
+		st.Reloads = append(st.Reloads, h.reloads[i])
+	}
+	h.mu.Unlock()
+	httpjson.Write(w, http.StatusOK, "application/json", st)
+}
+
+// TopKeys is the body of GET /admin/v1/top, and Stats.Top. Its field
+// names are stable.
+type TopKeys struct {
+	// Since and Until bound the span the counts cover (one to about two
+	// generations of the Top: see Top).
+	Since time.Time `json:"since"`
+	Until time.Time `json:"until"`
+	// SpanSeconds is Until - Since.
+	SpanSeconds float64 `json:"span_seconds"`
+	// Masked says whether the keys are masked (policy.MaskKey).
+	Masked bool `json:"masked"`
+	// Counters is how many counters a generation keeps (k); Tracked, how
+	// many (rule, key) pairs they hold now.
+	Counters int `json:"counters"`
+	Tracked  int `json:"tracked"`
+	// Counted is how many limiting decisions the span counted.
+	Counted uint64 `json:"counted"`
+	// Keys are the most limited, most first.
+	Keys []TopKey `json:"keys"`
+}
+
+// TopKey is one most limited key.
+type TopKey struct {
+	// Rule is the rule that limited it.
+	Rule string `json:"rule"`
+	// Key is the client key, masked unless the Handler shows keys plain.
+	Key string `json:"key"`
+	// Denied is how many decisions the rule denied the key in the span
+	// (for a rule in shadow mode, would have denied), at most; at least
+	// Denied - Error.
+	Denied uint64 `json:"denied"`
+	// Error bounds Denied's overestimate.
+	Error uint64 `json:"error"`
+	// Shadow says the rule is in shadow mode: it denied nothing.
+	Shadow bool `json:"shadow"`
+}
+
+func (h *Handler) topK() int {
+	if h.top == nil {
+		return DefaultTopK
+	}
+	return h.top.K()
+}
+
+func (h *Handler) topList(n int) TopKeys {
+	out := TopKeys{Masked: !h.plain, Keys: []TopKey{}}
+	if h.top == nil {
+		return out
+	}
+	l := h.top.Snapshot(n)
+	out.Since, out.Until, out.SpanSeconds = l.Since, l.Until, round3(l.Until.Sub(l.Since).Seconds())
+	out.Counters, out.Tracked, out.Counted = l.K, l.Tracked, l.Counted
+	for _, e := range l.Entries {
+		k := e.Masked
+		if h.plain {
+			k = e.Key
+		}
+		out.Keys = append(out.Keys, TopKey{Rule: e.Rule, Key: k, Denied: e.Count, Error: e.Error, Shadow: e.Shadow})
+	}
+	return out
+}
+
+func (h *Handler) topKeys(w http.ResponseWriter, r *http.Request) {
+	n, err := intParam(r, "n", DefaultTopN, 1, h.topK())
+	if err != nil {
+		httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST", err.Error())
+		return
+	}
+	httpjson.Write(w, http.StatusOK, "application/json", h.topList(n))
+}
+
+// intParam reads the query parameter name as an integer from lo to hi,
+// def when absent.
+func intParam(r *http.Request, name string, def, lo, hi int) (int, error) {
+	s := r.URL.Query().Get(name)
+	if s == "" {
+		return min(def, hi), nil
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil || v < lo || v > hi {
+		return 0, fmt.Errorf("%s=%q: want an integer from %d to %d", name, s, lo, hi)
+	}
+	return v, nil
+}

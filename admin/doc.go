@@ -1,0 +1,87 @@
+// Package admin is the read-only operator door of sluice serve: a live
+// dashboard at GET /, and the JSON it reads, for people and for sluice
+// top.
+//
+//	top := admin.NewTop(0) // the most limited keys, DefaultTopK counters
+//	h := admin.New(admin.WithEngine(p.Engine), admin.WithMetrics(m), admin.WithTop(top))
+//	go h.Run(ctx)          // samples the metrics once a second
+//	h.Register(mux)        // GET / and /admin/..., or serve h on a listener of its own
+//
+// with top.Observe and m.Decision both told of every decision (see
+// policy.Observer), and h.Reloaded of every reload
+// (policyfile.WithReloadReport).
+//
+// # Endpoints
+//
+//	GET /                  the dashboard page (HTML; script and style under /admin/ui/)
+//	GET /admin/ui/...      the page's app.js and style.css
+//	GET /admin/v1/stats    what the page shows, as JSON (Stats); ?window=N seconds of history (default 300), ?n=N keys (default 20)
+//	GET /admin/v1/top      the most limited keys, as JSON (TopKeys); ?n=N (default 20, at most the Top's k)
+//
+// Any other path of a Handler serving a listener of its own is a JSON
+// 404; a bad parameter is a JSON 400 naming it. The page loads nothing
+// but its own files (its Content-Security-Policy says so), polls
+// /admin/v1/stats every second, and works in current Chromium and
+// Firefox without a framework or a build step.
+//
+// # GET /admin/v1/stats
+//
+// The field names are stable; durations are in seconds, times RFC 3339.
+//
+//	{
+//	  "now": "2026-12-01T19:00:00Z", "uptime_seconds": 360.5,
+//	  "config": {"path": "sluice.yaml", "kind": "policy", "summary": "2 rules"},
+//	  "rules": [{"name": "login", "match": "POST /login", "key": "ip", "cost": 1, "shadow": false,
+//	             "limits": [{"name": "login-1m", "algorithm": "sliding_window", "limit": 5,
+//	                         "period": "1m", "period_seconds": 60}]}],
+//	  "series": {"start": "...", "step_seconds": 1, "steps": 300,
+//	             "rules": [{"rule": "login",
+//	                        "per_second": {"allowed": [0.5, ...], "denied": [...]},
+//	                        "window": {"allowed": 150, "denied": 12},
+//	                        "total": {"allowed": 180, "denied": 12}}],
+//	             "store_errors": [...], "degraded": [...], "takes": [...]},
+//	  "store": {"breaker": "closed",
+//	            "latency": {"p50_seconds": 0.00021, "p90_seconds": 0.0004, "p99_seconds": 0.0009,
+//	                        "calls": 5400, "window_seconds": 60},
+//	            "errors_per_second": 0, "degraded_per_second": 0},
+//	  "top": {...as GET /admin/v1/top...},
+//	  "reloads": [{"time": "...", "outcome": "rejected", "error": "sluice.yaml:3: ..."}]
+//	}
+//
+// series holds, per rule with decisions, the decisions per second of
+// each outcome it has had (allowed, denied, denied_by_other,
+// shadow_denied, degraded_allowed, degraded_denied), oldest first, one
+// value per step of about a second, computed from sluice_decisions_total
+// sampled once a second: the numbers Prometheus scrapes, not a second
+// count. window sums each outcome over the series, total since the start.
+// store_errors is sluice_store_errors_total per second, degraded
+// sluice_fallbacks_total per second (the decisions the error policy made
+// while the store failed), takes the store calls per second. The latency
+// percentiles are those of sluice_store_duration_seconds{op="take"} over
+// the last minute, interpolated within its buckets as Prometheus'
+// histogram_quantile does (null without calls). breaker is the store's
+// circuit breaker: closed, open or half_open. reloads are the last 20,
+// newest first.
+//
+// # GET /admin/v1/top
+//
+//	{"since": "...", "until": "...", "span_seconds": 421.3, "masked": true,
+//	 "counters": 1000, "tracked": 2, "counted": 57,
+//	 "keys": [{"rule": "login", "key": "#3f2a9c0d11e7", "denied": 52, "error": 0, "shadow": false}]}
+//
+// keys are the most limited (rule, client key) pairs of the span (see
+// Top): denied is how many decisions the rule denied the key (for a rule
+// in shadow mode, shadow true, would have denied), an upper bound whose
+// overestimate is at most error. Keys are masked with policy.MaskKey
+// ("#" and 12 hex digits of the key's SHA-256) unless the Handler shows
+// them in the clear (WithPlainKeys, sluice serve --show-keys).
+//
+// # Security
+//
+// Everything here is read-only: no request changes any state. sluice
+// serve serves it on its main listener (loopback by default), without
+// authentication. Bound to another address it shows anyone who can reach
+// it the rule names, their limits and traffic, and the most limited keys
+// (masked unless --show-keys): keep it on loopback or behind an
+// authenticating proxy, or turn it off.
+package admin

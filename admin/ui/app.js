@@ -1,0 +1,180 @@
+// The sluice dashboard: polls /admin/v1/stats every second and draws it.
+// No framework, no build step; every value is written with textContent.
+"use strict";
+(function () {
+  const SVG = "http://www.w3.org/2000/svg";
+  const LINES = [["allowed", "allowed"], ["denied", "denied"], ["shadow_denied", "shadow"]];
+  const $ = (id) => document.getElementById(id);
+
+  function el(tag, attrs, text) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+  function svg(tag, attrs) {
+    const e = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+    return e;
+  }
+  function rate(v) {
+    if (!v) return "0";
+    return v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2).replace(/\.?0+$/, "");
+  }
+  function count(v) { return Math.round(v || 0).toLocaleString("en-US"); }
+  function seconds(s) {
+    if (s === null || s === undefined) return "–";
+    if (s < 1e-3) return (s * 1e6).toFixed(0) + " µs";
+    if (s < 1) return (s * 1e3).toFixed(s < 0.01 ? 2 : 1) + " ms";
+    return s.toFixed(2) + " s";
+  }
+  function span(s) {
+    if (s < 120) return Math.round(s) + " s";
+    if (s < 7200) return Math.round(s / 60) + " min";
+    return (s / 3600).toFixed(1) + " h";
+  }
+  function last(a) { return a && a.length ? a[a.length - 1] : 0; }
+  function limits(r) {
+    return (r.limits || []).map((l) => {
+      let s = l.limit + "/" + l.period + " " + l.algorithm;
+      if (l.burst && l.burst !== l.limit) s += " burst " + l.burst;
+      return s;
+    }).join(" + ") + (r.plans && r.plans.length ? " (plans: " + r.plans.join(", ") + ")" : "");
+  }
+
+  function renderRules(st, byRule) {
+    const body = $("rules").tBodies[0];
+    body.replaceChildren();
+    $("no-rules").hidden = st.rules.length > 0;
+    $("window-head").textContent = "allowed (" + span(st.series.steps * (st.series.step_seconds || 1)) + ")";
+    for (const r of st.rules) {
+      const s = byRule[r.name] || { per_second: {}, window: {} };
+      const tr = el("tr", { "data-rule": r.name });
+      tr.append(el("td", {}, r.name), el("td", {}, r.match || "(every request)"), el("td", {}, r.key),
+        el("td", {}, limits(r)));
+      const mode = el("td");
+      if (r.shadow) mode.append(el("span", { class: "tag" }, "shadow")); else mode.textContent = "enforce";
+      tr.append(mode);
+      for (const o of ["allowed", "denied", "shadow_denied"]) {
+        tr.append(el("td", { class: "num", "data-field": o + "_per_second" }, rate(last(s.per_second[o]))));
+      }
+      for (const o of ["allowed", "denied", "shadow_denied"]) {
+        tr.append(el("td", { class: "num", "data-field": o }, count(s.window[o])));
+      }
+      body.append(tr);
+    }
+  }
+
+  // chart draws series (name -> [per second]) as lines in a box W units
+  // wide (about its width in pixels, so that its text keeps its size).
+  function chart(title, series, step, classes, W = 400) {
+    const box = el("div", { class: "chart" });
+    if (title) box.append(el("h3", {}, title));
+    const H = 120, L = 34, B = 14;
+    const s = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img" });
+    let n = 0, max = 0;
+    for (const v of Object.values(series)) { n = Math.max(n, v.length); for (const x of v) max = Math.max(max, x); }
+    const top = max > 0 ? max * 1.1 : 1;
+    s.append(svg("line", { class: "axis", x1: L, y1: H - B, x2: W, y2: H - B }), svg("line", { class: "axis", x1: L, y1: 2, x2: L, y2: H - B }));
+    const t1 = svg("text", { x: 2, y: 12 }); t1.textContent = rate(top); s.append(t1);
+    const t0 = svg("text", { x: 2, y: H - B }); t0.textContent = "0"; s.append(t0);
+    const tx = svg("text", { x: L + 2, y: H - 2 }); tx.textContent = "−" + span(n * step); s.append(tx);
+    const tn = svg("text", { x: W - 20, y: H - 2 }); tn.textContent = "now"; s.append(tn);
+    for (const [name, cls] of classes) {
+      const v = series[name];
+      if (!v || !v.length) continue;
+      const pts = v.map((x, i) => {
+        const px = L + (W - L) * (n <= 1 ? 1 : i / (n - 1));
+        const py = (H - B) - (H - B - 4) * (x / top);
+        return px.toFixed(1) + "," + py.toFixed(1);
+      });
+      s.append(svg("polyline", { class: cls, points: pts.join(" ") }));
+    }
+    box.append(s);
+    return box;
+  }
+
+  function renderCharts(st, byRule) {
+    const c = $("charts");
+    c.replaceChildren();
+    const names = st.rules.map((r) => r.name);
+    for (const rs of st.series.rules) if (!names.includes(rs.rule)) names.push(rs.rule);
+    for (const name of names) {
+      const rs = byRule[name];
+      const box = chart(name, rs ? rs.per_second : {}, st.series.step_seconds || 1, LINES);
+      box.setAttribute("data-rule", name);
+      c.append(box);
+    }
+    if (!names.length) c.append(el("p", { class: "muted" }, "No decisions yet."));
+  }
+
+  function renderTop(top) {
+    const body = $("top").tBodies[0];
+    body.replaceChildren();
+    $("no-top").hidden = top.keys.length > 0;
+    $("top-span").textContent = top.counted ? "(last " + span(top.span_seconds) + ", " + (top.masked ? "masked" : "in the clear") + ")" : "";
+    for (const k of top.keys) {
+      const tr = el("tr", { "data-rule": k.rule, "data-key": k.key });
+      const rule = el("td", {}, k.rule + " ");
+      if (k.shadow) rule.append(el("span", { class: "tag" }, "shadow"));
+      tr.append(rule, el("td", { class: "key" }, k.key), el("td", { class: "num", "data-field": "denied" }, count(k.denied)),
+        el("td", { class: "num" }, k.error ? count(k.error) : "0"));
+      body.append(tr);
+    }
+  }
+
+  function renderStore(st) {
+    const s = st.store, l = s.latency;
+    const b = $("breaker");
+    b.textContent = s.breaker; b.className = "badge " + s.breaker;
+    $("p50").textContent = seconds(l.p50_seconds);
+    $("p90").textContent = seconds(l.p90_seconds);
+    $("p99").textContent = seconds(l.p99_seconds);
+    $("errors").textContent = rate(s.errors_per_second);
+    $("degraded").textContent = rate(s.degraded_per_second);
+    $("takes").textContent = rate(last(st.series.takes));
+    $("latency-note").textContent = l.calls ? "percentiles of " + count(l.calls) + " store calls over the last " + span(l.window_seconds) : "no store calls in the last minute";
+    const box = chart("store errors (red) and degraded decisions (violet) per second",
+      { errors: st.series.store_errors || [], degraded: st.series.degraded || [] }, st.series.step_seconds || 1,
+      [["errors", "denied"], ["degraded", "degraded"]], 600);
+    $("store-chart").replaceChildren(...box.childNodes);
+  }
+
+  function renderReloads(rs) {
+    const ul = $("reloads");
+    ul.replaceChildren();
+    $("no-reloads").hidden = rs.length > 0;
+    for (const r of rs) {
+      const li = el("li");
+      li.append(el("span", {}, new Date(r.time).toLocaleTimeString() + " "), el("span", { class: r.outcome }, r.outcome));
+      if (r.error) li.append(el("pre", {}, r.error));
+      ul.append(li);
+    }
+  }
+
+  function render(st) {
+    const byRule = {};
+    for (const rs of st.series.rules) byRule[rs.rule] = rs;
+    const c = st.config || {};
+    $("config").textContent = [c.path, c.summary].filter(Boolean).join(" · ") + " · up " + span(st.uptime_seconds);
+    renderRules(st, byRule);
+    renderCharts(st, byRule);
+    renderTop(st.top);
+    renderStore(st);
+    renderReloads(st.reloads);
+    $("status").textContent = "updated " + new Date(st.now).toLocaleTimeString();
+    document.body.setAttribute("data-updated", st.now);
+  }
+
+  async function poll() {
+    try {
+      const resp = await fetch("/admin/v1/stats", { cache: "no-store" });
+      if (!resp.ok) throw new Error("HTTP " + resp.status);
+      render(await resp.json());
+    } catch (e) {
+      $("status").textContent = "not updating: " + e.message;
+    }
+    setTimeout(poll, 1000);
+  }
+  poll();
+})();

@@ -1,0 +1,394 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"image/png"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-go/sluice/admin"
+	"github.com/sluice-go/sluice/internal/cdp"
+	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/policy"
+)
+
+// screenshotPath is the committed screenshot of the dashboard that the
+// README shows: TestDashboard writes it when SLUICE_UPDATE_SCREENSHOT=1
+// (go test -run TestDashboard$ ./cmd/sluice/), else to a temporary
+// directory, so that tests leave the tree as it was.
+const screenshotPath = "../../docs/dashboard.png"
+
+const dashboardRules = `
+rules:
+  - {name: login, match: POST /login, key: ip, algorithm: sliding_window, limit: 20, period: 1m}
+  - {name: search, match: GET /search, key: header:X-Api-Key, limit: 50, period: 1s, burst: 100}
+  - {name: export, match: GET /export, key: header:X-Api-Key, algorithm: gcra, limit: 2, period: 1s, shadow: true}
+`
+
+// dashboardView is what the test reads off the page's DOM.
+type dashboardView struct {
+	Rules        []string `json:"rules"`
+	Limits       []string `json:"limits"`
+	LoginAllowed float64  `json:"loginAllowed"`
+	LoginDenied  float64  `json:"loginDenied"`
+	SearchDenied float64  `json:"searchDenied"`
+	ExportShadow float64  `json:"exportShadow"`
+	Top          []struct {
+		Rule   string  `json:"rule"`
+		Key    string  `json:"key"`
+		Denied float64 `json:"denied"`
+	} `json:"top"`
+	Lines   int      `json:"lines"`
+	Breaker string   `json:"breaker"`
+	P99     string   `json:"p99"`
+	Text    string   `json:"text"`
+	Reloads []string `json:"reloads"`
+}
+
+// readView is the JavaScript that reads a dashboardView.
+const readView = `(() => {
+  const rows = [...document.querySelectorAll("#rules tbody tr")];
+  const row = (n) => rows.find((r) => r.dataset.rule === n);
+  const num = (tr, f) => {
+    const c = tr && tr.querySelector('[data-field="' + f + '"]');
+    return c ? Number(c.textContent.replace(/,/g, "")) : -1;
+  };
+  return {
+    rules: rows.map((r) => r.dataset.rule),
+    limits: rows.map((r) => r.cells[3].textContent),
+    loginAllowed: num(row("login"), "allowed"),
+    loginDenied: num(row("login"), "denied"),
+    searchDenied: num(row("search"), "denied"),
+    exportShadow: num(row("export"), "shadow_denied"),
+    top: [...document.querySelectorAll("#top tbody tr")].map((r) => ({rule: r.dataset.rule, key: r.dataset.key, denied: num(r, "denied")})),
+    lines: document.querySelectorAll("#charts polyline").length,
+    breaker: document.getElementById("breaker").textContent,
+    p99: document.getElementById("p99").textContent,
+    text: document.body.innerText,
+    reloads: [...document.querySelectorAll("#reloads li")].map((li) => li.textContent),
+  };
+})()`
+
+// TestDashboard: sluice serve's dashboard, in headless Chromium, shows
+// the rules, a limited rule's allowed and denied decisions, and the
+// limited key, masked, while a key under its limit is not listed.
+func TestDashboard(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drives Chromium and redis-server; skipped under -short")
+	}
+	browserPath, err := cdp.Find()
+	if err != nil {
+		t.Fatal(err) // outside -short a missing browser fails: make deps installs it
+	}
+	srv := redistest.Start(t)
+	cfg := writeFile(t, dashboardRules)
+	d := startServe(t, []string{"SLUICE_REDIS_URL=redis://" + srv.Addr}, "--config", cfg, "--reload-interval", "200ms")
+	// A reload rejected, then one applied: the page lists both.
+	rewrite := func(content string) {
+		if err := os.WriteFile(cfg, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rewrite(strings.Replace(dashboardRules, "period: 1m", "perod: 1m", 1))
+	d.waitLog(t, "config rejected")
+	rewrite(dashboardRules + "# reviewed\n")
+	d.waitLog(t, "config reloaded")
+
+	const limited, unlimited = "203.0.113.7", "198.51.100.23"
+	// For the committed screenshot, a longer run, whose chart has more to
+	// show.
+	update := os.Getenv("SLUICE_UPDATE_SCREENSHOT") == "1"
+	run := 6 * time.Second
+	if update {
+		run = 40 * time.Second
+	}
+	// Traffic, every 100ms for at most a minute, until the screenshot is
+	// taken: one login client over its limit of 20/min, another under
+	// it, search under its limit, export over its shadow limit.
+	stop := make(chan struct{})
+	var traffic sync.WaitGroup
+	traffic.Add(1)
+	go func() {
+		defer traffic.Done()
+		c := &http.Client{Timeout: 5 * time.Second}
+		check := func(body string) {
+			if resp, err := c.Post(d.base+"/v1/check", "application/json", strings.NewReader(body)); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; i < 600; i++ {
+			check(`{"rule":"login","key":"` + limited + `"}`)
+			if i%10 == 0 && i < 60 {
+				check(`{"rule":"login","key":"` + unlimited + `"}`)
+			}
+			for range 1 + i%5 + 2*(i/50%2) { // 30/s, then 50/s, by turns
+				check(`{"rule":"search","key":"key-a"}`)
+			}
+			check(`{"rule":"export","key":"key-b"}`)
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	stopTraffic := sync.OnceFunc(func() { close(stop); traffic.Wait() })
+	t.Cleanup(stopTraffic)
+
+	ctx, cancel := context.WithTimeout(context.Background(), run+90*time.Second)
+	defer cancel()
+	b, err := cdp.Start(ctx, browserPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	page, err := b.NewPage(ctx, "about:blank")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer page.Close()
+	if err := page.SetViewport(ctx, 1280, 860); err != nil {
+		t.Fatal(err)
+	}
+	if err := page.Navigate(ctx, d.base+"/"); err != nil {
+		t.Fatal(err)
+	}
+	mask := policy.MaskKey(limited)
+	// Until the page shows the limited key, after run of traffic for the
+	// chart (bounded by ctx).
+	started := time.Now()
+	var v dashboardView
+	wait, stopWait := context.WithTimeout(ctx, run+40*time.Second)
+	defer stopWait()
+	for {
+		if err := page.Evaluate(wait, readView, &v); err != nil {
+			t.Fatalf("reading the page: %v\n%s", err, b.Stderr())
+		}
+		shown := v.LoginAllowed > 0 && v.LoginDenied > 0 && v.ExportShadow > 0 && len(v.Top) > 0 && v.P99 != "–" && len(v.Reloads) == 2
+		if shown && time.Since(started) > run {
+			break
+		}
+		select {
+		case <-wait.Done():
+			t.Fatalf("the page did not show the limited rule and key within %v: %+v", run+40*time.Second, v)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	shot, err := page.Screenshot(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopTraffic()
+
+	if strings.Join(v.Rules, ",") != "login,search,export" {
+		t.Errorf("rules shown %v, want login, search, export", v.Rules)
+	}
+	if len(v.Limits) == 3 && (!strings.Contains(v.Limits[0], "20/1m sliding_window") || !strings.Contains(v.Limits[1], "50/1s token_bucket burst 100") || !strings.Contains(v.Limits[2], "gcra")) {
+		t.Errorf("limits shown %q", v.Limits)
+	}
+	if v.LoginAllowed < 20 || v.LoginDenied < 1 || v.SearchDenied != 0 || v.ExportShadow < 1 {
+		t.Errorf("login allowed %v denied %v, search denied %v, export shadow-denied %v: want login's 20 allowed (and the other client's) and some denied, no search denied, some export shadow-denied",
+			v.LoginAllowed, v.LoginDenied, v.SearchDenied, v.ExportShadow)
+	}
+	var sawLimited bool
+	for _, k := range v.Top {
+		switch {
+		case k.Rule == "login" && k.Key == mask:
+			sawLimited = k.Denied > 0
+		case k.Key == policy.MaskKey(unlimited):
+			t.Errorf("the client under its limit is listed as limited: %+v", k)
+		case k.Rule == "search":
+			t.Errorf("search limited nobody, yet lists %+v", k)
+		}
+	}
+	if !sawLimited {
+		t.Errorf("the most limited keys %+v lack login's %s (%s masked) with denials", v.Top, limited, mask)
+	}
+	if strings.Contains(v.Text, limited) || strings.Contains(v.Text, unlimited) {
+		t.Error("the page shows a client key in the clear")
+	}
+	if v.Lines < 3 || v.Breaker != "closed" {
+		t.Errorf("%d chart lines, breaker %q: want a line per rule's outcome, closed", v.Lines, v.Breaker)
+	}
+
+	if len(v.Reloads) != 2 || !strings.Contains(v.Reloads[0], "ok") || !strings.Contains(v.Reloads[1], "rejected") || !strings.Contains(v.Reloads[1], "perod") {
+		t.Errorf("reloads shown %q, want the one applied, then the one rejected naming perod", v.Reloads)
+	}
+
+	img, err := png.Decode(bytes.NewReader(shot))
+	if err != nil || img.Bounds().Dx() != 1280 {
+		t.Fatalf("the screenshot is no 1280-wide PNG: %v", err)
+	}
+	out := filepath.Join(t.TempDir(), "dashboard.png")
+	if update {
+		out = screenshotPath
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(out, shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes, %v)", out, len(shot), img.Bounds().Size())
+}
+
+// getJSON returns the status and body of GET url.
+func getBody(t *testing.T, url string) (int, string) {
+	t.Helper()
+	c := http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// servingAttr returns the attribute name of d's "serving" log line.
+func servingAttr(t *testing.T, d *daemon, name string) string {
+	t.Helper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, line := range d.lines {
+		var entry map[string]any
+		if json.Unmarshal([]byte(line), &entry) == nil && entry["msg"] == "serving" {
+			return fmt.Sprint(entry[name])
+		}
+	}
+	t.Fatalf("no serving line: %v", d.lines)
+	return ""
+}
+
+// TestDashboardListeners: the dashboard on --listen (the default), on a
+// listener of its own, or off; the decision API is unchanged by each.
+func TestDashboardListeners(t *testing.T) {
+	cfg := writeFile(t, dashboardRules)
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		attr  string // the serving line's dashboard attribute, "" any address
+		onAPI bool   // whether the main listener serves the dashboard
+	}{
+		{"default", nil, "on --listen", true},
+		{"own listener", []string{"--dashboard-listen", "127.0.0.1:0"}, "", false},
+		{"off", []string{"--dashboard=false"}, "off", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := startServe(t, nil, append([]string{"--config", cfg}, tc.args...)...)
+			attr := servingAttr(t, d, "dashboard")
+			if tc.attr != "" && attr != tc.attr {
+				t.Fatalf("serving line: dashboard=%s, want %s", attr, tc.attr)
+			}
+			if code, _, body := d.post(t, "/v1/check", `{"rule":"login","key":"192.0.2.1"}`); code != 200 {
+				t.Errorf("the API: %d %s", code, body)
+			}
+			code, body := getBody(t, d.base+"/")
+			if onPage := code == 200 && strings.Contains(body, "<title>sluice dashboard</title>"); onPage != tc.onAPI {
+				t.Errorf("GET / on --listen: %d %.100s; want the page: %v", code, body, tc.onAPI)
+			}
+			if !tc.onAPI && (code != 404 || !strings.Contains(body, `"NOT_FOUND"`)) {
+				t.Errorf("GET / on --listen without the dashboard: %d %.200s, want the API's JSON 404", code, body)
+			}
+			code, body = getBody(t, d.base+admin.TopPath)
+			if (code == 200) != tc.onAPI {
+				t.Errorf("GET %s on --listen: %d %.200s", admin.TopPath, code, body)
+			}
+			if tc.attr == "" {
+				base := "http://" + attr
+				if code, body := getBody(t, base+"/"); code != 200 || !strings.Contains(body, "sluice dashboard") {
+					t.Errorf("GET / on --dashboard-listen: %d %.100s", code, body)
+				}
+				code, body := getBody(t, base+admin.StatsPath)
+				var st admin.Stats
+				if code != 200 || json.Unmarshal([]byte(body), &st) != nil || len(st.Rules) != 3 {
+					t.Errorf("GET %s on --dashboard-listen: %d %.300s", admin.StatsPath, code, body)
+				}
+				if code, body := getBody(t, base+"/v1/check"); code != 404 || !strings.Contains(body, "the dashboard serves") {
+					t.Errorf("GET /v1/check on --dashboard-listen: %d %.200s, want the dashboard's 404", code, body)
+				}
+			}
+		})
+	}
+}
+
+// TestDashboardShowKeys: --show-keys lists keys in the clear.
+func TestDashboardShowKeys(t *testing.T) {
+	d := startServe(t, []string{"SLUICE_SHOW_KEYS=true"}, "--config", writeFile(t, dashboardRules))
+	for range 3 {
+		d.post(t, "/v1/check", `{"rule":"export","key":"key-b"}`)
+	}
+	_, body := getBody(t, d.base+admin.TopPath)
+	var top admin.TopKeys
+	if err := json.Unmarshal([]byte(body), &top); err != nil || top.Masked || len(top.Keys) != 1 || top.Keys[0] != (admin.TopKey{Rule: "export", Key: "key-b", Denied: 1, Shadow: true}) {
+		t.Errorf("top with SLUICE_SHOW_KEYS=true: %s", body)
+	}
+}
+
+func TestDashboardUsage(t *testing.T) {
+	_, stderr, code := runBinary(t, nil, "serve", "--config", writeFile(t, dashboardRules), "--dashboard=false", "--dashboard-listen", "127.0.0.1:0")
+	if code != 2 || !strings.Contains(stderr, "--dashboard-listen") || !strings.Contains(stderr, "--dashboard=false") {
+		t.Errorf("--dashboard=false with --dashboard-listen: exit %d, %s; want 2 naming both", code, stderr)
+	}
+}
+
+// TestDashboardEnvoy: with an envoyproxy/ratelimit config, the rules are
+// its descriptors' limits, named as their decisions are counted, and a
+// reload rejected is listed with its error.
+func TestDashboardEnvoy(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "edge.yaml")
+	write := func(s string) {
+		if err := os.WriteFile(conf, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 2}\n")
+	d := startServe(t, nil, "--config", dir, "--reload-interval", "100ms")
+	for range 4 {
+		body := `{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"192.0.2.1"}]}]}`
+		if code, _, resp := d.post(t, "/json", body); code != 200 && code != 429 {
+			t.Fatalf("/json: %d %s", code, resp)
+		}
+	}
+	write("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: fortnight, requests_per_unit: 2}\n")
+	var st admin.Stats
+	waitUntil(t, 15*time.Second, func() error {
+		_, body := getBody(t, d.base+admin.StatsPath)
+		st = admin.Stats{}
+		if err := json.Unmarshal([]byte(body), &st); err != nil {
+			return err
+		}
+		if len(st.Reloads) == 0 || len(st.Series.Rules) == 0 || len(st.Top.Keys) == 0 {
+			return fmt.Errorf("no reload, series or top yet: %.400s", body)
+		}
+		return nil
+	})
+	if st.Config.Kind != "envoy" || !strings.Contains(st.Config.Summary, "envoy config: 1 domain") {
+		t.Errorf("config %+v", st.Config)
+	}
+	if len(st.Rules) != 1 || st.Rules[0].Match != "edge: remote_address" || st.Rules[0].Limits[0].Limit != 2 || st.Rules[0].Limits[0].Period != "minute" {
+		t.Fatalf("rules %+v, want edge's remote_address limit", st.Rules)
+	}
+	if s := st.Series.Rules[0]; s.Rule != st.Rules[0].Name || s.Total["allowed"] != 2 || s.Total["denied"] != 2 {
+		t.Errorf("series %+v, want rule %s with 2 allowed and 2 denied", s, st.Rules[0].Name)
+	}
+	if k := st.Top.Keys[0]; k.Rule != st.Rules[0].Name || k.Denied != 2 || !strings.HasPrefix(k.Key, "#") {
+		t.Errorf("top %+v, want the descriptor masked, 2 denied", st.Top.Keys)
+	}
+	if r := st.Reloads[0]; r.Outcome != "rejected" || !strings.Contains(r.Error, "fortnight") {
+		t.Errorf("reloads %+v, want the rejection naming fortnight", st.Reloads)
+	}
+}
