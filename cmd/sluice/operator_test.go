@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -208,5 +209,37 @@ func TestDenialLog(t *testing.T) {
 	var out bytes.Buffer
 	if code := Run(context.Background(), []string{"serve", "--config", cfg, "--log-denials", "2"}, &out, &out); code != 2 || !strings.Contains(out.String(), "--log-denials 2") {
 		t.Errorf("--log-denials 2: exit %d: %s; want a usage error", code, out.String())
+	}
+}
+
+// TestTop: sluice top prints the most limited keys, the most denied
+// first, with their rule and exact counts (fewer keys than counters),
+// masked unless the server shows keys, and not a key never denied.
+func TestTop(t *testing.T) {
+	cfg := writeFile(t, operatorRules)
+	for _, show := range []bool{false, true} {
+		var flags []string
+		name := func(k string) string { return policy.MaskKey(k) }
+		if show {
+			flags, name = []string{"--show-keys"}, func(k string) string { return k }
+		}
+		d := startServe(t, nil, append([]string{"--config", cfg}, flags...)...)
+		for key, n := range map[string]int{"hammer": 10, "twice": 5, "polite": 3} {
+			for range n {
+				d.post(t, "/v1/check", `{"rule":"fw","key":"`+key+`"}`)
+			}
+		}
+		var top admin.TopKeys
+		if err := json.Unmarshal([]byte(operator(t, d, "top", "--json")), &top); err != nil {
+			t.Fatal(err)
+		}
+		want := []admin.TopKey{{Rule: "fw", Key: name("hammer"), Denied: 7}, {Rule: "fw", Key: name("twice"), Denied: 2}}
+		if top.Masked == show || !slices.Equal(top.Keys, want) {
+			t.Errorf("--show-keys %v: top %+v, want masked %v and %+v", show, top, !show, want)
+		}
+		table := operator(t, d, "top", "--keys", "1")
+		if !strings.Contains(table, name("hammer")) || strings.Contains(table, name("twice")) || !strings.Contains(table, "9 limiting decisions") {
+			t.Errorf("--show-keys %v: sluice top --keys 1 printed:\n%s", show, table)
+		}
 	}
 }

@@ -26,6 +26,7 @@ var commands = map[string]command{
 	"reset":   {"forget a client's state under a rule of a running sluice serve", runReset},
 	"proxy":   {"run a rate-limiting reverse proxy", runProxy},
 	"serve":   {"serve rate-limit decisions over HTTP", runServe},
+	"top":     {"print the most limited client keys of a running sluice serve", runTop},
 	"version": {"print the version", runVersion},
 }
 
