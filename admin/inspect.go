@@ -139,4 +139,3 @@ func operatorError(w http.ResponseWriter, err error) {
 		httpjson.Error(w, http.StatusServiceUnavailable, "STORE_UNAVAILABLE", err.Error())
 	}
 }
-
