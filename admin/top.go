@@ -47,6 +47,7 @@ const (
 // Top is safe for concurrent use. Its zero value is not usable: create it
 // with NewTop.
 type Top struct {
+	k         int // counters per generation, set once: read without mu
 	mu        sync.Mutex
 	gen       time.Duration
 	now       func() time.Time
@@ -84,7 +85,7 @@ func NewTop(k int, opts ...TopOption) *Top {
 	if k <= 0 {
 		k = DefaultTopK
 	}
-	t := &Top{gen: DefaultGeneration, now: time.Now}
+	t := &Top{k: k, gen: DefaultGeneration, now: time.Now}
 	for _, o := range opts {
 		o(t)
 	}
@@ -95,7 +96,7 @@ func NewTop(k int, opts ...TopOption) *Top {
 }
 
 // K returns how many counters a generation of t keeps.
-func (t *Top) K() int { return t.cur.k }
+func (t *Top) K() int { return t.k }
 
 // Observe counts o for key under rule when o limited the key (Denied or
 // ShadowDenied), and returns at once for every other outcome. It has the
@@ -161,7 +162,7 @@ func (t *Top) Snapshot(n int) TopList {
 	now := t.now()
 	t.mu.Lock()
 	t.rotate(now)
-	list := TopList{Since: t.started, Until: now, K: t.cur.k, Counted: t.cur.total}
+	list := TopList{Since: t.started, Until: now, K: t.k, Counted: t.cur.total}
 	all := make([]TopEntry, 0, len(t.cur.heap)+len(t.prev.heap))
 	for _, c := range t.cur.heap {
 		all = append(all, TopEntry{Rule: c.rule, Key: c.key, Masked: c.masked, Count: c.count, Error: c.err, Shadow: c.shadow})

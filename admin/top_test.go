@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -425,4 +426,29 @@ func BenchmarkTopSnapshot(b *testing.B) {
 	for b.Loop() {
 		top.Snapshot(DefaultTopN)
 	}
+}
+
+// TestTopKConcurrent: K, which every stats and top request reads, is safe
+// while Observe rotates generations (run with -race).
+func TestTopKConcurrent(t *testing.T) {
+	// Each reading of the clock is a generation later: every Observe
+	// swaps the current generation with the older.
+	var ticks atomic.Int64
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return start.Add(time.Duration(ticks.Add(1)) * time.Minute) }
+	top := NewTop(7, WithGeneration(time.Minute), WithTopClock(clock))
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range 2000 {
+			top.Observe("r", strconv.Itoa(i), policy.Denied)
+		}
+	}()
+	for range 2000 {
+		if k := top.K(); k != 7 {
+			t.Fatalf("K() = %d, want 7", k)
+		}
+	}
+	wg.Wait()
 }
