@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/httpjson"
@@ -104,11 +106,8 @@ func (o operator) reset(w http.ResponseWriter, r *http.Request) {
 		httpjson.Error(w, http.StatusUnauthorized, "UNAUTHORIZED", "a reset needs the header Authorization: Bearer <the server's "+TokenEnv+">")
 		return
 	}
-	var req ResetRequest
-	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST", `the body must be {"rule":"R","key":"K"}: `+err.Error())
+	req, ok := decodeReset(w, r)
+	if !ok {
 		return
 	}
 	if req.Rule == "" {
@@ -121,6 +120,35 @@ func (o operator) reset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	httpjson.Write(w, http.StatusOK, "application/json", ResetResponse{Rule: req.Rule, Key: req.Key, Limits: len(limits)})
+}
+
+// decodeReset reads r's body, at most MaxResetBytes, as one
+// ResetRequest with nothing after it. Otherwise it answers 400 or 413
+// saying what is wrong and returns false.
+func decodeReset(w http.ResponseWriter, r *http.Request) (ResetRequest, bool) {
+	var req ResetRequest
+	const shape = `the body must be one JSON object {"rule":"R","key":"K"}: `
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxResetBytes))
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		httpjson.Error(w, http.StatusRequestEntityTooLarge, "TOO_LARGE", fmt.Sprintf("the request body exceeds %d bytes", MaxResetBytes))
+		return req, false
+	}
+	if err == nil && !utf8.Valid(b) {
+		// encoding/json would read the bytes as U+FFFD: another key.
+		err = errors.New("it is not valid UTF-8")
+	}
+	if err == nil {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err = dec.Decode(&req); err == nil && dec.Decode(new(json.RawMessage)) != io.EOF {
+			err = errors.New("unexpected data after the JSON object")
+		}
+	}
+	if err != nil {
+		httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST", shape+err.Error())
+		return req, false
+	}
+	return req, true
 }
 
 // operatorError answers err of Inspect or Reset: 400 for a request that
