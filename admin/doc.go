@@ -14,7 +14,7 @@
 // # Endpoints
 //
 //	GET /                  the dashboard page (HTML; script and style under /admin/ui/)
-//	GET /admin/ui/...      the page's app.js and style.css
+//	GET /admin/ui/...      the page's app.js, style.css and favicon.svg
 //	GET /admin/v1/stats    what the page shows, as JSON (Stats); ?window=N seconds of history (default 300), ?n=N keys (default 20)
 //	GET /admin/v1/top      the most limited keys, as JSON (TopKeys); ?n=N (default 20, at most the Top's k)
 //

@@ -227,6 +227,12 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("reloads shown %q, want the one applied, then the one rejected naming perod", v.Reloads)
 	}
 
+	// The page ran without an uncaught exception, a console error, a
+	// resource that failed to load or a Content-Security-Policy violation.
+	if errs := page.Errors(); len(errs) != 0 {
+		t.Errorf("the page reported errors: %q", errs)
+	}
+
 	img, err := png.Decode(bytes.NewReader(shot))
 	if err != nil || img.Bounds().Dx() != 1280 {
 		t.Fatalf("the screenshot is no 1280-wide PNG: %v", err)
