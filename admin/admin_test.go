@@ -285,6 +285,8 @@ func TestOperatorRequests(t *testing.T) {
 		{"reset without a token", on, "POST", admin.ResetPath, "", `{"rule":"login","key":"192.0.2.1"}`, 401, "Authorization: Bearer"},
 		{"reset with a wrong token", on, "POST", admin.ResetPath, "Bearer " + token + "x", `{"rule":"login","key":"192.0.2.1"}`, 401, "Authorization: Bearer"},
 		{"reset with a token of another scheme", on, "POST", admin.ResetPath, "Basic " + token, `{"rule":"login","key":"192.0.2.1"}`, 401, "Authorization: Bearer"},
+		{"reset with the token in a longer one", on, "POST", admin.ResetPath, "Bearer " + token + " " + token, `{"rule":"login","key":"192.0.2.1"}`, 401, "Authorization: Bearer"},
+		{"reset with the scheme in lower case", on, "POST", admin.ResetPath, "bearer " + token, `{"rule":"login","key":"192.0.2.1"}`, 200, `"limits":1`},
 		{"reset of an empty body", on, "POST", admin.ResetPath, bearer, ``, 400, "the body must be"},
 		{"reset of a bad body", on, "POST", admin.ResetPath, bearer, `{"rule":`, 400, "the body must be"},
 		{"reset of an unknown field", on, "POST", admin.ResetPath, bearer, `{"rule":"login","kye":"k"}`, 400, "kye"},
