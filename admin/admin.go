@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/httpjson"
@@ -241,7 +242,7 @@ func (h *Handler) Reloaded(err error) {
 	if err != nil {
 		r.Outcome, r.Error = "rejected", err.Error()
 		if len(r.Error) > maxReloadError {
-			r.Error = r.Error[:maxReloadError] + "…"
+			r.Error = cutAtRune(r.Error, maxReloadError) + "…"
 		}
 	}
 	h.mu.Lock()
@@ -422,6 +423,18 @@ func (h *Handler) topKeys(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	httpjson.Write(w, http.StatusOK, "application/json", h.topList(n))
+}
+
+// cutAtRune returns the first n bytes of s, or fewer so as not to cut a
+// UTF-8 sequence (the bytes of a character) in two; s when it is shorter.
+func cutAtRune(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for i := 0; i < utf8.UTFMax-1 && n > 0 && !utf8.RuneStart(s[n]); i++ {
+		n--
+	}
+	return s[:n]
 }
 
 // intParam reads the query parameter name as an integer from lo to hi,

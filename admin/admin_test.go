@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/admin"
@@ -315,5 +316,17 @@ func TestOperatorRequests(t *testing.T) {
 				t.Error("a 401 without WWW-Authenticate")
 			}
 		})
+	}
+}
+
+// TestReloadErrorCutAtRune: a long reload error is cut between two
+// characters, never inside one (which JSON would show as U+FFFD).
+func TestReloadErrorCutAtRune(t *testing.T) {
+	f := newFixture(t)
+	f.h.Reloaded(errors.New("x" + strings.Repeat("é", 5000)))
+	_, _, body := get(t, f.h, admin.StatsPath)
+	st := decode[admin.Stats](t, body)
+	if e := st.Reloads[0].Error; strings.ContainsRune(e, utf8.RuneError) || !strings.HasSuffix(e, "é…") || len(e) > 4<<10+len("…") {
+		t.Errorf("the error cut to %d bytes ends %q", len(e), e[max(0, len(e)-8):])
 	}
 }

@@ -19,7 +19,8 @@ const (
 	// it reports cover the last one to two generations.
 	DefaultGeneration = 5 * time.Minute
 	// MaxKeyBytes is the longest client key a Top keeps as it is: a longer
-	// one is kept as its first MaxKeyBytes bytes, "…" and its masked form
+	// one is kept as its first MaxKeyBytes bytes (or the few fewer that
+	// end a character), "…" and its masked form
 	// (policy.MaskKey of the whole key), so that a hostile key cannot make
 	// the k counters hold more than k × MaxKeyBytes bytes of keys.
 	MaxKeyBytes = 256
@@ -108,7 +109,7 @@ func (t *Top) Observe(rule, key string, o policy.Outcome) {
 	id, masked := topKey{rule, key}, ""
 	if len(key) > MaxKeyBytes {
 		masked = policy.MaskKey(key)
-		id.key = key[:MaxKeyBytes] + "…" + masked
+		id.key = cutAtRune(key, MaxKeyBytes) + "…" + masked
 	}
 	now := t.now()
 	t.mu.Lock()

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/sluice-go/sluice/policy"
@@ -451,4 +452,16 @@ func TestTopKConcurrent(t *testing.T) {
 		}
 	}
 	wg.Wait()
+}
+
+// TestTopLongKeyCutAtRune: a long key is cut between two characters,
+// never inside one.
+func TestTopLongKeyCutAtRune(t *testing.T) {
+	top := NewTop(10)
+	long := "x" + strings.Repeat("é", 1000)
+	top.Observe("r", long, policy.Denied)
+	e := top.Snapshot(0).Entries[0]
+	if !utf8.ValidString(e.Key) || !strings.HasPrefix(e.Key, long[:MaxKeyBytes-1]+"…") || e.Masked != policy.MaskKey(long) {
+		t.Errorf("long key kept as %q, masked %s", e.Key, e.Masked)
+	}
 }
