@@ -8,10 +8,12 @@ import (
 	"image/png"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -396,5 +398,53 @@ func TestDashboardEnvoy(t *testing.T) {
 	}
 	if r := st.Reloads[0]; r.Outcome != "rejected" || !strings.Contains(r.Error, "fortnight") {
 		t.Errorf("reloads %+v, want the rejection naming fortnight", st.Reloads)
+	}
+}
+
+// TestDashboardHungPoll: a poll that never gets an answer does not stop
+// the page's updates: it is given up, said so, and polled again.
+func TestDashboardHungPoll(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drives Chromium; skipped under -short")
+	}
+	browserPath, err := cdp.Find()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := admin.New()
+	var polls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == admin.StatsPath && polls.Add(1) == 1 {
+			select { // the first poll hangs, until the page gives it up
+			case <-r.Context().Done():
+			case <-time.After(time.Minute):
+			}
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	b, err := cdp.Start(ctx, browserPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	page, err := b.NewPage(ctx, "about:blank")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer page.Close()
+	if err := page.Navigate(ctx, srv.URL+"/"); err != nil {
+		t.Fatal(err)
+	}
+	if err := page.WaitFor(ctx, `document.body.hasAttribute("data-updated")`); err != nil {
+		var status string
+		_ = page.Evaluate(context.Background(), `document.getElementById("status").textContent`, &status)
+		t.Fatalf("the page after a hung poll (%d polls): %v; status %q", polls.Load(), err, status)
+	}
+	if n := polls.Load(); n < 2 {
+		t.Errorf("%d polls, want the hung one and another", n)
 	}
 }
