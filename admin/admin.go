@@ -329,7 +329,7 @@ func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := time.Now()
-	st := Stats{Now: now, UptimeSeconds: round3(now.Sub(h.started).Seconds()), Config: h.config(), Rules: h.rules(), Series: Series{Rules: []RuleSeries{}}}
+	st := Stats{Now: now, UptimeSeconds: round3(now.Sub(h.started).Seconds()), Config: h.config(), Rules: h.rules(), Series: emptySeries()}
 	if st.Rules == nil {
 		st.Rules = []RuleInfo{}
 	}

@@ -330,3 +330,16 @@ func TestReloadErrorCutAtRune(t *testing.T) {
 		t.Errorf("the error cut to %d bytes ends %q", len(e), e[max(0, len(e)-8):])
 	}
 }
+
+// TestStatsEmpty: before any sample (or without metrics) every list of
+// the stats is an empty JSON array, not null, and the percentiles null.
+func TestStatsEmpty(t *testing.T) {
+	for name, h := range map[string]*admin.Handler{"no metrics": admin.New(), "no sample yet": newFixture(t).h} {
+		_, _, body := get(t, h, admin.StatsPath)
+		for _, want := range []string{`"rules":[]`, `"store_errors":[]`, `"degraded":[]`, `"takes":[]`, `"keys":[]`, `"reloads":[]`, `"p99_seconds":null`} {
+			if !strings.Contains(body, want) {
+				t.Errorf("%s: stats %s lack %s", name, body, want)
+			}
+		}
+	}
+}
