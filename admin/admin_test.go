@@ -268,6 +268,7 @@ func TestOperatorRequests(t *testing.T) {
 	const token = "s3cret-t0ken"
 	on := newFixture(t, admin.WithToken(token)).h
 	off := newFixture(t).h
+	none := admin.New(admin.WithToken(token)) // no engine: an envoyproxy/ratelimit config
 	bearer := "Bearer " + token
 	for _, c := range []struct {
 		name         string
@@ -277,6 +278,8 @@ func TestOperatorRequests(t *testing.T) {
 		code         int
 		says         string
 	}{
+		{"inspect without an engine", none, "GET", admin.InspectPath + "?rule=login&key=192.0.2.1", "", "", 501, "envoyproxy/ratelimit"},
+		{"reset without an engine", none, "POST", admin.ResetPath, bearer, `{"rule":"login","key":"192.0.2.1"}`, 501, "envoyproxy/ratelimit"},
 		{"inspect without a rule", on, "GET", admin.InspectPath + "?key=192.0.2.1", "", "", 400, "rule is required"},
 		{"inspect of a bad cost", on, "GET", admin.InspectPath + "?rule=login&key=192.0.2.1&cost=-1", "", "", 400, `cost \"-1\"`},
 		{"inspect of a cost too large", on, "GET", admin.InspectPath + "?rule=login&key=192.0.2.1&cost=99999999999999999999", "", "", 400, "cost"},

@@ -28,21 +28,24 @@ type operator struct {
 	token  string
 }
 
-// noEngine answers, and reports, a request of an operator API without an
-// engine.
-func (o operator) noEngine(w http.ResponseWriter) bool {
-	if o.engine != nil && o.engine() != nil {
-		return false
+// current returns the engine the requests of the operator API go to,
+// or, without one, answers 501 and returns nil.
+func (o operator) current(w http.ResponseWriter) *policy.Engine {
+	if o.engine != nil {
+		if e := o.engine(); e != nil {
+			return e
+		}
 	}
 	httpjson.Error(w, http.StatusNotImplemented, "NOT_IMPLEMENTED",
 		"inspect and reset name a rule of a sluice policy file; this server decides an envoyproxy/ratelimit config, which has none")
-	return true
+	return nil
 }
 
 // inspect answers GET InspectPath?rule=R&key=K[&cost=N] with an
 // Inspection.
 func (o operator) inspect(w http.ResponseWriter, r *http.Request) {
-	if o.noEngine(w) {
+	e := o.current(w)
+	if e == nil {
 		return
 	}
 	q := r.URL.Query()
@@ -60,7 +63,7 @@ func (o operator) inspect(w http.ResponseWriter, r *http.Request) {
 		}
 		c.Cost = &n
 	}
-	in, err := o.engine().Inspect(r.Context(), c)
+	in, err := e.Inspect(r.Context(), c)
 	if err != nil {
 		operatorError(w, err)
 		return
@@ -93,7 +96,8 @@ func ms(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.
 // reset answers POST ResetPath: with the bearer token, it forgets the
 // state of the ResetRequest's key under its rule.
 func (o operator) reset(w http.ResponseWriter, r *http.Request) {
-	if o.noEngine(w) {
+	e := o.current(w)
+	if e == nil {
 		return
 	}
 	if o.token == "" {
@@ -114,7 +118,7 @@ func (o operator) reset(w http.ResponseWriter, r *http.Request) {
 		httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST", `rule is required: {"rule":"R","key":"K"}`)
 		return
 	}
-	limits, err := o.engine().Reset(r.Context(), req.Rule, req.Key)
+	limits, err := e.Reset(r.Context(), req.Rule, req.Key)
 	if err != nil {
 		operatorError(w, err)
 		return
