@@ -357,7 +357,7 @@ func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
 // TopKeys is the body of GET /admin/v1/top, and Stats.Top. Its field
 // names are stable.
 type TopKeys struct {
-	// Since and Until bound the span the counts cover (one to about two
+	// Since and Until bound the span the counts cover (at most two
 	// generations of the Top: see Top).
 	Since time.Time `json:"since"`
 	Until time.Time `json:"until"`

@@ -43,7 +43,7 @@ const (
 // "Most limited" means recently: the counters live in two generations,
 // the current one and the one before it; every generation (default
 // DefaultGeneration) the older is dropped. A report covers the span since
-// the older generation began, one to about two generations.
+// the older generation began, one to two generations.
 //
 // Top is safe for concurrent use. Its zero value is not usable: create it
 // with NewTop.
@@ -225,7 +225,10 @@ func (t *Top) intern(rule string) string {
 
 // rotate starts a new generation when the current one is over: it
 // becomes the older, and the older is dropped; after two generations
-// without a call both are dropped. Called with t.mu held.
+// without a call both are dropped. The new generation begins where the
+// current one ended, not at now: after a pause the older then holds the
+// counts of its own generation only, and a report never covers more
+// than two. Called with t.mu held.
 func (t *Top) rotate(now time.Time) {
 	age := now.Sub(t.started)
 	switch {
@@ -234,12 +237,13 @@ func (t *Top) rotate(now time.Time) {
 	case age < 2*t.gen:
 		t.prev, t.cur = t.cur, t.prev
 		t.prevStart = t.started
+		t.started = t.started.Add(t.gen)
 	default:
 		t.prev.reset()
 		t.prevStart = time.Time{}
+		t.started = now
 	}
 	t.cur.reset()
-	t.started = now
 }
 
 // topKey identifies a counter.

@@ -465,3 +465,28 @@ func TestTopLongKeyCutAtRune(t *testing.T) {
 		t.Errorf("long key kept as %q, masked %s", e.Key, e.Masked)
 	}
 }
+
+// TestTopSpanAfterIdle: after a pause of nearly two generations, the
+// generations stay aligned: a report never covers more than the last two
+// generations, so a key limited before them is forgotten.
+func TestTopSpanAfterIdle(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	const gen = 5 * time.Minute
+	top := NewTop(10, WithGeneration(gen), WithTopClock(clock.Now))
+	top.Observe("r", "old", policy.Denied)    // at 0
+	clock.Add(9*time.Minute + 54*time.Second) // 9.9 min
+	top.Observe("r", "new", policy.Denied)    //
+	clock.Add(4*time.Minute + 54*time.Second) // 14.8 min
+	l := top.Snapshot(0)
+	if span := l.Until.Sub(l.Since); span > 2*gen {
+		t.Errorf("the report covers %v, more than two generations (%v)", span, 2*gen)
+	}
+	for _, e := range l.Entries {
+		if e.Key == "old" {
+			t.Errorf("the key limited 14.8 minutes ago is still listed: %+v", l.Entries)
+		}
+	}
+	if len(l.Entries) != 1 || l.Entries[0].Key != "new" {
+		t.Errorf("entries %+v, want new", l.Entries)
+	}
+}
