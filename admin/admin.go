@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/httpjson"
@@ -149,9 +150,10 @@ func New(opts ...Option) *Handler {
 		h.samp = newSampler(h.met.Gatherer(), h.history)
 	}
 	h.mux = http.NewServeMux()
-	h.handle("GET /{$}", http.HandlerFunc(h.page))
-	h.handle("GET "+AssetsPrefix+"app.js", asset("ui/app.js", "text/javascript; charset=utf-8"))
-	h.handle("GET "+AssetsPrefix+"style.css", asset("ui/style.css", "text/css; charset=utf-8"))
+	h.handle("GET /{$}", asset("ui/index.html", "text/html; charset=utf-8", pageHeaders))
+	h.handle("GET "+AssetsPrefix+"app.js", asset("ui/app.js", "text/javascript; charset=utf-8", nil))
+	h.handle("GET "+AssetsPrefix+"style.css", asset("ui/style.css", "text/css; charset=utf-8", nil))
+	h.handle("GET "+AssetsPrefix+"favicon.svg", asset("ui/favicon.svg", "image/svg+xml", nil))
 	h.handle("GET "+StatsPath, http.HandlerFunc(h.stats))
 	h.handle("GET "+TopPath, http.HandlerFunc(h.topKeys))
 	ops := operator{engine: h.engine, token: h.token}
@@ -240,7 +242,7 @@ func (h *Handler) Reloaded(err error) {
 	if err != nil {
 		r.Outcome, r.Error = "rejected", err.Error()
 		if len(r.Error) > maxReloadError {
-			r.Error = r.Error[:maxReloadError] + "…"
+			r.Error = cutAtRune(r.Error, maxReloadError) + "…"
 		}
 	}
 	h.mu.Lock()
@@ -251,11 +253,21 @@ func (h *Handler) Reloaded(err error) {
 	h.reloads = append(h.reloads, r)
 }
 
-// asset serves the embedded file name as contentType. It writes the bytes
-// itself rather than through http.FileServer, whose Range and
-// conditional requests a page of two small files does not need (and whose
-// Range parsing go1.26.8 bounds badly: GO-2026-6609).
-func asset(name, contentType string) http.Handler {
+// pageHeaders are the page's header fields besides asset's: it loads
+// nothing but its own script, style sheet and icon, which the
+// Content-Security-Policy enforces.
+var pageHeaders = map[string]string{
+	"Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+	"Referrer-Policy":         "no-referrer",
+	"Cache-Control":           "no-store",
+}
+
+// asset serves the embedded file name as contentType, with the header
+// fields extra besides. It writes the bytes, read once, itself rather
+// than through http.FileServer, whose Range and conditional requests a
+// page of a few small files does not need (and whose Range parsing
+// go1.26.8 bounds badly: GO-2026-6609).
+func asset(name, contentType string, extra map[string]string) http.Handler {
 	b, err := uiFiles.ReadFile(name)
 	if err != nil {
 		panic(err) // the file is embedded: a build without it fails
@@ -265,25 +277,11 @@ func asset(name, contentType string) http.Handler {
 		hd.Set("Content-Type", contentType)
 		hd.Set("X-Content-Type-Options", "nosniff")
 		hd.Set("Cache-Control", "no-cache")
+		for k, v := range extra {
+			hd.Set(k, v)
+		}
 		_, _ = w.Write(b)
 	})
-}
-
-// page serves the dashboard: it loads nothing but its own script and
-// style sheet, which the Content-Security-Policy enforces.
-func (h *Handler) page(w http.ResponseWriter, r *http.Request) {
-	b, err := uiFiles.ReadFile("ui/index.html")
-	if err != nil {
-		httpjson.Error(w, http.StatusInternalServerError, "INTERNAL", err.Error())
-		return
-	}
-	hd := w.Header()
-	hd.Set("Content-Type", "text/html; charset=utf-8")
-	hd.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-	hd.Set("X-Content-Type-Options", "nosniff")
-	hd.Set("Referrer-Policy", "no-referrer")
-	hd.Set("Cache-Control", "no-store")
-	_, _ = w.Write(b)
 }
 
 // Stats is the body of GET /admin/v1/stats. Its field names are stable.
@@ -331,7 +329,7 @@ func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := time.Now()
-	st := Stats{Now: now, UptimeSeconds: round3(now.Sub(h.started).Seconds()), Config: h.config(), Rules: h.rules(), Series: Series{Rules: []RuleSeries{}}}
+	st := Stats{Now: now, UptimeSeconds: round3(now.Sub(h.started).Seconds()), Config: h.config(), Rules: h.rules(), Series: emptySeries()}
 	if st.Rules == nil {
 		st.Rules = []RuleInfo{}
 	}
@@ -359,7 +357,7 @@ func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
 // TopKeys is the body of GET /admin/v1/top, and Stats.Top. Its field
 // names are stable.
 type TopKeys struct {
-	// Since and Until bound the span the counts cover (one to about two
+	// Since and Until bound the span the counts cover (at most two
 	// generations of the Top: see Top).
 	Since time.Time `json:"since"`
 	Until time.Time `json:"until"`
@@ -425,6 +423,18 @@ func (h *Handler) topKeys(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	httpjson.Write(w, http.StatusOK, "application/json", h.topList(n))
+}
+
+// cutAtRune returns the first n bytes of s, or fewer so as not to cut a
+// UTF-8 sequence (the bytes of a character) in two; s when it is shorter.
+func cutAtRune(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for i := 0; i < utf8.UTFMax-1 && n > 0 && !utf8.RuneStart(s[n]); i++ {
+		n--
+	}
+	return s[:n]
 }
 
 // intParam reads the query parameter name as an integer from lo to hi,

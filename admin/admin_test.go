@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/admin"
@@ -256,5 +257,92 @@ func TestReloadsBounded(t *testing.T) {
 	st := decode[admin.Stats](t, body)
 	if len(st.Reloads) != 20 || len(st.Reloads[0].Error) > 5000 || !st.Reloads[0].Time.After(st.Reloads[19].Time) && st.Reloads[0].Time != st.Reloads[19].Time {
 		t.Errorf("%d reloads, the first %d bytes, want 20, newest first, cut", len(st.Reloads), len(st.Reloads[0].Error))
+	}
+}
+
+// TestOperatorRequests: every malformed inspect or reset is a JSON 4xx
+// naming what is wrong; a reset is 403 while off, 401 without the right
+// bearer token (whose answer never holds the token), and applied only
+// with it.
+func TestOperatorRequests(t *testing.T) {
+	const token = "s3cret-t0ken"
+	on := newFixture(t, admin.WithToken(token)).h
+	off := newFixture(t).h
+	none := admin.New(admin.WithToken(token)) // no engine: an envoyproxy/ratelimit config
+	bearer := "Bearer " + token
+	for _, c := range []struct {
+		name         string
+		h            http.Handler
+		method, path string
+		auth, body   string
+		code         int
+		says         string
+	}{
+		{"inspect without an engine", none, "GET", admin.InspectPath + "?rule=login&key=192.0.2.1", "", "", 501, "envoyproxy/ratelimit"},
+		{"reset without an engine", none, "POST", admin.ResetPath, bearer, `{"rule":"login","key":"192.0.2.1"}`, 501, "envoyproxy/ratelimit"},
+		{"inspect without a rule", on, "GET", admin.InspectPath + "?key=192.0.2.1", "", "", 400, "rule is required"},
+		{"inspect of a bad cost", on, "GET", admin.InspectPath + "?rule=login&key=192.0.2.1&cost=-1", "", "", 400, `cost \"-1\"`},
+		{"inspect of a cost too large", on, "GET", admin.InspectPath + "?rule=login&key=192.0.2.1&cost=99999999999999999999", "", "", 400, "cost"},
+		{"inspect of an unknown rule", on, "GET", admin.InspectPath + "?rule=nope&key=192.0.2.1", "", "", 400, "nope"},
+		{"inspect", on, "GET", admin.InspectPath + "?rule=login&key=192.0.2.1", "", "", 200, `"remaining":1`},
+		{"reset while off", off, "POST", admin.ResetPath, bearer, `{"rule":"login","key":"192.0.2.1"}`, 403, admin.TokenEnv},
+		{"reset without a token", on, "POST", admin.ResetPath, "", `{"rule":"login","key":"192.0.2.1"}`, 401, "Authorization: Bearer"},
+		{"reset with a wrong token", on, "POST", admin.ResetPath, "Bearer " + token + "x", `{"rule":"login","key":"192.0.2.1"}`, 401, "Authorization: Bearer"},
+		{"reset with a token of another scheme", on, "POST", admin.ResetPath, "Basic " + token, `{"rule":"login","key":"192.0.2.1"}`, 401, "Authorization: Bearer"},
+		{"reset with the token in a longer one", on, "POST", admin.ResetPath, "Bearer " + token + " " + token, `{"rule":"login","key":"192.0.2.1"}`, 401, "Authorization: Bearer"},
+		{"reset with the scheme in lower case", on, "POST", admin.ResetPath, "bearer " + token, `{"rule":"login","key":"192.0.2.1"}`, 200, `"limits":1`},
+		{"reset of an empty body", on, "POST", admin.ResetPath, bearer, ``, 400, "the body must be"},
+		{"reset of a bad body", on, "POST", admin.ResetPath, bearer, `{"rule":`, 400, "the body must be"},
+		{"reset of an unknown field", on, "POST", admin.ResetPath, bearer, `{"rule":"login","kye":"k"}`, 400, "kye"},
+		{"reset of two objects", on, "POST", admin.ResetPath, bearer, `{"rule":"login","key":"192.0.2.1"} {"rule":"search","key":"192.0.2.1"}`, 400, "after the JSON object"},
+		{"reset of a body too large", on, "POST", admin.ResetPath, bearer, `{"rule":"login","key":"` + strings.Repeat("k", 100<<10) + `"}`, 413, "bytes"},
+		{"reset of a key not UTF-8", on, "POST", admin.ResetPath, bearer, "{\"rule\":\"login\",\"key\":\"192.0.2.1\xff\"}", 400, "UTF-8"},
+		{"reset without a rule", on, "POST", admin.ResetPath, bearer, `{"key":"192.0.2.1"}`, 400, "rule is required"},
+		{"reset of an unknown rule", on, "POST", admin.ResetPath, bearer, `{"rule":"nope","key":"192.0.2.1"}`, 400, "nope"},
+		{"reset", on, "POST", admin.ResetPath, bearer, `{"rule":"login","key":"192.0.2.1"}`, 200, `"limits":1`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			req := httptest.NewRequest(c.method, c.path, strings.NewReader(c.body))
+			if c.auth != "" {
+				req.Header.Set("Authorization", c.auth)
+			}
+			rec := httptest.NewRecorder()
+			c.h.ServeHTTP(rec, req)
+			body := rec.Body.String()
+			if rec.Code != c.code || !strings.Contains(body, c.says) || rec.Header().Get("Content-Type") != "application/json" {
+				t.Errorf("%s %s: %d %s, want %d saying %s", c.method, c.path, rec.Code, body, c.code, c.says)
+			}
+			if strings.Contains(body, token) {
+				t.Errorf("the answer holds the token: %s", body)
+			}
+			if c.code == 401 && rec.Header().Get("WWW-Authenticate") == "" {
+				t.Error("a 401 without WWW-Authenticate")
+			}
+		})
+	}
+}
+
+// TestReloadErrorCutAtRune: a long reload error is cut between two
+// characters, never inside one (which JSON would show as U+FFFD).
+func TestReloadErrorCutAtRune(t *testing.T) {
+	f := newFixture(t)
+	f.h.Reloaded(errors.New("x" + strings.Repeat("é", 5000)))
+	_, _, body := get(t, f.h, admin.StatsPath)
+	st := decode[admin.Stats](t, body)
+	if e := st.Reloads[0].Error; strings.ContainsRune(e, utf8.RuneError) || !strings.HasSuffix(e, "é…") || len(e) > 4<<10+len("…") {
+		t.Errorf("the error cut to %d bytes ends %q", len(e), e[max(0, len(e)-8):])
+	}
+}
+
+// TestStatsEmpty: before any sample (or without metrics) every list of
+// the stats is an empty JSON array, not null, and the percentiles null.
+func TestStatsEmpty(t *testing.T) {
+	for name, h := range map[string]*admin.Handler{"no metrics": admin.New(), "no sample yet": newFixture(t).h} {
+		_, _, body := get(t, h, admin.StatsPath)
+		for _, want := range []string{`"rules":[]`, `"store_errors":[]`, `"degraded":[]`, `"takes":[]`, `"keys":[]`, `"reloads":[]`, `"p99_seconds":null`} {
+			if !strings.Contains(body, want) {
+				t.Errorf("%s: stats %s lack %s", name, body, want)
+			}
+		}
 	}
 }

@@ -1,6 +1,7 @@
-// Package admin is the read-only operator door of sluice serve: a live
-// dashboard at GET /, and the JSON it reads, for people and for sluice
-// top.
+// Package admin is the operator door of sluice serve: a live dashboard
+// at GET /, and the JSON it reads, for people and for sluice top; and the
+// operator API of sluice inspect (read-only) and sluice reset (with a
+// bearer token, off without one).
 //
 //	top := admin.NewTop(0) // the most limited keys, DefaultTopK counters
 //	h := admin.New(admin.WithEngine(p.Engine), admin.WithMetrics(m), admin.WithTop(top))
@@ -14,9 +15,12 @@
 // # Endpoints
 //
 //	GET /                  the dashboard page (HTML; script and style under /admin/ui/)
-//	GET /admin/ui/...      the page's app.js and style.css
+//	GET /admin/ui/...      the page's app.js, style.css and favicon.svg
 //	GET /admin/v1/stats    what the page shows, as JSON (Stats); ?window=N seconds of history (default 300), ?n=N keys (default 20)
 //	GET /admin/v1/top      the most limited keys, as JSON (TopKeys); ?n=N (default 20, at most the Top's k)
+//	GET /admin/v1/inspect  a client's state under a rule, spending nothing (Inspection); ?rule=R&key=K[&cost=N]
+//	POST /admin/v1/reset   forget a client's state under a rule: {"rule":"R","key":"K"} (ResetRequest), with
+//	                       Authorization: Bearer <SLUICE_ADMIN_TOKEN>; 403 while off (WithToken), 401 without the token
 //
 // Any other path of a Handler serving a listener of its own is a JSON
 // 404; a bad parameter is a JSON 400 naming it. The page loads nothing
@@ -78,10 +82,14 @@
 //
 // # Security
 //
-// Everything here is read-only: no request changes any state. sluice
-// serve serves it on its main listener (loopback by default), without
-// authentication. Bound to another address it shows anyone who can reach
-// it the rule names, their limits and traffic, and the most limited keys
-// (masked unless --show-keys): keep it on loopback or behind an
-// authenticating proxy, or turn it off.
+// Every endpoint but POST /admin/v1/reset is read-only, and served
+// without authentication: sluice serve serves them on its main listener
+// (loopback by default). Bound to another address they show anyone who
+// can reach it the rule names, their limits and traffic, the most limited
+// keys (masked unless --show-keys), and any key's state under a rule
+// (inspect): keep them on loopback or behind an authenticating proxy, or
+// turn them off. A reset changes state: it is refused (403) unless the
+// Handler has a token (WithToken; sluice serve's SLUICE_ADMIN_TOKEN), and
+// then (401) unless the request carries it as its bearer token, compared
+// in constant time and never written in an answer.
 package admin

@@ -1,7 +1,9 @@
 package admin
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -11,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/httpjson"
@@ -25,21 +28,24 @@ type operator struct {
 	token  string
 }
 
-// noEngine answers, and reports, a request of an operator API without an
-// engine.
-func (o operator) noEngine(w http.ResponseWriter) bool {
-	if o.engine != nil && o.engine() != nil {
-		return false
+// current returns the engine the requests of the operator API go to,
+// or, without one, answers 501 and returns nil.
+func (o operator) current(w http.ResponseWriter) *policy.Engine {
+	if o.engine != nil {
+		if e := o.engine(); e != nil {
+			return e
+		}
 	}
 	httpjson.Error(w, http.StatusNotImplemented, "NOT_IMPLEMENTED",
 		"inspect and reset name a rule of a sluice policy file; this server decides an envoyproxy/ratelimit config, which has none")
-	return true
+	return nil
 }
 
 // inspect answers GET InspectPath?rule=R&key=K[&cost=N] with an
 // Inspection.
 func (o operator) inspect(w http.ResponseWriter, r *http.Request) {
-	if o.noEngine(w) {
+	e := o.current(w)
+	if e == nil {
 		return
 	}
 	q := r.URL.Query()
@@ -57,7 +63,7 @@ func (o operator) inspect(w http.ResponseWriter, r *http.Request) {
 		}
 		c.Cost = &n
 	}
-	in, err := o.engine().Inspect(r.Context(), c)
+	in, err := e.Inspect(r.Context(), c)
 	if err != nil {
 		operatorError(w, err)
 		return
@@ -90,7 +96,8 @@ func ms(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.
 // reset answers POST ResetPath: with the bearer token, it forgets the
 // state of the ResetRequest's key under its rule.
 func (o operator) reset(w http.ResponseWriter, r *http.Request) {
-	if o.noEngine(w) {
+	e := o.current(w)
+	if e == nil {
 		return
 	}
 	if o.token == "" {
@@ -98,29 +105,64 @@ func (o operator) reset(w http.ResponseWriter, r *http.Request) {
 			"resets are off: start sluice serve with "+TokenEnv+" set in its environment to turn them on")
 		return
 	}
-	given, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || subtle.ConstantTimeCompare([]byte(given), []byte(o.token)) != 1 {
+	if !o.authorized(r.Header.Get("Authorization")) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
 		httpjson.Error(w, http.StatusUnauthorized, "UNAUTHORIZED", "a reset needs the header Authorization: Bearer <the server's "+TokenEnv+">")
 		return
 	}
-	var req ResetRequest
-	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST", `the body must be {"rule":"R","key":"K"}: `+err.Error())
+	req, ok := decodeReset(w, r)
+	if !ok {
 		return
 	}
 	if req.Rule == "" {
 		httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST", `rule is required: {"rule":"R","key":"K"}`)
 		return
 	}
-	limits, err := o.engine().Reset(r.Context(), req.Rule, req.Key)
+	limits, err := e.Reset(r.Context(), req.Rule, req.Key)
 	if err != nil {
 		operatorError(w, err)
 		return
 	}
 	httpjson.Write(w, http.StatusOK, "application/json", ResetResponse{Rule: req.Rule, Key: req.Key, Limits: len(limits)})
+}
+
+// decodeReset reads r's body, at most MaxResetBytes, as one
+// ResetRequest with nothing after it. Otherwise it answers 400 or 413
+// saying what is wrong and returns false.
+func decodeReset(w http.ResponseWriter, r *http.Request) (ResetRequest, bool) {
+	var req ResetRequest
+	const shape = `the body must be one JSON object {"rule":"R","key":"K"}: `
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxResetBytes))
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		httpjson.Error(w, http.StatusRequestEntityTooLarge, "TOO_LARGE", fmt.Sprintf("the request body exceeds %d bytes", MaxResetBytes))
+		return req, false
+	}
+	if err == nil && !utf8.Valid(b) {
+		// encoding/json would read the bytes as U+FFFD: another key.
+		err = errors.New("it is not valid UTF-8")
+	}
+	if err == nil {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err = dec.Decode(&req); err == nil && dec.Decode(new(json.RawMessage)) != io.EOF {
+			err = errors.New("unexpected data after the JSON object")
+		}
+	}
+	if err != nil {
+		httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST", shape+err.Error())
+		return req, false
+	}
+	return req, true
+}
+
+// authorized reports whether the Authorization field auth carries o's
+// token as a bearer token (the scheme's case does not matter, RFC 9110
+// 11.1). The comparison takes the same time whatever the token given,
+// its length included: it compares digests of one length.
+func (o operator) authorized(auth string) bool {
+	scheme, given, _ := strings.Cut(auth, " ")
+	a, b := sha256.Sum256([]byte(given)), sha256.Sum256([]byte(o.token))
+	return subtle.ConstantTimeCompare(a[:], b[:]) == 1 && strings.EqualFold(scheme, "Bearer")
 }
 
 // operatorError answers err of Inspect or Reset: 400 for a request that

@@ -61,6 +61,10 @@ type LimitState struct {
 	RetryAfterMS int64 `json:"retry_after_ms"`
 }
 
+// MaxResetBytes is the largest body POST ResetPath reads: a larger one is
+// refused with 413.
+const MaxResetBytes = 64 << 10
+
 // ResetRequest is the body of POST ResetPath.
 type ResetRequest struct {
 	Rule string `json:"rule"`

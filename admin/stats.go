@@ -206,12 +206,18 @@ type Latency struct {
 	WindowSeconds float64 `json:"window_seconds"`
 }
 
+// emptySeries is a Series of no step, whose lists are empty, not nil
+// (JSON arrays, not null).
+func emptySeries() Series {
+	return Series{Rules: []RuleSeries{}, StoreErrors: []float64{}, Degraded: []float64{}, Takes: []float64{}}
+}
+
 // series returns the last steps per-second steps (all held when steps is
 // larger) and the latency of the last minute.
 func (s *sampler) series(steps int) (Series, Latency) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := Series{Rules: []RuleSeries{}}
+	out := emptySeries()
 	lat := Latency{}
 	if s.n < 2 {
 		return out, lat

@@ -19,7 +19,8 @@ const (
 	// it reports cover the last one to two generations.
 	DefaultGeneration = 5 * time.Minute
 	// MaxKeyBytes is the longest client key a Top keeps as it is: a longer
-	// one is kept as its first MaxKeyBytes bytes, "…" and its masked form
+	// one is kept as its first MaxKeyBytes bytes (or the few fewer that
+	// end a character), "…" and its masked form
 	// (policy.MaskKey of the whole key), so that a hostile key cannot make
 	// the k counters hold more than k × MaxKeyBytes bytes of keys.
 	MaxKeyBytes = 256
@@ -42,11 +43,12 @@ const (
 // "Most limited" means recently: the counters live in two generations,
 // the current one and the one before it; every generation (default
 // DefaultGeneration) the older is dropped. A report covers the span since
-// the older generation began, one to about two generations.
+// the older generation began, one to two generations.
 //
 // Top is safe for concurrent use. Its zero value is not usable: create it
 // with NewTop.
 type Top struct {
+	k         int // counters per generation, set once: read without mu
 	mu        sync.Mutex
 	gen       time.Duration
 	now       func() time.Time
@@ -84,7 +86,7 @@ func NewTop(k int, opts ...TopOption) *Top {
 	if k <= 0 {
 		k = DefaultTopK
 	}
-	t := &Top{gen: DefaultGeneration, now: time.Now}
+	t := &Top{k: k, gen: DefaultGeneration, now: time.Now}
 	for _, o := range opts {
 		o(t)
 	}
@@ -95,7 +97,7 @@ func NewTop(k int, opts ...TopOption) *Top {
 }
 
 // K returns how many counters a generation of t keeps.
-func (t *Top) K() int { return t.cur.k }
+func (t *Top) K() int { return t.k }
 
 // Observe counts o for key under rule when o limited the key (Denied or
 // ShadowDenied), and returns at once for every other outcome. It has the
@@ -107,7 +109,7 @@ func (t *Top) Observe(rule, key string, o policy.Outcome) {
 	id, masked := topKey{rule, key}, ""
 	if len(key) > MaxKeyBytes {
 		masked = policy.MaskKey(key)
-		id.key = key[:MaxKeyBytes] + "…" + masked
+		id.key = cutAtRune(key, MaxKeyBytes) + "…" + masked
 	}
 	now := t.now()
 	t.mu.Lock()
@@ -161,7 +163,7 @@ func (t *Top) Snapshot(n int) TopList {
 	now := t.now()
 	t.mu.Lock()
 	t.rotate(now)
-	list := TopList{Since: t.started, Until: now, K: t.cur.k, Counted: t.cur.total}
+	list := TopList{Since: t.started, Until: now, K: t.k, Counted: t.cur.total}
 	all := make([]TopEntry, 0, len(t.cur.heap)+len(t.prev.heap))
 	for _, c := range t.cur.heap {
 		all = append(all, TopEntry{Rule: c.rule, Key: c.key, Masked: c.masked, Count: c.count, Error: c.err, Shadow: c.shadow})
@@ -223,7 +225,10 @@ func (t *Top) intern(rule string) string {
 
 // rotate starts a new generation when the current one is over: it
 // becomes the older, and the older is dropped; after two generations
-// without a call both are dropped. Called with t.mu held.
+// without a call both are dropped. The new generation begins where the
+// current one ended, not at now: after a pause the older then holds the
+// counts of its own generation only, and a report never covers more
+// than two. Called with t.mu held.
 func (t *Top) rotate(now time.Time) {
 	age := now.Sub(t.started)
 	switch {
@@ -232,12 +237,13 @@ func (t *Top) rotate(now time.Time) {
 	case age < 2*t.gen:
 		t.prev, t.cur = t.cur, t.prev
 		t.prevStart = t.started
+		t.started = t.started.Add(t.gen)
 	default:
 		t.prev.reset()
 		t.prevStart = time.Time{}
+		t.started = now
 	}
 	t.cur.reset()
-	t.started = now
 }
 
 // topKey identifies a counter.

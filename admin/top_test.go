@@ -8,8 +8,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/sluice-go/sluice/policy"
@@ -424,5 +426,67 @@ func BenchmarkTopSnapshot(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		top.Snapshot(DefaultTopN)
+	}
+}
+
+// TestTopKConcurrent: K, which every stats and top request reads, is safe
+// while Observe rotates generations (run with -race).
+func TestTopKConcurrent(t *testing.T) {
+	// Each reading of the clock is a generation later: every Observe
+	// swaps the current generation with the older.
+	var ticks atomic.Int64
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return start.Add(time.Duration(ticks.Add(1)) * time.Minute) }
+	top := NewTop(7, WithGeneration(time.Minute), WithTopClock(clock))
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range 2000 {
+			top.Observe("r", strconv.Itoa(i), policy.Denied)
+		}
+	}()
+	for range 2000 {
+		if k := top.K(); k != 7 {
+			t.Fatalf("K() = %d, want 7", k)
+		}
+	}
+	wg.Wait()
+}
+
+// TestTopLongKeyCutAtRune: a long key is cut between two characters,
+// never inside one.
+func TestTopLongKeyCutAtRune(t *testing.T) {
+	top := NewTop(10)
+	long := "x" + strings.Repeat("é", 1000)
+	top.Observe("r", long, policy.Denied)
+	e := top.Snapshot(0).Entries[0]
+	if !utf8.ValidString(e.Key) || !strings.HasPrefix(e.Key, long[:MaxKeyBytes-1]+"…") || e.Masked != policy.MaskKey(long) {
+		t.Errorf("long key kept as %q, masked %s", e.Key, e.Masked)
+	}
+}
+
+// TestTopSpanAfterIdle: after a pause of nearly two generations, the
+// generations stay aligned: a report never covers more than the last two
+// generations, so a key limited before them is forgotten.
+func TestTopSpanAfterIdle(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	const gen = 5 * time.Minute
+	top := NewTop(10, WithGeneration(gen), WithTopClock(clock.Now))
+	top.Observe("r", "old", policy.Denied)    // at 0
+	clock.Add(9*time.Minute + 54*time.Second) // 9.9 min
+	top.Observe("r", "new", policy.Denied)    //
+	clock.Add(4*time.Minute + 54*time.Second) // 14.8 min
+	l := top.Snapshot(0)
+	if span := l.Until.Sub(l.Since); span > 2*gen {
+		t.Errorf("the report covers %v, more than two generations (%v)", span, 2*gen)
+	}
+	for _, e := range l.Entries {
+		if e.Key == "old" {
+			t.Errorf("the key limited 14.8 minutes ago is still listed: %+v", l.Entries)
+		}
+	}
+	if len(l.Entries) != 1 || l.Entries[0].Key != "new" {
+		t.Errorf("entries %+v, want new", l.Entries)
 	}
 }

@@ -166,9 +166,13 @@
     document.body.setAttribute("data-updated", st.now);
   }
 
+  // A poll is given up after POLL_TIMEOUT ms: one that never gets an
+  // answer would stop the updates for good.
+  const POLL_TIMEOUT = 5000;
+
   async function poll() {
     try {
-      const resp = await fetch("/admin/v1/stats", { cache: "no-store" });
+      const resp = await fetch("/admin/v1/stats", { cache: "no-store", signal: AbortSignal.timeout(POLL_TIMEOUT) });
       if (!resp.ok) throw new Error("HTTP " + resp.status);
       render(await resp.json());
     } catch (e) {

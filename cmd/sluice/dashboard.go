@@ -27,7 +27,7 @@ type dashboardFlags struct {
 func addDashboardFlags(fs *cmdFlags) *dashboardFlags {
 	return &dashboardFlags{
 		on: fs.boolean("dashboard", "SLUICE_DASHBOARD", true,
-			"serve the live dashboard at GET / and its read-only JSON at /admin/v1/stats and /admin/v1/top (sluice top), and count the most limited keys; read-only and without authentication: it shows rule names and (masked) client keys to whoever can reach its listener"),
+			"serve the live dashboard at GET / and its read-only JSON at /admin/v1/stats and /admin/v1/top (sluice top), the operator API of sluice inspect and sluice reset (reset only with "+admin.TokenEnv+" set), and count the most limited keys; without authentication but reset's: it shows rule names, (masked) client keys and any key's state to whoever can reach its listener"),
 		listen: fs.string("dashboard-listen", "SLUICE_DASHBOARD_LISTEN", "",
 			"address of a listener of the dashboard's own, such as 127.0.0.1:8083 (empty: on --listen); keep it on loopback or behind an authenticating proxy"),
 	}

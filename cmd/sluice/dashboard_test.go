@@ -8,10 +8,12 @@ import (
 	"image/png"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -227,6 +229,12 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("reloads shown %q, want the one applied, then the one rejected naming perod", v.Reloads)
 	}
 
+	// The page ran without an uncaught exception, a console error, a
+	// resource that failed to load or a Content-Security-Policy violation.
+	if errs := page.Errors(); len(errs) != 0 {
+		t.Errorf("the page reported errors: %q", errs)
+	}
+
 	img, err := png.Decode(bytes.NewReader(shot))
 	if err != nil || img.Bounds().Dx() != 1280 {
 		t.Fatalf("the screenshot is no 1280-wide PNG: %v", err)
@@ -244,7 +252,7 @@ func TestDashboard(t *testing.T) {
 	t.Logf("screenshot: %s (%d bytes, %v)", out, len(shot), img.Bounds().Size())
 }
 
-// getJSON returns the status and body of GET url.
+// getBody returns the status and body of GET url.
 func getBody(t *testing.T, url string) (int, string) {
 	t.Helper()
 	c := http.Client{Timeout: 10 * time.Second}
@@ -390,5 +398,102 @@ func TestDashboardEnvoy(t *testing.T) {
 	}
 	if r := st.Reloads[0]; r.Outcome != "rejected" || !strings.Contains(r.Error, "fortnight") {
 		t.Errorf("reloads %+v, want the rejection naming fortnight", st.Reloads)
+	}
+}
+
+// openPage opens url in a headless Chromium at browserPath, both closed
+// when t ends.
+func openPage(ctx context.Context, t *testing.T, browserPath, url string) *cdp.Page {
+	t.Helper()
+	b, err := cdp.Start(ctx, browserPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	page, err := b.NewPage(ctx, "about:blank")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(page.Close)
+	if err := page.Navigate(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	return page
+}
+
+// TestDashboardHostileKey: a client key of HTML, shown in the clear
+// (--show-keys), is shown as text: it adds no element to the page and
+// runs nothing.
+func TestDashboardHostileKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drives Chromium; skipped under -short")
+	}
+	browserPath, err := cdp.Find()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = `<img src=x onerror="document.title='pwned'"><b id=pwned>`
+	d := startServe(t, []string{"SLUICE_SHOW_KEYS=true"}, "--config", writeFile(t, dashboardRules))
+	for range 3 {
+		body, _ := json.Marshal(map[string]string{"rule": "export", "key": key})
+		d.post(t, "/v1/check", string(body))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	page := openPage(ctx, t, browserPath, d.base+"/")
+	if err := page.WaitFor(ctx, `document.querySelector("#top tbody tr")`); err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Key    string `json:"key"`
+		Title  string `json:"title"`
+		Images int    `json:"images"`
+		Pwned  bool   `json:"pwned"`
+	}
+	if err := page.Evaluate(ctx, `({key: document.querySelector("#top td.key").textContent, title: document.title,
+		images: document.querySelectorAll("img").length, pwned: document.getElementById("pwned") !== null})`, &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Key != key || v.Title != "sluice dashboard" || v.Images != 0 || v.Pwned {
+		t.Errorf("the page with a key of HTML: %+v, want the key as text and no element of it", v)
+	}
+	if errs := page.Errors(); len(errs) != 0 {
+		t.Errorf("the page reported errors: %q", errs)
+	}
+}
+
+// TestDashboardHungPoll: a poll that never gets an answer does not stop
+// the page's updates: it is given up, said so, and polled again.
+func TestDashboardHungPoll(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drives Chromium; skipped under -short")
+	}
+	browserPath, err := cdp.Find()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := admin.New()
+	var polls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == admin.StatsPath && polls.Add(1) == 1 {
+			select { // the first poll hangs, until the page gives it up
+			case <-r.Context().Done():
+			case <-time.After(time.Minute):
+			}
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	page := openPage(ctx, t, browserPath, srv.URL+"/")
+	if err := page.WaitFor(ctx, `document.body.hasAttribute("data-updated")`); err != nil {
+		var status string
+		_ = page.Evaluate(context.Background(), `document.getElementById("status").textContent`, &status)
+		t.Fatalf("the page after a hung poll (%d polls): %v; status %q", polls.Load(), err, status)
+	}
+	if n := polls.Load(); n < 2 {
+		t.Errorf("%d polls, want the hung one and another", n)
 	}
 }

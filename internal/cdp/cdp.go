@@ -1,7 +1,7 @@
 // Package cdp drives a headless Chromium over the Chrome DevTools
 // Protocol, for the tests that look at sluice's dashboard as a browser
 // shows it: start the browser on loopback, open a page, evaluate
-// JavaScript in it, take a screenshot. It speaks the few JSON messages it
+// JavaScript in it, list the errors it reported, take a screenshot. It speaks the few JSON messages it
 // needs over golang.org/x/net/websocket, with no other dependency.
 //
 //	b, err := cdp.Start(ctx, "")       // chromium from $PATH
@@ -25,6 +25,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -208,6 +209,13 @@ func (b *Browser) NewPage(ctx context.Context, pageURL string) (*Page, error) {
 	}
 	p := &Page{b: b, id: t.ID, conn: conn, pending: map[int64]chan reply{}, closed: make(chan struct{})}
 	go p.read()
+	// The events that report the page's errors (see Errors).
+	for _, domain := range []string{"Runtime", "Log"} {
+		if err := p.Call(ctx, domain+".enable", nil, nil); err != nil {
+			p.Close()
+			return nil, err
+		}
+	}
 	return p, nil
 }
 
@@ -220,8 +228,79 @@ type Page struct {
 
 	mu      sync.Mutex
 	pending map[int64]chan reply
-	err     error // why read stopped
+	err     error    // why read stopped
+	errs    []string // the page's errors, at most maxErrors
 	closed  chan struct{}
+}
+
+// maxErrors bounds the errors a Page keeps.
+const maxErrors = 100
+
+// event is a message of the browser's own, not a reply: the few fields
+// of the events that report errors.
+type event struct {
+	Method string `json:"method"`
+	Params struct {
+		// Runtime.exceptionThrown
+		ExceptionDetails struct {
+			Text      string `json:"text"`
+			URL       string `json:"url"`
+			Exception struct {
+				Description string `json:"description"`
+			} `json:"exception"`
+		} `json:"exceptionDetails"`
+		// Runtime.consoleAPICalled
+		Type string `json:"type"`
+		Args []struct {
+			Value       json.RawMessage `json:"value"`
+			Description string          `json:"description"`
+		} `json:"args"`
+		// Log.entryAdded
+		Entry struct {
+			Level string `json:"level"`
+			Text  string `json:"text"`
+			URL   string `json:"url"`
+		} `json:"entry"`
+	} `json:"params"`
+}
+
+// errorText returns what e reports of an error of the page, "" when it
+// reports none.
+func (e *event) errorText() string {
+	switch p := &e.Params; e.Method {
+	case "Runtime.exceptionThrown":
+		d := p.ExceptionDetails
+		return strings.TrimSpace("uncaught " + d.Text + " " + d.Exception.Description + " " + d.URL)
+	case "Runtime.consoleAPICalled":
+		if p.Type != "error" && p.Type != "assert" {
+			return ""
+		}
+		parts := []string{"console." + p.Type + ":"}
+		for _, a := range p.Args {
+			if len(a.Value) > 0 {
+				parts = append(parts, string(a.Value))
+			} else {
+				parts = append(parts, a.Description)
+			}
+		}
+		return strings.Join(parts, " ")
+	case "Log.entryAdded":
+		if p.Entry.Level != "error" {
+			return ""
+		}
+		return strings.TrimSpace(p.Entry.Text + " " + p.Entry.URL)
+	}
+	return ""
+}
+
+// Errors returns the errors the page reported since NewPage (the first
+// 100): uncaught exceptions, console.error and console.assert calls, and
+// the browser's own error log entries, such as a resource that failed to
+// load or a Content-Security-Policy violation.
+func (p *Page) Errors() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.errs)
 }
 
 // reply is the answer to one call.
@@ -235,8 +314,8 @@ type reply struct {
 	} `json:"error"`
 }
 
-// read hands each reply to its caller, dropping events, until the
-// connection ends.
+// read hands each reply to its caller, and keeps the errors that events
+// report, until the connection ends.
 func (p *Page) read() {
 	for {
 		var msg []byte
@@ -248,8 +327,21 @@ func (p *Page) read() {
 			return
 		}
 		var r reply
-		if json.Unmarshal(msg, &r) != nil || r.ID == 0 {
-			continue // an event
+		if json.Unmarshal(msg, &r) != nil {
+			continue
+		}
+		if r.ID == 0 { // an event
+			var e event
+			if json.Unmarshal(msg, &e) == nil {
+				if text := e.errorText(); text != "" {
+					p.mu.Lock()
+					if len(p.errs) < maxErrors {
+						p.errs = append(p.errs, text)
+					}
+					p.mu.Unlock()
+				}
+			}
+			continue
 		}
 		p.mu.Lock()
 		c := p.pending[r.ID]

@@ -84,6 +84,24 @@ func TestPage(t *testing.T) {
 	if err := p.Evaluate(ctx, `nope.nothing`, nil); !errors.As(err, &ex) || !strings.Contains(ex.Text, "nope is not defined") {
 		t.Errorf("an exception: %v, want an ExceptionError saying nope is not defined", err)
 	}
+	if errs := p.Errors(); len(errs) != 0 {
+		t.Errorf("errors of a page without any: %q", errs)
+	}
+	// An uncaught exception and a console.error: each is one of the
+	// page's errors.
+	if err := p.Evaluate(ctx, `setTimeout(() => { throw new Error("boom-1") }, 0); console.error("boom-2", 3); 0`, nil); err != nil {
+		t.Fatal(err)
+	}
+	var errs []string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if errs = p.Errors(); len(errs) >= 2 {
+			break
+		}
+	}
+	all := strings.Join(errs, "\n")
+	if !strings.Contains(all, "boom-1") || !strings.Contains(all, `console.error: "boom-2" 3`) {
+		t.Errorf("errors %q, want the uncaught boom-1 and the console.error boom-2", errs)
+	}
 	short, stop := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer stop()
 	if err := p.WaitFor(short, "false"); !errors.Is(err, context.DeadlineExceeded) {
