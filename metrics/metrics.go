@@ -61,10 +61,10 @@ type Metrics struct {
 	// The children of the vectors that every request touches, looked up
 	// once instead of by WithLabelValues (hashing the label values under
 	// the vector's lock) per request: sluice_decisions_total's by
-	// ruleOutcome, and the store's take and reset series.
-	byRule      atomic.Pointer[map[ruleOutcome]prometheus.Counter] // copied on write, read without a lock
-	byRuleMu    sync.Mutex                                         // held by writers
-	take, reset opSeries
+	// ruleOutcome, and the store's take, reset and peek series.
+	byRule            atomic.Pointer[map[ruleOutcome]prometheus.Counter] // copied on write, read without a lock
+	byRuleMu          sync.Mutex                                         // held by writers
+	take, reset, peek opSeries
 }
 
 // opSeries are a store operation's children of sluice_store_seconds and
@@ -169,7 +169,7 @@ func New() *Metrics {
 	}
 	m.take = opSeries{m.storeSeconds.WithLabelValues("take"), m.storeErrors.WithLabelValues("take")}
 	m.reset = opSeries{m.storeSeconds.WithLabelValues("reset"), m.storeErrors.WithLabelValues("reset")}
-	m.peekSeries()
+	m.peek = opSeries{m.storeSeconds.WithLabelValues("peek"), m.storeErrors.WithLabelValues("peek")}
 	m.reg.MustRegister(m.decisions, m.doorSeconds, m.storeSeconds, m.storeErrors, m.fallbacks, m.reloads, m.breakerOpen, m.breakerOpens, m.unknown,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
