@@ -202,18 +202,21 @@ func (m *Metrics) Gatherer() prometheus.Gatherer {
 // decision. A rule a reload removed keeps its series.
 func (m *Metrics) Rules(names func() []string) { m.rules.Store(&names) }
 
-// ObserveDoor records a decision served by door d in elapsed.
+// ObserveDoor records a decision served by door d in elapsed. A Door
+// that is none of Doors is recorded nowhere.
 func (m *Metrics) ObserveDoor(d Door, elapsed time.Duration) {
-	m.doors[d].Observe(elapsed.Seconds())
+	if int(d) < len(m.doors) {
+		m.doors[d].Observe(elapsed.Seconds())
+	}
 }
 
 // Time returns h with the latency of each of its requests recorded as
-// door d's.
+// door d's (see ObserveDoor).
 func (m *Metrics) Time(d Door, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		h.ServeHTTP(w, r)
-		m.doors[d].Observe(time.Since(start).Seconds())
+		m.ObserveDoor(d, time.Since(start))
 	})
 }
 
