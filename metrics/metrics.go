@@ -185,7 +185,7 @@ func (m *Metrics) Handler() http.Handler {
 // Handler, it first adds the series of every rule Rules names.
 func (m *Metrics) Gatherer() prometheus.Gatherer {
 	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
-		if f := m.rules.Load(); f != nil {
+		if f := m.rules.Load(); f != nil && *f != nil {
 			for _, rule := range (*f)() {
 				for _, o := range policy.Outcomes {
 					m.counter(ruleOutcome{rule, o})
@@ -199,7 +199,8 @@ func (m *Metrics) Gatherer() prometheus.Gatherer {
 // Rules sets where the names of the configuration's rules are read from
 // at each scrape (a reload changes them), so that every rule's
 // sluice_decisions_total series are there, at zero, before its first
-// decision. A rule a reload removed keeps its series.
+// decision. A rule a reload removed keeps its series. Rules(nil) names
+// none.
 func (m *Metrics) Rules(names func() []string) { m.rules.Store(&names) }
 
 // ObserveDoor records a decision served by door d in elapsed. A Door

@@ -59,6 +59,11 @@ func TestSeriesFromStart(t *testing.T) {
 	if strings.Count(text, "sluice_decisions_total{") != 3*len(policy.Outcomes) {
 		t.Errorf("want %d decision series, got:\n%s", 3*len(policy.Outcomes), grep(text, "sluice_decisions_total{"))
 	}
+	// Rules(nil) names none, and the series shown stay.
+	m.Rules(nil)
+	if text := scrape(t, m); strings.Count(text, "sluice_decisions_total{") != 3*len(policy.Outcomes) {
+		t.Errorf("after Rules(nil): want %d decision series, got:\n%s", 3*len(policy.Outcomes), grep(text, "sluice_decisions_total{"))
+	}
 }
 
 // TestDoorLatency: Time records one observation of its door per request,
