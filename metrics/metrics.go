@@ -61,10 +61,10 @@ type Metrics struct {
 	// The children of the vectors that every request touches, looked up
 	// once instead of by WithLabelValues (hashing the label values under
 	// the vector's lock) per request: sluice_decisions_total's by
-	// ruleOutcome, and the store's take and reset series.
-	byRule      atomic.Pointer[map[ruleOutcome]prometheus.Counter] // copied on write, read without a lock
-	byRuleMu    sync.Mutex                                         // held by writers
-	take, reset opSeries
+	// ruleOutcome, and the store's take, reset and peek series.
+	byRule            atomic.Pointer[map[ruleOutcome]prometheus.Counter] // copied on write, read without a lock
+	byRuleMu          sync.Mutex                                         // held by writers
+	take, reset, peek opSeries
 }
 
 // opSeries are a store operation's children of sluice_store_seconds and
@@ -169,7 +169,7 @@ func New() *Metrics {
 	}
 	m.take = opSeries{m.storeSeconds.WithLabelValues("take"), m.storeErrors.WithLabelValues("take")}
 	m.reset = opSeries{m.storeSeconds.WithLabelValues("reset"), m.storeErrors.WithLabelValues("reset")}
-	m.peekSeries()
+	m.peek = opSeries{m.storeSeconds.WithLabelValues("peek"), m.storeErrors.WithLabelValues("peek")}
 	m.reg.MustRegister(m.decisions, m.doorSeconds, m.storeSeconds, m.storeErrors, m.fallbacks, m.reloads, m.breakerOpen, m.breakerOpens, m.unknown,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -185,7 +185,7 @@ func (m *Metrics) Handler() http.Handler {
 // Handler, it first adds the series of every rule Rules names.
 func (m *Metrics) Gatherer() prometheus.Gatherer {
 	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
-		if f := m.rules.Load(); f != nil {
+		if f := m.rules.Load(); f != nil && *f != nil {
 			for _, rule := range (*f)() {
 				for _, o := range policy.Outcomes {
 					m.counter(ruleOutcome{rule, o})
@@ -199,21 +199,25 @@ func (m *Metrics) Gatherer() prometheus.Gatherer {
 // Rules sets where the names of the configuration's rules are read from
 // at each scrape (a reload changes them), so that every rule's
 // sluice_decisions_total series are there, at zero, before its first
-// decision. A rule a reload removed keeps its series.
+// decision. A rule a reload removed keeps its series. Rules(nil) names
+// none.
 func (m *Metrics) Rules(names func() []string) { m.rules.Store(&names) }
 
-// ObserveDoor records a decision served by door d in elapsed.
+// ObserveDoor records a decision served by door d in elapsed. A Door
+// that is none of Doors is recorded nowhere.
 func (m *Metrics) ObserveDoor(d Door, elapsed time.Duration) {
-	m.doors[d].Observe(elapsed.Seconds())
+	if int(d) < len(m.doors) {
+		m.doors[d].Observe(elapsed.Seconds())
+	}
 }
 
 // Time returns h with the latency of each of its requests recorded as
-// door d's.
+// door d's (see ObserveDoor).
 func (m *Metrics) Time(d Door, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		h.ServeHTTP(w, r)
-		m.doors[d].Observe(time.Since(start).Seconds())
+		m.ObserveDoor(d, time.Since(start))
 	})
 }
 

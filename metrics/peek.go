@@ -21,13 +21,6 @@ func (s *store) Peek(ctx context.Context, req sluice.Request) ([]sluice.Result, 
 	}
 	start := time.Now()
 	rs, err := pk.Peek(ctx, req)
-	s.m.peekSeries().observe(start, err)
+	s.m.peek.observe(start, err)
 	return rs, err
-}
-
-// peekSeries returns the peek operation's children of the store series.
-// Peeks are an operator's, rare: each looks its children up by label.
-// (New may call it once so that the series exist from the start.)
-func (m *Metrics) peekSeries() opSeries {
-	return opSeries{m.storeSeconds.WithLabelValues("peek"), m.storeErrors.WithLabelValues("peek")}
 }

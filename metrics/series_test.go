@@ -59,10 +59,16 @@ func TestSeriesFromStart(t *testing.T) {
 	if strings.Count(text, "sluice_decisions_total{") != 3*len(policy.Outcomes) {
 		t.Errorf("want %d decision series, got:\n%s", 3*len(policy.Outcomes), grep(text, "sluice_decisions_total{"))
 	}
+	// Rules(nil) names none, and the series shown stay.
+	m.Rules(nil)
+	if text := scrape(t, m); strings.Count(text, "sluice_decisions_total{") != 3*len(policy.Outcomes) {
+		t.Errorf("after Rules(nil): want %d decision series, got:\n%s", 3*len(policy.Outcomes), grep(text, "sluice_decisions_total{"))
+	}
 }
 
 // TestDoorLatency: Time records one observation of its door per request,
-// ObserveDoor one of the door it names, and no other door's.
+// ObserveDoor one of the door it names, and no other door's; an unknown
+// door none.
 func TestDoorLatency(t *testing.T) {
 	m := metrics.New()
 	h := m.Time(metrics.DoorHTTP, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -77,6 +83,10 @@ func TestDoorLatency(t *testing.T) {
 		}
 	}
 	m.ObserveDoor(metrics.DoorGRPC, time.Millisecond)
+	// A Door that is none of Doors is recorded nowhere, and panics
+	// nowhere.
+	m.ObserveDoor(metrics.Door(len(metrics.Doors)), time.Millisecond)
+	m.Time(metrics.Door(200), http.NotFoundHandler()).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
 	text := scrape(t, m)
 	for _, s := range []string{
 		`sluice_decision_duration_seconds_count{door="http"} 3`,

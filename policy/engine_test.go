@@ -33,6 +33,7 @@ type fixture struct {
 
 	mu   sync.Mutex
 	seen []string // "rule=outcome", since the last call of outcomes
+	keys []string // the client key of each of seen
 }
 
 // newFixture compiles rules with opts, failing t if they do not compile,
@@ -56,19 +57,27 @@ func newFixtureOn(t *testing.T, lim *sluice.Limiter, clock *storetest.Clock, rul
 	return f
 }
 
-func (f *fixture) observe(rule, _ string, o policy.Outcome) {
+func (f *fixture) observe(rule, key string, o policy.Outcome) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.seen = append(f.seen, rule+"="+o.String())
+	f.keys = append(f.keys, key)
 }
 
 // outcomes returns what the observer was told since the last call.
 func (f *fixture) outcomes() []string {
+	seen, _ := f.observed()
+	return seen
+}
+
+// observed returns what the observer was told since the last call of it
+// or outcomes, and the client key of each.
+func (f *fixture) observed() (seen, keys []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	seen := f.seen
-	f.seen = nil
-	return seen
+	seen, keys = f.seen, f.keys
+	f.seen, f.keys = nil, nil
+	return seen, keys
 }
 
 // decide decides r, failing the test on an error.

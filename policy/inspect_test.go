@@ -157,6 +157,31 @@ func TestInspectResolves(t *testing.T) {
 	}
 }
 
+// TestObserverKey: the observer is told each rule's client key as the
+// rule yields it (Applied.Key: an IPv6 address as its /64), and nothing
+// of a check of cost 0.
+func TestObserverKey(t *testing.T) {
+	f := newFixture(t, inspectRules())
+	ctx := context.Background()
+	zero := 0
+	for _, c := range []policy.Check{
+		{Rule: "by-ip", Key: "2001:db8:1:2::1"},
+		{Rule: "costly", Key: "k", Cost: &zero},
+		{Rule: "costly", Key: "k"},
+	} {
+		if _, err := f.e.Check(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen, keys := f.observed()
+	if want := []string{"by-ip=allowed", "costly=allowed"}; !slices.Equal(seen, want) {
+		t.Errorf("observed %q, want %q (no cost 0)", seen, want)
+	}
+	if want := []string{"2001:db8:1:2::/64", "k"}; !slices.Equal(keys, want) {
+		t.Errorf("observed keys %q, want %q", keys, want)
+	}
+}
+
 // TestReset: Reset forgets a client's state under a rule, resolved as
 // Check resolves it (another address of the /64, its plan), in the store
 // and in the deny cache, and nothing of another client's or rule's.

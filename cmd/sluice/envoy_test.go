@@ -12,6 +12,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluice-go/sluice/internal/redistest"
 )
@@ -67,13 +68,20 @@ descriptors:
 			t.Errorf("users status: %v", st)
 		}
 	}
+	// A health check on the same server is no decision: not timed at
+	// the grpc door.
+	hctx, hcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer hcancel()
+	if _, err := healthpb.NewHealthClient(conn).Check(hctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
 	// The decisions reach the metrics.
 	text := scrapeMetrics(t, d)
 	for _, want := range []string{
 		`sluice_decisions_total{outcome="allowed",rule="mongo_cps.database_users"} 3`,
 		`sluice_decisions_total{outcome="denied",rule="mongo_cps.database_users"} 1`,
 		// Every limit's series from the start, overrides' too, and the
-		// four calls timed at the grpc door.
+		// four calls timed at the grpc door (not the health check).
 		`sluice_decisions_total{outcome="denied",rule="mongo_cps.database"} 0`,
 		`sluice_decisions_total{outcome="allowed",rule="override.mongo_cps"} 0`,
 		`sluice_decision_duration_seconds_count{door="grpc"} 4`,

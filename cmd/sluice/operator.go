@@ -41,12 +41,14 @@ func addOperatorFlags(fs *cmdFlags) operatorFlags {
 
 // call sends a request of the operator API at path to the server of of,
 // with body as JSON when not nil and the bearer token when token is not
-// empty, and decodes a 200 answer into out. Any other answer is an error
-// that says what the server said.
-func (of operatorFlags) call(ctx context.Context, method, path string, query url.Values, body any, token string, out any, raw io.Writer) error {
+// empty, decodes a 200 answer into out and returns it as it came (what
+// --json prints: checked as out's JSON, so that no other answer is
+// printed as the API's). Any other answer is an error that says what the
+// server said.
+func (of operatorFlags) call(ctx context.Context, method, path string, query url.Values, body any, token string, out any) ([]byte, error) {
 	base, err := url.Parse(*of.server)
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
-		return usageError{fmt.Errorf("--server %q is not an http or https URL, such as http://127.0.0.1:8080", *of.server)}
+		return nil, usageError{fmt.Errorf("--server %q is not an http or https URL, such as http://127.0.0.1:8080", *of.server)}
 	}
 	u := base.JoinPath(path)
 	u.RawQuery = query.Encode()
@@ -54,7 +56,7 @@ func (of operatorFlags) call(ctx context.Context, method, path string, query url
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		rd = bytes.NewReader(b)
 	}
@@ -62,7 +64,7 @@ func (of operatorFlags) call(ctx context.Context, method, path string, query url
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -72,28 +74,30 @@ func (of operatorFlags) call(ctx context.Context, method, path string, query url
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("asking %s: %w", base.Redacted(), err)
+		return nil, fmt.Errorf("asking %s: %w", base.Redacted(), err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return fmt.Errorf("reading the answer of %s: %w", base.Redacted(), err)
+		return nil, fmt.Errorf("reading the answer of %s: %w", base.Redacted(), err)
 	}
 	if resp.StatusCode != http.StatusOK {
+		hint := ""
+		if resp.StatusCode == http.StatusNotFound {
+			// A sluice serve with --dashboard=false, one whose dashboard
+			// has a listener of its own, or no sluice serve at all.
+			hint = "; the operator API is served with the dashboard (sluice serve --dashboard, on by default), on its --dashboard-listen when it has one: is --server that address?"
+		}
 		var e httpjson.ErrorBody
 		if json.Unmarshal(b, &e) == nil && e.Error.Message != "" {
-			return fmt.Errorf("%s %s: %s (%s)", method, path, e.Error.Message, resp.Status)
+			return nil, fmt.Errorf("%s %s of %s: %s (%s)%s", method, path, base.Redacted(), e.Error.Message, resp.Status, hint)
 		}
-		return fmt.Errorf("%s %s: %s: %.200s", method, path, resp.Status, strings.TrimSpace(string(b)))
-	}
-	if raw != nil {
-		_, err := raw.Write(b)
-		return err
+		return nil, fmt.Errorf("%s %s of %s: %s: %.200s%s", method, path, base.Redacted(), resp.Status, strings.TrimSpace(string(b)), hint)
 	}
 	if err := json.Unmarshal(b, out); err != nil {
-		return fmt.Errorf("%s %s: the answer is not what this sluice understands (%w); is --server a sluice serve of the same version?", method, path, err)
+		return nil, fmt.Errorf("%s %s: the answer is not what this sluice understands (%w); is --server a sluice serve of the same version?", method, path, err)
 	}
-	return nil
+	return b, nil
 }
 
 // ruleKeyFlags are the --rule and --key of inspect and reset.
@@ -128,11 +132,13 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		q.Set("cost", *cost)
 	}
-	if *of.json {
-		return of.call(ctx, http.MethodGet, admin.InspectPath, q, nil, "", nil, stdout)
-	}
 	var in admin.Inspection
-	if err := of.call(ctx, http.MethodGet, admin.InspectPath, q, nil, "", &in, nil); err != nil {
+	b, err := of.call(ctx, http.MethodGet, admin.InspectPath, q, nil, "", &in)
+	if err != nil {
+		return err
+	}
+	if *of.json {
+		_, err := stdout.Write(b)
 		return err
 	}
 	printInspection(stdout, in)
@@ -184,11 +190,13 @@ func runReset(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageError{fmt.Errorf("%s is not set: reset sends the bearer token the server was started with", admin.TokenEnv)}
 	}
 	body := admin.ResetRequest{Rule: *rule, Key: *key}
-	if *of.json {
-		return of.call(ctx, http.MethodPost, admin.ResetPath, nil, body, token, nil, stdout)
-	}
 	var out admin.ResetResponse
-	if err := of.call(ctx, http.MethodPost, admin.ResetPath, nil, body, token, &out, nil); err != nil {
+	b, err := of.call(ctx, http.MethodPost, admin.ResetPath, nil, body, token, &out)
+	if err != nil {
+		return err
+	}
+	if *of.json {
+		_, err := stdout.Write(b)
 		return err
 	}
 	fmt.Fprintf(stdout, "reset rule %s, key %q: %d limit(s) forgotten\n", out.Rule, out.Key, out.Limits)

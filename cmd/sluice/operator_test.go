@@ -5,6 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -240,6 +244,57 @@ func TestTop(t *testing.T) {
 		table := operator(t, d, "top", "--keys", "1")
 		if !strings.Contains(table, name("hammer")) || strings.Contains(table, name("twice")) || !strings.Contains(table, "9 limiting decisions") {
 			t.Errorf("--show-keys %v: sluice top --keys 1 printed:\n%s", show, table)
+		}
+	}
+}
+
+// TestInspectErrors: an operator command that cannot get an answer of the
+// operator API says so, naming what is wrong, and fails: a --server that
+// is no http URL is a usage error, a server that is down is named with
+// the refusal, and a server that answers something else than the API's
+// JSON (a web page, or a sluice serve with the dashboard off) is an
+// error, with --json too (its answer is never printed as if it were
+// one).
+func TestInspectErrors(t *testing.T) {
+	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		io.WriteString(w, "<html><body>welcome</body></html>")
+	}))
+	defer page.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := ln.Addr().String()
+	ln.Close()
+	off := startServe(t, nil, "--config", writeFile(t, operatorRules), "--dashboard=false")
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		code   int
+		says   []string
+		silent bool // nothing on stdout
+	}{
+		{"no scheme", []string{"inspect", "--rule", "fw", "--server", "localhost:8080"}, 2, []string{"--server", "localhost:8080", "not an http or https URL"}, true},
+		{"down", []string{"inspect", "--rule", "fw", "--server", "http://" + down}, 1, []string{down, "connection refused"}, true},
+		{"a web page", []string{"inspect", "--rule", "fw", "--server", page.URL}, 1, []string{"not what this sluice understands"}, true},
+		{"a web page, --json", []string{"inspect", "--json", "--rule", "fw", "--server", page.URL}, 1, []string{"not what this sluice understands"}, true},
+		{"top of a web page, --json", []string{"top", "--json", "--server", page.URL}, 1, []string{"not what this sluice understands"}, true},
+		{"dashboard off", []string{"inspect", "--rule", "fw", "--server", off.base}, 1, []string{"404", off.base, "--dashboard-listen"}, true},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := Run(context.Background(), tc.args, &stdout, &stderr)
+		msg := stderr.String()
+		if code != tc.code {
+			t.Errorf("%s: exit %d, want %d: %s%s", tc.name, code, tc.code, msg, stdout.String())
+		}
+		for _, s := range tc.says {
+			if !strings.Contains(msg, s) {
+				t.Errorf("%s: the error %q does not say %q", tc.name, msg, s)
+			}
+		}
+		if tc.silent && stdout.Len() != 0 {
+			t.Errorf("%s: printed %q as an answer", tc.name, stdout.String())
 		}
 	}
 }

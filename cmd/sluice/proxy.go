@@ -51,22 +51,34 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		p       *policyfile.Policy
 		forward atomic.Pointer[httputil.ReverseProxy]
 	)
-	m := metrics.New()
+	// The metrics are kept only for a --metrics-listen to serve: without
+	// one, no request pays for them.
+	var m *metrics.Metrics
 	forwarding := func(err error) {
-		m.Reload(err)
+		if m != nil {
+			m.Reload(err)
+		}
 		if err == nil {
 			forward.Store(newReverseProxy(upstream, p.File().HTTP.TrustedProxies, log))
 		}
 	}
-	p, err = policyfile.Open(*df.path, policyfile.WithLogger(log), policyfile.WithRedis(df.storeSettings), policyfile.WithReloadReport(forwarding),
-		policyfile.WithStore(m.Store), policyfile.WithObserver(m.Decision), policyfile.WithBreakerReport(m.Breaker), policyfile.WithMemoryStore(m.MemoryStore), df.engineOptions())
+	opts := []policyfile.Option{policyfile.WithLogger(log), policyfile.WithRedis(df.storeSettings), policyfile.WithReloadReport(forwarding), df.engineOptions()}
+	if *metricsListen != "" {
+		m = metrics.New()
+		opts = append(opts, policyfile.WithStore(m.Store), policyfile.WithObserver(m.Decision), policyfile.WithBreakerReport(m.Breaker), policyfile.WithMemoryStore(m.MemoryStore))
+	}
+	p, err = policyfile.Open(*df.path, opts...)
 	if err != nil {
 		return err
 	}
 	defer p.Close()
 	forward.Store(newReverseProxy(upstream, p.File().HTTP.TrustedProxies, log))
-	m.Rules(func() []string { return ruleNames(p.Engine()) })
-	h := timeProxy(m, p.Middleware, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { forward.Load().ServeHTTP(w, r) }))
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { forward.Load().ServeHTTP(w, r) })
+	h := p.Middleware(next)
+	if m != nil {
+		m.Rules(func() []string { return ruleNames(p.Engine()) })
+		h = timeProxy(m, p.Middleware, next)
+	}
 	ln, err := net.Listen("tcp", *df.listen)
 	if err != nil {
 		return err
@@ -76,7 +88,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	p.Watch(ctx, *df.reloadEvery, hup)
 	srv := df.limits.proxyServer(h, log)
 	counts := []any{"rules", len(p.File().Rules)}
-	if *metricsListen != "" {
+	if m != nil {
 		stop, addr, err := serveAside("--metrics-listen", *metricsListen, m.Handler(), log)
 		if err != nil {
 			return err

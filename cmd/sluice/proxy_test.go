@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/metrics"
+	"github.com/sluice-go/sluice/policyfile"
 )
 
 // startProxy starts `sluice proxy` with args on a free port and waits for
@@ -361,4 +363,57 @@ rules:
 		t.Errorf("after trusted_proxies was removed, the upstream saw X-Forwarded-For %q and X-Real-IP %q, want %q and none",
 			got.XFF, got.XReal, "127.0.0.1")
 	}
+}
+
+// TestProxyDoorTime: the proxy door records each request once, admitted
+// or refused, and the time of an admitted one ends where it is handed to
+// the upstream: an upstream that takes a second is not in it.
+func TestProxyDoorTime(t *testing.T) {
+	cfg := writeFile(t, `
+rules:
+  - {name: limited, match: GET /, key: ip, limit: 1, period: 1h}
+`)
+	p, err := policyfile.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	m := metrics.New()
+	upstream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(time.Second)
+		w.WriteHeader(http.StatusNoContent)
+	})
+	h := timeProxy(m, p.Middleware, upstream)
+	for _, want := range []int{http.StatusNoContent, http.StatusTooManyRequests} {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = "192.0.2.1:1234"
+		h.ServeHTTP(w, r)
+		if w.Code != want {
+			t.Fatalf("answer %d, want %d", w.Code, want)
+		}
+	}
+	w := httptest.NewRecorder()
+	m.Handler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+	for _, want := range []string{
+		`sluice_decision_duration_seconds_count{door="proxy"} 2`,
+		// Both decided well within half a second (a generous bound):
+		// the upstream's second is not the decision's.
+		`sluice_decision_duration_seconds_bucket{door="proxy",le="0.5"} 2`,
+	} {
+		if !strings.Contains(w.Body.String(), want+"\n") {
+			t.Errorf("/metrics lacks %s:\n%s", want, grepLines(w.Body.String(), `door="proxy"`))
+		}
+	}
+}
+
+// grepLines returns the lines of text that contain s.
+func grepLines(text, s string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -30,15 +30,16 @@ func runTop(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	q := url.Values{"n": {strconv.Itoa(*n)}}
 	for {
+		var top admin.TopKeys
+		b, err := of.call(ctx, http.MethodGet, admin.TopPath, q, nil, "", &top)
+		if err != nil {
+			return err
+		}
 		if *of.json {
-			if err := of.call(ctx, http.MethodGet, admin.TopPath, q, nil, "", nil, stdout); err != nil {
+			if _, err := stdout.Write(b); err != nil {
 				return err
 			}
 		} else {
-			var top admin.TopKeys
-			if err := of.call(ctx, http.MethodGet, admin.TopPath, q, nil, "", &top, nil); err != nil {
-				return err
-			}
 			printTop(stdout, top)
 		}
 		if *watch == 0 {

@@ -446,15 +446,7 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, 
 	} else {
 		// Nothing is consumed: the limits that would have admitted the
 		// request report their state as it is.
-		i := 0
-		for _, p := range req.Parts {
-			for _, l := range p.Limits {
-				if rs[i].Allowed {
-					rs[i], _, _ = algo.Check(l, work[i].st, now, 0)
-				}
-				i++
-			}
-		}
+		asIs(req.Parts, work, rs, now)
 	}
 	// The decision is done: the entries it touched are the most recently
 	// used of their shards, and no node index of work is used any more.
@@ -601,6 +593,21 @@ func (s *Store) lock(parts []sluice.Part, work []decision, keys []byte, idx []in
 func (s *Store) unlock(idx []int) {
 	for _, x := range idx {
 		s.shards[x].mu.Unlock()
+	}
+}
+
+// asIs replaces the Result of each limit of parts that would have
+// admitted a denied request by its state as it is at now (cost 0), read
+// from work: what a denial reports of them.
+func asIs(parts []sluice.Part, work []decision, rs []sluice.Result, now int64) {
+	i := 0
+	for _, p := range parts {
+		for _, l := range p.Limits {
+			if rs[i].Allowed {
+				rs[i], _, _ = algo.Check(l, work[i].st, now, 0)
+			}
+			i++
+		}
 	}
 }
 

@@ -51,17 +51,7 @@ func (s *Store) Peek(_ context.Context, req sluice.Request) ([]sluice.Result, er
 		}
 	}
 	if !allowed {
-		// As Take answers a denial: the limits that would have admitted
-		// the request report their state as it is.
-		i := 0
-		for _, p := range req.Parts {
-			for _, l := range p.Limits {
-				if rs[i].Allowed {
-					rs[i], _, _ = algo.Check(l, work[i].st, now, 0)
-				}
-				i++
-			}
-		}
+		asIs(req.Parts, work, rs, now) // as Take answers a denial
 	}
 	return rs, nil
 }

@@ -3,6 +3,8 @@ package memory_test
 import (
 	"context"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sluice-go/sluice"
@@ -48,5 +50,48 @@ func TestPeekNoUse(t *testing.T) {
 	}
 	if r := peek("k1"); r.Remaining != 8 {
 		t.Errorf("k1: %d left after one more, want 8 (kept)", r.Remaining)
+	}
+}
+
+// TestPeekConcurrent: peeks at the keys being decided, of one limit (the
+// path of TakeOne) and of two, run beside the decisions (under -race: no
+// data race) and spend nothing: the decisions admit exactly the limit.
+func TestPeekConcurrent(t *testing.T) {
+	store := memory.New(memory.WithShards(2))
+	lim := sluice.New(store)
+	ctx := context.Background()
+	one := []sluice.Limit{sluice.PerHour(50).Using(sluice.SlidingLog)}
+	two := []sluice.Limit{sluice.PerHour(50).Using(sluice.TokenBucket), sluice.PerDay(1000).Using(sluice.FixedWindow)}
+	var admitted [2]atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 40 {
+				for j, ls := range [][]sluice.Limit{one, two} {
+					key := "k" + strconv.Itoa(j)
+					if g%2 == 0 {
+						r, err := lim.AllowParts(ctx, sluice.Part{Key: key, Limits: ls, Cost: 1})
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if r.Allowed {
+							admitted[j].Add(1)
+						}
+						continue
+					}
+					if _, err := lim.Peek(ctx, sluice.Part{Key: key, Limits: ls, Cost: 1 + i%3}); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for j := range admitted {
+		if n := admitted[j].Load(); n != 50 {
+			t.Errorf("limits %d: %d admitted of 80 decisions beside peeks, want 50", j, n)
+		}
 	}
 }

@@ -38,21 +38,21 @@ func (s *Store) Peek(ctx context.Context, req sluice.Request) ([]sluice.Result, 
 		gs = s.groups(req)
 	}
 	if len(gs) == 1 {
-		rs, err := s.peek(ctx, now, gs[0], false)
+		t, err := s.runGroup(ctx, peekScript, now, gs[0], false)
 		if err != nil {
 			return nil, fmt.Errorf("redis store: peek: %w", err)
 		}
-		return rs, nil
+		return t.results, nil
 	}
 	rs := make([]sluice.Result, req.Len())
 	denied := -1
 	for k, g := range gs {
-		got, err := s.peek(ctx, now, g, false)
+		t, err := s.runGroup(ctx, peekScript, now, g, false)
 		if err != nil {
 			return nil, fmt.Errorf("redis store: peek: %w", err)
 		}
-		g.place(rs, got)
-		if !allowed(got) {
+		g.place(rs, t.results)
+		if !allowed(t.results) {
 			denied = k
 			break
 		}
@@ -69,12 +69,12 @@ func (s *Store) Peek(ctx context.Context, req sluice.Request) ([]sluice.Result, 
 			continue
 		}
 		wg.Go(func() {
-			got, err := s.peek(ctx, now, g, true)
+			t, err := s.runGroup(ctx, peekScript, now, g, true)
 			if err != nil {
 				errs[k] = err
 				return
 			}
-			g.place(rs, got)
+			g.place(rs, t.results)
 		})
 	}
 	wg.Wait()
@@ -84,23 +84,4 @@ func (s *Store) Peek(ctx context.Context, req sluice.Request) ([]sluice.Result, 
 		}
 	}
 	return rs, nil
-}
-
-// peek runs peek.lua over the limits of g at now (clockArg), each with
-// its part's cost, or with cost 0 when zero is set.
-func (s *Store) peek(ctx context.Context, now string, g *group, zero bool) ([]sluice.Result, error) {
-	args := make([]string, 1, 1+4*len(g.limits))
-	args[0] = now
-	for i, l := range g.limits {
-		cost := g.costOf(i)
-		if zero {
-			cost = 0
-		}
-		args = appendParams(args, l, cost)
-	}
-	reply, err := s.run(ctx, peekScript, g.keys, args)
-	if err != nil {
-		return nil, err
-	}
-	return results(g.limits, reply, 1)
 }

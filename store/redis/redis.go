@@ -500,16 +500,23 @@ type taken struct {
 // part's cost, or with cost 0 when peek is set (the state, consuming
 // nothing).
 func (s *Store) take(ctx context.Context, now string, g *group, peek bool) (taken, error) {
+	return s.runGroup(ctx, scriptFor(g.limits), now, g, peek)
+}
+
+// runGroup runs sc, a script of take.lua's arguments and reply (take.lua,
+// peek.lua), over the limits of g at now, each with its part's cost, or
+// with cost 0 when zero is set.
+func (s *Store) runGroup(ctx context.Context, sc script, now string, g *group, zero bool) (taken, error) {
 	args := make([]string, 1, 1+4*len(g.limits))
 	args[0] = now
 	for i, l := range g.limits {
 		cost := g.costOf(i)
-		if peek {
+		if zero {
 			cost = 0
 		}
 		args = appendParams(args, l, cost)
 	}
-	reply, err := s.run(ctx, scriptFor(g.limits), g.keys, args)
+	reply, err := s.run(ctx, sc, g.keys, args)
 	if err != nil {
 		return taken{}, err
 	}

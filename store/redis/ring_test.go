@@ -76,4 +76,26 @@ func TestRingStacked(t *testing.T) {
 	if err != nil || !p.Allowed || p.Results[0].Remaining != 7 || p.Results[1].Remaining != 6 {
 		t.Errorf("Peek over both clients: %+v, %v; want allowed with 7 and 6 left", p, err)
 	}
+	// One the second client's server denies: the peek answers what the
+	// decision then gets (each limit's state, nothing spent).
+	deny := []sluice.Part{{Key: first, Limits: []sluice.Limit{l1}, Cost: 2}, {Key: second, Limits: []sluice.Limit{l2}, Cost: 10}}
+	p, err = lim.Peek(ctx, deny...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := lim.AllowParts(ctx, deny...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Allowed || d.Allowed {
+		t.Errorf("a cost of 10 with 9 left: Peek allowed %v, the decision %v; want both denied", p.Allowed, d.Allowed)
+	}
+	for i := range d.Results {
+		if p.Results[i].Allowed != d.Results[i].Allowed || p.Results[i].Remaining != d.Results[i].Remaining {
+			t.Errorf("limit %d: Peek %+v, the decision after it %+v", i, p.Results[i], d.Results[i])
+		}
+	}
+	if p.Results[0].Remaining != 9 || p.Results[1].Remaining != 9 {
+		t.Errorf("Peek of the denied request: %+v; want each client's 9 left, as they are", p.Results)
+	}
 }
