@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -60,6 +61,7 @@ type Handler struct {
 	config  func() ConfigInfo
 	engine  func() *policy.Engine // for inspect and reset; nil: none
 	token   string                // the bearer token of reset; empty: off
+	log     *slog.Logger          // where resets are logged
 	met     *metrics.Metrics
 	top     *Top
 	plain   bool
@@ -100,6 +102,10 @@ func WithEngine(e func() *policy.Engine) Option {
 // sluice serve's environment). Without it, or with an empty token, a
 // reset is refused with 403.
 func WithToken(token string) Option { return func(h *Handler) { h.token = token } }
+
+// WithLogger sets where the operator API logs each reset, and each one
+// refused for its token (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(h *Handler) { h.log = l } }
 
 // WithRules has the Handler show the rules that f returns (for a
 // configuration that is not a policy.RuleSet, such as Envoy's
@@ -142,6 +148,7 @@ func New(opts ...Option) *Handler {
 		config:  func() ConfigInfo { return ConfigInfo{} },
 		history: DefaultHistory,
 		started: time.Now(),
+		log:     slog.Default(),
 	}
 	for _, o := range opts {
 		o(h)
@@ -156,7 +163,7 @@ func New(opts ...Option) *Handler {
 	h.handle("GET "+AssetsPrefix+"favicon.svg", asset("ui/favicon.svg", "image/svg+xml", nil))
 	h.handle("GET "+StatsPath, http.HandlerFunc(h.stats))
 	h.handle("GET "+TopPath, http.HandlerFunc(h.topKeys))
-	ops := operator{engine: h.engine, token: h.token}
+	ops := operator{engine: h.engine, token: h.token, log: h.log, plain: h.plain}
 	h.handle("GET "+InspectPath, http.HandlerFunc(ops.inspect))
 	h.handle("POST "+ResetPath, http.HandlerFunc(ops.reset))
 	h.mux.HandleFunc("/", h.notFound)

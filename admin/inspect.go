@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -26,6 +27,8 @@ import (
 type operator struct {
 	engine func() *policy.Engine
 	token  string
+	log    *slog.Logger // the resets, and the refused attempts
+	plain  bool         // keys in the clear in the log
 }
 
 // current returns the engine the requests of the operator API go to,
@@ -106,6 +109,7 @@ func (o operator) reset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !o.authorized(r.Header.Get("Authorization")) {
+		o.log.Warn("sluice: reset refused: no or a wrong bearer token", "remote", r.RemoteAddr)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
 		httpjson.Error(w, http.StatusUnauthorized, "UNAUTHORIZED", "a reset needs the header Authorization: Bearer <the server's "+TokenEnv+">")
 		return
@@ -123,6 +127,11 @@ func (o operator) reset(w http.ResponseWriter, r *http.Request) {
 		operatorError(w, err)
 		return
 	}
+	key := req.Key
+	if !o.plain {
+		key = policy.MaskKey(key)
+	}
+	o.log.Info("sluice: reset", "rule", req.Rule, "key", key, "limits", len(limits), "remote", r.RemoteAddr)
 	httpjson.Write(w, http.StatusOK, "application/json", ResetResponse{Rule: req.Rule, Key: req.Key, Limits: len(limits)})
 }
 

@@ -57,7 +57,7 @@ func addDaemonFlags(fs *cmdFlags, listen, configs string) *daemonFlags {
 		denialLog: fs.float("log-denials", "SLUICE_LOG_DENIALS", policy.DefaultDenialLogRate,
 			"the share of denials (and shadow denials) logged, each with its rule, limits, retry_after and client key: 0 none, 1 every one"),
 		showKeys: fs.boolean("show-keys", "SLUICE_SHOW_KEYS", false,
-			"show client keys in the clear in the denial log, on the dashboard and to sluice top (default: masked, as # and 12 hex digits of their SHA-256, which policy.MaskKey computes)"),
+			"show client keys in the clear where sluice shows them: the denial log and the reset log, and serve's dashboard and sluice top (default: masked, as # and 12 hex digits of their SHA-256, policy.MaskKey)"),
 	}
 	fs.intVar(d.gcMinHeap, "gc-min-heap-mib", "SLUICE_GC_MIN_HEAP_MIB", defaultGCMinHeapMiB,
 		"the smallest heap, in MiB, at which the garbage collector runs: while the live heap is at most half of it, the collector waits until the process's memory nears it (GOGC off under a soft memory limit of it) rather than running every few MiB allocated, which costs a busy server a third of its CPU; a larger live heap is collected as under GOGC=100 (0: off; ignored when GOGC or GOMEMLIMIT is set)")

@@ -46,7 +46,7 @@ type dashboard struct {
 
 // open returns the dashboard the flags ask for (nil when off), reading m,
 // for the config at path (an envoyproxy/ratelimit one when isEnvoy).
-func (f *dashboardFlags) open(m *metrics.Metrics, path string, isEnvoy, showKeys bool) (*dashboard, error) {
+func (f *dashboardFlags) open(m *metrics.Metrics, path string, isEnvoy, showKeys bool, log *slog.Logger) (*dashboard, error) {
 	if !*f.on {
 		if *f.listen != "" {
 			return nil, usageError{fmt.Errorf("--dashboard-listen %q with --dashboard=false: turn the dashboard on, or leave out --dashboard-listen", *f.listen)}
@@ -58,7 +58,7 @@ func (f *dashboardFlags) open(m *metrics.Metrics, path string, isEnvoy, showKeys
 	if isEnvoy {
 		kind = "envoy"
 	}
-	opts := []admin.Option{admin.WithMetrics(m), admin.WithTop(d.top), admin.WithPlainKeys(showKeys), admin.WithToken(os.Getenv(admin.TokenEnv)),
+	opts := []admin.Option{admin.WithMetrics(m), admin.WithTop(d.top), admin.WithPlainKeys(showKeys), admin.WithToken(os.Getenv(admin.TokenEnv)), admin.WithLogger(log),
 		admin.WithLimiter(d.lim.Load),
 		admin.WithConfig(func() admin.ConfigInfo { return d.config(path, kind) })}
 	if isEnvoy {

@@ -172,6 +172,13 @@ func TestReset(t *testing.T) {
 	if code, out := run(d, "secret", "reset", "--rule", "fw", "--key", "a"); code != 0 || !strings.Contains(out, "1 limit(s) forgotten") {
 		t.Fatalf("reset: exit %d: %s", code, out)
 	}
+	// Each reset is logged, the key masked, and so is a refused one.
+	if entry := d.waitLog(t, "sluice: reset refused"); entry["remote"] == nil {
+		t.Errorf("refused reset logged as %v, want the remote address", entry)
+	}
+	if entry := d.waitLog(t, "sluice: reset"); entry["rule"] != "fw" || entry["key"] != policy.MaskKey("a") {
+		t.Errorf("reset logged as %v, want rule fw and key %q", entry, policy.MaskKey("a"))
+	}
 	for i := 1; i <= 4; i++ {
 		code, _, body := d.post(t, "/v1/check", `{"rule":"fw","key":"a"}`)
 		if want := map[bool]int{true: 200, false: 429}[i <= 3]; code != want {
