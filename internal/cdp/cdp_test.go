@@ -8,10 +8,7 @@ import (
 	"image/png"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -148,25 +145,9 @@ func TestClose(t *testing.T) {
 // liveInGroup counts the processes of group pgid that are not zombies.
 func liveInGroup(t *testing.T, pgid int) int {
 	t.Helper()
-	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	n, err := cdp.LiveInGroup(pgid)
 	if err != nil {
 		t.Fatal(err)
-	}
-	n := 0
-	for _, path := range stats {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			continue // gone meanwhile
-		}
-		// pid (comm) state ppid pgrp ...: comm may hold spaces.
-		_, rest, ok := strings.Cut(string(b), ") ")
-		f := strings.Fields(rest)
-		if !ok || len(f) < 3 {
-			continue
-		}
-		if g, _ := strconv.Atoi(f[2]); g == pgid && f[0] != "Z" && f[0] != "X" {
-			n++
-		}
 	}
 	return n
 }
