@@ -43,13 +43,16 @@ func Find() (string, error) {
 
 // prefs are the profile's preferences, beside those the remote agent
 // sets itself (remote.prefs.recommended): no first-run pages, no
-// default-browser check, a pixel per CSS pixel.
+// default-browser check, a pixel per CSS pixel, and scrollbars that
+// take no room (as Chromium's --hide-scrollbars), so that a page is as
+// wide as its viewport.
 const prefs = `user_pref("browser.shell.checkDefaultBrowser", false);
 user_pref("browser.startup.homepage_override.mstone", "ignore");
 user_pref("browser.startup.page", 0);
 user_pref("datareporting.policy.dataSubmissionEnabled", false);
 user_pref("toolkit.telemetry.reportingpolicy.firstRun", false);
 user_pref("layout.css.devPixelsPerPx", "1.0");
+user_pref("ui.useOverlayScrollbars", 1);
 `
 
 // Browser is a headless Firefox this package started, and its BiDi

@@ -20,13 +20,15 @@ type remoteValue struct {
 	Value json.RawMessage `json:"value"`
 }
 
-// jsonValue returns the value a BiDi RemoteValue stands for as
-// JSON.stringify would give it back to JSON.parse: numbers, strings,
-// booleans, null, arrays and objects of them; undefined (at the top)
-// as undefined. An object's undefined properties are left out and an
-// array's undefined elements are null, as JSON.stringify does; values
-// JSON cannot hold (a function, a node, NaN, a bigint) are an error
-// naming their type.
+// jsonValue returns the value a BiDi RemoteValue stands for, as
+// JSON.parse(JSON.stringify(v)) would give it: numbers, strings,
+// booleans, null, arrays and objects of them (a Date as its ISO string,
+// a Set as an array, a Map as an object of its keys as strings);
+// undefined, at the top, as undefined. An object's undefined properties
+// are left out and an array's undefined elements, NaN and the
+// infinities are null, as JSON.stringify does; a value of a type JSON
+// cannot hold (a function, a node, a bigint, a symbol) is an error
+// naming it.
 func jsonValue(raw json.RawMessage) (any, error) {
 	var r remoteValue
 	if err := json.Unmarshal(raw, &r); err != nil {

@@ -42,7 +42,7 @@ const page = `<!doctype html><title>cdp test</title>
 <p id="out">waiting</p>
 <script>setTimeout(() => { document.getElementById("out").textContent = "ready " + (6*7); }, 300);</script>`
 
-func TestPage(t *testing.T) {
+func TestCDPPage(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html")
 		fmt.Fprint(w, page)
@@ -125,9 +125,9 @@ func TestPage(t *testing.T) {
 	}
 }
 
-// TestClose: Close ends the browser and every process of its group
+// TestCDPClose: Close ends the browser and every process of its group
 // (zombies aside: their parent, once the browser dies, is init's to reap).
-func TestClose(t *testing.T) {
+func TestCDPClose(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("reads /proc")
 	}
@@ -152,7 +152,7 @@ func liveInGroup(t *testing.T, pgid int) int {
 	return n
 }
 
-func TestFindMissing(t *testing.T) {
+func TestCDPFindMissing(t *testing.T) {
 	t.Setenv(cdp.EnvBrowser, "/nonexistent/chromium")
 	if _, err := cdp.Find(); err == nil {
 		t.Error("Find with $SLUICE_CHROMIUM naming no program: no error")
