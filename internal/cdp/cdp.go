@@ -12,7 +12,7 @@
 //	p, err := b.NewPage(ctx, "http://127.0.0.1:8080/")
 //	var title string
 //	err = p.Evaluate(ctx, "document.title", &title)
-//	png, err := p.Screenshot(ctx)
+//	png, err := p.Screenshot(ctx, false)
 package cdp
 
 import (
