@@ -68,8 +68,9 @@ short:
 # may lack. deploy/'s tests: promtool (Debian's prometheus) checks and
 # unit-tests the alert rules, podman builds and runs the image (runc
 # beside it: crun refuses a hybrid cgroup hierarchy), systemd-analyze
-# (systemd) verifies the unit; chromium: the dashboard's end-to-end test
-# and internal/cdp drive it headless.
+# (systemd) verifies the unit; chromium and firefox-esr: the dashboard's
+# end-to-end tests drive them headless (internal/cdp over the DevTools
+# protocol, internal/bidi over WebDriver BiDi).
 deps:
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
@@ -84,6 +85,7 @@ deps:
 	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
 	[ -f /usr/share/nodejs/express/package.json ] || missing="$$missing node-express"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v firefox-esr >/dev/null 2>&1 || command -v firefox >/dev/null 2>&1 || missing="$$missing firefox-esr"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing with apt-get:$$missing"; \
 		$(SUDO) apt-get update -qq && \

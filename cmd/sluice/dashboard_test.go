@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/admin"
+	"github.com/sluice-go/sluice/internal/bidi"
 	"github.com/sluice-go/sluice/internal/cdp"
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/policy"
@@ -80,17 +81,101 @@ const readView = `(() => {
   };
 })()`
 
+// browserPage is what the dashboard's tests do with a page, in Chromium
+// (internal/cdp) or in Firefox (internal/bidi), which share this shape.
+type browserPage interface {
+	Navigate(ctx context.Context, url string) error
+	Evaluate(ctx context.Context, expr string, out any) error
+	WaitFor(ctx context.Context, cond string) error
+	SetViewport(ctx context.Context, width, height int) error
+	Screenshot(ctx context.Context, full bool) ([]byte, error)
+	Errors() []string
+	Close()
+}
+
+// dashboardBrowser is a browser the dashboard's tests drive.
+type dashboardBrowser struct {
+	name string
+	find func() (string, error)
+	// open starts the browser at path and opens a blank page in it, both
+	// closed when t ends; stderr returns what the browser wrote there.
+	open func(ctx context.Context, t *testing.T, path string) (page browserPage, stderr func() string)
+}
+
+var (
+	chromium = dashboardBrowser{"Chromium", cdp.Find, opener(cdp.Start)}
+	firefox  = dashboardBrowser{"Firefox", bidi.Find, opener(bidi.Start)}
+	// browsers are those the page must work in (the issue: current
+	// Chromium and Firefox).
+	browsers = []dashboardBrowser{chromium, firefox}
+)
+
+// opener returns the open of a dashboardBrowser started by start.
+func opener[B interface {
+	NewPage(context.Context, string) (P, error)
+	Stderr() string
+	Close()
+}, P browserPage](start func(context.Context, string) (B, error)) func(context.Context, *testing.T, string) (browserPage, func() string) {
+	return func(ctx context.Context, t *testing.T, path string) (browserPage, func() string) {
+		t.Helper()
+		b, err := start(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(b.Close)
+		page, err := b.NewPage(ctx, "about:blank")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(page.Close)
+		return page, b.Stderr
+	}
+}
+
+// findBrowser returns br's path. It skips t under -short; outside
+// -short a missing browser fails it: make deps installs it.
+func findBrowser(t *testing.T, br dashboardBrowser) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("drives %s; skipped under -short", br.name)
+	}
+	path, err := br.find()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // TestDashboard: sluice serve's dashboard, in headless Chromium, shows
 // the rules, a limited rule's allowed and denied decisions, and the
 // limited key, masked, while a key under its limit is not listed.
+// With SLUICE_UPDATE_SCREENSHOT=1 it runs longer and writes the README's
+// screenshot.
 func TestDashboard(t *testing.T) {
+	update := os.Getenv("SLUICE_UPDATE_SCREENSHOT") == "1"
+	run := 6 * time.Second
+	if update {
+		run = 40 * time.Second // a chart with more to show
+	}
+	testDashboard(t, chromium, run, update)
+}
+
+// TestDashboardFirefox: the same page, in headless Firefox, shows the
+// same, and reports no error either.
+func TestDashboardFirefox(t *testing.T) {
+	testDashboard(t, firefox, 3*time.Second, false)
+}
+
+// testDashboard runs TestDashboard's scenario in br: sluice serve on a
+// real redis-server, a reload rejected and one applied, run of traffic
+// that gets a login client limited, then the page's DOM read and
+// checked, and a screenshot taken (written to screenshotPath when
+// update).
+func testDashboard(t *testing.T, br dashboardBrowser, run time.Duration, update bool) {
 	if testing.Short() {
-		t.Skip("drives Chromium and redis-server; skipped under -short")
+		t.Skipf("drives %s and redis-server; skipped under -short", br.name)
 	}
-	browserPath, err := cdp.Find()
-	if err != nil {
-		t.Fatal(err) // outside -short a missing browser fails: make deps installs it
-	}
+	browserPath := findBrowser(t, br)
 	srv := redistest.Start(t)
 	cfg := writeFile(t, dashboardRules)
 	d := startServe(t, []string{"SLUICE_REDIS_URL=redis://" + srv.Addr}, "--config", cfg, "--reload-interval", "200ms")
@@ -106,13 +191,6 @@ func TestDashboard(t *testing.T) {
 	d.waitLog(t, "config reloaded")
 
 	const limited, unlimited = "203.0.113.7", "198.51.100.23"
-	// For the committed screenshot, a longer run, whose chart has more to
-	// show.
-	update := os.Getenv("SLUICE_UPDATE_SCREENSHOT") == "1"
-	run := 6 * time.Second
-	if update {
-		run = 40 * time.Second
-	}
 	// Traffic, every 100ms for at most a minute, until the screenshot is
 	// taken: one login client over its limit of 20/min, another under
 	// it, search under its limit, export over its shadow limit.
@@ -151,16 +229,7 @@ func TestDashboard(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), run+90*time.Second)
 	defer cancel()
-	b, err := cdp.Start(ctx, browserPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	page, err := b.NewPage(ctx, "about:blank")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer page.Close()
+	page, stderr := br.open(ctx, t, browserPath)
 	if err := page.SetViewport(ctx, 1280, 860); err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +245,7 @@ func TestDashboard(t *testing.T) {
 	defer stopWait()
 	for {
 		if err := page.Evaluate(wait, readView, &v); err != nil {
-			t.Fatalf("reading the page: %v\n%s", err, b.Stderr())
+			t.Fatalf("reading the page: %v\n%s", err, stderr())
 		}
 		shown := v.LoginAllowed > 0 && v.LoginDenied > 0 && v.ExportShadow > 0 && len(v.Top) > 0 && v.P99 != "–" && len(v.Reloads) == 2
 		if shown && time.Since(started) > run {
@@ -236,10 +305,13 @@ func TestDashboard(t *testing.T) {
 	}
 
 	img, err := png.Decode(bytes.NewReader(shot))
-	if err != nil || img.Bounds().Dx() != 1280 {
-		t.Fatalf("the screenshot is no 1280-wide PNG: %v", err)
+	if err != nil {
+		t.Fatalf("the screenshot is no PNG: %v", err)
 	}
-	out := filepath.Join(t.TempDir(), "dashboard.png")
+	if size := img.Bounds().Size(); size.X != 1280 {
+		t.Fatalf("the screenshot is %v, want 1280 wide", size)
+	}
+	out := filepath.Join(t.TempDir(), "dashboard-"+strings.ToLower(br.name)+".png")
 	if update {
 		out = screenshotPath
 		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
@@ -401,20 +473,10 @@ func TestDashboardEnvoy(t *testing.T) {
 	}
 }
 
-// openPage opens url in a headless Chromium at browserPath, both closed
-// when t ends.
-func openPage(ctx context.Context, t *testing.T, browserPath, url string) *cdp.Page {
+// openPage opens url in br at path, closed when t ends.
+func openPage(ctx context.Context, t *testing.T, br dashboardBrowser, path, url string) browserPage {
 	t.Helper()
-	b, err := cdp.Start(ctx, browserPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	page, err := b.NewPage(ctx, "about:blank")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(page.Close)
+	page, _ := br.open(ctx, t, path)
 	if err := page.Navigate(ctx, url); err != nil {
 		t.Fatal(err)
 	}
@@ -422,78 +484,75 @@ func openPage(ctx context.Context, t *testing.T, browserPath, url string) *cdp.P
 }
 
 // TestDashboardHostileKey: a client key of HTML, shown in the clear
-// (--show-keys), is shown as text: it adds no element to the page and
-// runs nothing.
+// (--show-keys), is shown as text, in each browser: it adds no element
+// to the page and runs nothing.
 func TestDashboardHostileKey(t *testing.T) {
-	if testing.Short() {
-		t.Skip("drives Chromium; skipped under -short")
-	}
-	browserPath, err := cdp.Find()
-	if err != nil {
-		t.Fatal(err)
-	}
-	const key = `<img src=x onerror="document.title='pwned'"><b id=pwned>`
-	d := startServe(t, []string{"SLUICE_SHOW_KEYS=true"}, "--config", writeFile(t, dashboardRules))
-	for range 3 {
-		body, _ := json.Marshal(map[string]string{"rule": "export", "key": key})
-		d.post(t, "/v1/check", string(body))
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	page := openPage(ctx, t, browserPath, d.base+"/")
-	if err := page.WaitFor(ctx, `document.querySelector("#top tbody tr")`); err != nil {
-		t.Fatal(err)
-	}
-	var v struct {
-		Key    string `json:"key"`
-		Title  string `json:"title"`
-		Images int    `json:"images"`
-		Pwned  bool   `json:"pwned"`
-	}
-	if err := page.Evaluate(ctx, `({key: document.querySelector("#top td.key").textContent, title: document.title,
-		images: document.querySelectorAll("img").length, pwned: document.getElementById("pwned") !== null})`, &v); err != nil {
-		t.Fatal(err)
-	}
-	if v.Key != key || v.Title != "sluice dashboard" || v.Images != 0 || v.Pwned {
-		t.Errorf("the page with a key of HTML: %+v, want the key as text and no element of it", v)
-	}
-	if errs := page.Errors(); len(errs) != 0 {
-		t.Errorf("the page reported errors: %q", errs)
+	for _, br := range browsers {
+		t.Run(br.name, func(t *testing.T) {
+			browserPath := findBrowser(t, br)
+			const key = `<img src=x onerror="document.title='pwned'"><b id=pwned>`
+			d := startServe(t, []string{"SLUICE_SHOW_KEYS=true"}, "--config", writeFile(t, dashboardRules))
+			for range 3 {
+				body, _ := json.Marshal(map[string]string{"rule": "export", "key": key})
+				d.post(t, "/v1/check", string(body))
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			page := openPage(ctx, t, br, browserPath, d.base+"/")
+			if err := page.WaitFor(ctx, `document.querySelector("#top tbody tr")`); err != nil {
+				t.Fatal(err)
+			}
+			var v struct {
+				Key    string `json:"key"`
+				Title  string `json:"title"`
+				Images int    `json:"images"`
+				Pwned  bool   `json:"pwned"`
+			}
+			if err := page.Evaluate(ctx, `({key: document.querySelector("#top td.key").textContent, title: document.title,
+				images: document.querySelectorAll("img").length, pwned: document.getElementById("pwned") !== null})`, &v); err != nil {
+				t.Fatal(err)
+			}
+			if v.Key != key || v.Title != "sluice dashboard" || v.Images != 0 || v.Pwned {
+				t.Errorf("the page with a key of HTML: %+v, want the key as text and no element of it", v)
+			}
+			if errs := page.Errors(); len(errs) != 0 {
+				t.Errorf("the page reported errors: %q", errs)
+			}
+		})
 	}
 }
 
 // TestDashboardHungPoll: a poll that never gets an answer does not stop
-// the page's updates: it is given up, said so, and polled again.
+// the page's updates, in each browser: it is given up, said so, and
+// polled again.
 func TestDashboardHungPoll(t *testing.T) {
-	if testing.Short() {
-		t.Skip("drives Chromium; skipped under -short")
-	}
-	browserPath, err := cdp.Find()
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := admin.New()
-	var polls atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == admin.StatsPath && polls.Add(1) == 1 {
-			select { // the first poll hangs, until the page gives it up
-			case <-r.Context().Done():
-			case <-time.After(time.Minute):
+	for _, br := range browsers {
+		t.Run(br.name, func(t *testing.T) {
+			browserPath := findBrowser(t, br)
+			h := admin.New()
+			var polls atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == admin.StatsPath && polls.Add(1) == 1 {
+					select { // the first poll hangs, until the page gives it up
+					case <-r.Context().Done():
+					case <-time.After(time.Minute):
+					}
+					return
+				}
+				h.ServeHTTP(w, r)
+			}))
+			defer srv.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			page := openPage(ctx, t, br, browserPath, srv.URL+"/")
+			if err := page.WaitFor(ctx, `document.body.hasAttribute("data-updated")`); err != nil {
+				var status string
+				_ = page.Evaluate(context.Background(), `document.getElementById("status").textContent`, &status)
+				t.Fatalf("the page after a hung poll (%d polls): %v; status %q", polls.Load(), err, status)
 			}
-			return
-		}
-		h.ServeHTTP(w, r)
-	}))
-	defer srv.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	page := openPage(ctx, t, browserPath, srv.URL+"/")
-	if err := page.WaitFor(ctx, `document.body.hasAttribute("data-updated")`); err != nil {
-		var status string
-		_ = page.Evaluate(context.Background(), `document.getElementById("status").textContent`, &status)
-		t.Fatalf("the page after a hung poll (%d polls): %v; status %q", polls.Load(), err, status)
-	}
-	if n := polls.Load(); n < 2 {
-		t.Errorf("%d polls, want the hung one and another", n)
+			if n := polls.Load(); n < 2 {
+				t.Errorf("%d polls, want the hung one and another", n)
+			}
+		})
 	}
 }

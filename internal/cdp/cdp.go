@@ -1,20 +1,21 @@
 // Package cdp drives a headless Chromium over the Chrome DevTools
 // Protocol, for the tests that look at sluice's dashboard as a browser
 // shows it: start the browser on loopback, open a page, evaluate
-// JavaScript in it, list the errors it reported, take a screenshot. It speaks the few JSON messages it
-// needs over golang.org/x/net/websocket, with no other dependency.
+// JavaScript in it, list the errors it reported, take a screenshot. It
+// speaks the few JSON messages it needs over golang.org/x/net/websocket,
+// with no other dependency. Its launcher (Launch, Process), its
+// connection (Conn), Poll and ExceptionError are internal/bidi's too,
+// which drives Firefox over WebDriver BiDi in the same shape.
 //
 //	b, err := cdp.Start(ctx, "")       // chromium from $PATH
 //	defer b.Close()                    // kills it by pid, removes its profile
 //	p, err := b.NewPage(ctx, "http://127.0.0.1:8080/")
 //	var title string
 //	err = p.Evaluate(ctx, "document.title", &title)
-//	png, err := p.Screenshot(ctx)
+//	png, err := p.Screenshot(ctx, false)
 package cdp
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -24,14 +25,10 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"golang.org/x/net/websocket"
 )
 
 // Names are the programs Find looks for, in order.
@@ -44,34 +41,15 @@ const EnvBrowser = "SLUICE_CHROMIUM"
 // Find returns the path of a Chromium: $SLUICE_CHROMIUM, or the first of
 // Names on $PATH.
 func Find() (string, error) {
-	if p := os.Getenv(EnvBrowser); p != "" {
-		return exec.LookPath(p)
-	}
-	for _, n := range Names {
-		if p, err := exec.LookPath(n); err == nil {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("no Chromium found: none of %s is on $PATH and $%s is not set (Debian: apt-get install chromium; make deps installs it)", strings.Join(Names, ", "), EnvBrowser)
+	return FindProgram(EnvBrowser, Names, "Chromium", "Debian: apt-get install chromium; make deps installs it")
 }
 
-// origin is the Origin the WebSocket handshakes send, which the browser
-// is told to allow (--remote-allow-origins).
-const origin = "http://127.0.0.1"
-
-// Browser is a headless Chromium this package started.
+// Browser is a headless Chromium this package started. Its Process
+// methods give its pid and stderr, and Close it.
 type Browser struct {
-	cmd  *exec.Cmd
-	dir  string // the profile directory
+	*Process
 	base string // http://127.0.0.1:<port> of its DevTools endpoint
-	done chan struct{}
-
-	mu     sync.Mutex
-	stderr bytes.Buffer // the first 64 KiB of its stderr, for errors
 }
-
-// maxStderr bounds what a Browser keeps of the browser's stderr.
-const maxStderr = 64 << 10
 
 // Start starts the headless Chromium at path (Find's when path is
 // empty) with a new profile in a temporary directory, its DevTools
@@ -91,7 +69,7 @@ func Start(ctx context.Context, path string) (*Browser, error) {
 	}
 	args := []string{
 		"--headless=new", "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
-		"--remote-allow-origins=" + origin, "--user-data-dir=" + dir,
+		"--remote-allow-origins=" + Origin, "--user-data-dir=" + dir,
 		"--no-first-run", "--no-default-browser-check", "--disable-gpu", "--disable-extensions",
 		"--disable-background-networking", "--disable-component-update", "--disable-sync",
 		"--disable-default-apps", "--disable-breakpad", "--metrics-recording-only", "--mute-audio",
@@ -101,76 +79,16 @@ func Start(ctx context.Context, path string) (*Browser, error) {
 	if os.Geteuid() == 0 {
 		args = append(args, "--no-sandbox") // Chromium refuses to run its sandbox as root
 	}
-	cmd := exec.Command(path, append(args, "about:blank")...)
-	ownGroup(cmd)
-	pipe, err := cmd.StderrPipe()
+	proc, ws, err := Launch{Name: "chromium", Path: path, Args: append(args, "about:blank"), Dir: dir, Ready: "DevTools listening on "}.Start(ctx)
 	if err != nil {
-		os.RemoveAll(dir)
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("start %s: %w", path, err)
+	u, err := url.Parse(ws)
+	if err != nil || u.Host == "" {
+		proc.Close()
+		return nil, fmt.Errorf("chromium's DevTools address %q: %v", ws, err)
 	}
-	b := &Browser{cmd: cmd, dir: dir, done: make(chan struct{})}
-	listening := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pipe)
-		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			if rest, ok := strings.CutPrefix(line, "DevTools listening on "); ok {
-				select {
-				case listening <- rest:
-				default:
-				}
-			}
-			b.mu.Lock()
-			if b.stderr.Len() < maxStderr {
-				b.stderr.WriteString(line + "\n")
-			}
-			b.mu.Unlock()
-		}
-		_, _ = io.Copy(io.Discard, pipe)
-		_ = cmd.Wait()
-		close(b.done)
-	}()
-	select {
-	case ws := <-listening:
-		u, err := url.Parse(ws)
-		if err != nil || u.Host == "" {
-			b.Close()
-			return nil, fmt.Errorf("chromium's DevTools address %q: %v", ws, err)
-		}
-		b.base = "http://" + u.Host
-		return b, nil
-	case <-b.done:
-		return nil, fmt.Errorf("chromium exited before its DevTools endpoint listened: %s\n%s", cmd.ProcessState, b.Stderr())
-	case <-ctx.Done():
-		b.Close()
-		return nil, fmt.Errorf("chromium's DevTools endpoint did not listen: %w\n%s", ctx.Err(), b.Stderr())
-	}
-}
-
-// Pid returns the browser's process id (which is its process group's).
-func (b *Browser) Pid() int { return b.cmd.Process.Pid }
-
-// Stderr returns what the browser wrote to stderr (its first 64 KiB).
-func (b *Browser) Stderr() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.stderr.String()
-}
-
-// Close kills the browser, its process group and so its helper
-// processes, by pid, waits for it (at most 10 s), and removes its profile.
-func (b *Browser) Close() {
-	killGroup(b.cmd)
-	select {
-	case <-b.done:
-	case <-time.After(10 * time.Second):
-	}
-	os.RemoveAll(b.dir)
+	return &Browser{Process: proc, base: "http://" + u.Host}, nil
 }
 
 // target is a DevTools target as /json/new describes it.
@@ -199,16 +117,12 @@ func (b *Browser) NewPage(ctx context.Context, pageURL string) (*Page, error) {
 	if err := json.Unmarshal(body, &t); err != nil || t.WS == "" {
 		return nil, fmt.Errorf("open a tab: %q is no target (%v)", body, err)
 	}
-	cfg, err := websocket.NewConfig(t.WS, origin)
-	if err != nil {
-		return nil, err
-	}
-	conn, err := cfg.DialContext(ctx)
+	p := &Page{b: b, id: t.ID}
+	conn, err := Dial(ctx, t.WS, p.event)
 	if err != nil {
 		return nil, fmt.Errorf("connect to the tab: %w", err)
 	}
-	p := &Page{b: b, id: t.ID, conn: conn, pending: map[int64]chan reply{}, closed: make(chan struct{})}
-	go p.read()
+	p.conn = conn
 	// The events that report the page's errors (see Errors).
 	for _, domain := range []string{"Runtime", "Log"} {
 		if err := p.Call(ctx, domain+".enable", nil, nil); err != nil {
@@ -223,14 +137,10 @@ func (b *Browser) NewPage(ctx context.Context, pageURL string) (*Page, error) {
 type Page struct {
 	b    *Browser
 	id   string
-	conn *websocket.Conn
-	next atomic.Int64
+	conn *Conn
 
-	mu      sync.Mutex
-	pending map[int64]chan reply
-	err     error    // why read stopped
-	errs    []string // the page's errors, at most maxErrors
-	closed  chan struct{}
+	mu   sync.Mutex
+	errs []string // the page's errors, at most maxErrors
 }
 
 // maxErrors bounds the errors a Page keeps.
@@ -303,101 +213,25 @@ func (p *Page) Errors() []string {
 	return slices.Clone(p.errs)
 }
 
-// reply is the answer to one call.
-type reply struct {
-	ID     int64           `json:"id"`
-	Result json.RawMessage `json:"result"`
-	Error  *struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-		Data    string `json:"data"`
-	} `json:"error"`
-}
-
-// read hands each reply to its caller, and keeps the errors that events
-// report, until the connection ends.
-func (p *Page) read() {
-	for {
-		var msg []byte
-		if err := websocket.Message.Receive(p.conn, &msg); err != nil {
-			p.mu.Lock()
-			p.err = err
-			p.mu.Unlock()
-			close(p.closed)
-			return
-		}
-		var r reply
-		if json.Unmarshal(msg, &r) != nil {
-			continue
-		}
-		if r.ID == 0 { // an event
-			var e event
-			if json.Unmarshal(msg, &e) == nil {
-				if text := e.errorText(); text != "" {
-					p.mu.Lock()
-					if len(p.errs) < maxErrors {
-						p.errs = append(p.errs, text)
-					}
-					p.mu.Unlock()
-				}
-			}
-			continue
-		}
+// event keeps the error an event of the page reports, if any.
+func (p *Page) event(method string, params json.RawMessage) {
+	e := event{Method: method}
+	if json.Unmarshal(params, &e.Params) != nil {
+		return
+	}
+	if text := e.errorText(); text != "" {
 		p.mu.Lock()
-		c := p.pending[r.ID]
-		delete(p.pending, r.ID)
-		p.mu.Unlock()
-		if c != nil {
-			c <- r
+		if len(p.errs) < maxErrors {
+			p.errs = append(p.errs, text)
 		}
+		p.mu.Unlock()
 	}
 }
 
 // Call calls method with params and decodes its result into result (nil:
 // ignored).
 func (p *Page) Call(ctx context.Context, method string, params, result any) error {
-	id := p.next.Add(1)
-	c := make(chan reply, 1)
-	p.mu.Lock()
-	p.pending[id] = c
-	p.mu.Unlock()
-	defer func() {
-		p.mu.Lock()
-		delete(p.pending, id)
-		p.mu.Unlock()
-	}()
-	if params == nil {
-		params = struct{}{}
-	}
-	msg, err := json.Marshal(struct {
-		ID     int64  `json:"id"`
-		Method string `json:"method"`
-		Params any    `json:"params"`
-	}{id, method, params})
-	if err != nil {
-		return err
-	}
-	if err := websocket.Message.Send(p.conn, string(msg)); err != nil {
-		return fmt.Errorf("%s: %w", method, err)
-	}
-	select {
-	case r := <-c:
-		if r.Error != nil {
-			return fmt.Errorf("%s: %s (%d) %s", method, r.Error.Message, r.Error.Code, r.Error.Data)
-		}
-		if result != nil {
-			if err := json.Unmarshal(r.Result, result); err != nil {
-				return fmt.Errorf("%s: %w", method, err)
-			}
-		}
-		return nil
-	case <-p.closed:
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return fmt.Errorf("%s: the connection to the tab ended: %w", method, p.err)
-	case <-ctx.Done():
-		return fmt.Errorf("%s: %w", method, ctx.Err())
-	}
+	return p.conn.Call(ctx, method, params, result)
 }
 
 // Navigate loads pageURL in the tab and waits (bounded by ctx) until its
@@ -416,7 +250,7 @@ func (p *Page) Navigate(ctx context.Context, pageURL string) error {
 }
 
 // ExceptionError is a JavaScript exception thrown by Evaluate's
-// expression.
+// expression (internal/bidi's too).
 type ExceptionError struct {
 	// Text describes it, as the console would.
 	Text string
@@ -458,23 +292,7 @@ func (p *Page) Evaluate(ctx context.Context, expr string, out any) error {
 // WaitFor evaluates the boolean JavaScript expression cond every 100 ms
 // until it is true, or ctx ends (the error then says what cond last was).
 func (p *Page) WaitFor(ctx context.Context, cond string) error {
-	var last error
-	for {
-		var ok bool
-		err := p.Evaluate(ctx, "Boolean("+cond+")", &ok)
-		if err == nil && ok {
-			return nil
-		}
-		last = err
-		select {
-		case <-ctx.Done():
-			if last != nil {
-				return fmt.Errorf("waiting for %s: %w (last: %v)", cond, ctx.Err(), last)
-			}
-			return fmt.Errorf("waiting for %s: %w (still false)", cond, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return Poll(ctx, p.Evaluate, cond)
 }
 
 // SetViewport sets the page's size in CSS pixels, at a scale of 1.

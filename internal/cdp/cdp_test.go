@@ -8,10 +8,7 @@ import (
 	"image/png"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -45,7 +42,7 @@ const page = `<!doctype html><title>cdp test</title>
 <p id="out">waiting</p>
 <script>setTimeout(() => { document.getElementById("out").textContent = "ready " + (6*7); }, 300);</script>`
 
-func TestPage(t *testing.T) {
+func TestCDPPage(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html")
 		fmt.Fprint(w, page)
@@ -128,9 +125,9 @@ func TestPage(t *testing.T) {
 	}
 }
 
-// TestClose: Close ends the browser and every process of its group
+// TestCDPClose: Close ends the browser and every process of its group
 // (zombies aside: their parent, once the browser dies, is init's to reap).
-func TestClose(t *testing.T) {
+func TestCDPClose(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("reads /proc")
 	}
@@ -148,30 +145,14 @@ func TestClose(t *testing.T) {
 // liveInGroup counts the processes of group pgid that are not zombies.
 func liveInGroup(t *testing.T, pgid int) int {
 	t.Helper()
-	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	n, err := cdp.LiveInGroup(pgid)
 	if err != nil {
 		t.Fatal(err)
-	}
-	n := 0
-	for _, path := range stats {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			continue // gone meanwhile
-		}
-		// pid (comm) state ppid pgrp ...: comm may hold spaces.
-		_, rest, ok := strings.Cut(string(b), ") ")
-		f := strings.Fields(rest)
-		if !ok || len(f) < 3 {
-			continue
-		}
-		if g, _ := strconv.Atoi(f[2]); g == pgid && f[0] != "Z" && f[0] != "X" {
-			n++
-		}
 	}
 	return n
 }
 
-func TestFindMissing(t *testing.T) {
+func TestCDPFindMissing(t *testing.T) {
 	t.Setenv(cdp.EnvBrowser, "/nonexistent/chromium")
 	if _, err := cdp.Find(); err == nil {
 		t.Error("Find with $SLUICE_CHROMIUM naming no program: no error")
