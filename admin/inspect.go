@@ -66,6 +66,14 @@ func (o operator) inspect(w http.ResponseWriter, r *http.Request) {
 		}
 		c.Cost = &n
 	}
+	if s := q.Get("composite"); s != "" {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST", fmt.Sprintf("composite %q is not true or false", s))
+			return
+		}
+		c.Composite = b
+	}
 	in, err := e.Inspect(r.Context(), c)
 	if err != nil {
 		operatorError(w, err)
@@ -122,7 +130,7 @@ func (o operator) reset(w http.ResponseWriter, r *http.Request) {
 		httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST", `rule is required: {"rule":"R","key":"K"}`)
 		return
 	}
-	limits, err := e.Reset(r.Context(), req.Rule, req.Key)
+	limits, err := e.Reset(r.Context(), policy.Check{Rule: req.Rule, Key: req.Key, Composite: req.Composite})
 	if err != nil {
 		operatorError(w, err)
 		return

@@ -5,7 +5,9 @@ package admin
 // rounded up, as in POST /v1/check's answers.
 
 // InspectPath is the operator API's read of a client's state:
-// GET InspectPath?rule=R&key=K[&cost=N]. It spends nothing.
+// GET InspectPath?rule=R&key=K[&cost=N][&composite=true]. It spends
+// nothing. composite says that K joins an Envoy descriptor's entries
+// (policy.Check.Composite), as sluice top shows such a key.
 const InspectPath = "/admin/v1/inspect"
 
 // ResetPath is the operator API's reset of a client's state: POST
@@ -65,10 +67,13 @@ type LimitState struct {
 // refused with 413.
 const MaxResetBytes = 64 << 10
 
-// ResetRequest is the body of POST ResetPath.
+// ResetRequest is the body of POST ResetPath. Composite says that Key
+// joins an Envoy descriptor's entries, as sluice top shows such a key
+// (policy.Check.Composite).
 type ResetRequest struct {
-	Rule string `json:"rule"`
-	Key  string `json:"key"`
+	Rule      string `json:"rule"`
+	Key       string `json:"key"`
+	Composite bool   `json:"composite,omitempty"`
 }
 
 // ResetResponse is the answer of a reset that succeeded: Limits is the

@@ -92,10 +92,11 @@ func (e *Engine) Inspect(ctx context.Context, c Check) (*Inspection, error) {
 	return in, nil
 }
 
-// Reset forgets the state of the client key under the rule named rule,
-// resolved as Check resolves them (see Check.Key; a composite key cannot
-// be named here), under each limit that applies to it (its plan's, for a
-// key a plan matches), so that its next request starts afresh: in the
+// Reset forgets the state of the client c.Key under the rule c.Rule,
+// resolved as Check resolves them (c.Composite for an Envoy descriptor's
+// joined entries; c.Cost is ignored), under each limit that applies to it
+// (its plan's, for a key a plan matches), so that its next request
+// starts afresh: in the
 // store, in the Limiter's local fallback and in its deny cache (see
 // sluice.Limiter.Reset). It returns the limits it reset (the rule's
 // compiled ones: read, never modify). The error is an *UnknownRuleError,
@@ -106,8 +107,8 @@ func (e *Engine) Inspect(ctx context.Context, c Check) (*Inspection, error) {
 // the replica that served the reset forgets its cached denials of the
 // key; each other replica's last until their RetryAfter at most, and it
 // keeps denying the key from its cache until then.
-func (e *Engine) Reset(ctx context.Context, rule, key string) ([]sluice.Limit, error) {
-	a, err := e.set.Load().check(Check{Rule: rule, Key: key})
+func (e *Engine) Reset(ctx context.Context, c Check) ([]sluice.Limit, error) {
+	a, err := e.set.Load().check(Check{Rule: c.Rule, Key: c.Key, Composite: c.Composite})
 	if err != nil {
 		return nil, err
 	}

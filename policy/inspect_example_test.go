@@ -42,7 +42,7 @@ func ExampleEngine_Inspect() {
 		fmt.Printf("  %s (%s, %d per %s): allowed %v, %d remaining\n", l.Limit.Name, l.Limit.Algorithm, l.Limit.Limit, l.Limit.Period, l.Result.Allowed, l.Result.Remaining)
 	}
 
-	if _, err := e.Reset(ctx, "export", "tenant-7"); err != nil {
+	if _, err := e.Reset(ctx, policy.Check{Rule: "export", Key: "tenant-7"}); err != nil {
 		fmt.Println(err)
 		return
 	}

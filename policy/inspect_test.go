@@ -205,7 +205,7 @@ func TestReset(t *testing.T) {
 		t.Fatal("the spending was not denied at last")
 	}
 	for _, tt := range []struct{ rule, key string }{{"by-ip", "192.0.2.1"}, {"by-ip", "2001:db8:1:2::77"}} {
-		if _, err := f.e.Reset(ctx, tt.rule, tt.key); err != nil {
+		if _, err := f.e.Reset(ctx, policy.Check{Rule: tt.rule, Key: tt.key}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -226,10 +226,10 @@ func TestReset(t *testing.T) {
 			t.Errorf("%s %s after the resets: allowed %v, %d left; want %v, %d", tt.rule, tt.key, d.Allowed, d.Result().Remaining, want, tt.left)
 		}
 	}
-	if _, err := f.e.Reset(ctx, "nope", "k"); err == nil {
+	if _, err := f.e.Reset(ctx, policy.Check{Rule: "nope", Key: "k"}); err == nil {
 		t.Error("Reset of an unknown rule: no error")
 	}
-	if _, err := f.e.Reset(ctx, "by-ip", "not-an-address"); !errors.Is(err, policy.ErrInvalidKey) {
+	if _, err := f.e.Reset(ctx, policy.Check{Rule: "by-ip", Key: "not-an-address"}); !errors.Is(err, policy.ErrInvalidKey) {
 		t.Errorf("Reset of a key that is no address under an ip rule: %v, want ErrInvalidKey", err)
 	}
 }

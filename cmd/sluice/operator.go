@@ -100,11 +100,18 @@ func (of operatorFlags) call(ctx context.Context, method, path string, query url
 	return b, nil
 }
 
-// ruleKeyFlags are the --rule and --key of inspect and reset.
-func ruleKeyFlags(fs *cmdFlags) (rule, key *string) {
-	rule = fs.string("rule", "SLUICE_RULE", "", "the rule's name (required)")
-	key = fs.string("key", "SLUICE_KEY", "", "the client key as the rule's key source yields it: an IP address for a rule keyed by ip, the header or query value for the others (ignored for a global rule)")
-	return rule, key
+// clientFlags are the --rule, --key and --composite of inspect and reset.
+type clientFlags struct {
+	rule, key *string
+	composite *bool
+}
+
+func addClientFlags(fs *cmdFlags) clientFlags {
+	return clientFlags{
+		rule:      fs.string("rule", "SLUICE_RULE", "", "the rule's name (required)"),
+		key:       fs.string("key", "SLUICE_KEY", "", "the client key as the rule's key source yields it: an IP address for a rule keyed by ip, the header or query value for the others (ignored for a global rule)"),
+		composite: fs.boolean("composite", "SLUICE_COMPOSITE", false, "--key joins the entries of an Envoy descriptor, as sluice top --show-keys shows such a key (3:key=5:value;...)"),
+	}
 }
 
 func needRule(rule string) error {
@@ -117,15 +124,18 @@ func needRule(rule string) error {
 func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flagSet("inspect", "Show a client's state under each limit of a rule of a running sluice serve, without\nspending anything: what remains, when it resets, and whether the next request of\n--cost would pass (and if not, when it would).", stdout)
 	of := addOperatorFlags(fs)
-	rule, key := ruleKeyFlags(fs)
+	cf := addClientFlags(fs)
 	cost := fs.string("cost", "SLUICE_COST", "", "the cost of the request asked about (empty: the rule's cost)")
 	if err := fs.parse(args); err != nil {
 		return err
 	}
-	if err := needRule(*rule); err != nil {
+	if err := needRule(*cf.rule); err != nil {
 		return err
 	}
-	q := url.Values{"rule": {*rule}, "key": {*key}}
+	q := url.Values{"rule": {*cf.rule}, "key": {*cf.key}}
+	if *cf.composite {
+		q.Set("composite", "true")
+	}
 	if *cost != "" {
 		if _, err := strconv.Atoi(*cost); err != nil {
 			return usageError{fmt.Errorf("--cost %q is not an integer", *cost)}
@@ -178,18 +188,18 @@ func msString(ms int64) string { return (time.Duration(ms) * time.Millisecond).S
 func runReset(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flagSet("reset", "Forget a client's state under every limit of a rule of a running sluice serve: its\nnext request starts from a full quota. The server must have been started with\n"+admin.TokenEnv+" set, and this command sends the same token from its own\nenvironment. With several replicas over one Redis the reset is shared; each other\nreplica's cached denials of the key (the deny cache) last until their retry-after.", stdout)
 	of := addOperatorFlags(fs)
-	rule, key := ruleKeyFlags(fs)
+	cf := addClientFlags(fs)
 	if err := fs.parse(args); err != nil {
 		return err
 	}
-	if err := needRule(*rule); err != nil {
+	if err := needRule(*cf.rule); err != nil {
 		return err
 	}
 	token := os.Getenv(admin.TokenEnv)
 	if token == "" {
 		return usageError{fmt.Errorf("%s is not set: reset sends the bearer token the server was started with", admin.TokenEnv)}
 	}
-	body := admin.ResetRequest{Rule: *rule, Key: *key}
+	body := admin.ResetRequest{Rule: *cf.rule, Key: *cf.key, Composite: *cf.composite}
 	var out admin.ResetResponse
 	b, err := of.call(ctx, http.MethodPost, admin.ResetPath, nil, body, token, &out)
 	if err != nil {

@@ -12,8 +12,15 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluice-go/sluice/admin"
+	"github.com/sluice-go/sluice/envoy"
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/policy"
 )
@@ -303,5 +310,58 @@ func TestInspectErrors(t *testing.T) {
 		if tc.silent && stdout.Len() != 0 {
 			t.Errorf("%s: printed %q as an answer", tc.name, stdout.String())
 		}
+	}
+}
+
+// TestOperatorComposite: a client Envoy names by several descriptor
+// entries (a composite key, through the rules service) is listed by
+// sluice top, and sluice inspect --composite and reset --composite reach
+// its state: inspect says what its next request gets, reset forgets it.
+func TestOperatorComposite(t *testing.T) {
+	cfg := writeFile(t, "rules:\n  - {name: api, match: /api, key: header:X-Tenant, limit: 2, period: 1h}\n")
+	d := startServe(t, []string{admin.TokenEnv + "=secret"}, "--config", cfg, "--show-keys")
+	conn, err := grpc.NewClient(d.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := rlsv3.NewRateLimitServiceClient(conn)
+	ask := func() rlsv3.RateLimitResponse_Code {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{{
+			Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: envoy.RuleEntry, Value: "api"}, {Key: "tenant", Value: "t1"}, {Key: "user", Value: "u1"}},
+		}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.OverallCode
+	}
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		if got := ask(); got != want {
+			t.Fatalf("request %d: %v, want %v", i+1, got, want)
+		}
+	}
+	var top admin.TopKeys
+	if err := json.Unmarshal([]byte(operator(t, d, "top", "--json")), &top); err != nil || len(top.Keys) != 1 {
+		t.Fatalf("top: %+v, %v; want the one limited client", top, err)
+	}
+	key := top.Keys[0].Key
+	out := operator(t, d, "inspect", "--json", "--rule", "api", "--key", key, "--composite")
+	var in admin.Inspection
+	if err := json.Unmarshal([]byte(out), &in); err != nil || in.Allowed || in.Limits[0].Remaining != 0 {
+		t.Errorf("inspect --composite %q: %s, %v; want denied, nothing remaining", key, out, err)
+	}
+	// Without --composite the same text is another client, never seen.
+	if in := inspect(t, d, "api", key, 1); !in.Allowed || in.Limits[0].Remaining != 1 {
+		t.Errorf("inspect %q without --composite: %+v, want a fresh client", key, in)
+	}
+	t.Setenv(admin.TokenEnv, "secret")
+	if out := operator(t, d, "reset", "--rule", "api", "--key", key, "--composite"); !strings.Contains(out, "1 limit(s) forgotten") {
+		t.Errorf("reset --composite: %s", out)
+	}
+	if got := ask(); got != rlsv3.RateLimitResponse_OK {
+		t.Errorf("after reset --composite: %v, want OK", got)
 	}
 }
