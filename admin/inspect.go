@@ -1,20 +1,15 @@
 package admin
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
-	"unicode/utf8"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/httpjson"
@@ -87,22 +82,18 @@ func inspection(key string, in *policy.Inspection) Inspection {
 	out := Inspection{Rule: in.Rule.Name, Key: key, Cost: in.Cost, Shadow: in.Rule.Shadow, Allowed: in.Allowed,
 		Limits: make([]LimitState, len(in.Limits))}
 	if !in.Allowed {
-		out.RetryAfterMS = ms(in.Result().RetryAfter)
+		out.RetryAfterMS = httpjson.Millis(in.Result().RetryAfter)
 	}
 	for i, l := range in.Limits {
 		out.Limits[i] = LimitState{
 			Name: l.Limit.Name, Algorithm: l.Limit.Algorithm.String(),
 			Limit: l.Limit.Limit, Period: l.Limit.Period.String(), Burst: l.Limit.Burst,
 			Allowed: l.Result.Allowed, Remaining: l.Result.Remaining,
-			ResetAfterMS: ms(l.Result.ResetAfter), RetryAfterMS: ms(l.Result.RetryAfter),
+			ResetAfterMS: httpjson.Millis(l.Result.ResetAfter), RetryAfterMS: httpjson.Millis(l.Result.RetryAfter),
 		}
 	}
 	return out
 }
-
-// ms is d in milliseconds, rounded up, as POST /v1/check writes them: a
-// client that waits that long is never early.
-func ms(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
 
 // reset answers POST ResetPath: with the bearer token, it forgets the
 // state of the ResetRequest's key under its rule.
@@ -122,8 +113,8 @@ func (o operator) reset(w http.ResponseWriter, r *http.Request) {
 		httpjson.Error(w, http.StatusUnauthorized, "UNAUTHORIZED", "a reset needs the header Authorization: Bearer <the server's "+TokenEnv+">")
 		return
 	}
-	req, ok := decodeReset(w, r)
-	if !ok {
+	var req ResetRequest
+	if !httpjson.Decode(w, r, MaxResetBytes, &req, `accepted fields: "rule", "key", "composite"`) {
 		return
 	}
 	if req.Rule == "" {
@@ -141,35 +132,6 @@ func (o operator) reset(w http.ResponseWriter, r *http.Request) {
 	}
 	o.log.Info("sluice: reset", "rule", req.Rule, "key", key, "limits", len(limits), "remote", r.RemoteAddr)
 	httpjson.Write(w, http.StatusOK, "application/json", ResetResponse{Rule: req.Rule, Key: req.Key, Limits: len(limits)})
-}
-
-// decodeReset reads r's body, at most MaxResetBytes, as one
-// ResetRequest with nothing after it. Otherwise it answers 400 or 413
-// saying what is wrong and returns false.
-func decodeReset(w http.ResponseWriter, r *http.Request) (ResetRequest, bool) {
-	var req ResetRequest
-	const shape = `the body must be one JSON object {"rule":"R","key":"K"}: `
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxResetBytes))
-	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-		httpjson.Error(w, http.StatusRequestEntityTooLarge, "TOO_LARGE", fmt.Sprintf("the request body exceeds %d bytes", MaxResetBytes))
-		return req, false
-	}
-	if err == nil && !utf8.Valid(b) {
-		// encoding/json would read the bytes as U+FFFD: another key.
-		err = errors.New("it is not valid UTF-8")
-	}
-	if err == nil {
-		dec := json.NewDecoder(bytes.NewReader(b))
-		dec.DisallowUnknownFields()
-		if err = dec.Decode(&req); err == nil && dec.Decode(new(json.RawMessage)) != io.EOF {
-			err = errors.New("unexpected data after the JSON object")
-		}
-	}
-	if err != nil {
-		httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST", shape+err.Error())
-		return req, false
-	}
-	return req, true
 }
 
 // authorized reports whether the Authorization field auth carries o's

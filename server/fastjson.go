@@ -10,11 +10,11 @@ import (
 // encoding/json would, or declines (false) and leaves it to encoding/json;
 // fastjson_test.go holds them to that.
 
-// decodeFast decodes data, already checked to be valid UTF-8 without lone
+// DecodeFast decodes data, already checked to be valid UTF-8 without lone
 // surrogate escapes, into c when it is one JSON object of "rule", "key"
 // and "cost", each at most once, the strings without escapes and the
 // cost an integer; else it reports false and leaves c as it was.
-func (c *checkRequest) decodeFast(data []byte) bool {
+func (c *checkRequest) DecodeFast(data []byte) bool {
 	var (
 		out  checkRequest
 		seen [3]bool

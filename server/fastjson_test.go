@@ -61,7 +61,7 @@ func TestDecodeFast(t *testing.T) {
 		{`{"rule":"r` + "\t" + `"}`, false},
 	} {
 		var got checkRequest
-		ok := got.decodeFast([]byte(tc.body))
+		ok := got.DecodeFast([]byte(tc.body))
 		want, err := stdDecode([]byte(tc.body))
 		if ok != tc.fast {
 			t.Errorf("%s: fast path %v, want %v", tc.body, ok, tc.fast)
@@ -97,7 +97,7 @@ func TestDecodeFastRandom(t *testing.T) {
 		}
 		data := []byte(b.String())
 		var got checkRequest
-		if !got.decodeFast(data) {
+		if !got.DecodeFast(data) {
 			continue
 		}
 		fast++

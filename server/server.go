@@ -1,21 +1,15 @@
 package server
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"mime"
-	"net"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/httplimit"
@@ -185,7 +179,7 @@ func stateOf(r sluice.Result) state {
 	if r.Degraded.MadeUp() {
 		return state{}
 	}
-	v := &stateValues{r.Limit, max(r.Remaining, 0), ceilMillis(r.ResetAfter)} // one allocation, not three
+	v := &stateValues{r.Limit, max(r.Remaining, 0), httpjson.Millis(r.ResetAfter)} // one allocation, not three
 	return state{Limit: &v.limit, Remaining: &v.remaining, ResetAfterMS: &v.reset}
 }
 
@@ -203,7 +197,7 @@ type batchResponse struct {
 
 func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 	var req checkRequest
-	if !decode(w, r, &req, `accepted fields: "rule", "key", "cost"`) {
+	if !httpjson.Decode(w, r, MaxBodyBytes, &req, `accepted fields: "rule", "key", "cost"`) {
 		return
 	}
 	d, ok := s.decide(w, r, []checkRequest{req}, false)
@@ -247,16 +241,12 @@ func writeResult(w http.ResponseWriter, status int, body *checkResult) {
 	httpjson.Write(w, status, "application/json", *body)
 }
 
-// fastDecoder is a body that decodes the usual shape of itself without
-// encoding/json (see decodeFast), reporting false for anything else.
-type fastDecoder interface{ decodeFast(data []byte) bool }
-
 // batch decides every check of the body as one request limited by all
 // their rules: admitted only if every check's rule admits it, and a
 // denied batch spends nothing.
 func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 	var req batchRequest
-	if !decode(w, r, &req, `accepted fields: "checks", and in each check "rule", "key", "cost"`) {
+	if !httpjson.Decode(w, r, MaxBodyBytes, &req, `accepted fields: "checks", and in each check "rule", "key", "cost"`) {
 		return
 	}
 	if n := len(req.Checks); n < 1 || n > MaxBatchChecks {
@@ -339,267 +329,20 @@ func result(d *policy.Decision, a *policy.Applied) checkResult {
 	out.state = stateOf(br)
 	switch {
 	case !d.Allowed:
-		out.RetryAfterMS = ceilMillis(max(br.RetryAfter, d.Result().RetryAfter))
+		out.RetryAfterMS = httpjson.Millis(max(br.RetryAfter, d.Result().RetryAfter))
 	case a.Outcome == policy.ShadowDenied:
-		out.RetryAfterMS = ceilMillis(br.RetryAfter) // when it would admit the request
+		out.RetryAfterMS = httpjson.Millis(br.RetryAfter) // when it would admit the request
 	}
 	for i, r := range a.Results {
 		out.Policies[i] = policyResult{
 			Name:         a.Limits[i].Name,
 			Allowed:      r.Allowed,
 			state:        stateOf(r),
-			RetryAfterMS: ceilMillis(r.RetryAfter),
+			RetryAfterMS: httpjson.Millis(r.RetryAfter),
 		}
 	}
 	if a.Outcome == policy.ShadowDenied {
 		out.ShadowDenied = true
 	}
 	return out
-}
-
-// ceilMillis returns d in whole milliseconds, rounded up; 0 when d <= 0.
-func ceilMillis(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	ms := int64(d / time.Millisecond)
-	if d%time.Millisecond != 0 {
-		ms++
-	}
-	return ms
-}
-
-// decode reads r's body, at most MaxBodyBytes, into v: one JSON object
-// with only known fields and nothing after it. Otherwise it answers 400
-// or 413 saying what is wrong and returns false. fields lists the
-// accepted fields for the unknown-field message.
-func decode(w http.ResponseWriter, r *http.Request, v any, fields string) bool {
-	// Into a buffer of a pool, not a new one grown per request: what is
-	// decoded from it is copied out (encoding/json copies strings).
-	buf := bodyBuffers.Get().(*bytes.Buffer)
-	defer func() {
-		if buf.Cap() <= maxPooledBody {
-			buf.Reset()
-			bodyBuffers.Put(buf)
-		}
-	}()
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-	data := buf.Bytes()
-	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			httpjson.Error(w, http.StatusRequestEntityTooLarge, "TOO_LARGE",
-				fmt.Sprintf("the request body exceeds %d bytes", MaxBodyBytes))
-			return false
-		}
-		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
-			// The listener's read deadline (sluice serve's --body-timeout):
-			// no addresses in the answer, which net's error would hold.
-			httpjson.Error(w, http.StatusRequestTimeout, "REQUEST_TIMEOUT", "the request body did not arrive in time")
-			return false
-		}
-		httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST", "reading the request body: "+err.Error())
-		return false
-	}
-	bad := func(format string, args ...any) bool {
-		httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST", fmt.Sprintf(format, args...))
-		return false
-	}
-	if len(bytes.TrimSpace(data)) == 0 {
-		return bad("the request body is empty; send a JSON object")
-	}
-	if !utf8.Valid(data) {
-		// encoding/json would replace the bytes with U+FFFD, so that
-		// distinct keys would share a count.
-		return bad("%s", invalidUTF8(data))
-	}
-	if off := loneSurrogate(data); off >= 0 {
-		// The same: encoding/json decodes a lone surrogate to U+FFFD.
-		return bad("%s", where(data, off, loneEscape))
-	}
-	if f, ok := v.(fastDecoder); ok && f.decodeFast(data) {
-		return true
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var (
-			syn *json.SyntaxError
-			typ *json.UnmarshalTypeError
-		)
-		switch {
-		case errors.As(err, &syn):
-			// Offset counts the bytes read, the offending one included.
-			return bad("malformed JSON at byte offset %d: %s", max(syn.Offset-1, 0), syn.Error())
-		case errors.Is(err, io.ErrUnexpectedEOF):
-			return bad("malformed JSON: the body ends at byte offset %d, inside the JSON value", len(data))
-		case errors.As(err, &typ):
-			if typ.Field == "" {
-				return bad("the body must be a JSON object, got %s", typ.Value)
-			}
-			return bad("field %q must be %s, got %s", typ.Field, jsonType(typ.Type.Kind().String()), typ.Value)
-		case strings.HasPrefix(err.Error(), "json: unknown field "):
-			return bad("unknown field %s; %s", strings.TrimPrefix(err.Error(), "json: unknown field "), fields)
-		}
-		return bad("invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
-	}
-	rest := bytes.TrimLeft(data[dec.InputOffset():], " \t\r\n")
-	if len(rest) > 0 {
-		return bad("unexpected data after the JSON object at byte offset %d; send one object", len(data)-len(rest))
-	}
-	return true
-}
-
-// bodyBuffers holds the buffers decode reads request bodies into.
-var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-// maxPooledBody is the largest buffer decode returns to bodyBuffers: one
-// grown by a rare large batch is left to the garbage collector.
-const maxPooledBody = 16 << 10
-
-// jsonType names a Go kind as JSON does.
-func jsonType(kind string) string {
-	switch kind {
-	case "int", "int64":
-		return "an integer"
-	case "string":
-		return "a string"
-	case "slice":
-		return "an array"
-	case "struct":
-		return "an object"
-	}
-	return "a " + kind
-}
-
-// invalidUTF8 says where data, which is not valid UTF-8, first is not.
-func invalidUTF8(data []byte) string {
-	off := 0
-	for off < len(data) {
-		r, n := utf8.DecodeRune(data[off:])
-		if r == utf8.RuneError && n <= 1 {
-			break
-		}
-		off += n
-	}
-	return where(data, off, "is not valid UTF-8")
-}
-
-// loneSurrogate returns the offset of the first \u escape in a string of
-// data that is half a UTF-16 surrogate pair without its other half, or -1.
-// Malformed escapes are left to the decoder.
-func loneSurrogate(data []byte) int {
-	hex4 := func(i int) (rune, bool) {
-		if i+6 > len(data) || data[i] != '\\' || data[i+1] != 'u' {
-			return 0, false
-		}
-		v, err := strconv.ParseUint(string(data[i+2:i+6]), 16, 16)
-		return rune(v), err == nil
-	}
-	in := false
-	for i := 0; i < len(data); i++ {
-		switch c := data[i]; {
-		case c == '"':
-			in = !in
-		case c == '\\' && in:
-			r, ok := hex4(i)
-			switch {
-			case !ok:
-				i++ // another escape: skip what it escapes
-			case r >= 0xD800 && r <= 0xDBFF:
-				if lo, ok := hex4(i + 6); ok && lo >= 0xDC00 && lo <= 0xDFFF {
-					i += 11
-				} else {
-					return i
-				}
-			case r >= 0xDC00 && r <= 0xDFFF:
-				return i
-			default:
-				i += 5
-			}
-		}
-	}
-	return -1
-}
-
-// where says where in data the byte at off is, which has problem: in the
-// field whose string value holds it ("key", "checks[1].key"), or a field
-// name, or just at off when the JSON breaks before it.
-func where(data []byte, off int, problem string) string {
-	// One frame per open object or array: the field or index inside it
-	// that the decoder is at.
-	type frame struct {
-		obj     bool
-		wantKey bool
-		key     string
-		idx     int
-	}
-	var stack []frame
-	done := func() { // a value ended inside the innermost frame
-		if len(stack) == 0 {
-			return
-		}
-		if f := &stack[len(stack)-1]; f.obj {
-			f.wantKey = true
-		} else {
-			f.idx++
-		}
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			break
-		}
-		str, isStr := tok.(string)
-		isKey := isStr && len(stack) > 0 && stack[len(stack)-1].obj && stack[len(stack)-1].wantKey
-		if int(dec.InputOffset()) > off {
-			// Punctuation and numbers are ASCII: the byte is in this string.
-			if !isStr {
-				break
-			}
-			if isKey {
-				return fmt.Sprintf("a field name %s (byte offset %d)%s", problem, off, mustBe(problem))
-			}
-			var path strings.Builder
-			for _, f := range stack {
-				switch {
-				case !f.obj:
-					fmt.Fprintf(&path, "[%d]", f.idx)
-				case path.Len() > 0:
-					path.WriteString("." + f.key)
-				default:
-					path.WriteString(f.key)
-				}
-			}
-			if path.Len() == 0 {
-				break
-			}
-			return fmt.Sprintf("field %q %s (byte offset %d)%s", path.String(), problem, off, mustBe(problem))
-		}
-		switch {
-		case isKey:
-			stack[len(stack)-1].key, stack[len(stack)-1].wantKey = str, false
-		case tok == json.Delim('{'):
-			stack = append(stack, frame{obj: true, wantKey: true})
-		case tok == json.Delim('['):
-			stack = append(stack, frame{})
-		case tok == json.Delim('}'), tok == json.Delim(']'):
-			stack = stack[:len(stack)-1]
-			done()
-		default:
-			done()
-		}
-	}
-	return fmt.Sprintf("the body %s (byte offset %d)%s", problem, off, mustBe(problem))
-}
-
-// loneEscape is the problem of a lone surrogate escape.
-const loneEscape = "holds half a UTF-16 surrogate pair (an escape from \\ud800 to \\udfff without its other half)"
-
-// mustBe is what follows a problem's offset: the rule it breaks.
-func mustBe(problem string) string {
-	if problem == loneEscape {
-		return "; escape a character beyond U+FFFF as a whole pair, such as \\ud83d\\ude00, or send it as UTF-8"
-	}
-	return "; JSON text must be UTF-8"
 }

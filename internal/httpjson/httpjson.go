@@ -1,6 +1,7 @@
-// Package httpjson writes the JSON bodies of sluice's HTTP doors: the
-// middleware's and the proxy's errors, and the decision service's
-// answers, all with the same header fields.
+// Package httpjson writes the JSON bodies of sluice's HTTP doors (the
+// middleware's and the proxy's errors, the decision service's and the
+// operator API's answers), all with the same header fields, and reads
+// their request bodies the one strict way (Decode).
 package httpjson
 
 import (
