@@ -302,11 +302,15 @@ func run(t *testing.T, within time.Duration, name string, args ...string) string
 	return out
 }
 
-// runErr runs name with args, bounded by within.
+// runErr runs name with args, bounded by within: past it the command is
+// killed, and its output is given up 5s later even if a child of the
+// command still holds it open.
 func runErr(within time.Duration, name string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		err = fmt.Errorf("not done within %v: %w", within, err)
 	}
@@ -328,4 +332,31 @@ func need(t *testing.T, program, pkg string) string {
 		t.Fatalf("%s is not installed: run make deps, which installs it, or apt-get install %s", program, pkg)
 	}
 	return path
+}
+
+// TestRunErrBounded: runErr returns soon after its bound even when the
+// command it killed left a child holding its output open (podman's
+// helpers, a shell's background job), instead of waiting for the child.
+func TestRunErrBounded(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	t.Cleanup(func() {
+		if raw, err := os.ReadFile(pidFile); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(raw))); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL) // the sleep the shell left, by pid
+			}
+		}
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := runErr(500*time.Millisecond, "sh", "-c", `sleep 120 & echo $! > "$0"; wait`, pidFile)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "not done within") {
+			t.Errorf("runErr of a command past its bound: %v, want a \"not done within\" error", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("runErr did not return within 60s of its 500ms bound: it waits for the killed command's child")
+	}
 }

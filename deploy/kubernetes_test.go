@@ -536,6 +536,12 @@ func (p pod) podEnv(t *testing.T, vol string) (env map[string]string, httpAddr, 
 	}
 	httpAddr, grpcAddr = freeAddr(t), freeAddr(t)
 	env["SLUICE_LISTEN"], env["SLUICE_GRPC_LISTEN"] = httpAddr, grpcAddr
+	if dash, ok := env["SLUICE_DASHBOARD_LISTEN"]; ok {
+		if host, _, err := net.SplitHostPort(dash); err != nil || host != "127.0.0.1" {
+			t.Errorf("SLUICE_DASHBOARD_LISTEN=%q: want the pod's loopback, 127.0.0.1:<port> (%v)", dash, err)
+		}
+		env["SLUICE_DASHBOARD_LISTEN"] = freeAddr(t)
+	}
 	env["SLUICE_CONFIG"] = filepath.Join(vol, p.policy)
 	return env, httpAddr, grpcAddr
 }
@@ -570,6 +576,19 @@ func TestKubernetesPod(t *testing.T) {
 	}
 	if code, body := check(base, "login", "203.0.113.7"); code != http.StatusOK {
 		t.Errorf("/v1/check of the ConfigMap's rule login: %d %s", code, body)
+	}
+	// The dashboard and the operator API show any client key's state
+	// without authentication: not on the port the Service exposes to the
+	// cluster, but on the pod's loopback (kubectl port-forward).
+	for _, path := range []string{"/", "/admin/v1/stats"} {
+		if code, _ := get(base + path); code != http.StatusNotFound {
+			t.Errorf("GET %s on the http port, which the Service exposes: %d, want 404 (the dashboard on a loopback listener of its own)", path, code)
+		}
+	}
+	if dash := env["SLUICE_DASHBOARD_LISTEN"]; dash == "" {
+		t.Error("the Deployment sets no SLUICE_DASHBOARD_LISTEN: the dashboard is served on the http port, to the whole cluster")
+	} else if code, body := get("http://" + dash + "/admin/v1/stats"); code != http.StatusOK {
+		t.Errorf("GET /admin/v1/stats on the dashboard's listener %s: %d %.300s", dash, code, body)
 	}
 
 	// The ConfigMap edited: a rule added. Before the swap it is unknown.

@@ -126,6 +126,7 @@ func runNode(t *testing.T, node string, env []string, files ...string) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, append([]string{"--test"}, files...)...)
 	cmd.Env = nodeEnv(env)
+	cmd.WaitDelay = 5 * time.Second // past the bound, a test file's process holding the output is not waited for
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("node --test %s: %v\n%s", strings.Join(files, " "), err, out)
@@ -254,8 +255,9 @@ func startSluice(t *testing.T, bin string, ready bool, args ...string) *sluicePr
 		probe = "/healthz"
 	}
 	deadline := time.Now().Add(10 * time.Second)
+	client := &http.Client{Timeout: 5 * time.Second}
 	for {
-		resp, err := http.Get(s.url + probe)
+		resp, err := client.Get(s.url + probe)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {

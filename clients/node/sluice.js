@@ -229,8 +229,9 @@ function client(options = {}) {
  *            Express the connection's address); a missing key (undefined,
  *            null or '') answers 401 MISSING_KEY
  *   cost     a number, or req => a number (default: the rule's cost)
- *   onError  'allow' (default) or 'deny': when sluice cannot be asked, let
- *            the request through unlimited, or answer 503 RATE_LIMITER_UNAVAILABLE
+ *   onError  'allow' or 'deny': when sluice cannot be asked, let the request
+ *            through unlimited, or answer 503 RATE_LIMITER_UNAVAILABLE
+ *            (default: the client's onError, 'allow' unless it says otherwise)
  *   client   a client() to share; else one is made of url, timeout and onFailure
  *
  * Errors, a key function that throws and a check that sluice says is
@@ -250,9 +251,10 @@ function express(options = {}) {
   if (cost !== undefined && typeof cost !== 'function' && !(Number.isSafeInteger(cost) && cost >= 0)) {
     throw new TypeError(`sluice: the cost of rule "${rule}" must be a whole number >= 0 or a function, got ${describe(cost)}`);
   }
-  const onError = options.onError === undefined ? 'allow' : options.onError;
-  checkOnError(onError);
-  const c = options.client || client({ url: options.url, timeout: options.timeout, onFailure: options.onFailure });
+  // Unset, the client's own onError decides ('allow' unless it says otherwise).
+  const { onError } = options;
+  if (onError !== undefined) checkOnError(onError);
+  const c = options.client || client({ url: options.url, timeout: options.timeout, onError, onFailure: options.onFailure });
 
   return function sluiceMiddleware(req, res, next) {
     decide(req, res).then((admitted) => { if (admitted) next(); }, next);

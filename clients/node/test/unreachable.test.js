@@ -78,3 +78,21 @@ test(`${state}: the middleware lets requests through under allow, answers 503 un
   assert.deepEqual(handled, ['/open']);
   assert.deepEqual(failures, [code, code]);
 });
+
+test(`${state}: the middleware follows a shared client's onError when it names none`, async (t) => {
+  const closed = sluice.client({ url, timeout, onError: 'deny', onFailure: () => {} });
+  t.after(() => closed.close());
+  const handled = [];
+  const app = express();
+  const ok = (req, res) => { handled.push(req.path); res.send('through'); };
+  app.get('/closed', sluice.express({ client: closed, rule: 'search', key: () => 'team-a' }), ok);
+  app.get('/opened', sluice.express({ client: closed, rule: 'search', key: () => 'team-a', onError: 'allow' }), ok);
+  const base = await listen(t, app);
+
+  const denied = await request('GET', `${base}/closed`);
+  assert.equal(denied.status, 503, denied.body);
+  assert.equal(JSON.parse(denied.body).error.code, 'RATE_LIMITER_UNAVAILABLE');
+  const through = await request('GET', `${base}/opened`);
+  assert.equal(through.status, 200, through.body);
+  assert.deepEqual(handled, ['/opened']);
+});
