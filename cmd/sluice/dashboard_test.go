@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-go/sluice/admin"
 	"github.com/sluice-go/sluice/internal/bidi"
 	"github.com/sluice-go/sluice/internal/cdp"
+	"github.com/sluice-go/sluice/internal/cdp/pagetest"
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/policy"
 )
@@ -81,25 +82,13 @@ const readView = `(() => {
   };
 })()`
 
-// browserPage is what the dashboard's tests do with a page, in Chromium
-// (internal/cdp) or in Firefox (internal/bidi), which share this shape.
-type browserPage interface {
-	Navigate(ctx context.Context, url string) error
-	Evaluate(ctx context.Context, expr string, out any) error
-	WaitFor(ctx context.Context, cond string) error
-	SetViewport(ctx context.Context, width, height int) error
-	Screenshot(ctx context.Context, full bool) ([]byte, error)
-	Errors() []string
-	Close()
-}
-
 // dashboardBrowser is a browser the dashboard's tests drive.
 type dashboardBrowser struct {
 	name string
 	find func() (string, error)
 	// open starts the browser at path and opens a blank page in it, both
 	// closed when t ends; stderr returns what the browser wrote there.
-	open func(ctx context.Context, t *testing.T, path string) (page browserPage, stderr func() string)
+	open func(ctx context.Context, t *testing.T, path string) (page pagetest.Page, stderr func() string)
 }
 
 var (
@@ -115,8 +104,8 @@ func opener[B interface {
 	NewPage(context.Context, string) (P, error)
 	Stderr() string
 	Close()
-}, P browserPage](start func(context.Context, string) (B, error)) func(context.Context, *testing.T, string) (browserPage, func() string) {
-	return func(ctx context.Context, t *testing.T, path string) (browserPage, func() string) {
+}, P pagetest.Page](start func(context.Context, string) (B, error)) func(context.Context, *testing.T, string) (pagetest.Page, func() string) {
+	return func(ctx context.Context, t *testing.T, path string) (pagetest.Page, func() string) {
 		t.Helper()
 		b, err := start(ctx, path)
 		if err != nil {
@@ -172,9 +161,6 @@ func TestDashboardFirefox(t *testing.T) {
 // checked, and a screenshot taken (written to screenshotPath when
 // update).
 func testDashboard(t *testing.T, br dashboardBrowser, run time.Duration, update bool) {
-	if testing.Short() {
-		t.Skipf("drives %s and redis-server; skipped under -short", br.name)
-	}
 	browserPath := findBrowser(t, br)
 	srv := redistest.Start(t)
 	cfg := writeFile(t, dashboardRules)
@@ -474,7 +460,7 @@ func TestDashboardEnvoy(t *testing.T) {
 }
 
 // openPage opens url in br at path, closed when t ends.
-func openPage(ctx context.Context, t *testing.T, br dashboardBrowser, path, url string) browserPage {
+func openPage(ctx context.Context, t *testing.T, br dashboardBrowser, path, url string) pagetest.Page {
 	t.Helper()
 	page, _ := br.open(ctx, t, path)
 	if err := page.Navigate(ctx, url); err != nil {

@@ -1,12 +1,9 @@
 package bidi
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"image/png"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/internal/cdp"
+	"github.com/sluice-go/sluice/internal/cdp/pagetest"
 )
 
 // start starts a browser for t, stopped when t ends. Under -short it
@@ -40,132 +38,50 @@ func start(t *testing.T) *Browser {
 	return b
 }
 
-const page = `<!doctype html><title>bidi test</title>
-<style>body{margin:0;background:rgb(255,0,0)}</style>
-<p id="out">waiting</p>
-<script>setTimeout(() => { document.getElementById("out").textContent = "ready " + (6*7); }, 300);</script>`
-
-// TestBiDiPage: a page's DOM read, promises awaited, exceptions and the
-// page's errors reported, screenshots taken.
+// TestBiDiPage: the page check both drivers pass (pagetest.Run), then
+// what BiDi reports its own way: an uncaught exception as an Error,
+// undefined as no value, and the errors of each tab its own: an inline
+// script its Content-Security-Policy refuses, a script and an image that
+// are not found; not /favicon.ico, which the browser asks for itself.
 func TestBiDiPage(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/":
-			w.Header().Set("Content-Type", "text/html")
-			fmt.Fprint(w, page)
-		case "/csp":
-			w.Header().Set("Content-Type", "text/html")
-			w.Header().Set("Content-Security-Policy", "default-src 'self'")
-			fmt.Fprint(w, `<!doctype html><title>csp</title><script>document.title = "ran"</script><script src="/missing.js"></script><img src="/missing.png">`)
-		default:
-			http.NotFound(w, r)
-		}
-	}))
-	defer srv.Close()
 	b := start(t)
+	p := pagetest.Run(t, func(ctx context.Context, url string) (pagetest.Page, error) { return b.NewPage(ctx, url) })
+	if all := strings.Join(p.Errors(), "\n"); !strings.Contains(all, "Error: boom-1") {
+		t.Errorf("errors %q, want the uncaught Error: boom-1", p.Errors())
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	p, err := b.NewPage(ctx, "about:blank")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	if err := p.Navigate(ctx, srv.URL); err != nil {
-		t.Fatal(err)
-	}
-	var title string
-	if err := p.Evaluate(ctx, "document.title", &title); err != nil || title != "bidi test" {
-		t.Errorf("title %q %v, want bidi test", title, err)
-	}
-	if err := p.WaitFor(ctx, `document.getElementById("out").textContent.startsWith("ready")`); err != nil {
-		t.Fatal(err)
-	}
-	var out struct {
-		Text string `json:"text"`
-		N    int    `json:"n"`
-	}
-	if err := p.Evaluate(ctx, `({text: document.getElementById("out").textContent, n: document.querySelectorAll("p").length})`, &out); err != nil || out.Text != "ready 42" || out.N != 1 {
-		t.Errorf("evaluate: %+v %v, want ready 42 and 1", out, err)
-	}
 	var v int
-	if err := p.Evaluate(ctx, `new Promise(r => setTimeout(() => r(7), 50))`, &v); err != nil || v != 7 {
-		t.Errorf("a promise: %d %v, want 7", v, err)
-	}
 	if err := p.Evaluate(ctx, `undefined`, &v); err == nil || !strings.Contains(err.Error(), "undefined") {
 		t.Errorf("undefined into an int: %v, want an error saying undefined", err)
 	}
-	var ex *cdp.ExceptionError
-	if err := p.Evaluate(ctx, `nope.nothing`, nil); !errors.As(err, &ex) || !strings.Contains(ex.Text, "nope is not defined") {
-		t.Errorf("an exception: %v, want an ExceptionError saying nope is not defined", err)
-	}
-	if errs := p.Errors(); len(errs) != 0 {
-		t.Errorf("errors of a page without any: %q", errs)
-	}
-	// An uncaught exception and a console.error: each is one of the
-	// page's errors.
-	if err := p.Evaluate(ctx, `setTimeout(() => { throw new Error("boom-1") }, 0); console.error("boom-2", 3); 0`, nil); err != nil {
-		t.Fatal(err)
-	}
-	errs := waitErrors(p, 2)
-	all := strings.Join(errs, "\n")
-	if !strings.Contains(all, "Error: boom-1") || !strings.Contains(all, `console.error: "boom-2" 3`) {
-		t.Errorf("errors %q, want the uncaught boom-1 and the console.error boom-2", errs)
-	}
-	short, stop := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer stop()
-	if err := p.WaitFor(short, "false"); !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("WaitFor a false condition: %v, want the deadline", err)
-	}
-	if err := p.SetViewport(ctx, 640, 480); err != nil {
-		t.Fatal(err)
-	}
-	for _, full := range []bool{false, true} {
-		shot, err := p.Screenshot(ctx, full)
-		if err != nil {
-			t.Fatal(err)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/csp" {
+			http.NotFound(w, r)
+			return
 		}
-		img, err := png.Decode(bytes.NewReader(shot))
-		if err != nil {
-			t.Fatalf("screenshot (full %v) is no PNG: %v", full, err)
-		}
-		if sz := img.Bounds().Size(); sz.X != 640 || sz.Y != 480 {
-			t.Errorf("screenshot (full %v) %v, want 640x480", full, sz)
-		}
-		if r, g, bl, _ := img.At(600, 400).RGBA(); r>>8 != 255 || g != 0 || bl != 0 {
-			t.Errorf("screenshot pixel %d,%d,%d, want the page's red", r>>8, g>>8, bl>>8)
-		}
-	}
-
-	// Another tab: its errors are its own. An inline script its
-	// Content-Security-Policy refuses, a script and an image that are not
-	// found; not /favicon.ico, which the browser asks for itself.
+		w.Header().Set("Content-Type", "text/html")
+		w.Header().Set("Content-Security-Policy", "default-src 'self'")
+		fmt.Fprint(w, `<!doctype html><title>csp</title><script>document.title = "ran"</script><script src="/missing.js"></script><img src="/missing.png">`)
+	}))
+	defer srv.Close()
 	q, err := b.NewPage(ctx, srv.URL+"/csp")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer q.Close()
+	var title string
 	if err := q.Evaluate(ctx, "document.title", &title); err != nil || title != "csp" {
 		t.Errorf("title %q %v, want csp: the policy refuses the inline script", title, err)
 	}
-	errs = waitErrors(q, 3)
-	all = strings.Join(errs, "\n")
+	errs := pagetest.WaitErrors(q, 3)
+	all := strings.Join(errs, "\n")
 	if !strings.Contains(all, "Content-Security-Policy") || !strings.Contains(all, "/missing.js") || !strings.Contains(all, "/missing.png") || strings.Contains(all, "favicon") {
 		t.Errorf("errors %q, want the refused inline script, the missing script and the missing image (and not the icon the browser looked for)", errs)
 	}
 	if n := len(p.Errors()); n != 2 {
 		t.Errorf("the first tab has %d errors after the second's, want its 2: %q", n, p.Errors())
 	}
-}
-
-// waitErrors waits (at most 20 s) until p reported n errors, and returns them.
-func waitErrors(p *Page, n int) []string {
-	var errs []string
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if errs = p.Errors(); len(errs) >= n {
-			break
-		}
-	}
-	return errs
 }
 
 // TestBiDiClose: Close ends the browser and every process of its group.
