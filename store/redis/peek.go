@@ -8,15 +8,15 @@ import (
 	"github.com/sluice-go/sluice"
 )
 
-// peekScript replies what take.lua would, writing nothing (lua/peek.lua),
-// over every algorithm: a peek is an operator's look, rare enough that
-// one script serves them all.
-var peekScript = compose("peek", sluice.Algorithms...)
+// peekScript is take.lua made read only by lua/peek.lua: it replies what
+// take.lua would, writing nothing, over every algorithm (a peek is an
+// operator's look, rare enough that one script serves them all).
+var peekScript = compose("peek+take", sluice.Algorithms...)
 
 // Peek implements sluice.Peeker: it returns what Take would return for
-// req, and writes nothing to Redis. It is one call of lua/peek.lua, which
-// runs the decision functions of take.lua and none of their writers
-// (a bucket kept under another Limit or Burst is converted as Take would
+// req, and writes nothing to Redis. It is one call of take.lua made read
+// only by lua/peek.lua, which runs its decision functions and none of
+// their writers (a bucket kept under another Limit or Burst is converted as Take would
 // convert it, and not stored), straight to Redis: it is never coalesced
 // with decisions. It runs no command that a decision does not run (see
 // "Readiness and permissions").

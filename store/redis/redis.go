@@ -328,8 +328,8 @@ func byAlgorithm(main string) map[string]script {
 	return m
 }
 
-// compose builds the script that runs main (take, batch or refund) over
-// algorithms.
+// compose builds the script that runs main (take, batch, refund, or
+// "peek+take": the files named, joined by +, in order) over algorithms.
 func compose(main string, algorithms ...sluice.Algorithm) script {
 	read := func(name string) string {
 		src, err := luaFiles.ReadFile("lua/" + name + ".lua")
@@ -354,7 +354,9 @@ func compose(main string, algorithms ...sluice.Algorithm) script {
 		table += fmt.Sprintf("  %s = {%s, %s_write},\n", algo.Code(a), a, a)
 	}
 	b.WriteString(table + "}\n")
-	b.WriteString(read(main))
+	for _, m := range strings.Split(main, "+") {
+		b.WriteString(read(m))
+	}
 	return newScript(b.String())
 }
 

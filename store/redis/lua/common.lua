@@ -46,8 +46,9 @@ local function save(key, value, ttl)
 end
 
 -- read_only is set by peek.lua: a decision function then writes nothing
--- (bucket_debt converts state without storing it), so that the script
--- reads the state as take.lua would decide on it and leaves it as it is.
+-- (bucket_debt converts state without storing it), nor does take.lua
+-- commit the decision, so that the script reads the state as take.lua
+-- would decide on it and leaves it as it is.
 local read_only = false
 
 -- server_clock is set once clock has read the server's TIME: the state of

@@ -27,12 +27,12 @@ for i = 1, #KEYS do
   allowed = allowed and ok == 1
 end
 
-if allowed then
+if allowed and not read_only then -- read_only: peek.lua
   for i = 1, #KEYS do
     local j = 4 * i - 2
     algorithms[ARGV[j]][2](KEYS[i], states[i], out[4 * i - 1], now, tonumber(ARGV[j + 3]), tonumber(ARGV[j + 2]))
   end
-else
+elseif not allowed then
   -- Nothing is consumed: limits that would have admitted the request
   -- report their state as it is.
   for i = 1, #KEYS do
