@@ -506,7 +506,7 @@ func (s *Store) take(ctx context.Context, now string, g *group, peek bool) (take
 }
 
 // runGroup runs sc, a script of take.lua's arguments and reply (take.lua,
-// peek.lua), over the limits of g at now, each with its part's cost, or
+// or take.lua made read only by peek.lua), over the limits of g at now, each with its part's cost, or
 // with cost 0 when zero is set.
 func (s *Store) runGroup(ctx context.Context, sc script, now string, g *group, zero bool) (taken, error) {
 	args := make([]string, 1, 1+4*len(g.limits))
