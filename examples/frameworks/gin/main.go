@@ -13,20 +13,17 @@ package main
 
 import (
 	"context"
-	"flag"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluice-go/sluice/examples/frameworks/ginlimit"
 	"github.com/sluice-go/sluice/examples/frameworks/internal/demo"
-	"github.com/sluice-go/sluice/policyfile"
 )
 
 func main() {
@@ -38,23 +35,9 @@ func main() {
 	}
 }
 
-// run serves the API until ctx ends.
+// run serves the API until ctx ends (see demo.Run).
 func run(ctx context.Context, args []string, stdout io.Writer) error {
-	flags := flag.NewFlagSet("gin", flag.ContinueOnError)
-	configPath := flags.String("config", "sluice.yaml", "policy file")
-	listen := flags.String("listen", "127.0.0.1:8092", "address to listen on")
-	if err := flags.Parse(args); err != nil {
-		return err
-	}
-	// The file's rules, on the in-memory store, or on Redis when
-	// SLUICE_REDIS_URL names one.
-	p, err := policyfile.Open(*configPath, policyfile.WithRedis(demo.RedisFromEnv))
-	if err != nil {
-		return err
-	}
-	defer p.Close()
-	p.Watch(ctx, 2*time.Second, nil) // edits to the file apply as they are saved
-	return demo.Serve(ctx, *listen, newRouter(p.Middleware), stdout)
+	return demo.Run(ctx, "gin", "127.0.0.1:8092", args, stdout, newRouter)
 }
 
 // newRouter returns the API, every request passed through limit first.

@@ -1,11 +1,12 @@
 // Package demo holds what the framework examples share apart from their
-// routers: the Redis URL from the environment, and a server that stops
-// with its context.
+// routers: their flags, the policy file opened with the Redis URL from
+// the environment, and a server that stops with its context.
 package demo
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/config"
+	"github.com/sluice-go/sluice/policyfile"
 )
 
 // RedisURLEnv is the environment variable that names the Redis server the
@@ -28,6 +30,27 @@ func RedisFromEnv(r config.Redis) config.Redis {
 		r.URL = u
 	}
 	return r
+}
+
+// Run is an example's program: flags --config (default sluice.yaml) and
+// --listen (default listen), the policy file's rules on the in-memory
+// store or on Redis when RedisURLEnv names one, reloaded as the file is
+// saved, and the router newRouter returns over the policy's middleware,
+// served until ctx ends.
+func Run(ctx context.Context, name, listen string, args []string, stdout io.Writer, newRouter func(limit func(http.Handler) http.Handler) http.Handler) error {
+	flags := flag.NewFlagSet(name, flag.ContinueOnError)
+	configPath := flags.String("config", "sluice.yaml", "policy file")
+	addr := flags.String("listen", listen, "address to listen on")
+	if err := flags.Parse(args); err != nil {
+		return err
+	}
+	p, err := policyfile.Open(*configPath, policyfile.WithRedis(RedisFromEnv))
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	p.Watch(ctx, 2*time.Second, nil) // edits to the file apply as they are saved
+	return Serve(ctx, *addr, newRouter(p.Middleware), stdout)
 }
 
 // Serve serves h on listen, printing "listening on http://<address>" to
