@@ -88,21 +88,21 @@ func openBackend(r config.Redis, m config.Memory, st settings) (*Backend, error)
 		fleet.n = 1 // until a heartbeat says otherwise
 		go fleet.beat(ctx, store, log)
 	}
-	var down atomic.Int64 // when the breaker opened, in Unix ns
+	down := map[int]time.Time{} // when each node's breaker opened; its handler's calls are never concurrent
 	opts := []sluice.Option{sluice.WithErrorPolicy(policy), sluice.WithStoreTimeout(r.Timeout), sluice.WithReplicas(fleet.size)}
 	if r.DenyCache {
 		opts = append(opts, sluice.WithDenyCache(0))
 	}
 	lim := sluice.New(wrap(store), append(opts,
-		sluice.WithBreakerHandler(func(state sluice.BreakerState, err error) {
-			// Once per change of state, not per failed decision.
-			if state == sluice.BreakerOpen {
-				down.Store(time.Now().UnixNano())
-				log.Warn("store failing; the error policy decides until it recovers", "err", err, "on_error", policy.String(), "replicas", fleet.size())
+		sluice.WithBreakerHandler(func(ch sluice.BreakerChange) {
+			// Once per change of a node's state, not per failed decision.
+			if ch.State == sluice.BreakerOpen {
+				down[ch.Node] = time.Now()
+				log.Warn("store failing; the error policy decides until it recovers", "err", ch.Err, "node", nodeAttr(ch.Name), "on_error", policy.String(), "replicas", fleet.size())
 			} else {
-				log.Info("store recovered", "after", time.Since(time.Unix(0, down.Load())).Round(time.Millisecond))
+				log.Info("store recovered", "node", nodeAttr(ch.Name), "after", time.Since(down[ch.Node]).Round(time.Millisecond))
 			}
-			st.onBreaker(state, err)
+			st.onBreaker(ch)
 		}))...)
 	log.Info("store", "kind", "redis", "on_error", policy.String(), "timeout", r.Timeout, "replicas", replicasSetting(r.Replicas))
 	ready := func(context.Context) error { return nil }
@@ -118,6 +118,15 @@ func openBackend(r config.Redis, m config.Memory, st settings) (*Backend, error)
 		}
 	}
 	return &Backend{Limiter: lim, Ready: ready, Close: func() { cancel(); store.Close() }}, nil
+}
+
+// nodeAttr is how the log shows a breaker's node: the Redis master's
+// address on a Cluster, "redis" for a server alone or through Sentinel.
+func nodeAttr(name string) string {
+	if name == "" {
+		return "redis"
+	}
+	return name
 }
 
 // replicasSetting is how the log shows redis.replicas.
