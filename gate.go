@@ -5,6 +5,8 @@ import (
 	"errors"
 	"slices"
 	"time"
+
+	"github.com/sluice-go/sluice/internal/deadline"
 )
 
 // The Limiter's side of its circuit breakers (breaker.go): which of them
@@ -240,7 +242,7 @@ func (l *Limiter) probe(b *breaker, t ticket, look Request) {
 	if d <= 0 {
 		d = DefaultStoreTimeout
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), d)
+	ctx, cancel := deadline.WithTimeout(context.Background(), d)
 	defer cancel()
 	_, err := l.store.Take(ctx, look)
 	b.done(t, err)

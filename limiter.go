@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sluice-go/sluice/internal/deadline"
 )
 
 // A Limiter decides requests against limits kept in a Store. It validates
@@ -84,6 +86,15 @@ func WithErrorPolicy(p ErrorPolicy) Option {
 // A decision abandoned at the timeout may still complete in the store: the
 // request is then refused or admitted by the policy while its cost was
 // consumed.
+//
+// The timeout does not count the time the process could not run: a
+// process starved of CPU (a loaded machine, a container throttled by its
+// CPU quota) runs its overdue timers before it reads the replies that came
+// meanwhile, which would blame a healthy store for the process's own
+// stall. So when the timeout's timer fires L late (1ms or more), the
+// deadline moves to max(L, 10ms) after it, up to three times; a timer on
+// time ends the call. The context's Deadline, which clients that set
+// socket deadlines from it keep (go-redis), stays the first.
 func WithStoreTimeout(d time.Duration) Option {
 	return func(l *Limiter) { l.timeout = d }
 }
@@ -385,13 +396,14 @@ func (l *Limiter) takeOneWithin(ctx context.Context, key string, limit Limit, n 
 	return l.one.TakeOne(ctx, key, limit, n, now)
 }
 
-// bound applies the store timeout to ctx.
+// bound applies the store timeout to ctx: a timeout that does not count
+// the time the process could not run (internal/deadline).
 func (l *Limiter) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	d := l.storeTimeout()
 	if d <= 0 {
 		return ctx, func() {}
 	}
-	return context.WithTimeout(ctx, d)
+	return deadline.WithTimeout(ctx, d)
 }
 
 // storeTimeout returns the bound of a store call; 0 or less: none.
