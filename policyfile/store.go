@@ -296,6 +296,23 @@ func (l *lazyRedis) Heartbeat(ctx context.Context, member string, ttl time.Durat
 	return s.Heartbeat(ctx, member, ttl)
 }
 
+// Node implements sluice.Noder: the Redis store's node of key (the
+// Cluster shard of its slot), 0 while Redis has not been reached yet.
+func (l *lazyRedis) Node(key string) int {
+	if s := l.store.Load(); s != nil {
+		return s.Node(key)
+	}
+	return 0
+}
+
+// NodeName implements sluice.Noder: the Redis store's name of node.
+func (l *lazyRedis) NodeName(node int) string {
+	if s := l.store.Load(); s != nil {
+		return s.NodeName(node)
+	}
+	return ""
+}
+
 // Close closes the connection, if there is one, once.
 func (l *lazyRedis) Close() {
 	if s := l.store.Swap(nil); s != nil {
