@@ -83,4 +83,3 @@ func TestBreakerNodes(t *testing.T) {
 		}
 	}
 }
-

@@ -188,8 +188,8 @@ func TestShardNumbers(t *testing.T) {
 	}
 	next := s.ApplyShards([]sluiceredis.Shard{
 		{Master: "a:2", IDs: []string{"A2", "A"}, Slots: [][2]int{{0, 4999}}}, // A2 promoted
-		{Master: "x:9", IDs: []string{"X"}},                                 // no slots
-		{Master: "b:1", IDs: []string{"B"}, Slots: [][2]int{{4999, 10000}}},  // took slot 4999
+		{Master: "x:9", IDs: []string{"X"}},                                   // no slots
+		{Master: "b:1", IDs: []string{"B"}, Slots: [][2]int{{4999, 10000}}},   // took slot 4999
 		{Master: "c:1", Slots: [][2]int{{10001, 16000}}},
 		{Master: "d:1", IDs: []string{"D"}, Slots: [][2]int{{16001, 16383}}},
 	})
