@@ -19,6 +19,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -66,6 +67,36 @@ func (ca *CA) Pool() *x509.CertPool {
 func (ca *CA) WriteCA(t testing.TB, path string) {
 	t.Helper()
 	writeFile(t, path, ca.pem)
+}
+
+// ClientConfig returns the TLS configuration of a client that trusts ca
+// alone and presents pair (nil: no certificate). It presents pair whatever
+// CAs the server names: crypto/tls alone sends no certificate of a CA the
+// server does not name, and the server's own verification of a
+// stranger's certificate would go untried.
+func (ca *CA) ClientConfig(t testing.TB, pair *Pair) *tls.Config {
+	t.Helper()
+	c := &tls.Config{RootCAs: ca.Pool()}
+	if pair != nil {
+		cert := pair.TLS(t)
+		c.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }
+	}
+	return c
+}
+
+// Refused reports whether err is a client's error of a handshake that
+// the server refused with the TLS alert named alert ("certificate
+// required", "unknown certificate authority"), or of the connection the
+// server closed on refusing it. Under TLS 1.3 the client's handshake is
+// over before the server has checked its certificate: its first write or
+// read after it gets the alert, or, when the server's close wins the
+// race, a broken pipe or a reset.
+func Refused(err error, alert string) bool {
+	if err == nil {
+		return false
+	}
+	s := err.Error()
+	return strings.Contains(s, "tls: "+alert) || strings.Contains(s, "broken pipe") || strings.Contains(s, "connection reset by peer")
 }
 
 // Server returns a server certificate for 127.0.0.1, ::1 and localhost,
