@@ -1,7 +1,6 @@
 package tlsfiles_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -125,12 +124,19 @@ func newPKI(t *testing.T, mutual bool) *pki {
 	return p
 }
 
-func TestServerHandshake(t *testing.T) {
-	p := newPKI(t, false)
+// newServer returns the Server of p's files, failing t if it cannot.
+func (p *pki) newServer(t *testing.T) *tlsfiles.Server {
+	t.Helper()
 	s, err := tlsfiles.NewServer(p.files)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+func TestServerHandshake(t *testing.T) {
+	p := newPKI(t, false)
+	s := p.newServer(t)
 	addr := echo(t, s.Config("h2"))
 	c, got, err := dial(addr, client(p.ca, nil, t))
 	if err != nil {
@@ -155,10 +161,7 @@ func TestServerHandshake(t *testing.T) {
 
 func TestServerMutual(t *testing.T) {
 	p := newPKI(t, true)
-	s, err := tlsfiles.NewServer(p.files)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := p.newServer(t)
 	if !s.Mutual() {
 		t.Error("Mutual() false with ClientCA")
 	}
@@ -188,10 +191,7 @@ func TestServerMutual(t *testing.T) {
 // keep the previous certificate serving.
 func TestServerReload(t *testing.T) {
 	p := newPKI(t, false)
-	s, err := tlsfiles.NewServer(p.files)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := p.newServer(t)
 	addr := echo(t, s.Config())
 	old, got, err := dial(addr, client(p.ca, nil, t))
 	if err != nil {
@@ -236,12 +236,9 @@ func TestServerReload(t *testing.T) {
 // serves; the client CA is reloaded too.
 func TestServerWatch(t *testing.T) {
 	p := newPKI(t, true)
-	s, err := tlsfiles.NewServer(p.files)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &syncBuffer{}
-	log := slog.New(slog.NewTextHandler(logs, nil))
+	s := p.newServer(t)
+	logs := newLogFile(t)
+	log := slog.New(slog.NewTextHandler(logs.f, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s.Watch(ctx, 10*time.Millisecond, nil, log)
@@ -308,7 +305,7 @@ func lineOf(text, s string) string {
 }
 
 // waitLogged waits up to 10s for logs to hold s.
-func waitLogged(t *testing.T, logs *syncBuffer, s string) {
+func waitLogged(t *testing.T, logs *logFile, s string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(logs.String(), s) {
@@ -319,21 +316,22 @@ func waitLogged(t *testing.T, logs *syncBuffer, s string) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+// logFile is a log written to a file, which concurrent writes keep
+// whole, and read back as it is.
+type logFile struct{ f *os.File }
+
+func newLogFile(t *testing.T) *logFile {
+	f, err := os.Create(filepath.Join(t.TempDir(), "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return &logFile{f}
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+func (l *logFile) String() string {
+	b, _ := os.ReadFile(l.f.Name())
+	return string(b)
 }
 
 // TestNewServerErrors: each error names the flag and the file at fault.
@@ -398,10 +396,7 @@ func expiredPair(t *testing.T, ca *certtest.CA) *certtest.Pair {
 
 func TestClientConfig(t *testing.T) {
 	p := newPKI(t, true)
-	s, err := tlsfiles.NewServer(p.files)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := p.newServer(t)
 	addr := echo(t, s.Config())
 	dir := t.TempDir()
 	caFile := filepath.Join(dir, "ca.pem")
