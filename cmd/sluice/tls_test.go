@@ -288,7 +288,8 @@ func TestServeTLS(t *testing.T) {
 // TestProxyTLS: sluice proxy's listener and its --metrics-listen speak
 // TLS (without client certificates: any client is served), from the
 // variables SLUICE_TLS_CERT and SLUICE_TLS_KEY; with polling off, a
-// rotated certificate is served after SIGHUP, and not before.
+// rotated certificate is served after SIGHUP, and not before. With
+// --tls-client-ca they speak mutual TLS.
 func TestProxyTLS(t *testing.T) {
 	pki := newTLSPKI(t)
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "upstream answered "+r.URL.Path) }))
@@ -328,6 +329,19 @@ func TestProxyTLS(t *testing.T) {
 			t.Errorf("%s after SIGHUP: serial %s (%v), want the new %s", l.name, got, err, rotated)
 		}
 	}
+
+	// With --tls-client-ca, both listeners want a client certificate of
+	// the CA.
+	d = startDaemon(t, "proxying", nil, append([]string{"proxy", "--config", cfg, "--upstream", upstream.URL, "--metrics-listen", "127.0.0.1:0"}, pki.serverArgs(true)...)...)
+	if mode := servingAttrOf(t, d, "proxying", "tls"); mode != "mutual" {
+		t.Errorf("proxying line: tls=%s, want mutual", mode)
+	}
+	_, _, stranger := pki.clients(t)
+	proxy = "https://" + strings.TrimPrefix(d.base, "http://")
+	checkHTTPListeners(t, []listenerCase{
+		{"mutual --listen", "GET", proxy + "/hello", "", "upstream answered /hello"},
+		{"mutual --metrics-listen", "GET", "https://" + servingAttrOf(t, d, "proxying", "metrics") + "/metrics", "", "sluice_decisions_total"},
+	}, true, good, none, stranger, rotated)
 }
 
 // servingAttrOf returns attribute name of d's first log line msg.
