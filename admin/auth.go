@@ -108,8 +108,6 @@ type door struct {
 
 	// mu makes each judgement of a token one step: whether a failure
 	// would still be admitted, the comparison, and the failure counted.
-	// Without it, concurrent guesses would all be compared before the
-	// first was counted.
 	mu       sync.Mutex
 	failures *sluice.Limiter
 }
@@ -142,42 +140,53 @@ func (d *door) require(next http.Handler, code, off string) http.Handler {
 }
 
 // admit reports whether r carries the token, and otherwise answers it:
-// 401 without the token, 429 while the failures of its address, or of
-// all, are exhausted.
+// 401 without the token or with a wrong one, 429 while the failures of
+// its address, or of all, are exhausted.
 func (d *door) admit(w http.ResponseWriter, r *http.Request) bool {
 	auth := r.Header.Get("Authorization")
-	addr := shownAddr(r.RemoteAddr, d.plain)
 	if auth == "" {
 		unauthorized(w, needsToken)
 		return false
 	}
+	key := addressKey(r.RemoteAddr)
+	right, res, err := d.judge(context.WithoutCancel(r.Context()), auth, key)
+	addr := shownAddr(r.RemoteAddr, d.plain)
+	switch {
+	case right:
+		return true
+	case err != nil:
+		// The memory store does not fail; should it, refuse.
+		httpjson.Error(w, http.StatusServiceUnavailable, "UNAVAILABLE", "counting failed token attempts: "+err.Error())
+	case res.Allowed:
+		left := min(res.Results[0].Remaining, res.Results[1].Remaining)
+		d.log.Warn("sluice: admin request refused: a wrong bearer token", "path", r.URL.Path, "remote", addr, "attempts_left", left)
+		unauthorized(w, fmt.Sprintf("%s; the token given is not it (%d more wrong ones from this address are answered so, then 429)", needsToken, left))
+	default:
+		d.tooMany(w, r, res, key, addr)
+	}
+	return false
+}
+
+// judge reports whether auth carries the token, unless the failures of
+// the address of key, or of all, are exhausted (res then denies), and
+// counts it when it does not (res then admits the failure, or denies it
+// had another judgement come first). One judgement at a time: otherwise
+// concurrent guesses would all be compared before the first was counted.
+func (d *door) judge(ctx context.Context, auth, key string) (right bool, res sluice.MultiResult, err error) {
 	parts := []sluice.Part{
-		{Key: addressKey(r.RemoteAddr), Limits: []sluice.Limit{perAddressLimit}, Cost: 1},
+		{Key: key, Limits: []sluice.Limit{perAddressLimit}, Cost: 1},
 		{Key: totalKey, Limits: []sluice.Limit{totalLimit}, Cost: 1},
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	ctx := context.WithoutCancel(r.Context())
-	res, err := d.failures.Peek(ctx, parts...)
-	if err == nil && res.Allowed {
-		if d.authorized(auth) {
-			return true
-		}
-		if res, err = d.failures.AllowParts(ctx, parts...); err == nil && res.Allowed {
-			d.log.Warn("sluice: admin request refused: a wrong bearer token", "path", r.URL.Path, "remote", addr,
-				"attempts_left", min(res.Results[0].Remaining, res.Results[1].Remaining))
-			unauthorized(w, fmt.Sprintf("%s; the token given is not it (%d more wrong ones from this address are answered so, then 429)",
-				needsToken, min(res.Results[0].Remaining, res.Results[1].Remaining)))
-			return false
-		}
+	if res, err = d.failures.Peek(ctx, parts...); err != nil || !res.Allowed {
+		return false, res, err
 	}
-	if err != nil {
-		// The memory store does not fail; should it, refuse.
-		httpjson.Error(w, http.StatusServiceUnavailable, "UNAVAILABLE", "counting failed token attempts: "+err.Error())
-		return false
+	if d.authorized(auth) {
+		return true, res, nil
 	}
-	d.tooMany(w, r, res, parts[0].Key, addr)
-	return false
+	res, err = d.failures.AllowParts(ctx, parts...)
+	return false, res, err
 }
 
 // tooMany answers the 429 of a request refused by res, the failures'

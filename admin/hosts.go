@@ -30,6 +30,7 @@ const maxShownHost = 100
 // name. A state-changing request (POST) that carries an Origin is also
 // refused (403) unless that Origin is the Host it was sent to (the
 // dashboard's own page) or one of the names: a cross-site form or script.
+// "*" turns both checks off, for a proxy in front that checks them.
 //
 // The zero Hosts holds no name. Make one with ParseHosts.
 type Hosts struct {
@@ -113,9 +114,6 @@ func (hs Hosts) String() string {
 	}
 	return strings.Join(hs.names, ",")
 }
-
-// Any reports whether every host is allowed ("*").
-func (hs Hosts) Any() bool { return hs.any }
 
 // With returns hs with name added, when it is a host name (not an IP
 // address, nor empty): sluice serve adds the host of its listener's
