@@ -332,8 +332,8 @@ func TestDashboardToken(t *testing.T) {
 				var v view
 				if err := page.Evaluate(ctx, `({rules: document.querySelectorAll("#rules tbody tr").length,
 					status: document.getElementById("status").textContent, updated: document.body.hasAttribute("data-updated"),
-					login: !document.getElementById("login").hidden, error: document.getElementById("login-error").textContent,
-					forget: !document.getElementById("forget").hidden, stored: sessionStorage.getItem("sluice-admin-token") || ""})`, &v); err != nil {
+					login: document.getElementById("login").getClientRects().length > 0, error: document.getElementById("login-error").textContent,
+					forget: document.getElementById("forget").getClientRects().length > 0, stored: sessionStorage.getItem("sluice-admin-token") || ""})`, &v); err != nil {
 					t.Fatal(err)
 				}
 				return v
@@ -352,7 +352,8 @@ func TestDashboardToken(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			loginShown := `!document.getElementById("login").hidden`
+			// Shown, as the page lays it out (not only its hidden attribute).
+			loginShown := `document.getElementById("login").getClientRects().length > 0`
 			if v := wait("the page asks for the token", loginShown); v.Rules != 0 || v.Updated || v.Status != "needs the admin token" || v.Error != "" {
 				t.Errorf("before the token: %+v, want nothing shown but the question", v)
 			}
