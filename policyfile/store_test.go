@@ -236,9 +236,11 @@ func TestOpenBackendWaitReplicas(t *testing.T) {
 	replica := redistest.StartReplica(t, primary)
 	ctx := context.Background()
 	open := func(wait int) *policyfile.Backend {
-		r := config.Redis{URL: "redis://" + primary.Addr, OnError: "deny", Timeout: 200 * time.Millisecond, Replicas: 1}
+		// Bounds a loaded machine keeps while the replica is up; with it
+		// stopped, each admitted decision waits out the WAIT timeout.
+		r := config.Redis{URL: "redis://" + primary.Addr, OnError: "deny", Timeout: 3 * time.Second, Replicas: 1}
 		if wait > 0 {
-			r.WaitReplicas, r.WaitTimeout = wait, 50*time.Millisecond
+			r.WaitReplicas, r.WaitTimeout = wait, time.Second
 		}
 		b, err := policyfile.OpenBackend(r, policyfile.WithLogger(slog.New(slog.DiscardHandler)))
 		if err != nil {

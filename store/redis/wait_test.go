@@ -69,7 +69,11 @@ func TestWaitReplicas(t *testing.T) {
 	for _, c := range clients {
 		t.Run(c.name, func(t *testing.T) {
 			pfx := prefix()
-			waiting := c.open(pfx, sluiceredis.WithWaitReplicas(1, waitTimeout))
+			// waiting, which the replicating checks use, has time enough
+			// for a loaded machine; short fails fast where the replica is
+			// stopped.
+			waiting := c.open(pfx, sluiceredis.WithWaitReplicas(1, 10*time.Second))
+			short := c.open(pfx, sluiceredis.WithWaitReplicas(1, waitTimeout))
 			plain := c.open(pfx)
 			onReplicaHas := func(key string) bool {
 				t.Helper()
@@ -102,17 +106,17 @@ func TestWaitReplicas(t *testing.T) {
 			}
 
 			resume := pause(t, replica)
-			r, err := take(waiting, "a", 1)
+			r, err := take(short, "a", 1)
 			if !errors.Is(err, sluiceredis.ErrNotReplicated) {
 				t.Errorf("take a, replica stopped = %+v, %v; want an error wrapping ErrNotReplicated", r, err)
 			}
-			if r, err := take(waiting, "full", 1); err != nil || r.Allowed {
+			if r, err := take(short, "full", 1); err != nil || r.Allowed {
 				t.Errorf("take full, replica stopped = %+v, %v; want denied, no error: a denial wrote nothing", r, err)
 			}
-			if r, err := take(waiting, "b", 0); err != nil || !r.Allowed || r.Remaining != 1 {
+			if r, err := take(short, "b", 0); err != nil || !r.Allowed || r.Remaining != 1 {
 				t.Errorf("take b at cost 0, replica stopped = %+v, %v; want admitted, 1 remaining, no error", r, err)
 			}
-			if rs, err := waiting.Peek(ctx, oneLimit("b", l, 1)); err != nil || !rs[0].Allowed {
+			if rs, err := short.Peek(ctx, oneLimit("b", l, 1)); err != nil || !rs[0].Allowed {
 				t.Errorf("peek b, replica stopped = %+v, %v; want admitted, no error", rs, err)
 			}
 			// The control: without WAIT the primary acknowledges what the
@@ -124,7 +128,7 @@ func TestWaitReplicas(t *testing.T) {
 			// A coalesced batch: one WAIT for all; each decision gets its
 			// own answer.
 			batch := []sluice.Request{oneLimit("c", l, 1), oneLimit("full", l, 1), oneLimit("d", l, 0), oneLimit("e", l, 1)}
-			rs, errs := waiting.SendBatch(ctx, batch)
+			rs, errs := short.SendBatch(ctx, batch)
 			for i, want := range []struct {
 				notReplicated, allowed bool
 			}{{true, false}, {false, false}, {false, true}, {true, false}} {
@@ -135,7 +139,7 @@ func TestWaitReplicas(t *testing.T) {
 					t.Errorf("batch decision %d, replica stopped = %v, %v; want allowed %v, no error", i, rs[i], errs[i], want.allowed)
 				}
 			}
-			if err := waiting.Ready(ctx); !errors.Is(err, sluiceredis.ErrNotReplicated) {
+			if err := short.Ready(ctx); !errors.Is(err, sluiceredis.ErrNotReplicated) {
 				t.Errorf("Ready, replica stopped = %v; want an error wrapping ErrNotReplicated", err)
 			}
 
