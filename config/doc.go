@@ -23,7 +23,7 @@
 //	  batch: 128                 # most concurrent decisions coalesced into one script call, >= 1 (default 128; 1: off)
 //	  wait_replicas: 0           # replicas that must hold an admitted decision's write before it is answered (Redis WAIT; default 0: async);
 //	                             # fewer within wait_timeout: the decision fails to on_error (standalone and Sentinel only)
-//	  wait_timeout: 50ms         # whole milliseconds under timeout (default half of it); only with wait_replicas
+//	  # wait_timeout: 50ms       # with wait_replicas >= 1 only: whole milliseconds under timeout (default half of it)
 //	memory:                      # optional: the in-memory store (no url, or the on_error: local fallback)
 //	  max_keys: 524288           # most entries (client key x limit) held, >= 1 (default 524288, about 60 MiB);
 //	                             # when full, the least recently used is forgotten and starts afresh
