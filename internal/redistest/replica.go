@@ -28,7 +28,14 @@ func StartReplica(t testing.TB, primary *Server) *Server {
 // (master_link_status:up, the initial sync done), failing t after within.
 func WaitSynced(t testing.TB, r *Server, within time.Duration) {
 	t.Helper()
-	waitFor(t, time.Now().Add(within), "the replica "+r.Addr+" to sync with its primary", func() error {
+	waitSynced(t, r, time.Now().Add(within))
+}
+
+// waitSynced waits until the replica r reports its link up, failing t at
+// deadline.
+func waitSynced(t testing.TB, r *Server, deadline time.Time) {
+	t.Helper()
+	waitFor(t, deadline, "the replica "+r.Addr+" to sync with its primary", func() error {
 		info, err := command(r.Addr, "INFO", "replication")
 		if err != nil {
 			return err
