@@ -195,7 +195,11 @@ func (r rueidisClient) EvalWait(ctx context.Context, script string, keys, args [
 // WAIT counts the replicas that acknowledged cmd's writes. (Sent apart,
 // through Do, the script would go on a shared pipelined connection and the
 // WAIT on a pooled one, which wrote nothing.) A connection whose context
-// ends during the WAIT is closed by rueidis, not reused while blocked.
+// ends during the WAIT is closed by rueidis, not reused while blocked. A
+// client the caller built with ClientOption.ConnLifetime may resend the
+// WAIT alone on another connection when the lifetime ends between the two
+// (rueidis's errConnExpired recovery), where it would count nothing: do
+// not combine it with WithWaitReplicas (Open never sets it).
 func (r rueidisClient) intsWait(ctx context.Context, cmd rueidis.Completed, replicas int, timeout time.Duration) ([]int64, int64, error) {
 	wait := r.c.B().Wait().Numreplicas(int64(replicas)).Timeout(timeout.Milliseconds()).Build()
 	rs := r.c.DoMulti(ctx, cmd, wait)

@@ -27,7 +27,9 @@ import (
 // Client has no WAIT (it must implement Waiter, as the rueidis and
 // go-redis adapters do) or the store splits decisions (a Cluster, a
 // Ring), where WAIT is not supported; Open returns an error wrapping
-// ErrWaitUnsupported for a Cluster instead.
+// ErrWaitUnsupported for a Cluster instead. Over FromRueidis, a client
+// built with ClientOption.ConnLifetime may send a WAIT apart from its
+// script (see rueidisClient.intsWait): leave ConnLifetime unset.
 func WithWaitReplicas(n int, timeout time.Duration) Option {
 	if n < 1 {
 		panic(fmt.Sprintf("redis store: WithWaitReplicas: %d replicas, want at least 1", n))
