@@ -184,7 +184,9 @@ func TestWaitReplicasRefused(t *testing.T) {
 	// The control: the same clients without it, and a plain client with it.
 	goredis.New(cluster)
 	goredis.New(ring)
-	goredis.New(goredislib.NewClient(&goredislib.Options{Addr: "127.0.0.1:1"}), sluiceredis.WithWaitReplicas(1, waitTimeout))
+	plain := goredislib.NewClient(&goredislib.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { _ = plain.Close() })
+	goredis.New(plain, sluiceredis.WithWaitReplicas(1, waitTimeout))
 
 }
 
