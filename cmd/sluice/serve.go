@@ -48,7 +48,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	keepMinHeap(ctx, int64(*df.gcMinHeap)<<20)
 	path := df.path
 	m := metrics.New()
-	dash, err := dashFlags.open(m, *path, isEnvoy, *df.showKeys, log)
+	dash, err := dashFlags.open(m, *path, *df.listen, isEnvoy, *df.showKeys, log)
 	if err != nil {
 		return err
 	}
