@@ -71,6 +71,7 @@ func TestCluster(t *testing.T) {
 	t.Run("Stacked", func(t *testing.T) { clusterStacked(t, c) })
 	t.Run("SplitResults", func(t *testing.T) { clusterSplitResults(t, c) })
 	t.Run("Coalesce", func(t *testing.T) { clusterCoalesce(t, c) })
+	t.Run("Linearizable", func(t *testing.T) { clusterLinearizable(t, c) })
 }
 
 // clusterConformance runs the conformance suite through Open (a rueidis
