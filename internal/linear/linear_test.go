@@ -69,6 +69,44 @@ func TestModelChecksEveryField(t *testing.T) {
 	}
 }
 
+// TestServerClockModel: at the store's clock, over ServerKeys, a
+// sequential history is linearizable; a changed Allowed or Remaining
+// makes it not, a changed ResetAfter or RetryAfter (counted from the
+// server's clock, which the model does not know) does not.
+func TestServerClockModel(t *testing.T) {
+	r := linear.Run{Stores: []sluice.Store{memory.New()}, Clients: 1, Rounds: 2, PerRound: 600, Keys: linear.ServerKeys("srv-"), Tick: linear.Tick, Seed: 1, ServerClock: true}
+	h := r.Record(t)
+	m := linear.Model()
+	if !porcupine.CheckOperations(m, h) {
+		t.Fatal("a sequential history of the memory store at its own clock is not linearizable")
+	}
+	denied := 0
+	for _, op := range h {
+		if !sluice.Combine(op.Output.(linear.Output).Results).Allowed {
+			denied++
+		}
+	}
+	if denied < 100 {
+		t.Errorf("%d of %d decisions denied, want at least 100", denied, len(h))
+	}
+	for _, c := range []struct {
+		name   string
+		change func(*sluice.Result)
+		legal  bool
+	}{
+		{"Allowed", func(r *sluice.Result) { r.Allowed = !r.Allowed }, false},
+		{"Remaining", func(r *sluice.Result) { r.Remaining++ }, false},
+		{"ResetAfter", func(r *sluice.Result) { r.ResetAfter += time.Second }, true},
+		{"RetryAfter", func(r *sluice.Result) { r.RetryAfter += time.Second }, true},
+	} {
+		for _, i := range []int{0, len(h) / 2, len(h) - 1} {
+			if got := porcupine.CheckOperations(m, changed(h, i, c.change)); got != c.legal {
+				t.Errorf("decision %d with its %s changed: linearizable = %v, want %v", i, c.name, got, c.legal)
+			}
+		}
+	}
+}
+
 // changed returns a copy of h whose i-th decision's last Result is
 // changed by f.
 func changed(h linear.History, i int, f func(*sluice.Result)) linear.History {
@@ -164,7 +202,8 @@ func TestUnknownFails(t *testing.T) {
 
 // TestRunRefusesShortLived: a run whose state could expire on a Redis
 // server while the fake clock still needs it is refused, naming the key
-// and the limit.
+// and the limit; so is a run at the server's clock over limits that time
+// matters to.
 func TestRunRefusesShortLived(t *testing.T) {
 	for _, tc := range []struct {
 		l    sluice.Limit
@@ -181,6 +220,24 @@ func TestRunRefusesShortLived(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), `"short"`) {
 			t.Errorf("%s: %v, want an error naming key \"short\" and %q", tc.l, err, tc.want)
 		}
+	}
+	for _, tc := range []struct {
+		l    sluice.Limit
+		want string
+	}{
+		{sluice.PerDay(30), "token interval 48m0s"},
+		{sluice.Per(100, 100*24*time.Hour).Using(sluice.SlidingWindow), "period 2400h0m0s"},
+	} {
+		r := linear.Run{Stores: []sluice.Store{memory.New()}, Clients: 1, Rounds: 1, PerRound: 1, Tick: time.Minute, ServerClock: true,
+			Keys: []linear.Key{{Name: "short", Limits: []sluice.Limit{tc.l}}}}
+		err := linear.RunError(r)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "server's clock") {
+			t.Errorf("%s at the server's clock: %v, want an error naming %q and the server's clock", tc.l, err, tc.want)
+		}
+	}
+	srv := linear.Run{Stores: []sluice.Store{memory.New()}, Clients: 1, Rounds: 1, PerRound: 1, Tick: time.Minute, Keys: linear.ServerKeys(""), ServerClock: true}
+	if err := linear.RunError(srv); err != nil {
+		t.Errorf("ServerKeys: %v", err)
 	}
 	ok := linear.Run{Stores: []sluice.Store{memory.New()}, Clients: 1, Rounds: 1, PerRound: 1, Tick: time.Minute, Keys: linear.Keys("")}
 	if err := linear.RunError(ok); err != nil {

@@ -14,22 +14,29 @@
 // # Time
 //
 // Time is part of each decision's input. Every decision carries an
-// explicit now (sluice.WithClock), taken from a fake clock of its key that
-// moves forward by Run.Tick at every decision on that key, so that windows
-// end and buckets refill while the clients run, concurrent decisions
-// carry instants out of order (a decision asked later may reach the
-// store first), and the model knows each decision's instant exactly: it
-// checks Allowed, Limit, Remaining, ResetAfter and RetryAfter, every field
-// of the answer. The instants run far ahead of real time (minutes of fake
-// time per decision), and every limit is one whose state, once written,
-// lives for at least Margin (Run checks it, and the clock skips the last
-// Margin of every fixed window), so a Redis server, which expires keys by
-// its own real clock, expires none while a run lasts: the store's state is
-// always the model's.
+// explicit now (sluice.WithClock) from a fake clock that the run drives
+// in rounds (see Run): between rounds it moves by Run.Tick, so windows
+// end and buckets refill; within a round, the decisions on a key carry
+// instants a second apart, taken as they are sent, so that concurrent
+// decisions reach the store with instants out of order (a clock that
+// steps back by seconds). The model knows each decision's instant
+// exactly and checks Allowed, Limit, Remaining, ResetAfter, RetryAfter
+// and Degraded: every field of the answer. The instants run far ahead of
+// real time, and every limit is one whose state, once written, lives for
+// at least Margin (Run checks it, and no round decides within Margin of
+// the end of a fixed window), so a Redis server, which expires keys by
+// its own real clock, expires none while a run lasts: the store's state
+// is always the model's.
 //
-// A store that must decide at its own clock (the Redis server's TIME) is
-// not checked here; its scripts take the clock as one argument, the one
-// thing that differs between the two paths.
+// A run with ServerClock set leaves the instant to the store (the Redis
+// server's TIME, production's path) over limits so long (ServerKeys)
+// that time does not matter to whether a decision is admitted or to its
+// Remaining: no window ends and no bucket refills a token while the run
+// lasts. The model decides every decision at the instant the run began,
+// and checks every field but ResetAfter and RetryAfter, which count from
+// the server's clock. (At the instants the clients sent them, out of
+// order with the server's, the model's bucket would step back and owe a
+// fraction of a token more than the server's.)
 //
 // The package is internal: a harness of this module's store tests, so
 // that porcupine is a dependency of tests only and no store author is
@@ -37,6 +44,7 @@
 package linear
 
 import (
+	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"slices"
@@ -60,8 +68,11 @@ type Input struct {
 	// Cost is the request's cost.
 	Cost int
 	// Now is the instant the decision was asked to decide at, in µs
-	// since the Unix epoch.
+	// since the Unix epoch; under ServerClock, the instant the run began.
 	Now int64
+	// ServerClock reports that the store decided at its own clock: the
+	// model then checks neither ResetAfter nor RetryAfter.
+	ServerClock bool
 }
 
 // Output is what one decision answered: one Result per limit of its
@@ -101,7 +112,13 @@ func Model() porcupine.Model {
 func step(state, input, output any) (bool, any) {
 	in, out := input.(Input), output.(Output)
 	want, next := Decide(state.(State), in)
-	return slices.Equal(want, out.Results), next
+	if !in.ServerClock {
+		return slices.Equal(want, out.Results), next
+	}
+	return slices.EqualFunc(want, out.Results, func(a, b sluice.Result) bool {
+		a.ResetAfter, a.RetryAfter = b.ResetAfter, b.RetryAfter
+		return a == b
+	}), next
 }
 
 // Decide returns what a store must answer for in when the key's state is
@@ -167,9 +184,20 @@ func equal(a, b State) bool {
 
 func hash(s State) uint64 {
 	h := fnv.New64a()
+	var b []byte
 	for _, x := range s.Of {
-		fmt.Fprint(h, x.Set, x.A, x.B, x.C, x.Log)
+		if x.Set {
+			b = append(b, 1)
+		}
+		b = binary.LittleEndian.AppendUint64(b, uint64(x.A))
+		b = binary.LittleEndian.AppendUint64(b, uint64(x.B))
+		b = binary.LittleEndian.AppendUint64(b, uint64(x.C))
+		for _, at := range x.Log {
+			b = binary.LittleEndian.AppendUint64(b, uint64(at))
+		}
+		b = append(b, 0)
 	}
+	h.Write(b)
 	return h.Sum64()
 }
 

@@ -77,6 +77,9 @@ type Run struct {
 	Tick time.Duration
 	// Seed seeds the clients' draws of keys and costs.
 	Seed uint64
+	// ServerClock leaves the instant of each decision to the store (no
+	// WithClock), over limits of ServerKeys' length: see "Time".
+	ServerClock bool
 }
 
 // History is a recorded run: one porcupine.Operation per decision, its
@@ -99,7 +102,11 @@ func (r Run) Record(t testing.TB) History {
 	var wg sync.WaitGroup
 	for id := range n {
 		c := &client{id: id, run: &r, sched: sc, start: start, h: make(History, 0, r.Rounds*r.PerRound)}
-		c.lim = sluice.New(r.Stores[id%len(r.Stores)], sluice.WithClock(func() time.Time { return c.now }))
+		if r.ServerClock {
+			c.lim = sluice.New(r.Stores[id%len(r.Stores)])
+		} else {
+			c.lim = sluice.New(r.Stores[id%len(r.Stores)], sluice.WithClock(func() time.Time { return c.now }))
+		}
 		wg.Go(func() { hs[id], errs[id] = c.play() })
 	}
 	wg.Wait()
@@ -124,7 +131,11 @@ func (r Run) check() error {
 			return fmt.Errorf("key %q has no limits", k.Name)
 		}
 		for _, l := range k.Limits {
-			if err := lives(l); err != nil {
+			check := lives
+			if r.ServerClock {
+				check = timeless
+			}
+			if err := check(l); err != nil {
 				return fmt.Errorf("key %q: %s: %w", k.Name, l, err)
 			}
 		}
@@ -152,6 +163,34 @@ func lives(l sluice.Limit) error {
 	default:
 		if l.Interval() < Margin {
 			return fmt.Errorf("token interval %v: want at least Margin (%v)", l.Interval(), Margin)
+		}
+	}
+	return nil
+}
+
+// Under ServerClock a run lasts a few seconds of the server's clock: a
+// limit is timeless, to whether a decision is admitted and to its
+// Remaining, if no run is likely to cross the end of its window (one run
+// in 10^7 would cross the end of a year's) and none refills a token of
+// it.
+const (
+	minTimelessPeriod   = 365 * 24 * time.Hour
+	minTimelessInterval = 24 * time.Hour
+)
+
+// timeless reports a limit that time matters to in a ServerClock run.
+func timeless(l sluice.Limit) error {
+	if l.Capacity() < MaxCost {
+		return fmt.Errorf("capacity %d: want at least the largest cost, %d", l.Capacity(), MaxCost)
+	}
+	switch l.Algorithm {
+	case sluice.FixedWindow, sluice.SlidingWindow, sluice.SlidingLog:
+		if l.Period < minTimelessPeriod {
+			return fmt.Errorf("period %v: want at least %v on the server's clock, so that time does not matter", l.Period, minTimelessPeriod)
+		}
+	default:
+		if l.Interval() < minTimelessInterval {
+			return fmt.Errorf("token interval %v: want at least %v on the server's clock, so that time does not matter", l.Interval(), minTimelessInterval)
 		}
 	}
 	return nil
@@ -250,8 +289,12 @@ func (c *client) play() (History, error) {
 // limit (a store's OneTaker, where it has one), AllowAll for several.
 func (c *client) decide(round int, k Key, cost int) error {
 	ctx := context.Background()
-	c.now = c.sched.at(round, c.sched.index[k.Name])
-	in := Input{Key: k.Name, Limits: k.Limits, Cost: cost, Now: c.now.UnixMicro()}
+	if c.run.ServerClock {
+		c.now = c.start // see "Time"
+	} else {
+		c.now = c.sched.at(round, c.sched.index[k.Name])
+	}
+	in := Input{Key: k.Name, Limits: k.Limits, Cost: cost, Now: c.now.UnixMicro(), ServerClock: c.run.ServerClock}
 	var rs []sluice.Result
 	var err error
 	call := time.Since(c.start).Nanoseconds()
@@ -266,7 +309,7 @@ func (c *client) decide(round int, k Key, cost int) error {
 	}
 	ret := time.Since(c.start).Nanoseconds()
 	if err != nil {
-		return fmt.Errorf("client %d: %s cost %d at %v: %w", c.id, k.Name, cost, c.now.Sub(Epoch), err)
+		return fmt.Errorf("client %d: %s cost %d at %s: %w", c.id, k.Name, cost, since(in.Now), err)
 	}
 	c.h = append(c.h, porcupine.Operation{ClientId: c.id, Input: in, Call: call, Output: Output{Results: rs}, Return: ret})
 	return nil
@@ -295,6 +338,28 @@ func Keys(prefix string) []Key {
 			sluice.Per(50, 2*time.Hour).Using(sluice.SlidingWindow),
 			sluice.PerHour(10).WithBurst(16),
 			sluice.Per(80, 4*time.Hour).Using(sluice.FixedWindow),
+		}},
+	}
+}
+
+// ServerKeys returns the keys of Keys for a ServerClock run: the same
+// algorithms over MaxPeriod (10 years; their next window ends in
+// December 2029), with capacities of 300 (a bucket refills a token every
+// 12 days), so that about 150 decisions of costs 1 to MaxCost on a key
+// are admitted before its limit denies the rest.
+func ServerKeys(prefix string) []Key {
+	one := func(l sluice.Limit) Key { return Key{Name: prefix + string(l.Algorithm), Limits: []sluice.Limit{l}} }
+	long := sluice.MaxPeriod
+	return []Key{
+		one(sluice.Per(300, long).Using(sluice.FixedWindow)),
+		one(sluice.Per(300, long).Using(sluice.SlidingWindow)),
+		one(sluice.Per(300, long).Using(sluice.SlidingLog)),
+		one(sluice.Per(300, long)),
+		one(sluice.Per(300, long).Using(sluice.GCRA)),
+		{Name: prefix + "multi", Limits: []sluice.Limit{
+			sluice.Per(250, long).Using(sluice.SlidingWindow),
+			sluice.Per(300, long).WithBurst(200),
+			sluice.Per(280, long).Using(sluice.FixedWindow),
 		}},
 	}
 }

@@ -18,3 +18,11 @@ func TestLinearizable(t *testing.T) {
 	r := linear.Run{Stores: []sluice.Store{s, s, s, s}, Clients: 6, Rounds: 12, PerRound: 4, Keys: linear.Keys("lin-"), Tick: linear.Tick, Seed: 1}
 	linear.Require(t, r.Record(t))
 }
+
+// TestLinearizableStoreClock: the same at the store's own clock, over
+// limits that time does not matter to (linear.ServerKeys).
+func TestLinearizableStoreClock(t *testing.T) {
+	s := memory.New()
+	r := linear.Run{Stores: []sluice.Store{s, s, s, s}, Clients: 6, Rounds: 12, PerRound: 4, Keys: linear.ServerKeys("srv-"), Tick: linear.Tick, Seed: 1, ServerClock: true}
+	linear.Require(t, r.Record(t))
+}

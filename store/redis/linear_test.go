@@ -56,7 +56,9 @@ func coalesced(t *testing.T, stores []*sluiceredis.Store) int64 {
 // TestLinearizable: on one redis-server, 4 replicas (rueidis and
 // go-redis, each its own connection pool) with coalescing off, and 2
 // replicas of 12 clients each with coalescing on (decisions queue behind
-// the 4 calls in flight of each and go in batches), decide linearizably.
+// the 4 calls in flight of each and go in batches), decide linearizably;
+// so do 2 replicas at the server's clock (TIME in the scripts, one for a
+// whole batch), over limits that time does not matter to.
 func TestLinearizable(t *testing.T) {
 	srv := redistest.Start(t)
 	t.Run("coalescing off", func(t *testing.T) {
@@ -70,22 +72,34 @@ func TestLinearizable(t *testing.T) {
 			t.Errorf("no decisions were coalesced: the run did not exercise batch.lua")
 		}
 	})
+	t.Run("server clock", func(t *testing.T) {
+		stores := serverStores(t, srv.Addr, 2, prefix())
+		r := linearRun(stores, "server-")
+		r.Keys, r.ServerClock = linear.ServerKeys("server-"), true
+		linear.Require(t, r.Record(t))
+		if coalesced(t, stores) == 0 {
+			t.Errorf("no decisions were coalesced: the run did not exercise batch.lua")
+		}
+	})
 }
 
-// clusterLinearizable: the run of TestLinearizable on a three-master
-// Cluster, coalescing on: every decision of a key goes to its slot's
+// clusterLinearizable: the runs of TestLinearizable on a three-master
+// Cluster, coalescing on, at the fake clock and at the servers' clocks: every decision of a key goes to its slot's
 // master, in its slot's lane (one lane per slot: fewer decisions queue
 // than on one server, and fewer are coalesced).
 func clusterLinearizable(t *testing.T, c *redistest.Cluster) {
 	stores := clusterStores(t, c, 2, prefix())
 	linear.Require(t, linearRun(stores, "cluster-").Record(t))
+	r := linearRun(stores, "cluster-server-")
+	r.Keys, r.ServerClock = linear.ServerKeys("cluster-server-"), true
+	linear.Require(t, r.Record(t))
 	coalesced(t, stores)
 }
 
 // TestLinearizableToxic: between 4 replicas and the server, a toxiproxy
 // that delays every reply by 4 ms ± 3 ms and every request by 1 ms ± 1 ms
 // (each connection on its own draws: replies of one replica overtake
-// another's), decisions stay linearizable.
+// another's), decisions stay linearizable, coalescing on.
 func TestLinearizableToxic(t *testing.T) {
 	tp := toxitest.Start(t)
 	srv := redistest.Start(t)
@@ -94,6 +108,7 @@ func TestLinearizableToxic(t *testing.T) {
 	p.Add(t, toxitest.Toxic{Type: "latency", Stream: "upstream", Attributes: map[string]any{"latency": 1, "jitter": 1}})
 	stores := serverStores(t, p.Addr, 4, prefix())
 	linear.Require(t, linearRun(stores, "toxic-").Record(t))
+	coalesced(t, stores)
 }
 
 // raceAttempts bounds the control's runs: each is a fresh run that may
