@@ -245,6 +245,22 @@ func get(url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// getHost returns the status and body of GET url sent with Host host.
+func getHost(url, host string) (int, string) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err.Error()
+	}
+	req.Host = host
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 // check posts a /v1/check of rule and key to base and returns the status
 // and body.
 func check(base, rule, key string) (int, string) {

@@ -43,7 +43,8 @@ func addOperatorFlags(fs *cmdFlags) operatorFlags {
 
 // call sends a request of the operator API at path to the server of of,
 // with body as JSON when not nil and the bearer token when token is not
-// empty, decodes a 200 answer into out and returns it as it came (what
+// empty (every command sends its TokenEnv when set: a server started
+// with --admin-auth all asks for it on reads too), decodes a 200 answer into out and returns it as it came (what
 // --json prints: checked as out's JSON, so that no other answer is
 // printed as the API's). Any other answer is an error that says what the
 // server said.
@@ -90,10 +91,13 @@ func (of operatorFlags) call(ctx context.Context, method, path string, query url
 	}
 	if resp.StatusCode != http.StatusOK {
 		hint := ""
-		if resp.StatusCode == http.StatusNotFound {
+		switch {
+		case resp.StatusCode == http.StatusNotFound:
 			// A sluice serve with --dashboard=false, one whose dashboard
 			// has a listener of its own, or no sluice serve at all.
 			hint = "; the operator API is served with the dashboard (sluice serve --dashboard, on by default), on its --dashboard-listen when it has one: is --server that address?"
+		case resp.StatusCode == http.StatusUnauthorized && token == "":
+			hint = "; this command sends the server's token from its own " + admin.TokenEnv + ", which is not set"
 		}
 		var e httpjson.ErrorBody
 		if json.Unmarshal(b, &e) == nil && e.Error.Message != "" {
@@ -141,7 +145,7 @@ func needRule(rule string) error {
 }
 
 func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flagSet("inspect", "Show a client's state under each limit of a rule of a running sluice serve, without\nspending anything: what remains, when it resets, and whether the next request of\n--cost would pass (and if not, when it would).", stdout)
+	fs := flagSet("inspect", "Show a client's state under each limit of a rule of a running sluice serve, without\nspending anything: what remains, when it resets, and whether the next request of\n--cost would pass (and if not, when it would). It sends "+admin.TokenEnv+" as its\nbearer token when set (a server with --admin-auth all asks for it).", stdout)
 	of := addOperatorFlags(fs)
 	cf := addClientFlags(fs)
 	cost := fs.string("cost", "SLUICE_COST", "", "the cost of the request asked about (empty: the rule's cost)")
@@ -162,7 +166,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		q.Set("cost", *cost)
 	}
 	var in admin.Inspection
-	b, err := of.call(ctx, http.MethodGet, admin.InspectPath, q, nil, "", &in)
+	b, err := of.call(ctx, http.MethodGet, admin.InspectPath, q, nil, os.Getenv(admin.TokenEnv), &in)
 	if err != nil {
 		return err
 	}

@@ -52,7 +52,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer stopTLS()
 	path := df.path
 	m := metrics.New()
-	dash, err := dashFlags.open(m, *path, isEnvoy, *df.showKeys, log)
+	dash, err := dashFlags.open(m, *path, *df.listen, isEnvoy, *df.showKeys, log)
 	if err != nil {
 		return err
 	}
