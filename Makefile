@@ -188,12 +188,13 @@ soak: deps
 
 # make stress, not part of make test: the timing-sensitive tests,
 # STRESS_TESTS (the one place that states them: each PKG=REGEXP is one
-# go test -race -count=1 -json -run REGEXP PKG), 10 runs in a row while a
-# CPU hog keeps both cores busy (internal/stress: one spinning process per
-# core at the tests' priority, stopped by pid after the last run). It
+# go test -race -count=1 -json -run REGEXP PKG), 10 runs in a row beside a
+# CPU hog (internal/stress: one spinning process per core at the tests'
+# priority, stopped by pid after the last run). It
 # prints each run's result and time, each failing test's output, how many
 # runs each test failed and the hog's CPU time, and fails if any run
-# failed. STRESS_RUNS=2 make stress for a short try; STRESS_TESTS='...'
+# failed (10 runs took 43 minutes on the 2-core VM shared with other
+# builds). STRESS_RUNS=2 make stress for a short try; STRESS_TESTS='...'
 # for another set.
 STRESS_TESTS ?= \
 	'./cmd/sluice=Fault|^TestDashboard|^TestServeSlowBodies|^TestMaxInflight|^TestProxyProgress|^TestServeGRPCLimits|^TestServeGRPCInflight|^TestMaxHeaderBytes|^TestListenFlagErrors|^TestManyKeepAlive|^TestFloodUniqueKeys' \
