@@ -115,7 +115,11 @@ func connections(t *testing.T, srv *redistest.Server) int {
 
 // exactUnder checks that rule exact admits exactly its limit of 3 x as
 // many concurrent checks on d now, under a fault: on fresh keys until one
-// has no degraded answer, up to netBounds.tries.
+// has no degraded answer, up to netBounds.tries. Under latency the first
+// try degrades whole: its decisions are the first to need scripts Redis
+// has not run yet (sliding_log's, and a batch of it with the load's
+// fixed_window), which costs two round trips (NOSCRIPT, then the
+// source), over the deadline.
 func exactUnder(t *testing.T, d *daemon, fault string) {
 	t.Helper()
 	n := faultBounds.exactLimit
