@@ -56,6 +56,7 @@ type dashboardView struct {
 	P99     string   `json:"p99"`
 	Text    string   `json:"text"`
 	Reloads []string `json:"reloads"`
+	Login   bool     `json:"login"` // the token's form is shown
 }
 
 // readView is the JavaScript that reads a dashboardView.
@@ -79,6 +80,7 @@ const readView = `(() => {
     p99: document.getElementById("p99").textContent,
     text: document.body.innerText,
     reloads: [...document.querySelectorAll("#reloads li")].map((li) => li.textContent),
+    login: document.getElementById("login").getClientRects().length > 0,
   };
 })()`
 
@@ -275,6 +277,9 @@ func testDashboard(t *testing.T, br dashboardBrowser, run time.Duration, update 
 	}
 	if strings.Contains(v.Text, limited) || strings.Contains(v.Text, unlimited) {
 		t.Error("the page shows a client key in the clear")
+	}
+	if v.Login {
+		t.Error("the page asks for the token of a server that needs none for its reads")
 	}
 	if v.Lines < 3 || v.Breaker != "closed" {
 		t.Errorf("%d chart lines, breaker %q: want a line per rule's outcome, closed", v.Lines, v.Breaker)

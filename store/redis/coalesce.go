@@ -345,7 +345,7 @@ func (c *coalescer) send(b []*call) {
 		if err != nil {
 			cl.err = err
 		} else {
-			cl.t = ts[i]
+			cl.t, cl.err = ts[i], ts[i].err
 		}
 		cl.answer()
 	}
@@ -373,8 +373,16 @@ func batchContext(b []*call) (context.Context, context.CancelFunc) {
 func (s *Store) takeBatch(ctx context.Context, b []*call) ([]taken, error) {
 	sc, keys, args := batchArgs(b)
 	// eval, not run: a batch that a Cluster refuses is split (send), not
-	// retried whole.
-	reply, err := s.eval(ctx, sc, keys, args)
+	// retried whole. One WAIT after the batch covers every write in it.
+	var reply []int64
+	var acked int64
+	var err error
+	wait := s.wait.replicas > 0 && slices.ContainsFunc(b, func(cl *call) bool { return cl.g.consumes() })
+	if wait {
+		reply, acked, err = s.evalWait(ctx, sc, keys, args)
+	} else {
+		reply, err = s.eval(ctx, sc, keys, args)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -390,6 +398,9 @@ func (s *Store) takeBatch(ctx context.Context, b []*call) ([]taken, error) {
 			return nil, err
 		}
 		ts[i] = taken{results: rs, now: reply[off+n-1]}
+		if wait {
+			ts[i].err = s.replicated(cl.g, ts[i], acked)
+		}
 		off += n
 	}
 	if off != len(reply) {

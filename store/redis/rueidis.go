@@ -58,6 +58,10 @@ func Open(url string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis store: connect: %w", err)
 	}
+	if err := waitSupported(c, opts); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("redis store: %w", err)
+	}
 	s := FromRueidis(c, opts...)
 	s.close = c.Close
 	return s, nil
@@ -169,7 +173,12 @@ func (r rueidisClient) Eval(ctx context.Context, script string, keys, args []str
 // other client means it is not a cluster client, which retrying would not
 // mend.
 func (r rueidisClient) ints(ctx context.Context, cmd rueidis.Completed) ([]int64, error) {
-	v, err := r.c.Do(ctx, cmd).AsIntSlice()
+	return r.check(r.c.Do(ctx, cmd).AsIntSlice())
+}
+
+// check returns a script's reply v and err, wrapping the errors the store
+// acts on (see ints).
+func (r rueidisClient) check(v []int64, err error) ([]int64, error) {
 	re, ok := rueidis.IsRedisErr(err)
 	if !ok {
 		return v, err
@@ -183,4 +192,54 @@ func (r rueidisClient) ints(ctx context.Context, cmd rueidis.Completed) ([]int64
 		return nil, fmt.Errorf("%w: %w", ErrTryAgain, err)
 	}
 	return v, err
+}
+
+// EvalShaWait implements Waiter (see evalWait).
+func (r rueidisClient) EvalShaWait(ctx context.Context, sha string, keys, args []string, replicas int, timeout time.Duration) ([]int64, int64, error) {
+	cmd := r.c.B().Evalsha().Sha1(sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	return r.intsWait(ctx, cmd, replicas, timeout)
+}
+
+// EvalWait implements Waiter.
+func (r rueidisClient) EvalWait(ctx context.Context, script string, keys, args []string, replicas int, timeout time.Duration) ([]int64, int64, error) {
+	cmd := r.c.B().Eval().Script(script).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	return r.intsWait(ctx, cmd, replicas, timeout)
+}
+
+// intsWait sends cmd and WAIT replicas timeout in one DoMulti. rueidis
+// tags WAIT as blocking, so it sends both on one connection of its
+// blocking pool, which no other caller shares meanwhile, in order: the
+// WAIT counts the replicas that acknowledged cmd's writes. (Sent apart,
+// through Do, the script would go on a shared pipelined connection and the
+// WAIT on a pooled one, which wrote nothing.) A connection whose context
+// ends during the WAIT is closed by rueidis, not reused while blocked. A
+// client the caller built with ClientOption.ConnLifetime may resend the
+// WAIT alone on another connection when the lifetime ends between the two
+// (rueidis's errConnExpired recovery), where it would count nothing: do
+// not combine it with WithWaitReplicas (Open never sets it).
+func (r rueidisClient) intsWait(ctx context.Context, cmd rueidis.Completed, replicas int, timeout time.Duration) ([]int64, int64, error) {
+	wait := r.c.B().Wait().Numreplicas(int64(replicas)).Timeout(timeout.Milliseconds()).Build()
+	rs := r.c.DoMulti(ctx, cmd, wait)
+	v, err := r.check(rs[0].AsIntSlice())
+	if err != nil {
+		return nil, 0, err
+	}
+	acked, err := rs[1].AsInt64()
+	if err != nil {
+		return nil, 0, fmt.Errorf("WAIT: %w", err)
+	}
+	return v, acked, nil
+}
+
+// waitSupported returns an error wrapping ErrWaitUnsupported when opts ask
+// WithWaitReplicas of a store over c, a Cluster client: New would panic.
+func waitSupported(c rueidis.Client, opts []Option) error {
+	var probe Store
+	for _, o := range opts {
+		o(&probe)
+	}
+	if probe.wait.replicas > 0 && c.Mode() == rueidis.ClientModeCluster {
+		return ErrWaitUnsupported
+	}
+	return nil
 }

@@ -6,12 +6,16 @@
 //	lim := sluice.New(store)
 //
 // Any go-redis client works: Client, ClusterClient, Ring, the failover
-// (Sentinel) client, or a UniversalClient.
+// (Sentinel) client, or a UniversalClient. sluiceredis.WithWaitReplicas
+// works over a Client and the failover client (a pipeline sends a
+// decision's script and its WAIT on one connection), not over a
+// ClusterClient or a Ring, where New panics with it.
 package goredis
 
 import (
 	"context"
 	"fmt"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -29,7 +33,16 @@ func New(c goredis.Scripter, opts ...sluiceredis.Option) *sluiceredis.Store {
 	case *goredis.Ring:
 		opts = append([]sluiceredis.Option{sluiceredis.WithSharding()}, opts...)
 	}
+	if p, ok := c.(pipeliner); ok {
+		return sluiceredis.New(waitClient{client{c}, p}, opts...)
+	}
 	return sluiceredis.New(client{c}, opts...)
+}
+
+// pipeliner is a go-redis client that pipelines: every client type but a
+// bare Scripter.
+type pipeliner interface {
+	Pipeline() goredis.Pipeliner
 }
 
 // client adapts a go-redis client (any of its client types) to
@@ -74,4 +87,43 @@ func anys(args []string) []any {
 		out[i] = a
 	}
 	return out
+}
+
+// waitClient is a client that can pipeline, which implements
+// sluiceredis.Waiter too.
+type waitClient struct {
+	client
+	p pipeliner
+}
+
+// EvalShaWait implements sluiceredis.Waiter: EVALSHA and WAIT in one
+// pipeline, which go-redis writes and reads on one connection, in order.
+func (c waitClient) EvalShaWait(ctx context.Context, sha string, keys, args []string, replicas int, timeout time.Duration) ([]int64, int64, error) {
+	pipe := c.p.Pipeline()
+	cmd := pipe.EvalSha(ctx, sha, keys, anys(args)...)
+	return c.wait(ctx, pipe, cmd, replicas, timeout)
+}
+
+// EvalWait implements sluiceredis.Waiter.
+func (c waitClient) EvalWait(ctx context.Context, script string, keys, args []string, replicas int, timeout time.Duration) ([]int64, int64, error) {
+	pipe := c.p.Pipeline()
+	cmd := pipe.Eval(ctx, script, keys, anys(args)...)
+	return c.wait(ctx, pipe, cmd, replicas, timeout)
+}
+
+// wait adds WAIT to pipe after the script cmd, runs the pipeline and
+// returns the script's reply and WAIT's.
+func (c waitClient) wait(ctx context.Context, pipe goredis.Pipeliner, cmd *goredis.Cmd, replicas int, timeout time.Duration) ([]int64, int64, error) {
+	w := goredis.NewIntCmd(ctx, "wait", replicas, timeout.Milliseconds())
+	_ = pipe.Process(ctx, w)
+	_, _ = pipe.Exec(ctx) // each command's error is its own
+	v, err := c.ints(cmd)
+	if err != nil {
+		return nil, 0, err
+	}
+	acked, err := w.Result()
+	if err != nil {
+		return nil, 0, fmt.Errorf("WAIT: %w", err)
+	}
+	return v, acked, nil
 }

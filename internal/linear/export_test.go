@@ -1,0 +1,16 @@
+package linear
+
+import "time"
+
+// RunError returns what Record refuses r for, or nil.
+func RunError(r Run) error { return r.check() }
+
+// RoundBases returns the instant of each round of r, from Epoch.
+func RoundBases(r Run) []time.Duration {
+	bs := roundBases(r)
+	out := make([]time.Duration, len(bs))
+	for i, b := range bs {
+		out[i] = b.Sub(Epoch)
+	}
+	return out
+}
