@@ -23,7 +23,7 @@ import (
 // the process faults do, which RELIABILITY.md quotes:
 //
 //	export SLUICE_TOXIPROXY=$(make -s toxiproxy)
-//	go test -race -count=1 -run Net -v ./cmd/sluice/ | grep 'FAULT |'
+//	go test -race -count=1 -run TestNet -v ./cmd/sluice/ | grep 'FAULT |'
 //
 // A toxic applies to the replies (toxiproxy's downstream), so Redis runs
 // every script it receives at once: a decision that fails may still have
