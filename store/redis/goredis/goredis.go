@@ -25,10 +25,11 @@
 // decision whose reply is lost fails, once, and the Limiter's error
 // policy answers it. Nothing needs configuring, and the client's other
 // commands keep their retries. go-redis still sends a script again where
-// it is known not to have run: a connection it closed before writing,
-// and MOVED, ASK and READONLY on a ClusterClient. (A client that is not
-// one of go-redis's, passed as a bare Scripter, runs the scripts through
-// its EvalSha and Eval, and must not resend them itself.)
+// it did not run: a connection it closed before writing to it, and MOVED,
+// ASK and READONLY on a ClusterClient; a failed dial or a pool timeout,
+// which it would otherwise retry, fails the decision too. (A client that
+// is not one of go-redis's, passed as a bare Scripter, runs the scripts
+// through its EvalSha and Eval, and must not resend them itself.)
 package goredis
 
 import (
