@@ -230,8 +230,9 @@ func (p *process) stop(t *testing.T) {
 	}
 }
 
-// client is the test's HTTP client: every call bounded.
-var client = &http.Client{Timeout: 5 * time.Second}
+// client is the test's HTTP client: every call bounded; over HTTPS it
+// verifies no certificate, as the kubelet's probes (kubeletTLS).
+var client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: kubeletTLS}}
 
 // get returns the status and body of GET url.
 func get(url string) (int, string) {

@@ -147,9 +147,9 @@ func (d *dashboard) envoyApply(apply func(*envoy.Config)) func(*envoy.Config) {
 }
 
 // serve starts sampling until ctx ends and serves the dashboard: on mux,
-// or on a listener of its own. It returns the log attributes that say
-// where, and how to stop its listener.
-func (d *dashboard) serve(ctx context.Context, mux *http.ServeMux, e *policy.Engine, lim *sluice.Limiter, cfg *envoy.Config, log *slog.Logger) (attrs []any, stop func(), err error) {
+// or on a listener of its own of ls. It returns the log attributes that
+// say where, and how to stop its listener.
+func (d *dashboard) serve(ctx context.Context, mux *http.ServeMux, ls *listeners, e *policy.Engine, lim *sluice.Limiter, cfg *envoy.Config, log *slog.Logger) (attrs []any, stop func(), err error) {
 	if d == nil {
 		return []any{"dashboard", "off"}, func() {}, nil
 	}
@@ -163,7 +163,7 @@ func (d *dashboard) serve(ctx context.Context, mux *http.ServeMux, e *policy.Eng
 		d.h.Register(mux)
 		return []any{"dashboard", "on --listen"}, func() {}, nil
 	}
-	stop, addr, err := serveAside("--dashboard-listen", d.listen, d.h, log)
+	stop, addr, err := ls.serveAside("--dashboard-listen", d.listen, d.h, log)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -108,6 +108,9 @@ type faultRun struct {
 	inject func(t *testing.T) // begins the fault (it may block, e.g. until a failover)
 	hold   time.Duration      // how long the fault lasts after inject returned
 	heal   func(t *testing.T) // ends it; the recovery clock starts when it returns
+	// during, when set, is called with the daemon once inject returned,
+	// for checks made under the fault: it lasts during's time, then hold.
+	during func(t *testing.T, d *daemon)
 	// degrades: decisions must degrade during the fault (else the test
 	// did not exercise it). absorbed: none may, the store absorbs it.
 	degrades, absorbed bool
@@ -170,6 +173,9 @@ func runFault(t *testing.T, f faultRun) {
 		}
 		injectAt = load.now()
 		f.inject(t)
+	}
+	if f.during != nil {
+		f.during(t, d)
 	}
 	time.Sleep(f.hold)
 	f.heal(t)

@@ -30,12 +30,14 @@ const operatorTimeout = 10 * time.Second
 type operatorFlags struct {
 	server *string
 	json   *bool
+	tls    *clientTLSFlags
 }
 
 func addOperatorFlags(fs *cmdFlags) operatorFlags {
 	return operatorFlags{
-		server: fs.string("server", "SLUICE_SERVER", "http://"+serveListen, "base URL of the running sluice serve (its --listen, or its --dashboard-listen when the dashboard has a listener of its own)"),
+		server: fs.string("server", "SLUICE_SERVER", "http://"+serveListen, "base URL of the running sluice serve (its --listen, or its --dashboard-listen when the dashboard has a listener of its own; https:// for a serve with --tls-cert)"),
 		json:   fs.boolean("json", "SLUICE_JSON", false, "print the API's JSON answer instead of a table"),
+		tls:    addClientTLSFlags(fs, "SLUICE_CLIENT_"),
 	}
 }
 
@@ -50,6 +52,10 @@ func (of operatorFlags) call(ctx context.Context, method, path string, query url
 	base, err := url.Parse(*of.server)
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
 		return nil, usageError{fmt.Errorf("--server %q is not an http or https URL, such as http://127.0.0.1:8080", *of.server)}
+	}
+	client, err := of.client()
+	if err != nil {
+		return nil, err
 	}
 	u := base.JoinPath(path)
 	u.RawQuery = query.Encode()
@@ -73,7 +79,8 @@ func (of operatorFlags) call(ctx context.Context, method, path string, query url
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	defer client.CloseIdleConnections()
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("asking %s: %w", base.Redacted(), err)
 	}
@@ -102,6 +109,18 @@ func (of operatorFlags) call(ctx context.Context, method, path string, query url
 		return nil, fmt.Errorf("%s %s: the answer is not what this sluice understands (%w); is --server a sluice serve of the same version?", method, path, err)
 	}
 	return b, nil
+}
+
+// client returns the HTTP client of one call: over TLS with the --tls-*
+// flags' files for an https --server.
+func (of operatorFlags) client() (*http.Client, error) {
+	c, err := of.tls.config("--server", *of.server)
+	if err != nil || c == nil {
+		return &http.Client{}, err
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = c
+	return &http.Client{Transport: tr}, nil
 }
 
 // clientFlags are the --rule, --key and --composite of inspect and reset.

@@ -145,6 +145,10 @@
 // seeing what those before it consumed, under one TIME for those without
 // their own Now. A decision that finds fewer than four calls in flight is
 // sent at once, alone: coalescing adds no wait when nobody else waits. A
+// decision with a deadline waits for a call to return a tenth of the time
+// it had left at most: then those waiting go as one more call, so that
+// with Redis far away (a round trip of half the deadline or more) a
+// queued decision does not wait two round trips and miss its deadline. A
 // batch only orders decisions that were concurrent, so every Result is
 // one that some sequential order of the callers would give: limits stay
 // exact.

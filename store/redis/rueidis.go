@@ -68,11 +68,25 @@ func Open(url string, opts ...Option) (*Store, error) {
 }
 
 // newClient connects a rueidis client with opt as the store needs it:
-// without the client-side cache, which the store never reads through, and,
-// through Sentinel, asking the sentinels for the primary every
-// sentinelRefresh unless opt says otherwise.
+// without the client-side cache, which the store never reads through;
+// always pipelining, so that a decision that times out leaves its
+// connection open; and, through Sentinel, asking the sentinels for the
+// primary every sentinelRefresh unless opt says otherwise.
+//
+// Without AlwaysPipelining rueidis sends a lone command on an idle
+// connection synchronously, under a socket deadline that closes the
+// connection when the command's deadline passes. With Redis more than half
+// the store deadline away, the next decision then paid a new connection's
+// handshake, a round trip, inside its own deadline, timed out in turn and
+// closed that connection too: one slow answer became a new connection
+// every few decisions and decisions that failed although Redis answered
+// each within the deadline (TestTimeoutKeepsConnection). Pipelined, a
+// timed-out command's reply is read and dropped when it comes, and a
+// connection that answers nothing is closed by rueidis's keep-alive PING
+// (after Dialer.KeepAlive + ConnWriteTimeout, 11s by default).
 func newClient(opt rueidis.ClientOption) (rueidis.Client, error) {
 	opt.DisableCache = true
+	opt.AlwaysPipelining = true
 	if opt.Sentinel.MasterSet != "" && opt.Sentinel.TopologyRefreshInterval == 0 {
 		// Without it rueidis follows a failover only through the
 		// +switch-master event; one missed event would keep every decision
@@ -127,7 +141,10 @@ func parseURL(url string) (rueidis.ClientOption, error) {
 
 // FromRueidis returns a Store over a rueidis client the caller owns (and
 // closes). A cluster client's Store splits decisions by slot (see
-// WithCluster).
+// WithCluster). Connect it with ClientOption.AlwaysPipelining, as Open
+// does: otherwise a decision that times out on an idle connection closes
+// it, and with Redis far away the next decisions time out in turn on new
+// connections' handshakes.
 func FromRueidis(c rueidis.Client, opts ...Option) *Store {
 	if c.Mode() == rueidis.ClientModeCluster {
 		opts = append([]Option{WithCluster()}, opts...)
