@@ -34,10 +34,11 @@ type Verdict struct {
 	// Result is Ok, Illegal, or Unknown when the search timed out.
 	Result porcupine.CheckResult
 	// Ops is the number of decisions on the key, Admitted how many of
-	// them were admitted, and Overlapping how many overlapped in time
-	// with another decision on the key (which porcupine may order either
-	// way: the concurrency the check saw).
-	Ops, Admitted, Overlapping int
+	// them were admitted, Indeterminate how many failed (see "Faults"),
+	// and Overlapping how many overlapped in time with another decision
+	// on the key (which porcupine may order either way: the concurrency
+	// the check saw; an indeterminate decision overlaps every later one).
+	Ops, Admitted, Indeterminate, Overlapping int
 	// Took is how long the check took.
 	Took time.Duration
 	// View is the path of porcupine's HTML visualization of the history,
@@ -73,7 +74,8 @@ func Check(name string, h History) []Verdict {
 		key := part[0].Input.(Input).Key
 		start := time.Now()
 		res := porcupine.CheckOperationsTimeout(m, part, CheckTimeout)
-		v := Verdict{Key: key, Result: res, Ops: len(part), Took: time.Since(start), Admitted: admitted(part), Overlapping: overlapping(part)}
+		v := Verdict{Key: key, Result: res, Ops: len(part), Took: time.Since(start), Admitted: admitted(part),
+			Indeterminate: indeterminate(part), Overlapping: overlapping(part)}
 		if res != porcupine.Ok {
 			// Again, computing what the view shows: the longest orders
 			// found and where each ends.
@@ -94,8 +96,8 @@ func Require(t testing.TB, h History) {
 			t.Error(err)
 			continue
 		}
-		t.Logf("key %q: %d decisions (%d admitted, %d overlapping another) linearizable, checked in %v",
-			v.Key, v.Ops, v.Admitted, v.Overlapping, v.Took.Round(time.Microsecond))
+		t.Logf("key %q: %d decisions (%d admitted, %d indeterminate, %d overlapping another) linearizable, checked in %v",
+			v.Key, v.Ops, v.Admitted, v.Indeterminate, v.Overlapping, v.Took.Round(time.Microsecond))
 	}
 }
 
@@ -104,6 +106,17 @@ func admitted(h []porcupine.Operation) int {
 	n := 0
 	for _, op := range h {
 		if rs := op.Output.(Output).Results; len(rs) > 0 && sluice.Combine(rs).Allowed {
+			n++
+		}
+	}
+	return n
+}
+
+// indeterminate counts the decisions of h that failed.
+func indeterminate(h []porcupine.Operation) int {
+	n := 0
+	for _, op := range h {
+		if op.Output.(Output).Err != "" {
 			n++
 		}
 	}

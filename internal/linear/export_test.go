@@ -14,3 +14,7 @@ func RoundBases(r Run) []time.Duration {
 	}
 	return out
 }
+
+// Bounded is bounded: it reports a key of h with more than
+// MaxIndeterminate failed decisions, and renumbers their ClientIds.
+func Bounded(h History) error { return bounded(h) }

@@ -38,6 +38,22 @@
 // order with the server's, the model's bucket would step back and owe a
 // fraction of a token more than the server's.)
 //
+// # Faults
+//
+// A decision during a network fault may return an error after the store
+// applied it (its reply lost) or before (its request lost): its client
+// cannot tell. A Run with a Fault hook records such a decision as
+// indeterminate, the standard treatment of Knossos and porcupine (and of
+// etcd's robustness tests): its Output carries the error and no answer,
+// its Return is Never, so that it may take effect at any point after its
+// call, and the model follows both the key's state without it and with it
+// applied once (porcupine.NondeterministicModel). Every decision that
+// answered is still checked field by field. What no order explains is a
+// decision applied twice: a client that sent a script again after its
+// reply was lost, charging one request twice, or a request its client
+// was told failed. A Ledger key accounts for that exactly, decision by
+// decision, from the store's own log (Count).
+//
 // The package is internal: a harness of this module's store tests, so
 // that porcupine is a dependency of tests only and no store author is
 // bound to its types (storetest stays the public suite).
@@ -76,9 +92,14 @@ type Input struct {
 }
 
 // Output is what one decision answered: one Result per limit of its
-// Input, in order.
+// Input, in order; or, for an indeterminate decision, the error it
+// returned and no Results.
 type Output struct {
 	Results []sluice.Result
+	// Err is the error of a decision that failed (see "Faults"): its
+	// outcome is unknown, and the model takes it as applied once, at any
+	// point after its call, or never.
+	Err string
 }
 
 // State is the model's state of one key: the algo.State of each of its
@@ -96,29 +117,49 @@ type State struct {
 // every limit admits, every limit's state moves on; otherwise none does,
 // and a limit that alone would have admitted reports Allowed with its
 // state as it is (its Check at cost 0), as sluice.MultiResult documents.
-// A decision is legal if and only if its Output is exactly the model's.
+// A decision that answered is legal if and only if its Output is exactly
+// the model's; one that failed (Output.Err) leaves two states, the key's
+// as it was and as the decision would leave it: porcupine's power-set
+// construction (porcupine.NondeterministicModel) follows both, and the
+// decisions after it keep whichever explains their answers.
 func Model() porcupine.Model {
-	return porcupine.Model{
+	m := porcupine.NondeterministicModel{
 		Partition:         byKey,
-		Init:              func() any { return State{} },
+		Init:              func() []any { return []any{State{}} },
 		Step:              step,
 		Equal:             func(a, b any) bool { return equal(a.(State), b.(State)) },
 		Hash:              func(s any) uint64 { return hash(s.(State)) },
 		DescribeOperation: describeOperation,
 		DescribeState:     func(s any) string { return describeState(s.(State)) },
 	}
+	return m.ToModel()
 }
 
-func step(state, input, output any) (bool, any) {
-	in, out := input.(Input), output.(Output)
-	want, next := Decide(state.(State), in)
-	if !in.ServerClock {
-		return slices.Equal(want, out.Results), next
+// step returns the states a decision may leave the key in from state:
+// none when its answer is not the model's, the next state when it is,
+// and both the state as it was and the next one when it failed.
+func step(state, input, output any) []any {
+	st, in, out := state.(State), input.(Input), output.(Output)
+	want, next := Decide(st, in)
+	switch {
+	case out.Err != "":
+		return []any{st, next}
+	case answers(in, want, out.Results):
+		return []any{next}
 	}
-	return slices.EqualFunc(want, out.Results, func(a, b sluice.Result) bool {
+	return nil
+}
+
+// answers reports whether got is the model's answer want to in: every
+// field, or under ServerClock every field but ResetAfter and RetryAfter.
+func answers(in Input, want, got []sluice.Result) bool {
+	if !in.ServerClock {
+		return slices.Equal(want, got)
+	}
+	return slices.EqualFunc(want, got, func(a, b sluice.Result) bool {
 		a.ResetAfter, a.RetryAfter = b.ResetAfter, b.RetryAfter
 		return a == b
-	}), next
+	})
 }
 
 // Decide returns what a store must answer for in when the key's state is
@@ -207,6 +248,10 @@ func describeOperation(input, output any) string {
 	in, out := input.(Input), output.(Output)
 	var b strings.Builder
 	fmt.Fprintf(&b, "t=%s cost %d →", since(in.Now), in.Cost)
+	if out.Err != "" {
+		fmt.Fprintf(&b, " failed, applied once or never: %s", out.Err)
+		return b.String()
+	}
 	for i, r := range out.Results {
 		if i > 0 {
 			b.WriteString(";")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -59,16 +60,29 @@ type Run struct {
 	// ServerClock leaves the instant of each decision to the store (no
 	// WithClock), over limits of ServerKeys' length: see "Time".
 	ServerClock bool
+	// Fault, if set, is called before each round r begins, while every
+	// client waits, so that a test can add or remove a network fault
+	// between rounds; and a decision that returns an error is then
+	// recorded as indeterminate (see "Faults") instead of failing the
+	// run. A client whose decision failed sends no more in that round.
+	Fault func(round int)
 }
 
 // History is a recorded run: one porcupine.Operation per decision, its
 // Input an Input and its Output an Output, Call and Return in ns since
-// the run started (monotonic).
+// the run started (monotonic). An indeterminate decision (Output.Err)
+// returns at Never, and is the only operation of its ClientId, after
+// those of the clients: the view draws it on a row of its own.
 type History []porcupine.Operation
 
-// Record runs r and returns its history. Any store error fails t: a
-// decision whose outcome is unknown has no place in the model; so does a
-// run that lasted longer than Margin.
+// Never is the Return of an indeterminate decision: porcupine may place
+// it at any point after its Call, as late as after every other decision.
+const Never = int64(math.MaxInt64)
+
+// Record runs r and returns its history. Without r.Fault, any store
+// error fails t; with it, a decision that failed is recorded as
+// indeterminate, and a key with more than MaxIndeterminate of them fails
+// t (see "Faults"). A run that lasted longer than Margin fails t too.
 func (r Run) Record(t testing.TB) History {
 	t.Helper()
 	if err := r.check(); err != nil {
@@ -89,6 +103,7 @@ func (r Run) Record(t testing.TB) History {
 		}
 		wg.Go(func() { hs[id], errs[id] = c.play() })
 	}
+	sc.open(r.Fault) // on t's goroutine: Fault may fail t
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		t.Fatalf("linear: %v", err)
@@ -99,7 +114,42 @@ func (r Run) Record(t testing.TB) History {
 		// on the history would be sound.
 		t.Fatalf("linear: the run took %v, more than Margin (%v): its history cannot be judged", took, Margin)
 	}
-	return slices.Concat(hs...)
+	h := slices.Concat(hs...)
+	if err := bounded(h); err != nil {
+		t.Fatalf("linear: %v", err)
+	}
+	return h
+}
+
+// MaxIndeterminate bounds the indeterminate decisions of one key in a
+// recorded history. Each of them may take effect at any point after its
+// call, or never, which porcupine must try: the search grows with their
+// number and with the decisions on the key (RELIABILITY.md,
+// "Linearizability", measures it). Since a client sends no more in a
+// round after a failed decision, a run whose clients in all, times its
+// rounds with a fault, are at most MaxIndeterminate stays within it.
+const MaxIndeterminate = 24
+
+// bounded reports a key of h with more than MaxIndeterminate
+// indeterminate decisions, and gives each indeterminate decision a
+// ClientId of its own, after every client's.
+func bounded(h History) error {
+	next := 0
+	for _, op := range h {
+		next = max(next, op.ClientId+1)
+	}
+	count := map[string]int{}
+	for i := range h {
+		if h[i].Output.(Output).Err == "" {
+			continue
+		}
+		h[i].ClientId, next = next, next+1
+		k := h[i].Input.(Input).Key
+		if count[k]++; count[k] > MaxIndeterminate {
+			return fmt.Errorf("key %q: more than %d indeterminate decisions: porcupine may not decide it in time; run fewer clients, or fewer rounds with a fault", k, MaxIndeterminate)
+		}
+	}
+	return nil
 }
 
 // check reports a run that cannot be recorded or whose state may expire
@@ -117,6 +167,9 @@ func (r Run) check() error {
 			return fmt.Errorf("key %q has no limits", k.Name)
 		}
 		for _, l := range k.Limits {
+			if err := l.Validate(); err != nil {
+				return fmt.Errorf("key %q: %w", k.Name, err)
+			}
 			check := lives
 			if r.ServerClock {
 				check = timeless
@@ -134,14 +187,17 @@ type schedule struct {
 	bases []time.Time      // each round's instant
 	count [][]atomic.Int64 // decisions so far, by round and key
 	ended []sync.WaitGroup // by round: done by each client as it ends it
+	begun []chan struct{}  // by round: closed when it may begin (open)
 	index map[string]int   // of each key in Keys
 }
 
 func newSchedule(r Run, clients int) *schedule {
-	sc := &schedule{bases: roundBases(r), count: make([][]atomic.Int64, r.Rounds), ended: make([]sync.WaitGroup, r.Rounds), index: map[string]int{}}
+	sc := &schedule{bases: roundBases(r), count: make([][]atomic.Int64, r.Rounds), ended: make([]sync.WaitGroup, r.Rounds),
+		begun: make([]chan struct{}, r.Rounds), index: map[string]int{}}
 	for i := range sc.count {
 		sc.count[i] = make([]atomic.Int64, len(r.Keys))
 		sc.ended[i].Add(clients)
+		sc.begun[i] = make(chan struct{})
 	}
 	for i, k := range r.Keys {
 		sc.index[k.Name] = i
@@ -180,6 +236,28 @@ func roundBases(r Run) []time.Time {
 	return bases
 }
 
+// open lets each round begin once every client ended the one before,
+// calling fault (unless nil) before each. Should fault stop its
+// goroutine (t.Fatal), the rounds left begin at once, so that the
+// clients end.
+func (sc *schedule) open(fault func(round int)) {
+	r := 0
+	defer func() {
+		for ; r < len(sc.begun); r++ {
+			close(sc.begun[r])
+		}
+	}()
+	for ; r < len(sc.begun); r++ {
+		if r > 0 {
+			sc.ended[r-1].Wait()
+		}
+		if fault != nil {
+			fault(r)
+		}
+		close(sc.begun[r])
+	}
+}
+
 // at returns the instant of the next decision on key k in round r.
 func (sc *schedule) at(r, k int) time.Time {
 	j := sc.count[r][k].Add(1) - 1
@@ -200,27 +278,31 @@ type client struct {
 
 // play sends the client's decisions, round by round, and returns them.
 // After a store error it sends no more but still ends every round, so
-// that the other clients are not kept waiting.
+// that the other clients are not kept waiting; after an indeterminate
+// decision it sends no more in that round.
 func (c *client) play() (History, error) {
 	rng := rand.New(rand.NewPCG(c.run.Seed, uint64(c.id)))
 	var err error
 	for round := range c.run.Rounds {
+		<-c.sched.begun[round]
+		failed := false
 		for range c.run.PerRound {
 			k := c.run.Keys[rng.IntN(len(c.run.Keys))]
 			cost := 1 + rng.IntN(MaxCost)
-			if err == nil {
-				err = c.decide(round, k, cost)
+			if err == nil && !failed {
+				failed, err = c.decide(round, k, cost)
 			}
 		}
 		c.sched.ended[round].Done()
-		c.sched.ended[round].Wait()
 	}
 	return c.h, err
 }
 
 // decide sends one decision and records it: AllowN for a key of one
 // limit (a store's OneTaker, where it has one), AllowAll for several.
-func (c *client) decide(round int, k Key, cost int) error {
+// It reports a decision that failed and was recorded as indeterminate
+// (with Run.Fault), or returns the error.
+func (c *client) decide(round int, k Key, cost int) (failed bool, _ error) {
 	ctx := context.Background()
 	if c.run.ServerClock {
 		c.now = c.start // see "Time"
@@ -241,9 +323,13 @@ func (c *client) decide(round int, k Key, cost int) error {
 		rs = m.Results
 	}
 	ret := time.Since(c.start).Nanoseconds()
-	if err != nil {
-		return fmt.Errorf("client %d: %s cost %d at %s: %w", c.id, k.Name, cost, since(in.Now), err)
+	switch {
+	case err != nil && c.run.Fault == nil:
+		return false, fmt.Errorf("client %d: %s cost %d at %s: %w", c.id, k.Name, cost, since(in.Now), err)
+	case err != nil:
+		c.h = append(c.h, porcupine.Operation{ClientId: c.id, Input: in, Call: call, Output: Output{Err: err.Error()}, Return: Never})
+		return true, nil
 	}
 	c.h = append(c.h, porcupine.Operation{ClientId: c.id, Input: in, Call: call, Output: Output{Results: rs}, Return: ret})
-	return nil
+	return false, nil
 }

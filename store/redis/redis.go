@@ -317,7 +317,10 @@ import (
 
 // Client is what the Store needs of a Redis client: running Lua scripts.
 // Adapters for rueidis (FromRueidis) and go-redis (package goredis) are
-// provided; another client fits with a few lines.
+// provided; another client fits with a few lines. A Client must not send
+// a script again after a failure that may have come after Redis ran it
+// (a connection lost before the reply): that charges the decision twice
+// (package goredis, "Retries").
 type Client interface {
 	// EvalSha runs the cached script with the given SHA-1 and returns its
 	// array-of-integers reply. When the server does not have the script it
