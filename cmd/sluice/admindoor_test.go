@@ -315,8 +315,7 @@ func TestDashboardToken(t *testing.T) {
 		t.Run(br.name, func(t *testing.T) {
 			browserPath := findBrowser(t, br)
 			d := startServe(t, []string{admin.TokenEnv + "=secret", admin.AuthEnv + "=all"}, "--config", writeFile(t, dashboardRules))
-			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-			defer cancel()
+			ctx := pagetest.Context(t)
 			page := openPage(ctx, t, br, browserPath, d.base+"/")
 			type view struct {
 				Rules   int    `json:"rules"`

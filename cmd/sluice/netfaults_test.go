@@ -166,10 +166,10 @@ var (
 func TestNetToxics(t *testing.T) {
 	for _, r := range []toxicRun{
 		{name: "latency50", fault: "latency 50ms", policy: "local", toxic: latency50, exact: true, f: faultRun{absorbed: true}},
-		{name: "latency300", fault: "latency 300ms ± 100ms", policy: "local", toxic: latency300, f: faultRun{degrades: true, hung: true}},
-		{name: "latency300", fault: "latency 300ms ± 100ms", policy: "deny", toxic: latency300, f: faultRun{degrades: true, hung: true}},
-		{name: "halfopen", fault: "half-open (timeout 0)", policy: "local", toxic: halfOpen, f: faultRun{degrades: true, hung: true}},
-		{name: "halfopen", fault: "half-open (timeout 0)", policy: "deny", toxic: halfOpen, f: faultRun{degrades: true, hung: true}},
+		{name: "latency300", fault: "latency 300ms ± 100ms", policy: "local", toxic: latency300, f: faultRun{degrades: true, hung: true, silent: true}},
+		{name: "latency300", fault: "latency 300ms ± 100ms", policy: "deny", toxic: latency300, f: faultRun{degrades: true, hung: true, silent: true}},
+		{name: "halfopen", fault: "half-open (timeout 0)", policy: "local", toxic: halfOpen, f: faultRun{degrades: true, hung: true, silent: true}},
+		{name: "halfopen", fault: "half-open (timeout 0)", policy: "deny", toxic: halfOpen, f: faultRun{degrades: true, hung: true, silent: true}},
 		{name: "reset", fault: "reset_peer 0", policy: "local", toxic: resetPeer, f: faultRun{degrades: true}},
 		{name: "bandwidth", fault: "bandwidth 10 KB/s", policy: "local", toxic: slowLink, f: faultRun{degrades: true, hung: true}},
 		{name: "slicer", fault: "slicer 1-15 bytes", policy: "deny", toxic: sliced, exact: true, f: faultRun{absorbed: true}},
