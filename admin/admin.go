@@ -60,8 +60,13 @@ type Handler struct {
 	limiter func() *sluice.Limiter
 	config  func() ConfigInfo
 	engine  func() *policy.Engine // for inspect and reset; nil: none
-	token   string                // the bearer token of reset; empty: off
-	log     *slog.Logger          // where resets are logged
+	token   string                // the bearer token; empty: no reset, and under AuthAll no read
+	auth    Auth                  // which endpoints need the token
+	hosts   Hosts                 // the names answered to besides localhost and addresses
+	now     func() time.Time      // the clock of the failed token attempts; nil: real time
+	door    *door                 // asks for the token
+	guarded http.Handler          // mux behind the Host and Origin checks
+	log     *slog.Logger          // where resets and refusals are logged
 	met     *metrics.Metrics
 	top     *Top
 	plain   bool
@@ -100,11 +105,26 @@ func WithEngine(e func() *policy.Engine) Option {
 // WithToken turns on the operator API's reset (POST ResetPath), for
 // requests that carry token as their bearer token (TokenEnv holds it in
 // sluice serve's environment). Without it, or with an empty token, a
-// reset is refused with 403.
+// reset is refused with 403. A request with a wrong token is answered
+// 401, and counted: past FailuresPerAddress from its address, or
+// FailuresTotal from all, every request that needs the token is answered
+// 429 for a while.
 func WithToken(token string) Option { return func(h *Handler) { h.token = token } }
 
-// WithLogger sets where the operator API logs each reset, and each one
-// refused for its token (default slog.Default()).
+// WithAuth sets which endpoints need the token (default AuthWrites).
+// Under AuthAll without a token, those endpoints answer 403.
+func WithAuth(a Auth) Option { return func(h *Handler) { h.auth = a } }
+
+// WithHosts sets the host names the Handler answers to besides localhost
+// and IP addresses (see Hosts).
+func WithHosts(hs Hosts) Option { return func(h *Handler) { h.hosts = hs } }
+
+// WithClock sets the clock of the failed token attempts' limits (default
+// the real time): tests drive them with fixed instants.
+func WithClock(now func() time.Time) Option { return func(h *Handler) { h.now = now } }
+
+// WithLogger sets where the operator API logs each reset, and each
+// request refused for its token (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(h *Handler) { h.log = l } }
 
 // WithRules has the Handler show the rules that f returns (for a
@@ -161,13 +181,25 @@ func New(opts ...Option) *Handler {
 	h.handle("GET "+AssetsPrefix+"app.js", asset("ui/app.js", "text/javascript; charset=utf-8", nil))
 	h.handle("GET "+AssetsPrefix+"style.css", asset("ui/style.css", "text/css; charset=utf-8", nil))
 	h.handle("GET "+AssetsPrefix+"favicon.svg", asset("ui/favicon.svg", "image/svg+xml", nil))
-	h.handle("GET "+StatsPath, http.HandlerFunc(h.stats))
-	h.handle("GET "+TopPath, http.HandlerFunc(h.topKeys))
-	ops := operator{engine: h.engine, token: h.token, log: h.log, plain: h.plain}
-	h.handle("GET "+InspectPath, http.HandlerFunc(ops.inspect))
-	h.handle("POST "+ResetPath, http.HandlerFunc(ops.reset))
+	h.door = newDoor(h.token, h.log, h.plain, h.now)
+	ops := operator{engine: h.engine, log: h.log, plain: h.plain}
+	h.handle("GET "+StatsPath, h.read(http.HandlerFunc(h.stats)))
+	h.handle("GET "+TopPath, h.read(http.HandlerFunc(h.topKeys)))
+	h.handle("GET "+InspectPath, h.read(http.HandlerFunc(ops.inspect)))
+	h.handle("POST "+ResetPath, h.door.require(http.HandlerFunc(ops.reset), "RESET_DISABLED",
+		"resets are off: start sluice serve with "+TokenEnv+" set in its environment to turn them on"))
 	h.mux.HandleFunc("/", h.notFound)
+	h.guarded = h.hosts.guard(h.mux)
 	return h
+}
+
+// read returns next behind the token under AuthAll, else next.
+func (h *Handler) read(next http.Handler) http.Handler {
+	if h.auth != AuthAll {
+		return next
+	}
+	return h.door.require(next, "TOKEN_UNSET",
+		"every endpoint with data needs the bearer token (sluice serve --admin-auth all), and this server has none: start it with "+TokenEnv+" set")
 }
 
 // notFound answers a request no route takes: 405 for a path that is
@@ -198,8 +230,10 @@ func (h *Handler) handle(pattern string, hh http.Handler) {
 }
 
 // ServeHTTP serves the dashboard's paths, and a JSON 404 for any other:
-// the handler of a listener of its own.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+// the handler of a listener of its own. A request to a Host it does not
+// answer to, or a POST from a page of another Origin, is refused first
+// (see Hosts).
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.guarded.ServeHTTP(w, r) }
 
 // Register routes the dashboard's requests of mux to h: GET / exactly,
 // and every path under /admin/ (those h does not serve are answered with

@@ -61,9 +61,18 @@ func (f *fixture) check(t *testing.T, rule, key string, n int) {
 func get(t *testing.T, h http.Handler, path string) (int, http.Header, string) {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+	h.ServeHTTP(rec, newRequest("GET", path, nil))
 	b, _ := io.ReadAll(rec.Body)
 	return rec.Code, rec.Header(), string(b)
+}
+
+// newRequest returns a request as httptest.NewRequest does, but to
+// localhost, a Host the Handler answers to (httptest's example.com is
+// not: see TestHosts).
+func newRequest(method, path string, body io.Reader) *http.Request {
+	r := httptest.NewRequest(method, path, body)
+	r.Host = "localhost"
+	return r
 }
 
 func decode[T any](t *testing.T, body string) T {
@@ -180,7 +189,7 @@ func TestBadRequests(t *testing.T) {
 		}
 	}
 	rec := httptest.NewRecorder()
-	f.h.ServeHTTP(rec, httptest.NewRequest("POST", admin.StatsPath, nil))
+	f.h.ServeHTTP(rec, newRequest("POST", admin.StatsPath, nil))
 	if rec.Code != http.StatusMethodNotAllowed {
 		t.Errorf("POST stats: %d, want 405", rec.Code)
 	}
@@ -239,7 +248,7 @@ func TestRegister(t *testing.T) {
 		{"POST", admin.TopPath, http.StatusMethodNotAllowed},
 	} {
 		rec := httptest.NewRecorder()
-		mux.ServeHTTP(rec, httptest.NewRequest(c.method, c.path, nil))
+		mux.ServeHTTP(rec, newRequest(c.method, c.path, nil))
 		if rec.Code != c.code {
 			t.Errorf("%s %s: %d, want %d", c.method, c.path, rec.Code, c.code)
 		}
@@ -303,7 +312,7 @@ func TestOperatorRequests(t *testing.T) {
 		{"reset", on, "POST", admin.ResetPath, bearer, `{"rule":"login","key":"192.0.2.1"}`, 200, `"limits":1`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			req := httptest.NewRequest(c.method, c.path, strings.NewReader(c.body))
+			req := newRequest(c.method, c.path, strings.NewReader(c.body))
 			if c.auth != "" {
 				req.Header.Set("Authorization", c.auth)
 			}

@@ -22,6 +22,9 @@
 //	POST /admin/v1/reset   forget a client's state under a rule: {"rule":"R","key":"K"} (ResetRequest), with
 //	                       Authorization: Bearer <SLUICE_ADMIN_TOKEN>; 403 while off (WithToken), 401 without the token
 //
+// Under AuthAll, stats, top and inspect need the bearer token too (see
+// Security).
+//
 // Any other path of a Handler serving a listener of its own is a JSON
 // 404; a bad parameter is a JSON 400 naming it. The page loads nothing
 // but its own files (its Content-Security-Policy says so), polls
@@ -84,14 +87,33 @@
 //
 // # Security
 //
-// Every endpoint but POST /admin/v1/reset is read-only, and served
-// without authentication: sluice serve serves them on its main listener
-// (loopback by default). Bound to another address they show anyone who
-// can reach it the rule names, their limits and traffic, the most limited
-// keys (masked unless --show-keys), and any key's state under a rule
-// (inspect): keep them on loopback or behind an authenticating proxy, or
-// turn them off. A reset changes state: it is refused (403) unless the
-// Handler has a token (WithToken; sluice serve's SLUICE_ADMIN_TOKEN), and
-// then (401) unless the request carries it as its bearer token, compared
-// in constant time and never written in an answer.
+// sluice serve serves the Handler on its main listener (loopback by
+// default) or on a listener of its own, and guards it three ways:
+//
+//   - Host: a request whose Host is not localhost, an IP address, or one
+//     of the names of WithHosts (sluice serve --admin-hosts) is refused
+//     with 421 HOST_NOT_ALLOWED, and a POST whose Origin is neither the
+//     Host it was sent to nor one of those names with 403
+//     ORIGIN_NOT_ALLOWED: a web page cannot reach the dashboard on a
+//     loopback listener through DNS rebinding, nor reset from another
+//     site. See Hosts.
+//   - Token: a reset needs the bearer token (WithToken; sluice serve's
+//     SLUICE_ADMIN_TOKEN), compared in constant time and never written in
+//     an answer: 403 while there is none, 401 without it. Under AuthAll
+//     (WithAuth; --admin-auth all) so do stats, top and inspect; the page
+//     then asks for the token, keeps it in the tab's sessionStorage and
+//     sends it as its polls' bearer token.
+//   - Guesses: a wrong token counts against its address (FailuresPerAddress
+//     per FailurePeriod, an IPv6 address by its /64) and against all
+//     (FailuresTotal), in a sluice.Limiter over a memory store; past
+//     either, every request that needs the token is answered 429
+//     RATE_LIMITED with Retry-After, the right token too. Each refusal is
+//     logged at Warn, the address masked as a client key (policy.MaskKey)
+//     unless keys are shown in the clear.
+//
+// Without AuthAll, the endpoints but reset are read-only and served
+// without the token: they show anyone who can reach the listener the rule
+// names, their limits and traffic, the most limited keys (masked unless
+// --show-keys), and any key's state under a rule (inspect). Keep them on
+// loopback, behind an authenticating proxy, or behind the token.
 package admin

@@ -72,6 +72,17 @@ type Redis struct {
 	// coalescing off. 0, the default, leaves the store's own
 	// (redis.DefaultBatch, 128).
 	Batch int
+	// WaitReplicas is how many replicas of the primary must acknowledge
+	// a decision's write before it is answered (redis.WithWaitReplicas,
+	// Redis's WAIT): an admitted decision fewer acknowledge within
+	// WaitTimeout fails, and the error policy answers it. 0, the
+	// default, answers at once (replication stays asynchronous, and a
+	// failover may lose the last admits).
+	WaitReplicas int
+	// WaitTimeout bounds the wait for the replicas: a whole number of
+	// milliseconds under Timeout; default half of Timeout. 0 when
+	// WaitReplicas is 0.
+	WaitTimeout time.Duration
 }
 
 // DefaultRedis returns the redis section of a file without one: the

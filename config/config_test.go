@@ -596,3 +596,30 @@ func TestDenyCacheField(t *testing.T) {
 		t.Errorf("deny_cache: sometimes: %v", err)
 	}
 }
+
+// TestWaitFields: redis.wait_replicas is 0 unless the file says more, and
+// wait_timeout is then half the store timeout unless the file says.
+func TestWaitFields(t *testing.T) {
+	for _, tc := range []struct {
+		redis    string
+		replicas int
+		timeout  time.Duration
+	}{
+		{"", 0, 0},
+		{"redis: {wait_replicas: 0}\n", 0, 0},
+		{"redis: {url: redis://127.0.0.1:6379, wait_replicas: 1}\n", 1, 50 * time.Millisecond},
+		{"redis: {wait_replicas: 2, timeout: 301ms}\n", 2, 150 * time.Millisecond},
+		{"redis: {wait_replicas: 1, timeout: 2ms}\n", 1, time.Millisecond},
+		{"redis: {wait_replicas: 1, wait_timeout: 99ms}\n", 1, 99 * time.Millisecond},
+		{"redis: {wait_replicas: 1, timeout: 2s, wait_timeout: 1s}\n", 1, time.Second},
+	} {
+		f, err := Parse("f.yaml", []byte(tc.redis+"rules: [{name: a, limit: 1, period: 1s}]\n"))
+		if err != nil {
+			t.Errorf("%q: %v", tc.redis, err)
+			continue
+		}
+		if f.Redis.WaitReplicas != tc.replicas || f.Redis.WaitTimeout != tc.timeout {
+			t.Errorf("%q: wait_replicas %d, wait_timeout %v; want %d, %v", tc.redis, f.Redis.WaitReplicas, f.Redis.WaitTimeout, tc.replicas, tc.timeout)
+		}
+	}
+}

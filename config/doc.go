@@ -21,6 +21,9 @@
 //	  replicas: auto             # replicas sharing the limits, whose share each enforces under local: auto (default: learned from heartbeats) or a number
 //	  deny_cache: false          # answer in process the denials that must still hold (default false; exact under sluice.WithDenyCache's conditions)
 //	  batch: 128                 # most concurrent decisions coalesced into one script call, >= 1 (default 128; 1: off)
+//	  wait_replicas: 0           # replicas that must hold an admitted decision's write before it is answered (Redis WAIT; default 0: async);
+//	                             # fewer within wait_timeout: the decision fails to on_error (standalone and Sentinel only)
+//	  # wait_timeout: 50ms       # with wait_replicas >= 1 only: whole milliseconds under timeout (default half of it)
 //	memory:                      # optional: the in-memory store (no url, or the on_error: local fallback)
 //	  max_keys: 524288           # most entries (client key x limit) held, >= 1 (default 524288, about 60 MiB);
 //	                             # when full, the least recently used is forgotten and starts afresh

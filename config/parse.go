@@ -18,7 +18,7 @@ import (
 // The fields each mapping accepts, in documentation order.
 var (
 	fileFields   = []string{"redis", "memory", "http", "rules"}
-	redisFields  = []string{"url", "on_error", "timeout", "replicas", "deny_cache", "batch"}
+	redisFields  = []string{"url", "on_error", "timeout", "replicas", "deny_cache", "batch", "wait_replicas", "wait_timeout"}
 	memoryFields = []string{"max_keys"}
 	httpFields   = []string{"headers", "problem_json", "policy_key", "trusted_proxies", "ipv6_prefix"}
 	ruleFields   = []string{"name", "group", "match", "key", "missing_key", "algorithm", "limit", "period", "burst", "limits", "cost", "shadow", "on_error", "plans"}

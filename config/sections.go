@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/policy"
@@ -59,6 +60,7 @@ func (p *parser) redis(f field) Redis {
 			}
 		}
 	}
+	p.redisWait(m, &r)
 	if e, ok := m["replicas"]; ok {
 		if e.val.Value == "auto" {
 			r.Replicas = 0
@@ -71,6 +73,55 @@ func (p *parser) redis(f field) Redis {
 		}
 	}
 	return r
+}
+
+// redisWait reads wait_replicas and wait_timeout of the redis section m
+// into r, whose Timeout is read: the WAIT's timeout must leave the decision
+// time under it.
+func (p *parser) redisWait(m map[string]field, r *Redis) {
+	bad := false // wait_replicas is wrong: wait_timeout is not judged by it
+	if e, ok := m["wait_replicas"]; ok {
+		n, ok := p.integer(e, "how many replicas must hold a decision's write before it is answered (0: none)")
+		switch {
+		case !ok:
+			bad = true
+		case n < 0:
+			bad = true
+			p.errorf(e.val.Line, e.path, "must be 0 (answer at once, the default) or a number of replicas, got %d", n)
+		default:
+			r.WaitReplicas = n
+		}
+	}
+	t, ok := m["wait_timeout"]
+	if !ok {
+		if r.WaitReplicas == 0 {
+			return
+		}
+		if r.WaitTimeout = defaultWaitTimeout(r.Timeout); r.WaitTimeout >= r.Timeout {
+			e := m["wait_replicas"]
+			p.errorf(e.val.Line, e.path, "needs a redis.timeout of 2ms or more, to wait for the replicas within (wait_timeout, default half of it), got %s", r.Timeout)
+		}
+		return
+	}
+	d, ok := p.duration(t)
+	switch {
+	case !ok:
+	case bad:
+	case r.WaitReplicas == 0:
+		p.errorf(t.val.Line, t.path, "applies only with wait_replicas of 1 or more; set wait_replicas, or leave wait_timeout out")
+	case d <= 0 || d%time.Millisecond != 0:
+		p.errorf(t.val.Line, t.path, "must be a positive whole number of milliseconds (Redis's WAIT counts in milliseconds), got %s; write one such as %s", d, defaultWaitTimeout(r.Timeout))
+	case d >= r.Timeout:
+		p.errorf(t.val.Line, t.path, "%s is not under redis.timeout (%s): the store timeout would cut the decision first; write less, such as %s (half of it)", d, r.Timeout, defaultWaitTimeout(r.Timeout))
+	default:
+		r.WaitTimeout = d
+	}
+}
+
+// defaultWaitTimeout is wait_timeout when the file leaves it out: half of
+// the store timeout, in whole milliseconds, at least 1ms.
+func defaultWaitTimeout(timeout time.Duration) time.Duration {
+	return max(timeout/2/time.Millisecond*time.Millisecond, time.Millisecond)
 }
 
 func validRedisURL(s string) bool {

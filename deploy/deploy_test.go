@@ -230,12 +230,29 @@ func (p *process) stop(t *testing.T) {
 	}
 }
 
-// client is the test's HTTP client: every call bounded.
-var client = &http.Client{Timeout: 5 * time.Second}
+// client is the test's HTTP client: every call bounded; over HTTPS it
+// verifies no certificate, as the kubelet's probes (kubeletTLS).
+var client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: kubeletTLS}}
 
 // get returns the status and body of GET url.
 func get(url string) (int, string) {
 	resp, err := client.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// getHost returns the status and body of GET url sent with Host host.
+func getHost(url, host string) (int, string) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err.Error()
+	}
+	req.Host = host
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, err.Error()
 	}

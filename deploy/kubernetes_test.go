@@ -587,8 +587,18 @@ func TestKubernetesPod(t *testing.T) {
 	}
 	if dash := env["SLUICE_DASHBOARD_LISTEN"]; dash == "" {
 		t.Error("the Deployment sets no SLUICE_DASHBOARD_LISTEN: the dashboard is served on the http port, to the whole cluster")
-	} else if code, body := get("http://" + dash + "/admin/v1/stats"); code != http.StatusOK {
-		t.Errorf("GET /admin/v1/stats on the dashboard's listener %s: %d %.300s", dash, code, body)
+	} else {
+		if code, body := get("http://" + dash + "/admin/v1/stats"); code != http.StatusOK {
+			t.Errorf("GET /admin/v1/stats on the dashboard's listener %s: %d %.300s", dash, code, body)
+		}
+		// kubectl port-forward passes the browser's bytes as they are:
+		// Host localhost:<port>, which the admin door answers; a name that
+		// DNS rebinding would send, it refuses.
+		for host, want := range map[string]int{"localhost:8083": http.StatusOK, "attacker.example:8083": http.StatusMisdirectedRequest} {
+			if code, body := getHost("http://"+dash+"/admin/v1/stats", host); code != want {
+				t.Errorf("GET /admin/v1/stats on the dashboard's listener with Host %s: %d %.300s, want %d", host, code, body, want)
+			}
+		}
 	}
 
 	// The ConfigMap edited: a rule added. Before the swap it is unknown.

@@ -63,6 +63,9 @@ func openBackend(r config.Redis, m config.Memory, st settings) (*Backend, error)
 	}
 	if r.URL == "" {
 		log.Warn("no Redis configured: using the in-memory store, whose limits hold per process (N replicas admit N x the limit)", "max_keys", m.MaxKeys)
+		if r.WaitReplicas > 0 {
+			log.Warn("redis.wait_replicas applies to Redis only: the in-memory store has no replicas to wait for", "wait_replicas", r.WaitReplicas)
+		}
 		ctx, cancel := context.WithCancel(context.Background())
 		return &Backend{
 			Limiter: sluice.New(wrap(mem(ctx))),
@@ -81,6 +84,9 @@ func openBackend(r config.Redis, m config.Memory, st settings) (*Backend, error)
 	store := &lazyRedis{url: r.URL, log: log}
 	if r.Batch > 0 {
 		store.opts = append(store.opts, redis.WithBatch(r.Batch))
+	}
+	if r.WaitReplicas > 0 {
+		store.opts = append(store.opts, redis.WithWaitReplicas(r.WaitReplicas, r.WaitTimeout))
 	}
 	store.connect(ctx)
 	fleet := &fleet{n: r.Replicas}
@@ -104,7 +110,7 @@ func openBackend(r config.Redis, m config.Memory, st settings) (*Backend, error)
 			}
 			st.onBreaker(ch)
 		}))...)
-	log.Info("store", "kind", "redis", "on_error", policy.String(), "timeout", r.Timeout, "replicas", replicasSetting(r.Replicas))
+	log.Info("store", "kind", "redis", "on_error", policy.String(), "timeout", r.Timeout, "replicas", replicasSetting(r.Replicas), "wait_replicas", r.WaitReplicas)
 	ready := func(context.Context) error { return nil }
 	if policy.String() == sluice.DenyOnError.String() {
 		// Under deny every decision fails while Redis does: not ready.
@@ -212,6 +218,11 @@ func (l *lazyRedis) connect(ctx context.Context) {
 	if err == nil {
 		return
 	}
+	if errors.Is(err, redis.ErrWaitUnsupported) {
+		// Connecting again would meet the same Cluster.
+		l.log.Error("redis refused: the error policy decides every request until the settings change", "err", err)
+		return
+	}
 	l.log.Warn("redis unreachable; the error policy decides until it is reachable", "err", err)
 	go func() {
 		t := time.NewTicker(time.Second)
@@ -221,7 +232,12 @@ func (l *lazyRedis) connect(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if l.try() == nil {
+				err := l.try()
+				if errors.Is(err, redis.ErrWaitUnsupported) {
+					l.log.Error("redis refused: the error policy decides every request until the settings change", "err", err)
+					return
+				}
+				if err == nil {
 					if ctx.Err() != nil {
 						l.Close() // Close ran while try connected
 						return

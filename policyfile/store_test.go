@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -223,5 +224,52 @@ func TestDenyCacheSetting(t *testing.T) {
 				t.Errorf("%d admitted, %d decided by the store; want 1 admitted and %d decisions at most (exactly, without the cache)", admitted, takes.Load(), tc.most)
 			}
 		})
+	}
+}
+
+// TestOpenBackendWaitReplicas: redis.wait_replicas reaches the store: a
+// decision is admitted while the replica acknowledges, and while it is
+// stopped an admitted decision fails to the error policy (deny) and Ready
+// fails; the control without it admits.
+func TestOpenBackendWaitReplicas(t *testing.T) {
+	primary := redistest.Start(t)
+	replica := redistest.StartReplica(t, primary)
+	ctx := context.Background()
+	open := func(wait int) *policyfile.Backend {
+		// Bounds a loaded machine keeps while the replica is up; with it
+		// stopped, each admitted decision waits out the WAIT timeout.
+		r := config.Redis{URL: "redis://" + primary.Addr, OnError: "deny", Timeout: 3 * time.Second, Replicas: 1}
+		if wait > 0 {
+			r.WaitReplicas, r.WaitTimeout = wait, time.Second
+		}
+		b, err := policyfile.OpenBackend(r, policyfile.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(b.Close)
+		return b
+	}
+	waiting, plain := open(1), open(0)
+	l := sluice.PerHour(100)
+	for _, b := range []*policyfile.Backend{waiting, plain} {
+		if res, err := b.Limiter.Allow(ctx, "k", l); err != nil || !res.Allowed || res.Degraded != sluice.NotDegraded {
+			t.Fatalf("replicating: %+v, %v; want admitted by the store", res, err)
+		}
+	}
+	if err := waiting.Ready(ctx); err != nil {
+		t.Errorf("Ready, replicating: %v", err)
+	}
+	if err := syscall.Kill(replica.Pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = syscall.Kill(replica.Pid(), syscall.SIGCONT) }()
+	if res, err := waiting.Limiter.Allow(ctx, "k", l); err != nil || res.Allowed || res.Degraded == sluice.NotDegraded {
+		t.Errorf("replica stopped, wait_replicas 1: %+v, %v; want denied by the error policy", res, err)
+	}
+	if err := waiting.Ready(ctx); err == nil || !strings.Contains(err.Error(), "not acknowledged by enough replicas") {
+		t.Errorf("Ready, replica stopped: %v; want not acknowledged", err)
+	}
+	if res, err := plain.Limiter.Allow(ctx, "k", l); err != nil || !res.Allowed || res.Degraded != sluice.NotDegraded {
+		t.Errorf("replica stopped, no wait_replicas: %+v, %v; want admitted by the store", res, err)
 	}
 }

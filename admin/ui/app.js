@@ -172,16 +172,67 @@
   // A poll is given up after POLL_TIMEOUT ms: one that never gets an
   // answer would stop the updates for good.
   const POLL_TIMEOUT = 5000;
+  // TOKEN is where the tab keeps the admin token of a server that asks for
+  // it (sluice serve --admin-auth all): sent as the polls' bearer token.
+  const TOKEN = "sluice-admin-token";
+  function token() {
+    try { return sessionStorage.getItem(TOKEN) || ""; } catch (e) { return ""; }
+  }
+  function keep(t) {
+    try { if (t) sessionStorage.setItem(TOKEN, t); else sessionStorage.removeItem(TOKEN); } catch (e) { /* no storage: ask again */ }
+  }
+  function ask(why) {
+    $("login").hidden = false;
+    $("forget").hidden = true;
+    $("login-error").textContent = why;
+    $("status").textContent = "needs the admin token";
+  }
 
+  let timer = 0, busy = false, again = false;
+  // poll reads the stats once, and schedules the next read: in a second,
+  // after a 429's Retry-After, or (after a 401) once a token is given.
   async function poll() {
+    if (busy) { again = true; return; }
+    busy = true;
+    let next = 1000;
     try {
-      const resp = await fetch("/admin/v1/stats", { cache: "no-store", signal: AbortSignal.timeout(POLL_TIMEOUT) });
-      if (!resp.ok) throw new Error("HTTP " + resp.status);
-      render(await resp.json());
+      const t = token();
+      const resp = await fetch("/admin/v1/stats", { cache: "no-store", headers: t ? { Authorization: "Bearer " + t } : {}, signal: AbortSignal.timeout(POLL_TIMEOUT) });
+      if (resp.status === 401) {
+        keep("");
+        ask(t ? "The server refused that token." : "");
+        next = -1;
+      } else if (resp.status === 429) {
+        const body = await resp.json().catch(() => ({}));
+        const wait = (body.error && body.error.retry_after) || Number(resp.headers.get("Retry-After")) || 10;
+        $("status").textContent = "too many wrong tokens: asking again in " + wait + " s";
+        next = wait * 1000;
+      } else if (!resp.ok) {
+        throw new Error("HTTP " + resp.status);
+      } else {
+        const st = await resp.json();
+        $("login").hidden = true;
+        $("forget").hidden = !t;
+        render(st);
+      }
     } catch (e) {
       $("status").textContent = "not updating: " + e.message;
     }
-    setTimeout(poll, 1000);
+    busy = false;
+    if (again) { again = false; next = 0; }
+    clearTimeout(timer);
+    if (next >= 0) timer = setTimeout(poll, next);
   }
+  $("login").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const t = $("token").value.trim();
+    if (!t) return;
+    keep(t);
+    $("token").value = "";
+    $("login").hidden = true;
+    $("status").textContent = "connecting…";
+    poll();
+  });
+  $("forget").addEventListener("click", () => { keep(""); poll(); });
   poll();
 })();

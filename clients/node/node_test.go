@@ -7,6 +7,7 @@ package node_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/httplimit"
+	"github.com/sluice-go/sluice/internal/certtest"
 	"github.com/sluice-go/sluice/internal/proc"
 )
 
@@ -37,8 +39,9 @@ const minNode = 18
 // while it is stopped by SIGSTOP (it accepts connections and never
 // answers: the client's timeout decides) and once it has exited
 // (connections are refused); then test/degraded.test.js against a sluice
-// serve whose Redis is down under on_error deny. The 429s that
-// live.test.js saw must be httplimit's, byte for byte.
+// serve whose Redis is down under on_error deny; then test/tls.test.js
+// against a sluice serve on mutual TLS. The 429s that live.test.js saw
+// must be httplimit's, byte for byte.
 //
 // It skips under -short; otherwise a missing node or Express fails it.
 func TestNode(t *testing.T) {
@@ -47,7 +50,7 @@ func TestNode(t *testing.T) {
 	}
 	node := needNode(t)
 	bin := buildSluice(t)
-	s := startSluice(t, bin, true)
+	s := startSluice(t, bin, true, nil)
 
 	result := filepath.Join(t.TempDir(), "429.json")
 	t.Run("live", func(t *testing.T) {
@@ -76,8 +79,20 @@ func TestNode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := startSluice(t, bin, false, "--redis", fmt.Sprintf("redis://127.0.0.1:%d", port), "--on-error", "deny")
+		s := startSluice(t, bin, false, nil, "--redis", fmt.Sprintf("redis://127.0.0.1:%d", port), "--on-error", "deny")
 		runNode(t, node, []string{"SLUICE_URL=" + s.url}, "test/degraded.test.js")
+	})
+	t.Run("mutual TLS", func(t *testing.T) {
+		// A sluice serve on mutual TLS, and the files of its CA, of a
+		// client certificate it signed and of a stranger CA's.
+		pki, ca := certtest.NewFilesOf(t)
+		stranger := certtest.NewCA(t, "stranger CA").Client(t, "intruder")
+		strangerCert, strangerKey := filepath.Join(t.TempDir(), "stranger.pem"), filepath.Join(t.TempDir(), "stranger-key.pem")
+		stranger.Write(t, strangerCert, strangerKey)
+		s := startSluice(t, bin, true, ca.ClientConfig(t, ca.Client(t, "probe")),
+			"--tls-cert", pki.ServerCert, "--tls-key", pki.ServerKey, "--tls-client-ca", pki.CA)
+		runNode(t, node, []string{"SLUICE_URL=" + s.url, "SLUICE_TEST_CA=" + pki.CA, "SLUICE_TEST_CERT=" + pki.ClientCert, "SLUICE_TEST_KEY=" + pki.ClientKey,
+			"SLUICE_TEST_STRANGER_CERT=" + strangerCert, "SLUICE_TEST_STRANGER_KEY=" + strangerKey}, "test/tls.test.js")
 	})
 }
 
@@ -194,9 +209,10 @@ type sluiceProc struct {
 // loopback port, no gRPC listener and none of this environment's SLUICE_*
 // variables, and waits until it is ready (/readyz answers 200) or, when
 // ready is false, until it serves (/healthz: a sluice whose store is down
-// under on_error deny is never ready). It kills the process, by pid, when
-// t ends.
-func startSluice(t *testing.T, bin string, ready bool, args ...string) *sluiceProc {
+// under on_error deny is never ready). With args that put it on TLS,
+// tlsClient is the probe's TLS (nil: plaintext). It kills the process, by
+// pid, when t ends.
+func startSluice(t *testing.T, bin string, ready bool, tlsClient *tls.Config, args ...string) *sluiceProc {
 	t.Helper()
 	args = append([]string{"serve", "--config", "test/sluice.yaml", "--listen", "127.0.0.1:0", "--grpc-listen", "", "--log-format", "json"}, args...)
 	cmd := exec.Command(bin, args...)
@@ -245,6 +261,9 @@ func startSluice(t *testing.T, bin string, ready bool, args ...string) *sluicePr
 	select {
 	case a := <-addr:
 		s.url = "http://" + a
+		if tlsClient != nil {
+			s.url = "https://" + a
+		}
 	case <-s.done:
 		t.Fatalf("sluice serve exited before serving: %v\n%s", s.err, drain(lines))
 	case <-time.After(30 * time.Second):
@@ -255,7 +274,7 @@ func startSluice(t *testing.T, bin string, ready bool, args ...string) *sluicePr
 		probe = "/healthz"
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	client := &http.Client{Timeout: 5 * time.Second}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsClient}}
 	for {
 		resp, err := client.Get(s.url + probe)
 		if err == nil {

@@ -78,11 +78,17 @@ class SluiceError extends Error {
  *   onError  'allow' (default) or 'deny': the decision when sluice cannot be asked
  *   onFailure(err)  told of each check sluice could not answer; by default a
  *            warning on the console, at most one every 10 seconds
+ *   ca       for an https:// url: the CA certificates (PEM, a string or a
+ *            Buffer, or an array of them) to verify sluice's certificate
+ *            against, instead of Node's own (sluice serve --tls-cert)
+ *   cert, key  for an https:// url: a client certificate and its private
+ *            key (PEM), for a sluice serve run with --tls-client-ca
  *
  * It keeps its connections to sluice open between checks; close() ends them.
  */
 function client(options = {}) {
   const base = parseURL(options.url);
+  const tls = tlsOptions(base, options);
   const timeout = options.timeout === undefined ? DEFAULT_TIMEOUT_MS : options.timeout;
   checkTimeout(timeout);
   const onError = options.onError === undefined ? 'allow' : options.onError;
@@ -92,7 +98,7 @@ function client(options = {}) {
     throw new TypeError(`sluice: onFailure must be a function, got ${typeof onFailure}`);
   }
   const transport = base.protocol === 'https:' ? https : http;
-  const agent = new transport.Agent({ keepAlive: true });
+  const agent = new transport.Agent({ keepAlive: true, ...tls });
   const endpoint = new URL('v1/check', base);
 
   /**
@@ -232,7 +238,10 @@ function client(options = {}) {
  *   onError  'allow' or 'deny': when sluice cannot be asked, let the request
  *            through unlimited, or answer 503 RATE_LIMITER_UNAVAILABLE
  *            (default: the client's onError, 'allow' unless it says otherwise)
- *   client   a client() to share; else one is made of url, timeout and onFailure
+ *   tls      for an https:// url: { ca, cert, key }, the client's TLS options
+ *            (key is the client key's function here)
+ *   client   a client() to share; else one is made of url, timeout,
+ *            onFailure and tls
  *
  * Errors, a key function that throws and a check that sluice says is
  * wrong (an unknown rule), go to next(err): Express answers 500.
@@ -254,7 +263,7 @@ function express(options = {}) {
   // Unset, the client's own onError decides ('allow' unless it says otherwise).
   const { onError } = options;
   if (onError !== undefined) checkOnError(onError);
-  const c = options.client || client({ url: options.url, timeout: options.timeout, onError, onFailure: options.onFailure });
+  const c = options.client || client({ url: options.url, timeout: options.timeout, onError, onFailure: options.onFailure, ...tlsOf(options.tls) });
 
   return function sluiceMiddleware(req, res, next) {
     decide(req, res).then((admitted) => { if (admitted) next(); }, next);
@@ -397,6 +406,52 @@ function parseURL(url) {
   }
   if (!u.pathname.endsWith('/')) u.pathname += '/'; // v1/check resolves under it
   return u;
+}
+
+// tlsOf returns the TLS options of express's tls option.
+function tlsOf(tls) {
+  if (tls === undefined) return {};
+  if (typeof tls !== 'object' || tls === null || Array.isArray(tls)) {
+    throw new TypeError(`sluice: tls must be an object of ca, cert and key, got ${describe(tls)}`);
+  }
+  const unknown = Object.keys(tls).filter((k) => !TLS_OPTIONS.includes(k));
+  if (unknown.length > 0) {
+    throw new TypeError(`sluice: tls option ${unknown.join(', ')} is not one of ${TLS_OPTIONS.join(', ')}`);
+  }
+  const out = {};
+  for (const k of TLS_OPTIONS) if (tls[k] !== undefined) out[k] = tls[k];
+  return out;
+}
+
+// TLS_OPTIONS are the options of an https:// url, as Node's https.Agent
+// takes them.
+const TLS_OPTIONS = Object.freeze(['ca', 'cert', 'key']);
+
+// tlsOptions returns the TLS options of options for the agent of base: none
+// for an http:// url, with which they are an error (they would be ignored).
+function tlsOptions(base, options) {
+  const given = TLS_OPTIONS.filter((k) => options[k] !== undefined);
+  if (base.protocol !== 'https:') {
+    if (given.length > 0) {
+      throw new TypeError(`sluice: ${given.join(', ')} ${given.length === 1 ? 'is a TLS option' : 'are TLS options'}: url ${JSON.stringify(base.href)} must be https://`);
+    }
+    return {};
+  }
+  for (const k of given) {
+    const v = options[k];
+    const ok = (x) => typeof x === 'string' || Buffer.isBuffer(x);
+    if (!(ok(v) || (k === 'ca' && Array.isArray(v) && v.every(ok)))) {
+      throw new TypeError(`sluice: ${k} must be PEM text (a string or a Buffer${k === 'ca' ? ', or an array of them' : ''}), got ${describe(v)}`);
+    }
+  }
+  if ((options.cert === undefined) !== (options.key === undefined)) {
+    throw new TypeError(options.cert === undefined
+      ? 'sluice: key needs cert, the client certificate of the key'
+      : 'sluice: cert needs key, the client certificate\'s private key');
+  }
+  const out = {};
+  for (const k of given) out[k] = options[k];
+  return out;
 }
 
 function checkTimeout(timeout) {

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluice-go/sluice/internal/loadgen"
 )
@@ -26,6 +25,7 @@ type benchFlags struct {
 	duration, timeout           time.Duration
 	format                      string
 	progress                    bool
+	tls                         *clientTLSFlags
 	// Made by check:
 	rate       float64          // of rateText
 	keyTmpl    loadgen.Template // of key
@@ -40,8 +40,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"denied or failed. Keys are used in turn, {n} in --key or --descriptor standing for\n"+
 		"the key's number and {ip} for an IPv4 address made of it (10.x.y.z).", stdout)
 	var b benchFlags
-	fs.stringVar(&b.http, "http", "SLUICE_BENCH_HTTP", "", "base URL of serve's HTTP listener, such as http://127.0.0.1:8080 (this or --grpc)")
-	fs.stringVar(&b.grpc, "grpc", "SLUICE_BENCH_GRPC", "", "address of serve's gRPC listener, such as 127.0.0.1:8081 (this or --http)")
+	fs.stringVar(&b.http, "http", "SLUICE_BENCH_HTTP", "", "base URL of serve's HTTP listener, such as http://127.0.0.1:8080, or https:// for a serve with --tls-cert (this or --grpc)")
+	fs.stringVar(&b.grpc, "grpc", "SLUICE_BENCH_GRPC", "", "address of serve's gRPC listener, such as 127.0.0.1:8081 (this or --http), over TLS when a --tls-* flag is given")
 	fs.stringVar(&b.rule, "rule", "SLUICE_BENCH_RULE", "", "over HTTP: the rule of every check")
 	fs.stringVar(&b.key, "key", "SLUICE_BENCH_KEY", "{ip}", "over HTTP: the client key of each check")
 	fs.stringVar(&b.domain, "domain", "SLUICE_BENCH_DOMAIN", "sluice", "over gRPC: the request's domain")
@@ -53,6 +53,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	duration := fs.duration("duration", "SLUICE_BENCH_DURATION", 10*time.Second, "how long to send when --requests is 0")
 	timeout := fs.duration("timeout", "SLUICE_BENCH_TIMEOUT", 10*time.Second, "how long one request may take; longer is an error")
 	fs.stringVar(&b.format, "format", "SLUICE_BENCH_FORMAT", "text", "the summary's format: text or json")
+	b.tls = addClientTLSFlags(fs, "SLUICE_BENCH_")
 	progress := fs.boolean("progress", "SLUICE_BENCH_PROGRESS", true, "write a progress line to stderr every second")
 	if err := fs.parse(args); err != nil {
 		return err
@@ -132,13 +133,21 @@ const (
 // release its connections.
 func (b *benchFlags) target() (loadgen.Func, func(), error) {
 	if b.grpc != "" {
-		conn, err := grpc.NewClient(b.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		creds, err := b.tls.grpcCredentials()
+		if err != nil {
+			return nil, nil, err
+		}
+		conn, err := grpc.NewClient(b.grpc, grpc.WithTransportCredentials(creds))
 		if err != nil {
 			return nil, nil, usageError{fmt.Errorf("--grpc %q: %w", b.grpc, err)}
 		}
 		return loadgen.GRPC(conn, b.domain, b.descriptor, b.keys, b.timeout), func() { conn.Close() }, nil
 	}
-	tr := &http.Transport{MaxIdleConns: b.concurrency, MaxIdleConnsPerHost: b.concurrency, IdleConnTimeout: time.Minute}
+	tlsConfig, err := b.tls.config("--http", b.http)
+	if err != nil {
+		return nil, nil, err
+	}
+	tr := &http.Transport{MaxIdleConns: b.concurrency, MaxIdleConnsPerHost: b.concurrency, IdleConnTimeout: time.Minute, TLSClientConfig: tlsConfig}
 	client := &http.Client{Transport: tr, Timeout: b.timeout}
 	return loadgen.HTTPCheck(client, b.http, b.rule, b.keyTmpl, b.keys), tr.CloseIdleConnections, nil
 }

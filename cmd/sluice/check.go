@@ -45,6 +45,9 @@ func printFile(w io.Writer, f *config.File) {
 	store := "in-memory (limits hold per process: N replicas admit N x the limit)"
 	if f.Redis.URL != "" {
 		store = "redis, on_error " + f.Redis.OnError + ", timeout " + f.Redis.Timeout.String()
+		if f.Redis.WaitReplicas > 0 {
+			store += fmt.Sprintf(", wait_replicas %d within %s", f.Redis.WaitReplicas, f.Redis.WaitTimeout)
+		}
 	}
 	fmt.Fprintf(w, "%s: ok, %d rules\nstore: %s\nheaders: %s", f.Path, len(f.Rules), store, f.HTTP.Headers)
 	if f.HTTP.ProblemJSON {

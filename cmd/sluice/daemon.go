@@ -30,6 +30,7 @@ type daemonFlags struct {
 	denialLog                                  *float64     // the share of denials logged
 	showKeys                                   *bool        // client keys in the clear in logs and on the dashboard
 	limits                                     *listenFlags // the listeners' bounds
+	tls                                        *tlsFlags    // the listeners' TLS
 }
 
 // The default --listen addresses. serve's is the decision service's
@@ -53,6 +54,7 @@ func addDaemonFlags(fs *cmdFlags, listen, configs string) *daemonFlags {
 		drain:       fs.duration("shutdown-timeout", "SLUICE_SHUTDOWN_TIMEOUT", 10*time.Second, "how long SIGTERM waits for in-flight requests"),
 		reloadEvery: fs.duration("reload-interval", "SLUICE_RELOAD_INTERVAL", time.Second, "how often to check the config for changes (0: only on SIGHUP)"),
 		limits:      addListenFlags(fs),
+		tls:         addTLSFlags(fs),
 		gcMinHeap:   new(int),
 		denialLog: fs.float("log-denials", "SLUICE_LOG_DENIALS", policy.DefaultDenialLogRate,
 			"the share of denials (and shadow denials) logged, each with its rule, limits, retry_after and client key: 0 none, 1 every one"),

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -21,16 +23,44 @@ import (
 type dashboardFlags struct {
 	on     *bool
 	listen *string
+	// The admin door: the names it answers to, which endpoints need the
+	// token.
+	hosts *string
+	auth  *string
 }
 
 // addDashboardFlags defines them on fs.
 func addDashboardFlags(fs *cmdFlags) *dashboardFlags {
 	return &dashboardFlags{
 		on: fs.boolean("dashboard", "SLUICE_DASHBOARD", true,
-			"serve the live dashboard at GET / and its read-only JSON at /admin/v1/stats and /admin/v1/top (sluice top), the operator API of sluice inspect and sluice reset (reset only with "+admin.TokenEnv+" set), and count the most limited keys; without authentication but reset's: it shows rule names, (masked) client keys and any key's state to whoever can reach its listener"),
+			"serve the live dashboard at GET / and its read-only JSON at /admin/v1/stats and /admin/v1/top (sluice top), the operator API of sluice inspect and sluice reset (reset only with "+admin.TokenEnv+" set), and count the most limited keys; without authentication but reset's unless --admin-auth all: it shows rule names, (masked) client keys and any key's state to whoever can reach its listener"),
 		listen: fs.string("dashboard-listen", "SLUICE_DASHBOARD_LISTEN", "",
 			"address of a listener of the dashboard's own, such as 127.0.0.1:8083 (empty: on --listen); keep it on loopback or behind an authenticating proxy"),
+		hosts: fs.string("admin-hosts", admin.HostsEnv, "",
+			"host names the dashboard and the operator API answer to besides localhost, IP addresses and the name of their listener's address, comma-separated, such as sluice.internal (* for any): a request whose Host is another name is refused with 421 (DNS rebinding), and so is a POST from a page of another origin (403)"),
+		auth: fs.string("admin-auth", admin.AuthEnv, admin.AuthWrites.String(),
+			"which endpoints of the dashboard need the bearer token of "+admin.TokenEnv+": writes (reset) or all (stats, top and inspect too; the page then asks for the token)"),
 	}
+}
+
+// door returns the admin options of the door flags, for a dashboard whose
+// listener's address is listen, with the token of the environment.
+func (f *dashboardFlags) door(listen, token string) ([]admin.Option, error) {
+	hosts, err := admin.ParseHosts(*f.hosts)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--admin-hosts (%s) %q: %w", admin.HostsEnv, *f.hosts, err)}
+	}
+	if host, _, err := net.SplitHostPort(listen); err == nil {
+		hosts = hosts.With(host)
+	}
+	auth, err := admin.ParseAuth(*f.auth)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--admin-auth (%s) %w", admin.AuthEnv, err)}
+	}
+	if auth == admin.AuthAll && token == "" {
+		return nil, usageError{fmt.Errorf("--admin-auth all needs the token: set %s in sluice serve's environment", admin.TokenEnv)}
+	}
+	return []admin.Option{admin.WithToken(token), admin.WithHosts(hosts), admin.WithAuth(auth)}, nil
 }
 
 // dashboard is the dashboard of one sluice serve. Its methods work on a
@@ -45,11 +75,16 @@ type dashboard struct {
 }
 
 // open returns the dashboard the flags ask for (nil when off), reading m,
-// for the config at path (an envoyproxy/ratelimit one when isEnvoy).
-func (f *dashboardFlags) open(m *metrics.Metrics, path string, isEnvoy, showKeys bool, log *slog.Logger) (*dashboard, error) {
+// for the config at path (an envoyproxy/ratelimit one when isEnvoy), on
+// mainListen (serve's --listen) unless it has a listener of its own.
+func (f *dashboardFlags) open(m *metrics.Metrics, path, mainListen string, isEnvoy, showKeys bool, log *slog.Logger) (*dashboard, error) {
 	if !*f.on {
-		if *f.listen != "" {
-			return nil, usageError{fmt.Errorf("--dashboard-listen %q with --dashboard=false: turn the dashboard on, or leave out --dashboard-listen", *f.listen)}
+		for _, g := range []struct{ flag, v, def string }{
+			{"--dashboard-listen", *f.listen, ""}, {"--admin-hosts", *f.hosts, ""}, {"--admin-auth", *f.auth, admin.AuthWrites.String()},
+		} {
+			if g.v != g.def {
+				return nil, usageError{fmt.Errorf("%s %q with --dashboard=false: turn the dashboard on, or leave out %s", g.flag, g.v, g.flag)}
+			}
 		}
 		return nil, nil
 	}
@@ -58,9 +93,14 @@ func (f *dashboardFlags) open(m *metrics.Metrics, path string, isEnvoy, showKeys
 	if isEnvoy {
 		kind = "envoy"
 	}
-	opts := []admin.Option{admin.WithMetrics(m), admin.WithTop(d.top), admin.WithPlainKeys(showKeys), admin.WithToken(os.Getenv(admin.TokenEnv)), admin.WithLogger(log),
+	listen := cmp.Or(*f.listen, mainListen)
+	door, err := f.door(listen, os.Getenv(admin.TokenEnv))
+	if err != nil {
+		return nil, err
+	}
+	opts := append(door, admin.WithMetrics(m), admin.WithTop(d.top), admin.WithPlainKeys(showKeys), admin.WithLogger(log),
 		admin.WithLimiter(d.lim.Load),
-		admin.WithConfig(func() admin.ConfigInfo { return d.config(path, kind) })}
+		admin.WithConfig(func() admin.ConfigInfo { return d.config(path, kind) }))
 	if isEnvoy {
 		opts = append(opts, admin.WithRules(d.envoyRules))
 	} else {
@@ -107,9 +147,9 @@ func (d *dashboard) envoyApply(apply func(*envoy.Config)) func(*envoy.Config) {
 }
 
 // serve starts sampling until ctx ends and serves the dashboard: on mux,
-// or on a listener of its own. It returns the log attributes that say
-// where, and how to stop its listener.
-func (d *dashboard) serve(ctx context.Context, mux *http.ServeMux, e *policy.Engine, lim *sluice.Limiter, cfg *envoy.Config, log *slog.Logger) (attrs []any, stop func(), err error) {
+// or on a listener of its own of ls. It returns the log attributes that
+// say where, and how to stop its listener.
+func (d *dashboard) serve(ctx context.Context, mux *http.ServeMux, ls *listeners, e *policy.Engine, lim *sluice.Limiter, cfg *envoy.Config, log *slog.Logger) (attrs []any, stop func(), err error) {
 	if d == nil {
 		return []any{"dashboard", "off"}, func() {}, nil
 	}
@@ -123,7 +163,7 @@ func (d *dashboard) serve(ctx context.Context, mux *http.ServeMux, e *policy.Eng
 		d.h.Register(mux)
 		return []any{"dashboard", "on --listen"}, func() {}, nil
 	}
-	stop, addr, err := serveAside("--dashboard-listen", d.listen, d.h, log)
+	stop, addr, err := ls.serveAside("--dashboard-listen", d.listen, d.h, log)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -243,8 +243,25 @@ func goroutines(d *daemon) (int, error) {
 	return int(v), err
 }
 
-// metric returns the value of the metric without labels name from d's
-// /metrics.
+// storeTakes returns how many store calls (takes) d's Limiter has made,
+// every decision that asked the store and every probe of the breaker, and
+// how many of them failed (sluice_store_duration_seconds_count and
+// sluice_store_errors_total of op take).
+func storeTakes(t *testing.T, d *daemon) (calls, failed int) {
+	t.Helper()
+	c, err := metric(d, `sluice_store_duration_seconds_count{op="take"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := metric(d, `sluice_store_errors_total{op="take"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(c), int(f)
+}
+
+// metric returns the value of the series name (with its labels, if it
+// has any) from d's /metrics.
 func metric(d *daemon, name string) (float64, error) {
 	text, err := metricsText(d)
 	if err != nil {

@@ -9,6 +9,7 @@
 //	sluice serve --config sluice.yaml   # POST /v1/check and the dashboard on 127.0.0.1:8080; reloads the file on change or SIGHUP
 //	sluice serve --config ratelimit/    # Envoy's rate limit service on 127.0.0.1:8081, every domain of the directory
 //	sluice proxy --upstream http://127.0.0.1:3000 --config sluice.yaml   # on 127.0.0.1:8082
+//	sluice serve --config sluice.yaml --tls-cert cert.pem --tls-key key.pem   # every listener on TLS (--tls-client-ca: mutual), reloaded on change
 //	sluice inspect --rule login --key 203.0.113.7   # a client's state under a rule of a running serve, spending nothing
 //	sluice reset --rule login --key 203.0.113.7     # forget it (SLUICE_ADMIN_TOKEN)
 //	sluice top                          # the most limited keys of a running serve

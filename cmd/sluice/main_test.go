@@ -66,6 +66,7 @@ rules:
       - {algorithm: fixed_window, limit: 20, period: 1h}
   - {name: default, key: "header:X-API-Key", limit: 100, period: 1s, burst: 200}
 `)
+	waiting := writeFile(t, "redis: {url: redis://127.0.0.1:6379, wait_replicas: 1}\nrules: [{name: a, limit: 1, period: 1s}]\n")
 	invalid := writeFile(t, "rules:\n  - name: a\n    perod: 1s\n    limit: 5\n    algorithm: token-bucket\n")
 	tests := []struct {
 		name     string
@@ -84,6 +85,11 @@ rules:
 				"login-1m: sliding_window 5/1m0s AND login-1h: fixed_window 20/1h0m0s",
 				"(default)", "header:X-Api-Key, missing: reject", "default-1s: token_bucket 100/1s burst 200",
 			},
+		},
+		{
+			name:   "wait_replicas",
+			args:   []string{"check", "--config", waiting},
+			stdout: []string{"store: redis, on_error local, timeout 100ms, wait_replicas 1 within 50ms"},
 		},
 		{
 			name:   "file from SLUICE_CONFIG",

@@ -30,18 +30,21 @@ const operatorTimeout = 10 * time.Second
 type operatorFlags struct {
 	server *string
 	json   *bool
+	tls    *clientTLSFlags
 }
 
 func addOperatorFlags(fs *cmdFlags) operatorFlags {
 	return operatorFlags{
-		server: fs.string("server", "SLUICE_SERVER", "http://"+serveListen, "base URL of the running sluice serve (its --listen, or its --dashboard-listen when the dashboard has a listener of its own)"),
+		server: fs.string("server", "SLUICE_SERVER", "http://"+serveListen, "base URL of the running sluice serve (its --listen, or its --dashboard-listen when the dashboard has a listener of its own; https:// for a serve with --tls-cert)"),
 		json:   fs.boolean("json", "SLUICE_JSON", false, "print the API's JSON answer instead of a table"),
+		tls:    addClientTLSFlags(fs, "SLUICE_CLIENT_"),
 	}
 }
 
 // call sends a request of the operator API at path to the server of of,
 // with body as JSON when not nil and the bearer token when token is not
-// empty, decodes a 200 answer into out and returns it as it came (what
+// empty (every command sends its TokenEnv when set: a server started
+// with --admin-auth all asks for it on reads too), decodes a 200 answer into out and returns it as it came (what
 // --json prints: checked as out's JSON, so that no other answer is
 // printed as the API's). Any other answer is an error that says what the
 // server said.
@@ -49,6 +52,10 @@ func (of operatorFlags) call(ctx context.Context, method, path string, query url
 	base, err := url.Parse(*of.server)
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
 		return nil, usageError{fmt.Errorf("--server %q is not an http or https URL, such as http://127.0.0.1:8080", *of.server)}
+	}
+	client, err := of.client()
+	if err != nil {
+		return nil, err
 	}
 	u := base.JoinPath(path)
 	u.RawQuery = query.Encode()
@@ -72,7 +79,8 @@ func (of operatorFlags) call(ctx context.Context, method, path string, query url
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	defer client.CloseIdleConnections()
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("asking %s: %w", base.Redacted(), err)
 	}
@@ -83,10 +91,13 @@ func (of operatorFlags) call(ctx context.Context, method, path string, query url
 	}
 	if resp.StatusCode != http.StatusOK {
 		hint := ""
-		if resp.StatusCode == http.StatusNotFound {
+		switch {
+		case resp.StatusCode == http.StatusNotFound:
 			// A sluice serve with --dashboard=false, one whose dashboard
 			// has a listener of its own, or no sluice serve at all.
 			hint = "; the operator API is served with the dashboard (sluice serve --dashboard, on by default), on its --dashboard-listen when it has one: is --server that address?"
+		case resp.StatusCode == http.StatusUnauthorized && token == "":
+			hint = "; this command sends the server's token from its own " + admin.TokenEnv + ", which is not set"
 		}
 		var e httpjson.ErrorBody
 		if json.Unmarshal(b, &e) == nil && e.Error.Message != "" {
@@ -98,6 +109,18 @@ func (of operatorFlags) call(ctx context.Context, method, path string, query url
 		return nil, fmt.Errorf("%s %s: the answer is not what this sluice understands (%w); is --server a sluice serve of the same version?", method, path, err)
 	}
 	return b, nil
+}
+
+// client returns the HTTP client of one call: over TLS with the --tls-*
+// flags' files for an https --server.
+func (of operatorFlags) client() (*http.Client, error) {
+	c, err := of.tls.config("--server", *of.server)
+	if err != nil || c == nil {
+		return &http.Client{}, err
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = c
+	return &http.Client{Transport: tr}, nil
 }
 
 // clientFlags are the --rule, --key and --composite of inspect and reset.
@@ -122,7 +145,7 @@ func needRule(rule string) error {
 }
 
 func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flagSet("inspect", "Show a client's state under each limit of a rule of a running sluice serve, without\nspending anything: what remains, when it resets, and whether the next request of\n--cost would pass (and if not, when it would).", stdout)
+	fs := flagSet("inspect", "Show a client's state under each limit of a rule of a running sluice serve, without\nspending anything: what remains, when it resets, and whether the next request of\n--cost would pass (and if not, when it would). It sends "+admin.TokenEnv+" as its\nbearer token when set (a server with --admin-auth all asks for it).", stdout)
 	of := addOperatorFlags(fs)
 	cf := addClientFlags(fs)
 	cost := fs.string("cost", "SLUICE_COST", "", "the cost of the request asked about (empty: the rule's cost)")
@@ -143,7 +166,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		q.Set("cost", *cost)
 	}
 	var in admin.Inspection
-	b, err := of.call(ctx, http.MethodGet, admin.InspectPath, q, nil, "", &in)
+	b, err := of.call(ctx, http.MethodGet, admin.InspectPath, q, nil, os.Getenv(admin.TokenEnv), &in)
 	if err != nil {
 		return err
 	}

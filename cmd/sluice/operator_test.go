@@ -180,7 +180,7 @@ func TestReset(t *testing.T) {
 		t.Fatalf("reset: exit %d: %s", code, out)
 	}
 	// Each reset is logged, the key masked, and so is a refused one.
-	if entry := d.waitLog(t, "sluice: reset refused"); entry["remote"] == nil {
+	if entry := d.waitLog(t, "sluice: admin request refused"); entry["remote"] == nil {
 		t.Errorf("refused reset logged as %v, want the remote address", entry)
 	}
 	if entry := d.waitLog(t, "sluice: reset"); entry["rule"] != "fw" || entry["key"] != policy.MaskKey("a") {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
@@ -44,6 +43,11 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer stopHUP()
 	keepMinHeap(ctx, int64(*df.gcMinHeap)<<20)
+	ls, stopTLS, err := df.tls.open(ctx, *df.reloadEvery, log)
+	if err != nil {
+		return err
+	}
+	defer stopTLS()
 	// The forwarder is rebuilt from each valid reload, with the file's
 	// trusted proxies, and swapped in whole: requests in flight finish
 	// with the one they started with.
@@ -79,7 +83,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		m.Rules(func() []string { return ruleNames(p.Engine()) })
 		h = timeProxy(m, p.Middleware, next)
 	}
-	ln, err := net.Listen("tcp", *df.listen)
+	ln, err := ls.listen("--listen", *df.listen)
 	if err != nil {
 		return err
 	}
@@ -87,9 +91,9 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer stopWatch()
 	p.Watch(ctx, *df.reloadEvery, hup)
 	srv := df.limits.proxyServer(h, log)
-	counts := []any{"rules", len(p.File().Rules)}
+	counts := append([]any{"rules", len(p.File().Rules)}, ls.attrs()...)
 	if m != nil {
-		stop, addr, err := serveAside("--metrics-listen", *metricsListen, m.Handler(), log)
+		stop, addr, err := ls.serveAside("--metrics-listen", *metricsListen, m.Handler(), log)
 		if err != nil {
 			return err
 		}

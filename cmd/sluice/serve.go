@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -46,9 +45,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer stopHUP()
 	keepMinHeap(ctx, int64(*df.gcMinHeap)<<20)
+	ls, stopTLS, err := df.tls.open(ctx, *df.reloadEvery, log)
+	if err != nil {
+		return err
+	}
+	defer stopTLS()
 	path := df.path
 	m := metrics.New()
-	dash, err := dashFlags.open(m, *path, isEnvoy, *df.showKeys, log)
+	dash, err := dashFlags.open(m, *path, *df.listen, isEnvoy, *df.showKeys, log)
 	if err != nil {
 		return err
 	}
@@ -83,7 +87,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		m.Rules(func() []string { return ruleNames(p.Engine()) })
 	}
 	defer back.Close()
-	ln, err := net.Listen("tcp", *df.listen)
+	ln, err := ls.listen("--listen", *df.listen)
 	if err != nil {
 		return err
 	}
@@ -119,7 +123,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	mux.Handle("/", api)
 	mux.Handle("/v1/check", m.Time(metrics.DoorHTTP, api))
 	mux.Handle("/v1/check/batch", m.Time(metrics.DoorHTTP, api))
-	dashAttrs, stopDash, err := dash.serve(ctx, mux, engineOf(p), back.Limiter, ecfg, log)
+	dashAttrs, stopDash, err := dash.serve(ctx, mux, ls, engineOf(p), back.Limiter, ecfg, log)
 	if err != nil {
 		return err
 	}
@@ -143,7 +147,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
-		g = df.limits.grpcServer(log, grpc.ChainUnaryInterceptor(timeDecisions(m)))
+		g = df.limits.grpcServer(log, append(ls.grpcOptions(), grpc.ChainUnaryInterceptor(timeDecisions(m)))...)
 		envoy.Register(g, rls)
 		health.register(g)
 		go func() { errc <- g.Serve(gln) }()
@@ -159,13 +163,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		warnNoDomains(log, *path, ecfg)
 	}
 	if *pprofListen != "" {
-		stop, addr, err := servePprof(*pprofListen, log)
+		stop, addr, err := servePprof(ls, *pprofListen, log)
 		if err != nil {
 			return err
 		}
 		defer stop()
 		counts = append(counts, "pprof", addr)
 	}
+	counts = append(counts, ls.attrs()...)
 	log.Info("serving", append([]any{"http", ln.Addr().String(), "grpc", grpcAddr, "config", *path}, counts...)...)
 	return serveUntil(ctx, srv, ln, errc, *df.drain, log, func(ctx context.Context) {
 		health.drain()
@@ -211,27 +216,15 @@ func stopGRPC(ctx context.Context, g *grpc.Server) {
 	}
 }
 
-// servePprof serves net/http/pprof's profiles on a listener at addr, of a
-// mux of their own (not http.DefaultServeMux), and returns how to stop it
-// and the address it listens on.
-func servePprof(addr string, log *slog.Logger) (stop func(), bound string, err error) {
+// servePprof serves net/http/pprof's profiles on a listener of ls at
+// addr, of a mux of their own (not http.DefaultServeMux), and returns how
+// to stop it and the address it listens on.
+func servePprof(ls *listeners, addr string, log *slog.Logger) (stop func(), bound string, err error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	return serveAside("--pprof-listen", addr, mux, log)
-}
-
-// serveAside serves h on a listener of its own at addr, the value of
-// flag, and returns how to stop it and the address it listens on.
-func serveAside(flag, addr string, h http.Handler, log *slog.Logger) (stop func(), bound string, err error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, "", fmt.Errorf("%s: %w", flag, err)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: defaultHeaderTimeout, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	go func() { _ = srv.Serve(ln) }()
-	return func() { _ = srv.Close() }, ln.Addr().String(), nil
+	return ls.serveAside("--pprof-listen", addr, mux, log)
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -14,7 +15,7 @@ import (
 )
 
 func runTop(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flagSet("top", "Print the most limited client keys of a running sluice serve: the (rule, key)\npairs denied most over the last minutes, counted in a bounded structure (Space-Saving:\neach count is an upper bound, at least count - error). Keys are masked unless the\nserver runs with --show-keys.", stdout)
+	fs := flagSet("top", "Print the most limited client keys of a running sluice serve: the (rule, key)\npairs denied most over the last minutes, counted in a bounded structure (Space-Saving:\neach count is an upper bound, at least count - error). Keys are masked unless the\nserver runs with --show-keys. It sends "+admin.TokenEnv+" as its bearer token when set\n(a server with --admin-auth all asks for it).", stdout)
 	of := addOperatorFlags(fs)
 	n := new(int)
 	fs.intVar(n, "keys", "SLUICE_TOP_KEYS", admin.DefaultTopN, "how many keys to print")
@@ -31,7 +32,7 @@ func runTop(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	q := url.Values{"n": {strconv.Itoa(*n)}}
 	for {
 		var top admin.TopKeys
-		b, err := of.call(ctx, http.MethodGet, admin.TopPath, q, nil, "", &top)
+		b, err := of.call(ctx, http.MethodGet, admin.TopPath, q, nil, os.Getenv(admin.TokenEnv), &top)
 		if err != nil {
 			return err
 		}

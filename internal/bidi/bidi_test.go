@@ -11,7 +11,6 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sluice-go/sluice/internal/cdp"
 	"github.com/sluice-go/sluice/internal/cdp/pagetest"
@@ -28,9 +27,7 @@ func start(t *testing.T) *Browser {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	b, err := Start(ctx, path)
+	b, err := Start(pagetest.Context(t), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,8 +46,7 @@ func TestBiDiPage(t *testing.T) {
 	if all := strings.Join(p.Errors(), "\n"); !strings.Contains(all, "Error: boom-1") {
 		t.Errorf("errors %q, want the uncaught Error: boom-1", p.Errors())
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := pagetest.Context(t)
 	var v int
 	if err := p.Evaluate(ctx, `undefined`, &v); err == nil || !strings.Contains(err.Error(), "undefined") {
 		t.Errorf("undefined into an int: %v, want an error saying undefined", err)

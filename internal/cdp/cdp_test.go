@@ -4,7 +4,6 @@ import (
 	"context"
 	"runtime"
 	"testing"
-	"time"
 
 	"github.com/sluice-go/sluice/internal/cdp"
 	"github.com/sluice-go/sluice/internal/cdp/pagetest"
@@ -21,9 +20,7 @@ func start(t *testing.T) *cdp.Browser {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	b, err := cdp.Start(ctx, path)
+	b, err := cdp.Start(pagetest.Context(t), path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -128,7 +128,7 @@ func startClusterNode(t testing.TB, path string, files *TLSFiles) *clusterNode {
 		}
 		tlsAddr := ""
 		if files != nil {
-			args = append(append(args, files.serverArgs(ports[1])...), "--tls-cluster", "yes")
+			args = append(append(args, serverArgs(*files, ports[1])...), "--tls-cluster", "yes")
 			tlsAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))
 		}
 		node.dir, node.port, node.args = dir, port, args

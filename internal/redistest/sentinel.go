@@ -1,7 +1,6 @@
 package redistest
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -87,16 +86,7 @@ func startSentinel(t testing.TB, files *TLSFiles) *Sentinel {
 	primary := s.startNode(t, path, node...)
 	replica := s.startNode(t, path, append(node, "--replicaof", "127.0.0.1", port(s.known(primary)))...)
 	deadline := time.Now().Add(30 * time.Second)
-	waitFor(t, deadline, "the replica to sync with the primary", func() error {
-		info, err := command(replica.Addr, "INFO", "replication")
-		if err != nil {
-			return err
-		}
-		if s, _ := info.(string); !strings.Contains(s, "master_link_status:up") {
-			return errors.New("master_link_status is not up")
-		}
-		return nil
-	})
+	waitSynced(t, replica, deadline)
 
 	// The sentinels start after the sync, so that the first INFO each
 	// sends the primary lists the replica (the next comes 10s later).

@@ -331,3 +331,55 @@ func BenchmarkBatchScriptCPU(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkWaitReplicas measures an admitted decision (token_bucket) with
+// and without WithWaitReplicas(1, ...) against a local primary with one
+// replica, from one goroutine (a round trip each, and under WAIT the
+// replica's acknowledgment) and from 16 (coalesced: one WAIT per batch):
+//
+//	go test -run '^$' -bench WaitReplicas -benchmem -count 10 ./store/redis/ | tee wait.txt
+//	benchstat -col /wait wait.txt
+func BenchmarkWaitReplicas(b *testing.B) {
+	primary := redistest.Start(b)
+	redistest.StartReplica(b, primary)
+	l := benchLimit(sluice.TokenBucket)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		open func(opts ...sluiceredis.Option) sluice.Store
+	}{
+		{"rueidis", func(opts ...sluiceredis.Option) sluice.Store {
+			return sluiceredis.FromRueidis(newRueidis(b, primary.Addr), opts...)
+		}},
+		{"go-redis", func(opts ...sluiceredis.Option) sluice.Store {
+			return goredis.New(newGoRedis(b, primary.Addr), opts...)
+		}},
+	} {
+		for _, wait := range []bool{false, true} {
+			// Timeouts a loaded machine's hiccups never reach: a decision
+			// that waits them out would fail the benchmark.
+			var opts []sluiceredis.Option
+			if wait {
+				opts = append(opts, sluiceredis.WithWaitReplicas(1, time.Second))
+			}
+			lim := sluice.New(c.open(opts...), sluice.WithStoreTimeout(2*time.Second))
+			name := c.name + "/wait=" + strconv.FormatBool(wait)
+			b.Run(name+"/serial", func(b *testing.B) {
+				b.ReportAllocs()
+				for i := 0; b.Loop(); i++ {
+					if r, err := lim.Allow(ctx, benchKeyNames[i%benchKeys], l); err != nil || !r.Allowed {
+						b.Fatal(r, err)
+					}
+				}
+			})
+			b.Run(name+"/parallel", func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetParallelism(16)
+				runParallel(b, func(i int) error {
+					_, err := lim.Allow(ctx, benchKeyNames[i%benchKeys], l)
+					return err
+				})
+			})
+		}
+	}
+}

@@ -57,8 +57,8 @@ func clusterStores(t testing.TB, c *redistest.Cluster, n int, opts ...sluiceredi
 // TestCluster runs the store on one three-master Redis Cluster (started
 // once: it takes seconds), through rueidis and go-redis cluster clients:
 // the conformance suite, exactness under concurrency, the spread of keys
-// over the masters, a live slot migration, and decisions split over
-// slots.
+// over the masters, a live slot migration, decisions split over slots,
+// and linearizability.
 func TestCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	t.Run("Conformance", func(t *testing.T) { clusterConformance(t, c) })
@@ -71,6 +71,8 @@ func TestCluster(t *testing.T) {
 	t.Run("Stacked", func(t *testing.T) { clusterStacked(t, c) })
 	t.Run("SplitResults", func(t *testing.T) { clusterSplitResults(t, c) })
 	t.Run("Coalesce", func(t *testing.T) { clusterCoalesce(t, c) })
+	t.Run("WaitRefused", func(t *testing.T) { clusterWaitRefused(t, c) })
+	t.Run("Linearizable", func(t *testing.T) { clusterLinearizable(t, c) })
 }
 
 // clusterConformance runs the conformance suite through Open (a rueidis

@@ -34,6 +34,18 @@ const DefaultBatch = 128
 // client build and parse some while Redis runs another.
 const maxInFlight = 4
 
+// queueShare bounds how long a decision with a deadline waits in its
+// lane's queue for a call in flight to return: 1/queueShare of the time it
+// had left when it arrived. Then the queue goes as a batch call of its
+// own, beyond maxInFlight. A queued decision would otherwise wait a round
+// trip for a call to return and then one for its own: with Redis 50ms
+// away (another region) and the default store deadline of 100ms, most
+// queued decisions missed their deadline although every call took 50ms.
+// With the default deadline the wait is at most 10ms, which a call to a
+// healthy Redis nearby never takes (so batches form as before); a decision
+// without a deadline waits for a call to return, however long.
+const queueShare = 10
+
 // WithBatch sets the most decisions that one script call may carry when
 // the store coalesces concurrent decisions (default 128; see
 // "Coalescing"): max 1 turns coalescing off, so that every decision is one
@@ -70,6 +82,11 @@ type lane struct {
 	mu    sync.Mutex
 	busy  int     // script calls in flight
 	queue []*call // waiting, in arrival order
+	// flushAt is the earliest flushAt of the queued calls (zero: none has
+	// one; earlier, once that call left the queue), when timer, made for
+	// the first, sends the queue (flush).
+	flushAt time.Time
+	timer   *time.Timer
 }
 
 // call is one decision in a lane's queue.
@@ -82,6 +99,9 @@ type call struct {
 	done  chan struct{}  // buffered: receives once t and err are set
 	t     taken
 	err   error
+	// flushAt is when it stops waiting for a call in flight to return
+	// (queueShare); zero without a deadline.
+	flushAt time.Time
 }
 
 // calls recycles the calls whose callers took their answer or left the
@@ -165,6 +185,11 @@ func (c *coalescer) take(ctx context.Context, now string, g *group) (taken, erro
 	g.limits = cl.lims
 	cl.ctx, cl.now, cl.g = ctx, now, g
 	l.queue = append(l.queue, cl)
+	if dl, ok := ctx.Deadline(); ok {
+		at := time.Now()
+		cl.flushAt = at.Add(dl.Sub(at) / queueShare)
+		c.arm(l, cl.flushAt)
+	}
 	l.mu.Unlock()
 	select {
 	case <-cl.done:
@@ -198,6 +223,38 @@ func (cl *call) taken() (taken, error) {
 	return t, err
 }
 
+// arm makes l's timer fire at at, unless it fires earlier; l.mu is held.
+func (c *coalescer) arm(l *lane, at time.Time) {
+	if !l.flushAt.IsZero() && !at.Before(l.flushAt) {
+		return
+	}
+	l.flushAt = at
+	if l.timer == nil {
+		l.timer = time.AfterFunc(time.Until(at), func() { c.flush(l) })
+		return
+	}
+	l.timer.Reset(time.Until(at))
+}
+
+// flush sends l's queue as a batch call of its own, beyond maxInFlight,
+// once its earliest flushAt has come: no call in flight returned in time.
+func (c *coalescer) flush(l *lane) {
+	l.mu.Lock()
+	if l.flushAt.IsZero() || len(l.queue) == 0 {
+		l.mu.Unlock()
+		return
+	}
+	if wait := time.Until(l.flushAt); wait > 0 {
+		l.timer.Reset(wait) // an earlier arming's firing
+		l.mu.Unlock()
+		return
+	}
+	l.busy++
+	b := c.dequeue(l)
+	l.mu.Unlock()
+	c.run(l, b)
+}
+
 // next ends a script call of l: it returns the next batch of l's queue
 // for the caller to send, the call staying in flight, or nil when nobody
 // waits.
@@ -208,6 +265,12 @@ func (c *coalescer) next(l *lane) []*call {
 		l.busy--
 		return nil
 	}
+	return c.dequeue(l)
+}
+
+// dequeue takes the next batch off l's queue, which is not empty, and
+// arms l's timer for the rest; l.mu is held.
+func (c *coalescer) dequeue(l *lane) []*call {
 	n := min(len(l.queue), c.max)
 	b := make([]*call, 0, n)
 	for _, cl := range l.queue[:n] {
@@ -221,6 +284,19 @@ func (c *coalescer) next(l *lane) []*call {
 	rest := copy(l.queue, l.queue[n:])
 	clear(l.queue[rest:])
 	l.queue = l.queue[:rest]
+	var at time.Time
+	for _, cl := range l.queue {
+		if !cl.flushAt.IsZero() && (at.IsZero() || cl.flushAt.Before(at)) {
+			at = cl.flushAt
+		}
+	}
+	l.flushAt = time.Time{}
+	switch {
+	case !at.IsZero():
+		c.arm(l, at)
+	case l.timer != nil:
+		l.timer.Stop()
+	}
 	return b
 }
 
@@ -270,7 +346,7 @@ func (c *coalescer) send(b []*call) {
 		if err != nil {
 			cl.err = err
 		} else {
-			cl.t = ts[i]
+			cl.t, cl.err = ts[i], ts[i].err
 		}
 		cl.answer()
 	}
@@ -300,8 +376,16 @@ func batchContext(b []*call) (context.Context, context.CancelFunc) {
 func (s *Store) takeBatch(ctx context.Context, b []*call) ([]taken, error) {
 	sc, keys, args := batchArgs(b)
 	// eval, not run: a batch that a Cluster refuses is split (send), not
-	// retried whole.
-	reply, err := s.eval(ctx, sc, keys, args)
+	// retried whole. One WAIT after the batch covers every write in it.
+	var reply []int64
+	var acked int64
+	var err error
+	wait := s.wait.replicas > 0 && slices.ContainsFunc(b, func(cl *call) bool { return cl.g.consumes() })
+	if wait {
+		reply, acked, err = s.evalWait(ctx, sc, keys, args)
+	} else {
+		reply, err = s.eval(ctx, sc, keys, args)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -317,6 +401,9 @@ func (s *Store) takeBatch(ctx context.Context, b []*call) ([]taken, error) {
 			return nil, err
 		}
 		ts[i] = taken{results: rs, now: reply[off+n-1]}
+		if wait {
+			ts[i].err = s.replicated(cl.g, ts[i], acked)
+		}
 		off += n
 	}
 	if off != len(reply) {

@@ -2,7 +2,9 @@ package redis_test
 
 import (
 	"context"
-	"strconv"
+	"encoding/json"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/redistest"
 	sluiceredis "github.com/sluice-go/sluice/store/redis"
 	"github.com/sluice-go/sluice/storetest"
@@ -71,40 +74,82 @@ func exactSuite(t *testing.T, stores []*sluiceredis.Store) {
 	})
 }
 
-// racyStore is the classic broken distributed limiter: GET the count,
-// add in the client, SET it back. Two replicas that read the same
-// count both write count+1 and an increment is lost. It exists only to
-// prove that the harness above catches the race.
-type racyStore struct{ c rueidis.Client }
+// racyStore is the classic broken distributed limiter: GET the state,
+// decide in the client (by internal/algo, the decision every store
+// makes), SET the new state back. Two replicas that read the same state
+// both write what they decided from it, and one admit is lost. It exists
+// only to prove that the harnesses catch the race: the count of admits
+// (TestHarnessCatchesRace) and the linearizability checker
+// (TestLinearizableCatchesRace). It decides one part of one limit.
+//
+// lost counts the writes that replaced another state than the one their
+// decision read (SET ... GET answers the value it replaced): a write
+// that came between that decision's GET and SET, which an atomic store
+// never lets happen. When none was lost, each decision took effect at
+// once, at its SET (or at its GET, when it wrote nothing).
+type racyStore struct {
+	c    rueidis.Client
+	lost *atomic.Int64
+}
+
+func newRacyStore(c rueidis.Client) racyStore { return racyStore{c: c, lost: new(atomic.Int64)} }
 
 func (r racyStore) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
-	key := "racy:" + req.Parts[0].Key
-	n, err := r.c.Do(ctx, r.c.B().Get().Key(key).Build()).AsInt64()
+	if len(req.Parts) != 1 || len(req.Parts[0].Limits) != 1 {
+		return nil, errors.New("racyStore decides one part of one limit")
+	}
+	p, l := req.Parts[0], req.Parts[0].Limits[0]
+	key := "racy:" + p.Key + ":" + string(l.Algorithm)
+	raw, err := r.c.Do(ctx, r.c.B().Get().Key(key).Build()).ToString()
 	if err != nil && !rueidis.IsRedisNil(err) {
 		return nil, err
 	}
-	limit := req.Parts[0].Limits[0].Limit
-	if int(n)+req.Parts[0].Cost > limit {
-		return []sluice.Result{{Limit: limit}}, nil
+	var st algo.State
+	if raw != "" {
+		if err := json.Unmarshal([]byte(raw), &st); err != nil {
+			return nil, err
+		}
 	}
-	n += int64(req.Parts[0].Cost)
-	if err := r.c.Do(ctx, r.c.B().Set().Key(key).Value(strconv.FormatInt(n, 10)).Ex(time.Minute).Build()).Error(); err != nil {
+	now := req.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	res, next, ttl := algo.Check(l, st, now.UnixMicro(), int64(p.Cost))
+	if !res.Allowed {
+		return []sluice.Result{res}, nil
+	}
+	var cmd rueidis.Completed
+	if ttl <= 0 {
+		cmd = r.c.B().Getdel().Key(key).Build()
+	} else {
+		b, err := json.Marshal(next)
+		if err != nil {
+			return nil, err
+		}
+		cmd = r.c.B().Set().Key(key).Value(string(b)).Get().PxMilliseconds((ttl + 999) / 1000).Build()
+	}
+	old, err := r.c.Do(ctx, cmd).ToString()
+	if err != nil && !rueidis.IsRedisNil(err) {
 		return nil, err
 	}
-	return []sluice.Result{{Allowed: true, Limit: limit, Remaining: limit - int(n)}}, nil
+	if old != raw {
+		r.lost.Add(1)
+	}
+	return []sluice.Result{res}, nil
 }
 
 func (r racyStore) Reset(context.Context, string, ...sluice.Limit) error { return nil }
 
 // TestHarnessCatchesRace: the same harness, on the GET-then-SET limiter,
-// admits more than the limit.
+// admits more than the limit (at a frozen clock: no window ends).
 func TestHarnessCatchesRace(t *testing.T) {
 	srv := redistest.Start(t)
+	frozen := storetest.NewClock()
 	var lims []*sluice.Limiter
 	for range replicas {
-		lims = append(lims, sluice.New(racyStore{newRueidis(t, srv.Addr)}))
+		lims = append(lims, sluice.New(newRacyStore(newRueidis(t, srv.Addr)), sluice.WithClock(frozen.Now)))
 	}
-	l := sluice.PerMinute(500).Using(sluice.FixedWindow)
+	l := sluice.PerDay(500).Using(sluice.FixedWindow)
 	got := storetest.Hammer(t, lims, "hot", goroutines, attempts, l)
 	t.Logf("GET-then-SET limiter: %d replicas × %d goroutines admitted %d for a limit of 500", replicas, goroutines, got)
 	if got <= 500 {

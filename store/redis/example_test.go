@@ -2,8 +2,10 @@ package redis_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
+	"time"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/store/memory"
@@ -42,4 +44,31 @@ func ExampleOpen() {
 		log.Fatal(err)
 	}
 	defer sentinel.Close()
+}
+
+// A store through Sentinel whose admitted decisions are on the replica
+// before they are answered, so that a failover loses none of them; a
+// decision the replica does not acknowledge within 50ms is answered by the
+// error policy, here denied, and reported to the error handler.
+func ExampleWithWaitReplicas() {
+	store, err := redis.Open("redis://10.0.0.1:26379?addr=10.0.0.2:26379&master_set=mymaster",
+		redis.WithWaitReplicas(1, 50*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	lim := sluice.New(store,
+		sluice.WithErrorPolicy(sluice.DenyOnError),
+		sluice.WithStoreTimeout(100*time.Millisecond),
+		sluice.WithErrorHandler(func(_ context.Context, err error) {
+			if errors.Is(err, redis.ErrNotReplicated) {
+				log.Print("consumed on the primary, not on the replica: denied")
+			}
+		}))
+
+	res, err := lim.Allow(context.Background(), "api-key-123", sluice.PerMinute(100))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(res.Allowed, res.Degraded)
 }

@@ -146,6 +146,10 @@
 // seeing what those before it consumed, under one TIME for those without
 // their own Now. A decision that finds fewer than four calls in flight is
 // sent at once, alone: coalescing adds no wait when nobody else waits. A
+// decision with a deadline waits for a call to return a tenth of the time
+// it had left at most: then those waiting go as one more call, so that
+// with Redis far away (a round trip of half the deadline or more) a
+// queued decision does not wait two round trips and miss its deadline. A
 // batch only orders decisions that were concurrent, so every Result is
 // one that some sequential order of the callers would give: limits stay
 // exact.
@@ -168,6 +172,52 @@
 // Redis fails partway (an out-of-memory refusal) keeps what the decisions
 // before the failure consumed, as a multi-limit decision failing after its
 // first write does: a failure may under-admit, never over-admit.
+//
+// # Replicated decisions
+//
+// Redis replicates asynchronously: a primary answers a script before its
+// replicas have the script's writes. When a failover promotes a replica
+// (Sentinel), the decisions the old primary admitted but had not yet sent
+// vanish, and their clients may be admitted again: over-admission, by at
+// most the admissions the old primary acknowledged and had not
+// replicated. WithWaitReplicas(n, timeout) closes that gap. A decision
+// that consumes is followed on its connection, in the same round trip, by
+// WAIT n timeout, and answered once n replicas have acknowledged every
+// write the connection made; a coalesced batch sends one WAIT after its
+// script, for all its decisions.
+//
+// What it promises: every decision the store answers as admitted (Take
+// returns no error) was, before the answer, in the memory of n replicas,
+// so a failover that promotes one of them loses none of them. With one
+// replica, or n as many as the replicas, that is any replica Sentinel can
+// promote. With n below the replicas it is the one Sentinel picks when
+// replica-priority is the same on all of them and one that acknowledged
+// is reachable: Sentinel promotes the replica with the largest
+// replication offset among those of the best priority. WAIT counts a
+// replica's receipt, not its disk, and guards nothing against the
+// failure of n replicas and the primary together.
+//
+// When fewer than n replicas acknowledge within the timeout, the
+// decision has consumed on the primary already: Take returns an error
+// wrapping ErrNotReplicated, and the Limiter's error policy answers (allow,
+// deny, local), as it answers any store failure. The consumption stays on
+// the primary and counts against the client if the primary survives
+// (under-admission, never over-admission). So a primary whose replicas
+// are all gone fails every admitted decision, as a dead primary does: the
+// setting trades availability for the promise. A denial, or a decision
+// of cost 0 (a breaker's probe), wrote nothing a failover could lose: it
+// is answered whatever WAIT says, and a decision alone of cost 0 sends no
+// WAIT (so a probe succeeds while replicas do not acknowledge, and the
+// breaker closes until the next decisions fail). Peek, refunds, Reset
+// and Heartbeat never wait. Ready consumes, so it waits and fails with
+// ErrNotReplicated too.
+//
+// The timeout is Redis's (whole milliseconds, checked on its event loop)
+// and must leave room under the store timeout, or the store timeout cuts
+// the decision first. rueidis sends each script and its WAIT on a
+// connection of its blocking pool, one per concurrent call: with
+// coalescing at most four per server (see "Coalescing"). WAIT is refused
+// on a Cluster and a Ring (see WithWaitReplicas).
 //
 // # Stacked decisions on a Cluster
 //
@@ -254,7 +304,7 @@
 // sends SCRIPT), the commands the scripts run (GET, SET, INCRBY, DEL,
 // PEXPIRE, TIME, for sliding_log ZADD, ZCOUNT, ZRANGE, ZRANGEBYSCORE,
 // ZREMRANGEBYSCORE and ZREM, the last in refunds only, and for Heartbeat
-// ZADD, ZREMRANGEBYSCORE and ZCARD), and PING, which
+// ZADD, ZREMRANGEBYSCORE and ZCARD), WAIT with WithWaitReplicas, and PING, which
 // rueidis sends on idle connections; SELECT for a database other than 0,
 // CLUSTER SHARDS and CLUSTER SLOTS on a Cluster, ROLE on a primary reached
 // through Sentinel. Store.TTL runs PTTL. Peek (lua/peek.lua) runs only
@@ -290,7 +340,10 @@ import (
 
 // Client is what the Store needs of a Redis client: running Lua scripts.
 // Adapters for rueidis (FromRueidis) and go-redis (package goredis) are
-// provided; another client fits with a few lines.
+// provided; another client fits with a few lines. A Client must not send
+// a script again after a failure that may have come after Redis ran it
+// (a connection lost before the reply): that charges the decision twice
+// (package goredis, "Retries").
 type Client interface {
 	// EvalSha runs the cached script with the given SHA-1 and returns its
 	// array-of-integers reply. When the server does not have the script it
@@ -422,6 +475,7 @@ type Store struct {
 	batch  int        // the most decisions per script call (WithBatch)
 	co     *coalescer // nil: no coalescing (coalesce.go)
 	topo   *topology  // a Cluster's shards; nil: one node (nodes.go)
+	wait   waitSpec   // WithWaitReplicas (wait.go)
 	close  func()
 }
 
@@ -460,12 +514,14 @@ func WithCluster() Option {
 	return func(s *Store) { s.split = bySlot }
 }
 
-// New returns a Store that runs its scripts through c.
+// New returns a Store that runs its scripts through c. It panics when
+// WithWaitReplicas cannot be honored over c (see WithWaitReplicas).
 func New(c Client, opts ...Option) *Store {
 	s := &Store{client: c, prefix: "sluice", batch: DefaultBatch}
 	for _, o := range opts {
 		o(s)
 	}
+	s.checkWait()
 	s.co = newCoalescer(s)
 	s.topo = newTopology(s)
 	return s
@@ -524,12 +580,16 @@ func clockArg(now time.Time) string {
 type taken struct {
 	results []sluice.Result
 	now     int64
+	err     error // in a batch that ran, this decision's own failure (ErrNotReplicated)
 }
 
 // take runs take.lua over the limits of g at now (clockArg), each with its
 // part's cost, or with cost 0 when peek is set (the state, consuming
 // nothing).
 func (s *Store) take(ctx context.Context, now string, g *group, peek bool) (taken, error) {
+	if s.waits(g, peek) {
+		return s.takeWait(ctx, now, g)
+	}
 	return s.runGroup(ctx, scriptFor(g.limits), now, g, peek)
 }
 
@@ -537,6 +597,16 @@ func (s *Store) take(ctx context.Context, now string, g *group, peek bool) (take
 // or take.lua made read only by peek.lua), over the limits of g at now, each with its part's cost, or
 // with cost 0 when zero is set.
 func (s *Store) runGroup(ctx context.Context, sc script, now string, g *group, zero bool) (taken, error) {
+	reply, err := s.run(ctx, sc, g.keys, groupArgs(now, g, zero))
+	if err != nil {
+		return taken{}, err
+	}
+	return groupTaken(g, reply)
+}
+
+// groupArgs returns the arguments of take.lua over the limits of g at now,
+// each with its part's cost, or with cost 0 when zero is set.
+func groupArgs(now string, g *group, zero bool) []string {
 	args := make([]string, 1, 1+4*len(g.limits))
 	args[0] = now
 	for i, l := range g.limits {
@@ -546,10 +616,11 @@ func (s *Store) runGroup(ctx context.Context, sc script, now string, g *group, z
 		}
 		args = appendParams(args, l, cost)
 	}
-	reply, err := s.run(ctx, sc, g.keys, args)
-	if err != nil {
-		return taken{}, err
-	}
+	return args
+}
+
+// groupTaken reads take.lua's reply over the limits of g.
+func groupTaken(g *group, reply []int64) (taken, error) {
 	rs, err := results(g.limits, reply, 1)
 	if err != nil {
 		return taken{}, err

@@ -61,17 +61,35 @@ func Open(url string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis store: connect: %w", err)
 	}
+	if err := waitSupported(c, opts); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("redis store: %w", err)
+	}
 	s := FromRueidis(c, opts...)
 	s.close = c.Close
 	return s, nil
 }
 
 // newClient connects a rueidis client with opt as the store needs it:
-// without the client-side cache, which the store never reads through, and,
-// through Sentinel, asking the sentinels for the primary every
-// sentinelRefresh unless opt says otherwise.
+// without the client-side cache, which the store never reads through;
+// always pipelining, so that a decision that times out leaves its
+// connection open; and, through Sentinel, asking the sentinels for the
+// primary every sentinelRefresh unless opt says otherwise.
+//
+// Without AlwaysPipelining rueidis sends a lone command on an idle
+// connection synchronously, under a socket deadline that closes the
+// connection when the command's deadline passes. With Redis more than half
+// the store deadline away, the next decision then paid a new connection's
+// handshake, a round trip, inside its own deadline, timed out in turn and
+// closed that connection too: one slow answer became a new connection
+// every few decisions and decisions that failed although Redis answered
+// each within the deadline (TestTimeoutKeepsConnection). Pipelined, a
+// timed-out command's reply is read and dropped when it comes, and a
+// connection that answers nothing is closed by rueidis's keep-alive PING
+// (after Dialer.KeepAlive + ConnWriteTimeout, 11s by default).
 func newClient(opt rueidis.ClientOption) (rueidis.Client, error) {
 	opt.DisableCache = true
+	opt.AlwaysPipelining = true
 	if opt.Sentinel.MasterSet != "" && opt.Sentinel.TopologyRefreshInterval == 0 {
 		// Without it rueidis follows a failover only through the
 		// +switch-master event; one missed event would keep every decision
@@ -126,7 +144,10 @@ func parseURL(url string) (rueidis.ClientOption, error) {
 
 // FromRueidis returns a Store over a rueidis client the caller owns (and
 // closes). A cluster client's Store splits decisions by slot (see
-// WithCluster).
+// WithCluster). Connect it with ClientOption.AlwaysPipelining, as Open
+// does: otherwise a decision that times out on an idle connection closes
+// it, and with Redis far away the next decisions time out in turn on new
+// connections' handshakes.
 func FromRueidis(c rueidis.Client, opts ...Option) *Store {
 	if c.Mode() == rueidis.ClientModeCluster {
 		opts = append([]Option{WithCluster()}, opts...)
@@ -155,7 +176,12 @@ func (r rueidisClient) Eval(ctx context.Context, script string, keys, args []str
 // other client means it is not a cluster client, which retrying would not
 // mend.
 func (r rueidisClient) ints(ctx context.Context, cmd rueidis.Completed) ([]int64, error) {
-	v, err := r.c.Do(ctx, cmd).AsIntSlice()
+	return r.check(r.c.Do(ctx, cmd).AsIntSlice())
+}
+
+// check returns a script's reply v and err, wrapping the errors the store
+// acts on (see ints).
+func (r rueidisClient) check(v []int64, err error) ([]int64, error) {
 	re, ok := rueidis.IsRedisErr(err)
 	if !ok {
 		return v, err
@@ -266,4 +292,54 @@ func slotsShards(v []rueidis.RedisMessage) ([]Shard, error) {
 		shards[k].Slots = append(shards[k].Slots, [2]int{int(lo), int(hi)})
 	}
 	return shards, nil
+}
+
+// EvalShaWait implements Waiter (see evalWait).
+func (r rueidisClient) EvalShaWait(ctx context.Context, sha string, keys, args []string, replicas int, timeout time.Duration) ([]int64, int64, error) {
+	cmd := r.c.B().Evalsha().Sha1(sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	return r.intsWait(ctx, cmd, replicas, timeout)
+}
+
+// EvalWait implements Waiter.
+func (r rueidisClient) EvalWait(ctx context.Context, script string, keys, args []string, replicas int, timeout time.Duration) ([]int64, int64, error) {
+	cmd := r.c.B().Eval().Script(script).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	return r.intsWait(ctx, cmd, replicas, timeout)
+}
+
+// intsWait sends cmd and WAIT replicas timeout in one DoMulti. rueidis
+// tags WAIT as blocking, so it sends both on one connection of its
+// blocking pool, which no other caller shares meanwhile, in order: the
+// WAIT counts the replicas that acknowledged cmd's writes. (Sent apart,
+// through Do, the script would go on a shared pipelined connection and the
+// WAIT on a pooled one, which wrote nothing.) A connection whose context
+// ends during the WAIT is closed by rueidis, not reused while blocked. A
+// client the caller built with ClientOption.ConnLifetime may resend the
+// WAIT alone on another connection when the lifetime ends between the two
+// (rueidis's errConnExpired recovery), where it would count nothing: do
+// not combine it with WithWaitReplicas (Open never sets it).
+func (r rueidisClient) intsWait(ctx context.Context, cmd rueidis.Completed, replicas int, timeout time.Duration) ([]int64, int64, error) {
+	wait := r.c.B().Wait().Numreplicas(int64(replicas)).Timeout(timeout.Milliseconds()).Build()
+	rs := r.c.DoMulti(ctx, cmd, wait)
+	v, err := r.check(rs[0].AsIntSlice())
+	if err != nil {
+		return nil, 0, err
+	}
+	acked, err := rs[1].AsInt64()
+	if err != nil {
+		return nil, 0, fmt.Errorf("WAIT: %w", err)
+	}
+	return v, acked, nil
+}
+
+// waitSupported returns an error wrapping ErrWaitUnsupported when opts ask
+// WithWaitReplicas of a store over c, a Cluster client: New would panic.
+func waitSupported(c rueidis.Client, opts []Option) error {
+	var probe Store
+	for _, o := range opts {
+		o(&probe)
+	}
+	if probe.wait.replicas > 0 && c.Mode() == rueidis.ClientModeCluster {
+		return ErrWaitUnsupported
+	}
+	return nil
 }

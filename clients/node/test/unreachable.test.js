@@ -33,8 +33,11 @@ test(`${state}: the client fails open by default, and says why`, async (t) => {
   assert.ok(d.error instanceof sluice.SluiceError);
   assert.equal(d.error.code, code, d.error.message);
   assert.deepEqual(failures, [d.error]);
-  // Answered within seconds, not never (a hung sluice is cut off by the timeout).
-  assert.ok(took < 5000, `the check took ${took} ms`);
+  // Answered, not never: a hung sluice is cut off by the client's own
+  // timer (the TIMEOUT code and message say it was that timer, whatever
+  // the machine's load made of the wall-clock time), a refused connection
+  // by the refusal. Only the lower bound is the clock's: the timer never
+  // fires before its time.
   if (state === 'hung') {
     assert.ok(took >= timeout - 50, `the check gave up after ${took} ms, before its ${timeout} ms timeout`);
     assert.ok(d.error.message.includes(`did not answer within ${timeout} ms`), d.error.message);

@@ -57,8 +57,7 @@ func Run(t *testing.T, open func(ctx context.Context, url string) (Page, error))
 		fmt.Fprint(w, page)
 	}))
 	t.Cleanup(srv.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := Context(t)
 	p, err := open(ctx, "about:blank")
 	if err != nil {
 		t.Fatal(err)
@@ -127,6 +126,30 @@ func Run(t *testing.T, open func(ctx context.Context, url string) (Page, error))
 		}
 	}
 	return p
+}
+
+// cleanupMargin is how long before the test binary's deadline Context
+// ends: time for a failing test's cleanups, which close the browser (10 s
+// at most each), to run before go test's -timeout panics.
+const cleanupMargin = 30 * time.Second
+
+// Context returns the context a browser test waits under: it ends when t
+// does, or cleanupMargin before the test binary's deadline (go test
+// -timeout), so that a hang fails t saying what it waited for. It has no
+// bound of its own: a browser starting on two cores starved of CPU takes
+// tens of seconds (Firefox took 51 s beside make stress's CPU hog and
+// other builds), and a fixed minute around the start and the page failed
+// tests where nothing was wrong. A test waits for its condition; only a
+// hang ends it.
+func Context(t *testing.T) context.Context {
+	t.Helper()
+	ctx := t.Context()
+	if d, ok := t.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d.Add(-cleanupMargin))
+		t.Cleanup(cancel)
+	}
+	return ctx
 }
 
 // WaitErrors waits (at most 20 s) until p reported n errors, and returns

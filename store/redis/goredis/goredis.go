@@ -6,7 +6,30 @@
 //	lim := sluice.New(store)
 //
 // Any go-redis client works: Client, ClusterClient, Ring, the failover
-// (Sentinel) client, or a UniversalClient.
+// (Sentinel) client, or a UniversalClient. sluiceredis.WithWaitReplicas
+// works over a Client and the failover client (a pipeline sends a
+// decision's script and its WAIT on one connection), not over a
+// ClusterClient or a Ring, where New panics with it.
+//
+// # Retries
+//
+// go-redis sends a command again when its connection fails before the
+// reply arrives (io.EOF, an unexpected EOF, its own read timeout), up to
+// Options.MaxRetries more times (3 by default), and a ClusterClient or a
+// Ring again on top of that. For a decision that is wrong: the script may
+// have run before its reply was lost, and running it again charges the
+// request twice, answering with the second charge (or failing, charged
+// all the same). The store's scripts therefore go to go-redis as commands
+// that refuse those retries (go-redis's Cmder.NoRetry, which every client
+// type honors, pipelines too), whatever the client's MaxRetries: a
+// decision whose reply is lost fails, once, and the Limiter's error
+// policy answers it. Nothing needs configuring, and the client's other
+// commands keep their retries. go-redis still sends a script again where
+// it did not run: a connection it closed before writing to it, and MOVED,
+// ASK and READONLY on a ClusterClient; a failed dial or a pool timeout,
+// which it would otherwise retry, fails the decision too. (A client that
+// is not one of go-redis's, passed as a bare Scripter, runs the scripts
+// through its EvalSha and Eval, and must not resend them itself.)
 package goredis
 
 import (
@@ -15,6 +38,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -32,22 +56,82 @@ func New(c goredis.Scripter, opts ...sluiceredis.Option) *sluiceredis.Store {
 	case *goredis.Ring:
 		opts = append([]sluiceredis.Option{sluiceredis.WithSharding()}, opts...)
 	}
-	return sluiceredis.New(client{c}, opts...)
+	cl := client{s: c}
+	cl.p, _ = c.(processor)
+	if p, ok := c.(pipeliner); ok {
+		return sluiceredis.New(waitClient{cl, p}, opts...)
+	}
+	return sluiceredis.New(cl, opts...)
+}
+
+// processor is a go-redis client that runs a command it is given: every
+// client type but a bare Scripter.
+type processor interface {
+	Process(ctx context.Context, cmd goredis.Cmder) error
+}
+
+// pipeliner is a go-redis client that pipelines: every client type but a
+// bare Scripter.
+type pipeliner interface {
+	Pipeline() goredis.Pipeliner
 }
 
 // client adapts a go-redis client (any of its client types) to
 // sluiceredis.Client.
-type client struct{ s goredis.Scripter }
+type client struct {
+	s goredis.Scripter
+	p processor // s, when it is one: it runs the scripts (see "Retries")
+}
 
 // EvalSha implements sluiceredis.Client.
 func (c client) EvalSha(ctx context.Context, sha string, keys, args []string) ([]int64, error) {
-	return c.ints(c.s.EvalSha(ctx, sha, keys, anys(args)...))
+	if c.p == nil {
+		return c.ints(c.s.EvalSha(ctx, sha, keys, anys(args)...))
+	}
+	return c.ints(c.run(ctx, "evalsha", sha, keys, args))
 }
 
 // Eval implements sluiceredis.Client.
 func (c client) Eval(ctx context.Context, script string, keys, args []string) ([]int64, error) {
-	return c.ints(c.s.Eval(ctx, script, keys, anys(args)...))
+	if c.p == nil {
+		return c.ints(c.s.Eval(ctx, script, keys, anys(args)...))
+	}
+	return c.ints(c.run(ctx, "eval", script, keys, args))
 }
+
+// run runs name (eval or evalsha) of script over keys and args through
+// c.p, as a command go-redis does not send again (once).
+func (c client) run(ctx context.Context, name, script string, keys, args []string) *goredis.Cmd {
+	cmd := scriptCmd(ctx, name, script, keys, args)
+	_ = c.p.Process(ctx, once{cmd})
+	return cmd
+}
+
+// scriptCmd returns the command name (eval or evalsha) of script over
+// keys and args, laid out as go-redis's own Eval lays it out: its first
+// key is what a ClusterClient routes by and a Ring shards by.
+func scriptCmd(ctx context.Context, name, script string, keys, args []string) *goredis.Cmd {
+	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
+	cmdArgs = append(cmdArgs, name, script, len(keys))
+	for _, k := range keys {
+		cmdArgs = append(cmdArgs, k)
+	}
+	for _, a := range args {
+		cmdArgs = append(cmdArgs, a)
+	}
+	cmd := goredis.NewCmd(ctx, cmdArgs...)
+	if len(keys) > 0 {
+		cmd.SetFirstKeyPos(3)
+	}
+	return cmd
+}
+
+// once is a command that go-redis must not send again after a failure
+// that may have come after Redis ran it (see "Retries").
+type once struct{ *goredis.Cmd }
+
+// NoRetry implements goredis.Cmder.
+func (once) NoRetry() bool { return true }
 
 // ints returns the reply, wrapping the errors the store acts on. A
 // ClusterClient returns TRYAGAIN, ASK or MOVED when a slot migration
@@ -147,4 +231,42 @@ func slotsShards(v []goredis.ClusterSlot, err error) ([]sluiceredis.Shard, error
 		shards[k].Slots = append(shards[k].Slots, [2]int{e.Start, e.End})
 	}
 	return shards, nil
+}
+
+// waitClient is a client that can pipeline, which implements
+// sluiceredis.Waiter too.
+type waitClient struct {
+	client
+	p pipeliner
+}
+
+// EvalShaWait implements sluiceredis.Waiter: EVALSHA and WAIT in one
+// pipeline, which go-redis writes and reads on one connection, in order.
+// A pipeline with a NoRetry command in it is not sent again either.
+func (c waitClient) EvalShaWait(ctx context.Context, sha string, keys, args []string, replicas int, timeout time.Duration) ([]int64, int64, error) {
+	return c.wait(ctx, scriptCmd(ctx, "evalsha", sha, keys, args), replicas, timeout)
+}
+
+// EvalWait implements sluiceredis.Waiter.
+func (c waitClient) EvalWait(ctx context.Context, script string, keys, args []string, replicas int, timeout time.Duration) ([]int64, int64, error) {
+	return c.wait(ctx, scriptCmd(ctx, "eval", script, keys, args), replicas, timeout)
+}
+
+// wait runs the script cmd and WAIT in one pipeline and returns the
+// script's reply and WAIT's.
+func (c waitClient) wait(ctx context.Context, cmd *goredis.Cmd, replicas int, timeout time.Duration) ([]int64, int64, error) {
+	pipe := c.p.Pipeline()
+	_ = pipe.Process(ctx, once{cmd})
+	w := goredis.NewIntCmd(ctx, "wait", replicas, timeout.Milliseconds())
+	_ = pipe.Process(ctx, w)
+	_, _ = pipe.Exec(ctx) // each command's error is its own
+	v, err := c.ints(cmd)
+	if err != nil {
+		return nil, 0, err
+	}
+	acked, err := w.Result()
+	if err != nil {
+		return nil, 0, fmt.Errorf("WAIT: %w", err)
+	}
+	return v, acked, nil
 }

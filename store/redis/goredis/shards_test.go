@@ -21,7 +21,7 @@ func TestShards(t *testing.T) {
 	gc := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: c.Addrs})
 	defer gc.Close()
 	ctx := context.Background()
-	shards, err := client{gc}.Shards(ctx)
+	shards, err := client{s: gc}.Shards(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
