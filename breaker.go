@@ -8,30 +8,34 @@ import (
 	"time"
 )
 
-// Breaker configures the circuit breaker between a Limiter and its store.
-// After Failures consecutive store calls fail (an error or the store
-// timeout) over at least Span, with no call succeeding in between, the
-// breaker opens: decisions go straight to the ErrorPolicy without touching
-// the store, so that a hung Redis costs each request nothing rather than
-// the store timeout. Span keeps a store that only partly fails (one
-// Cluster master of three down, the connection of a few calls killed)
-// from opening it for every key: its failures come in short runs between
-// successes.
+// Breaker configures the circuit breakers between a Limiter and its
+// store: one per node of a store that is a Noder (a Redis Cluster's
+// masters), one in all otherwise. After Failures consecutive store calls
+// on a node fail (an error or the store timeout) over at least Span, with
+// no call on it succeeding in between, its breaker opens: the node's
+// decisions go straight to the ErrorPolicy without touching the store, so
+// that a hung Redis costs each request nothing rather than the store
+// timeout, while the keys of the other nodes are still decided by the
+// store. Span keeps a node that only partly fails (the connection of a few
+// calls killed) from opening it: its failures come in short runs between
+// successes. A request whose parts live on several nodes goes to the store
+// only if the breaker of each lets it.
 //
-// Every Probe while it is open, a decision at cost 0 (which consumes
-// nothing: the one that opened it, or one that arrives) goes to the store
-// in the background as a probe; the breaker is half-open meanwhile, and
-// decisions are answered by the policy. The first probe that succeeds
-// closes the breaker, so that no client waits on a probe. It probes on its
-// own, decisions or not, for a minute after the last decision it answered
-// (so that a replica taken out of service while it was not ready comes
-// back); after that, at the first decision. Only a probe closes it, and a
-// call that began before the breaker last opened counts for nothing when
-// it ends, so a store that fails and answers by turns opens and closes it
-// once, not at every answer. A caller that gives up after waiting longer
-// than Span counts as a failure: it saw the store slow.
+// Every Probe while a breaker is open, a decision at cost 0 (which
+// consumes nothing: the one that opened it, or one that arrives, without
+// the parts of other nodes) goes to the store in the background as a
+// probe; the breaker is half-open meanwhile, and decisions are answered by
+// the policy. The first probe that succeeds closes the breaker, so that no
+// client waits on a probe. It probes on its own, decisions or not, for a
+// minute after the last decision it answered (so that a replica taken out
+// of service while it was not ready comes back); after that, at the first
+// decision. Only a probe closes it, and a call that began before the
+// breaker last opened counts for nothing when it ends, so a store that
+// fails and answers by turns opens and closes it once, not at every
+// answer. A caller that gives up after waiting longer than Span counts as
+// a failure: it saw the store slow.
 //
-// Under every ErrorPolicy but ReturnErrors a Limiter has a breaker with
+// Under every ErrorPolicy but ReturnErrors a Limiter has breakers with
 // these defaults unless WithBreaker says otherwise.
 type Breaker struct {
 	// Failures is how many consecutive failed store calls open the
@@ -92,44 +96,87 @@ func WithBreaker(b Breaker) Option {
 	return func(l *Limiter) { l.breakerSet, l.breakerConf = true, b }
 }
 
-// WithBreakerHandler registers f to be told when the breaker opens (with
-// the failure that opened it) and when it closes again (with a nil
+// WithBreakerHandler registers f to be told when a node's breaker opens
+// (with the failure that opened it) and when it closes again (with a nil
 // error): once per change, not per decision, and not of the probes in
-// between. Calls are never concurrent, in the order of the changes; f
-// must not block.
-func WithBreakerHandler(f func(state BreakerState, err error)) Option {
+// between. Calls are never concurrent, in the order of the changes,
+// whatever the node; f must not block.
+func WithBreakerHandler(f func(BreakerChange)) Option {
 	return func(l *Limiter) { l.onBreaker = f }
 }
 
-// Breaker returns the state of the Limiter's circuit breaker; a Limiter
-// without one is always BreakerClosed.
+// NodeBreaker is the state of the circuit breaker of one node of a
+// Limiter's store.
+type NodeBreaker struct {
+	// Node is the node, as its store's Noder numbers it: 0 for a store
+	// that is no Noder.
+	Node int
+	// Name is the node's name as its store gives it (Noder.NodeName) at
+	// the time of the report: "" for a store that is no Noder.
+	Name string
+	// State is the state of the node's breaker.
+	State BreakerState
+}
+
+// BreakerChange is a change of a node's breaker, as WithBreakerHandler
+// reports it.
+type BreakerChange struct {
+	NodeBreaker
+	// Err is the failure that opened the breaker; nil when it closed.
+	Err error
+}
+
+// Breaker returns the state of the Limiter's circuit breakers, the worst
+// of its nodes' (open, then half-open, then closed: one node failing is
+// reason enough to look at Breakers); a Limiter without breakers is
+// always BreakerClosed.
 func (l *Limiter) Breaker() BreakerState {
-	if l.breaker == nil {
+	if l.breakers == nil {
 		return BreakerClosed
 	}
-	return BreakerState(l.breaker.state.Load())
+	worst := BreakerClosed
+	for _, b := range *l.breakers.nodes.Load() {
+		switch s := b.load(); {
+		case s == BreakerOpen:
+			return s
+		case s == BreakerHalfOpen:
+			worst = s
+		}
+	}
+	return worst
 }
 
-// breaker is the Limiter's circuit breaker. Its closed state costs a
-// decision one atomic load, and a store that answers, nothing more.
-type breaker struct {
+// Breakers returns the state of the breaker of each node that the
+// Limiter has decided on, by node: one, node 0, over a store that is no
+// Noder; none without breakers.
+func (l *Limiter) Breakers() []NodeBreaker {
+	if l.breakers == nil {
+		return nil
+	}
+	var out []NodeBreaker
+	for _, b := range *l.breakers.nodes.Load() {
+		if b != nil {
+			out = append(out, NodeBreaker{Node: b.node, Name: l.breakers.nameOf(b.node), State: b.load()})
+		}
+	}
+	return out
+}
+
+// breakers are a Limiter's circuit breakers, one per node of its store
+// (one in all when it is no Noder), each made when its node is first
+// decided on. They share their settings, clock and handler.
+type breakers struct {
 	threshold   int32
 	span, probe time.Duration
-	start       time.Time // the zero of opened and firstFail, for a monotonic clock
-	openErr     error     // the store error of the decisions it stops
+	start       time.Time             // the zero of every breaker's times, for a monotonic clock
+	name        func(node int) string // the store's NodeName; nil: it is no Noder
+	onChange    func(BreakerChange)
 
-	state     atomic.Uint32 // a BreakerState
-	failures  atomic.Int32  // consecutive, while closed
-	firstFail atomic.Int64  // when the run of failures began, since start
-	opened    atomic.Int64  // when it opened or a probe failed, since start
-	arrived   atomic.Int64  // when it last answered a decision, since start
-	epoch     atomic.Uint64 // opens so far: a call that began in an earlier epoch cannot close it
-
-	mu       sync.Mutex // orders the changes that are reported
-	onChange func(BreakerState, error)
+	mu    sync.Mutex                 // orders the changes reported; adds nodes
+	nodes atomic.Pointer[[]*breaker] // by node, nil where not made yet; node 0's always made
 }
 
-func newBreaker(b Breaker, onChange func(BreakerState, error)) *breaker {
+func newBreakers(b Breaker, name func(int) string, onChange func(BreakerChange)) *breakers {
 	if b.Failures < 0 {
 		return nil
 	}
@@ -142,11 +189,95 @@ func newBreaker(b Breaker, onChange func(BreakerState, error)) *breaker {
 	if b.Probe <= 0 {
 		b.Probe = DefaultBreakerProbe
 	}
-	return &breaker{
-		threshold: int32(min(b.Failures, 1<<30)), span: b.Span, probe: b.Probe, start: time.Now(), onChange: onChange,
-		openErr: fmt.Errorf("%w after %d consecutive failures", ErrBreakerOpen, b.Failures),
+	s := &breakers{
+		threshold: int32(min(b.Failures, 1<<30)), span: b.Span, probe: b.Probe, start: time.Now(),
+		name: name, onChange: onChange,
 	}
+	s.nodes.Store(&[]*breaker{s.newBreaker(0)})
+	return s
 }
+
+func (s *breakers) newBreaker(node int) *breaker {
+	b := &breaker{set: s, node: node}
+	b.setOpenErr()
+	return b
+}
+
+// get returns the breaker of node, making it if it is the node's first
+// decision; a node out of range is node 0.
+func (s *breakers) get(node int) *breaker {
+	ns := *s.nodes.Load()
+	if uint(node) < uint(len(ns)) {
+		if b := ns[node]; b != nil {
+			return b
+		}
+	}
+	if uint(node) >= MaxNodes {
+		return ns[0]
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ns = *s.nodes.Load()
+	if node < len(ns) && ns[node] != nil {
+		return ns[node]
+	}
+	grown := make([]*breaker, max(len(ns), node+1))
+	copy(grown, ns)
+	grown[node] = s.newBreaker(node)
+	s.nodes.Store(&grown)
+	return grown[node]
+}
+
+// nameOf returns the store's name of node, or "" when it names none.
+func (s *breakers) nameOf(node int) string {
+	if s.name == nil {
+		return ""
+	}
+	return s.name(node)
+}
+
+// now returns the time since s.start; since, the time since t, a value of
+// now.
+func (s *breakers) now() int64                  { return int64(time.Since(s.start)) }
+func (s *breakers) since(t int64) time.Duration { return time.Duration(s.now() - t) }
+
+// breaker is the circuit breaker of one node. Its closed state costs a
+// decision one atomic load, and a store that answers, nothing more.
+type breaker struct {
+	set  *breakers
+	node int
+
+	state     atomic.Uint32         // a BreakerState
+	failures  atomic.Int32          // consecutive, while closed
+	firstFail atomic.Int64          // when the run of failures began, on set's clock
+	opened    atomic.Int64          // when it opened or a probe failed, on set's clock
+	arrived   atomic.Int64          // when it last answered a decision, on set's clock
+	epoch     atomic.Uint64         // opens so far: a call that began in an earlier epoch cannot close it
+	openErr   atomic.Pointer[error] // the store error of the decisions it stops
+}
+
+// load returns the breaker's state; nil's is BreakerClosed.
+func (b *breaker) load() BreakerState {
+	if b == nil {
+		return BreakerClosed
+	}
+	return BreakerState(b.state.Load())
+}
+
+// setOpenErr sets the error of the decisions the breaker stops, naming
+// its node as the store names it now.
+func (b *breaker) setOpenErr() {
+	var err error
+	if name := b.set.nameOf(b.node); name != "" {
+		err = fmt.Errorf("%w for node %s after %d consecutive failures", ErrBreakerOpen, name, b.set.threshold)
+	} else {
+		err = fmt.Errorf("%w after %d consecutive failures", ErrBreakerOpen, b.set.threshold)
+	}
+	b.openErr.Store(&err)
+}
+
+// refusal returns the error of the decisions the breaker stops.
+func (b *breaker) refusal() error { return *b.openErr.Load() }
 
 // ticket is what a call that the breaker let through must hand back to
 // done.
@@ -163,7 +294,7 @@ func (b *breaker) allow() (ticket, bool) {
 	case BreakerClosed:
 		return ticket{epoch: b.epoch.Load()}, true
 	case BreakerOpen:
-		if b.since(b.opened.Load()) < b.probe {
+		if b.set.since(b.opened.Load()) < b.set.probe {
 			return ticket{}, false
 		}
 		if b.state.CompareAndSwap(uint32(BreakerOpen), uint32(BreakerHalfOpen)) {
@@ -173,14 +304,10 @@ func (b *breaker) allow() (ticket, bool) {
 	return ticket{}, false
 }
 
-// now returns the time since b.start; since, the time since t, a value of
-// now.
-func (b *breaker) now() int64                  { return int64(time.Since(b.start)) }
-func (b *breaker) since(t int64) time.Duration { return time.Duration(b.now() - t) }
-
 // done reports the outcome of a call allow let through: nil, or the
 // store's failure. It reports whether the call opened the breaker.
 func (b *breaker) done(t ticket, err error) (opened bool) {
+	s := b.set
 	if err == nil {
 		if t.probe {
 			b.change(BreakerClosed, nil)
@@ -190,7 +317,7 @@ func (b *breaker) done(t ticket, err error) (opened bool) {
 		return false
 	}
 	if t.probe {
-		b.opened.Store(b.now())
+		b.opened.Store(s.now())
 		b.state.Store(uint32(BreakerOpen))
 		return false
 	}
@@ -199,30 +326,32 @@ func (b *breaker) done(t ticket, err error) (opened bool) {
 	}
 	n := b.failures.Add(1)
 	if n == 1 {
-		b.firstFail.Store(b.now())
+		b.firstFail.Store(s.now())
 	}
-	return n >= b.threshold && b.since(b.firstFail.Load()) >= b.span && b.change(BreakerOpen, err)
+	return n >= s.threshold && s.since(b.firstFail.Load()) >= s.span && b.change(BreakerOpen, err)
 }
 
 // change moves the breaker to state (open or closed) and reports it, unless
 // another call did first; it returns whether it made the change.
 func (b *breaker) change(state BreakerState, err error) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	s := b.set
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	cur := BreakerState(b.state.Load())
 	switch {
 	case state == BreakerOpen && cur == BreakerClosed:
+		b.setOpenErr()
 		b.epoch.Add(1)
-		b.opened.Store(b.now())
-		b.arrived.Store(b.now())
+		b.opened.Store(s.now())
+		b.arrived.Store(s.now())
 	case state == BreakerClosed && cur == BreakerHalfOpen:
 		b.failures.Store(0)
 	default:
 		return false
 	}
 	b.state.Store(uint32(state))
-	if b.onChange != nil {
-		b.onChange(state, err)
+	if s.onChange != nil {
+		s.onChange(BreakerChange{NodeBreaker: NodeBreaker{Node: b.node, Name: s.nameOf(b.node), State: state}, Err: err})
 	}
 	return true
 }

@@ -56,17 +56,19 @@ func (s oneSwitch) TakeOne(ctx context.Context, key string, limit Limit, cost in
 
 // changes records what a breaker handler was told.
 type changes struct {
-	mu  sync.Mutex
-	got []BreakerState
+	mu    sync.Mutex
+	got   []BreakerState
+	nodes []int
 }
 
-func (c *changes) handle(s BreakerState, err error) {
+func (c *changes) handle(ch BreakerChange) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if (s == BreakerOpen) != (err != nil) {
+	if (ch.State == BreakerOpen) != (ch.Err != nil) {
 		panic("an opening comes with its error, a closing without")
 	}
-	c.got = append(c.got, s)
+	c.got = append(c.got, ch.State)
+	c.nodes = append(c.nodes, ch.Node)
 }
 
 func (c *changes) list() []BreakerState {
@@ -312,7 +314,7 @@ func TestBreakerDefaults(t *testing.T) {
 		if got := lim.breaker != nil; got != tt.want {
 			t.Errorf("%s: breaker %v, want %v", tt.name, got, tt.want)
 		}
-		if b := lim.breaker; b != nil && (b.threshold != DefaultBreakerFailures || b.span != DefaultBreakerSpan || b.probe != DefaultBreakerProbe) {
+		if b := lim.breakers; b != nil && (b.threshold != DefaultBreakerFailures || b.span != DefaultBreakerSpan || b.probe != DefaultBreakerProbe) {
 			t.Errorf("%s: breaker %d failures, span %v, probe %v; want the defaults", tt.name, b.threshold, b.span, b.probe)
 		}
 	}

@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sluice-go/sluice/internal/deadline"
 )
 
 // A Limiter decides requests against limits kept in a Store. It validates
@@ -27,8 +28,10 @@ type Limiter struct {
 
 	breakerSet  bool
 	breakerConf Breaker
-	onBreaker   func(BreakerState, error)
-	breaker     *breaker // nil: none
+	onBreaker   func(BreakerChange)
+	breakers    *breakers // nil: none
+	breaker     *breaker  // node 0's: the only one unless noder is set; nil: none
+	noder       Noder     // store's, if it is one and there are breakers (gate.go)
 
 	deny *denyCache // nil: none (WithDenyCache)
 }
@@ -45,7 +48,15 @@ func New(store Store, opts ...Option) *Limiter {
 		o(l)
 	}
 	if l.breakerSet || l.policy.effective() != modeReturn {
-		l.breaker = newBreaker(l.breakerConf, l.onBreaker)
+		var name func(int) string
+		if n, ok := store.(Noder); ok {
+			l.noder, name = n, n.NodeName
+		}
+		if l.breakers = newBreakers(l.breakerConf, name, l.onBreaker); l.breakers != nil {
+			l.breaker = (*l.breakers.nodes.Load())[0]
+		} else {
+			l.noder = nil
+		}
 	}
 	l.direct = l.one != nil && l.breaker == nil && l.deny == nil && l.storeTimeout() <= 0
 	return l
@@ -75,6 +86,15 @@ func WithErrorPolicy(p ErrorPolicy) Option {
 // A decision abandoned at the timeout may still complete in the store: the
 // request is then refused or admitted by the policy while its cost was
 // consumed.
+//
+// The timeout does not count the time the process could not run: a
+// process starved of CPU (a loaded machine, a container throttled by its
+// CPU quota) runs its overdue timers before it reads the replies that came
+// meanwhile, which would blame a healthy store for the process's own
+// stall. So when the timeout's timer fires L late (1ms or more), the
+// deadline moves to max(L, 10ms) after it, up to three times; a timer on
+// time ends the call. The context's Deadline, which clients that set
+// socket deadlines from it keep (go-redis), stays the first.
 func WithStoreTimeout(d time.Duration) Option {
 	return func(l *Limiter) { l.timeout = d }
 }
@@ -337,97 +357,12 @@ func oneRequest(key string, limit Limit, n int, now time.Time) Request {
 	return Request{Parts: []Part{{Key: key, Limits: []Limit{limit}, Cost: n}}, Now: now}
 }
 
-// decide asks the store for req, through the breaker, and the error
-// policy when the store fails.
-func (l *Limiter) decide(ctx context.Context, req Request) ([]Result, error) {
-	t, start, ok := l.enter()
-	if !ok {
-		l.refused(t, req)
-		return l.degrade(ctx, req, l.breaker.openErr)
-	}
-	rs, err := l.takeWithin(ctx, req)
-	if err == nil {
-		l.passed(t)
-		return rs, nil
-	}
-	l.failure(ctx, t, start, err, req)
-	return l.failed(ctx, req, err)
-}
-
-// decideOne is decide for takeOne.
-func (l *Limiter) decideOne(ctx context.Context, key string, limit Limit, n int, now time.Time) (Result, error) {
-	t, start, ok := l.enter()
-	if !ok {
-		req := oneRequest(key, limit, n, now)
-		l.refused(t, req)
-		return first(l.degrade(ctx, req, l.breaker.openErr))
-	}
-	r, err := l.takeOneWithin(ctx, key, limit, n, now)
-	if err == nil {
-		l.passed(t)
-		return r, nil
-	}
-	req := oneRequest(key, limit, n, now)
-	l.failure(ctx, t, start, err, req)
-	return first(l.failed(ctx, req, err))
-}
-
 // first returns the only Result of rs, or err.
 func first(rs []Result, err error) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
 	return rs[0], nil
-}
-
-// enter reports whether a decision may go to the store: always without
-// a breaker; with one, whether it lets the decision through, with the
-// ticket of the call and the time it began.
-func (l *Limiter) enter() (t ticket, start int64, ok bool) {
-	b := l.breaker
-	if b == nil {
-		return ticket{}, 0, true
-	}
-	if t, ok = b.allow(); !ok {
-		return t, 0, false
-	}
-	return t, b.now(), true
-}
-
-// refused records a decision of req that the open breaker kept from the
-// store, and sends the probe its ticket t asks for.
-func (l *Limiter) refused(t ticket, req Request) {
-	b := l.breaker
-	b.arrived.Store(b.now())
-	if t.probe {
-		go l.probe(t, lookAt(req))
-	}
-}
-
-// passed reports to the breaker, if any, that the call of ticket t
-// succeeded.
-func (l *Limiter) passed(t ticket) {
-	if l.breaker != nil {
-		l.breaker.done(t, nil)
-	}
-}
-
-// failure reports to the breaker, if any, that the call of ticket t,
-// begun at start to decide req, failed with err, and probes the store
-// while the breaker is open if that opened it.
-func (l *Limiter) failure(ctx context.Context, t ticket, start int64, err error, req Request) {
-	b := l.breaker
-	if b == nil {
-		return
-	}
-	if errors.Is(ctx.Err(), context.Canceled) && b.since(start) < b.span {
-		// The caller gave up, and too soon to say anything of the store.
-		// One that waited longer saw it slow: that counts as a failure.
-		return
-	}
-	if b.done(t, err) {
-		go l.probeWhileOpen(lookAt(req))
-	}
 }
 
 // failed answers req, which the store failed with err: the caller's
@@ -449,55 +384,6 @@ func (l *Limiter) failed(ctx context.Context, req Request, err error) ([]Result,
 	return l.degrade(ctx, req, err)
 }
 
-// lookAt returns req at cost 0, which consumes nothing, in memory of its
-// own (a probe outlives the call whose request it copies).
-func lookAt(req Request) Request {
-	look := Request{Parts: make([]Part, len(req.Parts)), Now: req.Now}
-	for i, p := range req.Parts {
-		p.Cost = 0
-		p.Limits = slices.Clone(p.Limits)
-		look.Parts[i] = p
-	}
-	return look
-}
-
-// probeIdle is how long an open breaker goes on probing on its own (see
-// probeWhileOpen) after the last decision it answered.
-const probeIdle = time.Minute
-
-// probeWhileOpen probes the store with look every Probe while the breaker
-// is open, so that it closes when the store is back although no decision
-// arrives (a replica that its load balancer took out of service while it
-// was not ready). It stops when the breaker closes, or after probeIdle
-// without a decision; decisions then probe as they arrive.
-func (l *Limiter) probeWhileOpen(look Request) {
-	b := l.breaker
-	tick := time.NewTicker(b.probe)
-	defer tick.Stop()
-	for range tick.C {
-		if BreakerState(b.state.Load()) == BreakerClosed || b.since(b.arrived.Load()) > probeIdle {
-			return
-		}
-		if t, ok := b.allow(); !ok && t.probe {
-			l.probe(t, look)
-		}
-	}
-}
-
-// probe sends look, a request at cost 0 (lookAt), to the store for the
-// breaker's probe t, bounded by the store timeout (DefaultStoreTimeout if
-// there is none), and reports the outcome.
-func (l *Limiter) probe(t ticket, look Request) {
-	d := l.timeout
-	if d <= 0 {
-		d = DefaultStoreTimeout
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	_, err := l.store.Take(ctx, look)
-	l.breaker.done(t, err)
-}
-
 func (l *Limiter) takeWithin(ctx context.Context, req Request) ([]Result, error) {
 	ctx, cancel := l.bound(ctx)
 	defer cancel()
@@ -510,13 +396,14 @@ func (l *Limiter) takeOneWithin(ctx context.Context, key string, limit Limit, n 
 	return l.one.TakeOne(ctx, key, limit, n, now)
 }
 
-// bound applies the store timeout to ctx.
+// bound applies the store timeout to ctx: a timeout that does not count
+// the time the process could not run (internal/deadline).
 func (l *Limiter) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	d := l.storeTimeout()
 	if d <= 0 {
 		return ctx, func() {}
 	}
-	return context.WithTimeout(ctx, d)
+	return deadline.WithTimeout(ctx, d)
 }
 
 // storeTimeout returns the bound of a store call; 0 or less: none.

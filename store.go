@@ -107,3 +107,49 @@ func (req Request) Len() int {
 type Peeker interface {
 	Peek(ctx context.Context, req Request) ([]Result, error)
 }
+
+// Noder is an optional interface of a Store whose keys live on several
+// nodes that fail apart, as the masters of a Redis Cluster do. A Limiter
+// over a Noder keeps one circuit breaker per node (see Breaker), so that
+// a node that fails degrades the decisions of its own keys only, and
+// charges each failure to the node that failed (see NodeError). The Redis
+// store has it; a store of one node need not (a Limiter over a Store
+// without it has one breaker). A store that wraps another is a Noder only
+// if it forwards both methods (the wrappers in this module do).
+//
+// Node returns the node that decides the client key: a number from 0 to
+// MaxNodes-1 that stays the node's as long as the node lives (a Redis
+// Cluster shard keeps its number when a replica takes over from its
+// master; a slot moved to another shard takes its keys to that shard's
+// number). It is called for every decision, so it must be cheap, and must
+// never wait for I/O. NodeName returns how reports name node (a Cluster
+// shard's master, "127.0.0.1:7001"), which may change while the number
+// does not; it must not block either. A number out of range is node 0's.
+type Noder interface {
+	Node(key string) int
+	NodeName(node int) string
+}
+
+// MaxNodes bounds the node numbers of a Noder.
+const MaxNodes = 1 << 12
+
+// NodeError is the error of a store call that failed on one node of a
+// Noder store: the Limiter charges the failure to that node's breaker
+// alone (any other error is charged to every node of the request), and
+// counts the nodes that answered before it failed as successes. Err says
+// what failed, naming the node if the store names nodes.
+type NodeError struct {
+	// Node is the node that failed, as Noder.Node numbers it.
+	Node int
+	// Answered are the other nodes of the request that answered before
+	// Node failed (a request split over several nodes).
+	Answered []int
+	// Err is the failure.
+	Err error
+}
+
+// Error returns Err's message.
+func (e *NodeError) Error() string { return e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *NodeError) Unwrap() error { return e.Err }

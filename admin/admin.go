@@ -347,8 +347,12 @@ type Stats struct {
 
 // StoreHealth is the store's part of Stats.
 type StoreHealth struct {
-	// Breaker is the circuit breaker's state: closed, open or half_open.
+	// Breaker is the circuit breakers' state, the worst node's: closed,
+	// open or half_open.
 	Breaker string `json:"breaker"`
+	// Nodes are the breakers of the store's named nodes (a Redis
+	// Cluster's masters), by node; none for a store of one node.
+	Nodes []NodeHealth `json:"nodes,omitempty"`
 	// Latency is the take latency of the last minute.
 	Latency Latency `json:"latency"`
 	// ErrorsPerSecond and DegradedPerSecond are the last step's store
@@ -356,6 +360,14 @@ type StoreHealth struct {
 	// history).
 	ErrorsPerSecond   float64 `json:"errors_per_second"`
 	DegradedPerSecond float64 `json:"degraded_per_second"`
+}
+
+// NodeHealth is one node's circuit breaker in StoreHealth.
+type NodeHealth struct {
+	// Node is the node's name: a Cluster master's address.
+	Node string `json:"node"`
+	// Breaker is its breaker's state: closed, open or half_open.
+	Breaker string `json:"breaker"`
 }
 
 func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
@@ -377,6 +389,11 @@ func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
 	st.Store.Breaker = sluice.BreakerClosed.String()
 	if lim := h.limiter(); lim != nil {
 		st.Store.Breaker = lim.Breaker().String()
+		for _, b := range lim.Breakers() {
+			if b.Name != "" {
+				st.Store.Nodes = append(st.Store.Nodes, NodeHealth{Node: b.Name, Breaker: b.State.String()})
+			}
+		}
 	}
 	if h.samp != nil {
 		st.Series, st.Store.Latency = h.samp.series(window)

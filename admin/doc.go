@@ -48,6 +48,7 @@
 //	                        "total": {"allowed": 180, "denied": 12}}],
 //	             "store_errors": [...], "degraded": [...], "takes": [...]},
 //	  "store": {"breaker": "closed",
+//	            "nodes": [{"node": "10.0.0.1:6379", "breaker": "closed"}, ...],
 //	            "latency": {"p50_seconds": 0.00021, "p90_seconds": 0.0004, "p99_seconds": 0.0009,
 //	                        "calls": 5400, "window_seconds": 60},
 //	            "errors_per_second": 0, "degraded_per_second": 0},
@@ -67,8 +68,9 @@
 // percentiles are those of sluice_store_duration_seconds{op="take"} over
 // the last minute, interpolated within its buckets as Prometheus'
 // histogram_quantile does (null without calls). breaker is the store's
-// circuit breaker: closed, open or half_open. reloads are the last 20,
-// newest first.
+// circuit breakers' state, the worst node's: closed, open or half_open;
+// nodes, over a store of several named nodes (a Redis Cluster's masters),
+// each node's breaker, by node. reloads are the last 20, newest first.
 //
 // # GET /admin/v1/top
 //

@@ -436,3 +436,21 @@ func (s *Store) drop(key string, limits []sluice.Limit) {
 		}
 	}
 }
+
+// Node implements sluice.Noder: the backing store's node of key (0 if it
+// is no Noder), so that a Limiter over a Store keeps one breaker per node
+// of the backing store.
+func (s *Store) Node(key string) int {
+	if n, ok := s.backing.(sluice.Noder); ok {
+		return n.Node(key)
+	}
+	return 0
+}
+
+// NodeName implements sluice.Noder: the backing store's name of node.
+func (s *Store) NodeName(node int) string {
+	if n, ok := s.backing.(sluice.Noder); ok {
+		return n.NodeName(node)
+	}
+	return ""
+}

@@ -7,8 +7,9 @@
 //	sluice_store_errors_total{op}           failed store calls
 //	sluice_fallbacks_total                  decisions the error policy made while the store failed
 //	sluice_config_reloads_total{result}     ok | rejected
-//	sluice_breaker_open                     1 while the store's circuit breaker is open, else 0
-//	sluice_breaker_opens_total              times the breaker opened
+//	sluice_breaker_open                     1 while a circuit breaker of the store is open, else 0
+//	sluice_breaker_opens_total              times a breaker opened
+//	sluice_breaker_node_open{node}          1 while the breaker of one node (a Redis Cluster master) is open, else 0
 //	sluice_memory_evictions_total           in-memory entries forgotten because the store was full (MemoryStore)
 //	sluice_memory_keys                      in-memory entries held
 //	sluice_memory_capacity                  most in-memory entries held
@@ -22,8 +23,9 @@
 // results, and, once Rules names them, every rule's outcomes, so that a
 // rate() or an alert over a series that has not happened yet reads 0
 // rather than nothing. The labels are rule names, outcomes, doors and
-// operations only, never a client key: their number is the
-// configuration's, not the traffic's.
+// operations, and the store's nodes (a Cluster's masters, as they
+// are named when their breaker changes) only, never a client key: their
+// number is the configuration's and the deployment's, not the traffic's.
 package metrics
 
 import (
@@ -54,6 +56,9 @@ type Metrics struct {
 	reloads      *prometheus.CounterVec
 	breakerOpen  prometheus.Gauge
 	breakerOpens prometheus.Counter
+	breakerNode  *prometheus.GaugeVec
+	nodesMu      sync.Mutex          // held by Breaker
+	nodes        map[int]nodeBreaker // the last change of each node's breaker
 	unknown      prometheus.Counter
 	doorSeconds  *prometheus.HistogramVec
 	doors        [len(Doors)]prometheus.Observer
@@ -145,12 +150,17 @@ func New() *Metrics {
 		}, []string{"result"}),
 		breakerOpen: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_breaker_open",
-			Help: "1 while the store's circuit breaker is open (the error policy decides without calling the store), else 0.",
+			Help: "1 while a circuit breaker of the store is open (the error policy decides without calling the store, for the keys of its node), else 0.",
 		}),
 		breakerOpens: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_breaker_opens_total",
-			Help: "Times the store's circuit breaker opened.",
+			Help: "Times a circuit breaker of the store opened.",
 		}),
+		breakerNode: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_breaker_node_open",
+			Help: "1 while the circuit breaker of one node of the store (a Redis Cluster master, by address) is open, else 0.",
+		}, []string{"node"}),
+		nodes: map[int]nodeBreaker{},
 		unknown: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_envoy_unknown_domain_total",
 			Help: "Envoy rate limit requests for a domain the configuration does not have, answered OK as envoyproxy/ratelimit answers them.",
@@ -170,7 +180,7 @@ func New() *Metrics {
 	m.take = opSeries{m.storeSeconds.WithLabelValues("take"), m.storeErrors.WithLabelValues("take")}
 	m.reset = opSeries{m.storeSeconds.WithLabelValues("reset"), m.storeErrors.WithLabelValues("reset")}
 	m.peek = opSeries{m.storeSeconds.WithLabelValues("peek"), m.storeErrors.WithLabelValues("peek")}
-	m.reg.MustRegister(m.decisions, m.doorSeconds, m.storeSeconds, m.storeErrors, m.fallbacks, m.reloads, m.breakerOpen, m.breakerOpens, m.unknown,
+	m.reg.MustRegister(m.decisions, m.doorSeconds, m.storeSeconds, m.storeErrors, m.fallbacks, m.reloads, m.breakerOpen, m.breakerOpens, m.breakerNode, m.unknown,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -263,15 +273,44 @@ func (m *Metrics) counter(k ruleOutcome) prometheus.Counter {
 	return c
 }
 
-// Breaker records a change of the store's circuit breaker: a
-// sluice.WithBreakerHandler (policyfile.WithBreakerReport).
-func (m *Metrics) Breaker(state sluice.BreakerState, _ error) {
-	if state == sluice.BreakerOpen {
+// Breaker records a change of one of the store's circuit breakers: a
+// sluice.WithBreakerHandler (policyfile.WithBreakerReport). A node's
+// series is named as the change names it: when a node's name changes (a
+// Cluster shard's new master), the series of its old name goes. A store
+// of one node (which names none) has sluice_breaker_open alone.
+func (m *Metrics) Breaker(ch sluice.BreakerChange) {
+	m.nodesMu.Lock()
+	defer m.nodesMu.Unlock()
+	open := ch.State == sluice.BreakerOpen
+	if open {
 		m.breakerOpens.Inc()
-		m.breakerOpen.Set(1)
-		return
 	}
-	m.breakerOpen.Set(0)
+	if old := m.nodes[ch.Node]; old.name != "" && old.name != ch.Name {
+		m.breakerNode.DeleteLabelValues(old.name)
+	}
+	m.nodes[ch.Node] = nodeBreaker{name: ch.Name, open: open}
+	if ch.Name != "" {
+		m.breakerNode.WithLabelValues(ch.Name).Set(gauge(open))
+	}
+	anyOpen := false
+	for _, n := range m.nodes {
+		anyOpen = anyOpen || n.open
+	}
+	m.breakerOpen.Set(gauge(anyOpen))
+}
+
+// nodeBreaker is the last change of a node's breaker.
+type nodeBreaker struct {
+	name string
+	open bool
+}
+
+// gauge returns 1 for true, 0 for false.
+func gauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Reload counts a policy file reload that err rejected, or that
@@ -291,11 +330,33 @@ func (m *Metrics) Reload(err error) {
 func (m *Metrics) UnknownDomain(string) { m.unknown.Inc() }
 
 // Store returns s instrumented: the latency and errors of every call.
-func (m *Metrics) Store(s sluice.Store) sluice.Store { return &store{s, m} }
+// It is a sluice.Noder that forwards to s (one node if s is no Noder), so
+// that a Limiter over it keeps one breaker per node of s.
+func (m *Metrics) Store(s sluice.Store) sluice.Store {
+	n, _ := s.(sluice.Noder)
+	return &store{s, n, m}
+}
 
 type store struct {
-	next sluice.Store
-	m    *Metrics
+	next  sluice.Store
+	noder sluice.Noder // next's, if it is one
+	m     *Metrics
+}
+
+// Node implements sluice.Noder: the wrapped store's node of key.
+func (s *store) Node(key string) int {
+	if s.noder == nil {
+		return 0
+	}
+	return s.noder.Node(key)
+}
+
+// NodeName implements sluice.Noder: the wrapped store's name of node.
+func (s *store) NodeName(node int) string {
+	if s.noder == nil {
+		return ""
+	}
+	return s.noder.NodeName(node)
 }
 
 func (s *store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {

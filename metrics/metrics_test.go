@@ -177,6 +177,48 @@ func TestBreaker(t *testing.T) {
 	}
 }
 
+// TestBreakerNodeNames: a node's series follows its name (a Cluster
+// shard's new master): the old name's series goes; sluice_breaker_open is
+// 1 while any node's breaker is open; a node without a name (a store of
+// one node) has no series of its own.
+func TestBreakerNodeNames(t *testing.T) {
+	m := metrics.New()
+	change := func(node int, name string, state sluice.BreakerState) {
+		var err error
+		if state == sluice.BreakerOpen {
+			err = errors.New("down")
+		}
+		m.Breaker(sluice.BreakerChange{NodeBreaker: sluice.NodeBreaker{Node: node, Name: name, State: state}, Err: err})
+	}
+	for _, step := range []struct {
+		do       func()
+		want     []string
+		wantNone []string
+	}{
+		{func() { change(1, "a:1", sluice.BreakerOpen); change(2, "b:2", sluice.BreakerOpen) },
+			[]string{`sluice_breaker_node_open{node="a:1"} 1`, `sluice_breaker_node_open{node="b:2"} 1`, "sluice_breaker_open 1", "sluice_breaker_opens_total 2"}, nil},
+		{func() { change(2, "b:2", sluice.BreakerClosed) },
+			[]string{`sluice_breaker_node_open{node="b:2"} 0`, "sluice_breaker_open 1"}, nil},
+		{func() { change(1, "c:3", sluice.BreakerClosed) }, // node 1's replica took over
+			[]string{`sluice_breaker_node_open{node="c:3"} 0`, "sluice_breaker_open 0"}, []string{`node="a:1"`}},
+		{func() { change(0, "", sluice.BreakerOpen) },
+			[]string{"sluice_breaker_open 1", "sluice_breaker_opens_total 3"}, []string{`node=""`}},
+	} {
+		step.do()
+		text := scrape(t, m)
+		for _, want := range step.want {
+			if !strings.Contains(text, want) {
+				t.Errorf("metrics lack %s", want)
+			}
+		}
+		for _, no := range step.wantNone {
+			if strings.Contains(text, no) {
+				t.Errorf("metrics hold %s", no)
+			}
+		}
+	}
+}
+
 // TestUnknownDomain: sluice_envoy_unknown_domain_total is exported from
 // the start, at 0, and counts every request an envoy.Service answers for
 // a domain its configuration does not have, without the domain as a

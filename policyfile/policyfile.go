@@ -43,7 +43,7 @@ type settings struct {
 	rules     []policy.Option
 	engine    []policy.EngineOption
 	onReload  func(err error)
-	onBreaker func(sluice.BreakerState, error)
+	onBreaker func(sluice.BreakerChange)
 	onMemory  func(*memory.Store)
 }
 
@@ -87,9 +87,9 @@ func WithEngineOptions(opts ...policy.EngineOption) Option {
 func WithReloadReport(f func(err error)) Option { return func(s *settings) { s.onReload = f } }
 
 // WithBreakerReport registers f to hear each change of the store's
-// circuit breaker (see sluice.WithBreakerHandler), for metrics; the
-// changes are logged anyway.
-func WithBreakerReport(f func(sluice.BreakerState, error)) Option {
+// circuit breakers, one per Redis node (see sluice.WithBreakerHandler),
+// for metrics; the changes are logged anyway.
+func WithBreakerReport(f func(sluice.BreakerChange)) Option {
 	return func(s *settings) { s.onBreaker = f }
 }
 
@@ -162,7 +162,7 @@ func newPolicy(f *config.File, fp fingerprint, opts []Option) (*Policy, error) {
 
 func defaults() settings {
 	return settings{log: slog.Default(), obs: func(string, string, policy.Outcome) {}, redis: func(r config.Redis) config.Redis { return r }, onReload: func(error) {},
-		onBreaker: func(sluice.BreakerState, error) {}, onMemory: func(*memory.Store) {}}
+		onBreaker: func(sluice.BreakerChange) {}, onMemory: func(*memory.Store) {}}
 }
 
 // compile returns f's rules compiled and its response options.

@@ -94,21 +94,21 @@ func openBackend(r config.Redis, m config.Memory, st settings) (*Backend, error)
 		fleet.n = 1 // until a heartbeat says otherwise
 		go fleet.beat(ctx, store, log)
 	}
-	var down atomic.Int64 // when the breaker opened, in Unix ns
+	down := map[int]time.Time{} // when each node's breaker opened; its handler's calls are never concurrent
 	opts := []sluice.Option{sluice.WithErrorPolicy(policy), sluice.WithStoreTimeout(r.Timeout), sluice.WithReplicas(fleet.size)}
 	if r.DenyCache {
 		opts = append(opts, sluice.WithDenyCache(0))
 	}
 	lim := sluice.New(wrap(store), append(opts,
-		sluice.WithBreakerHandler(func(state sluice.BreakerState, err error) {
-			// Once per change of state, not per failed decision.
-			if state == sluice.BreakerOpen {
-				down.Store(time.Now().UnixNano())
-				log.Warn("store failing; the error policy decides until it recovers", "err", err, "on_error", policy.String(), "replicas", fleet.size())
+		sluice.WithBreakerHandler(func(ch sluice.BreakerChange) {
+			// Once per change of a node's state, not per failed decision.
+			if ch.State == sluice.BreakerOpen {
+				down[ch.Node] = time.Now()
+				log.Warn("store failing; the error policy decides until it recovers", "err", ch.Err, "node", nodeAttr(ch.Name), "on_error", policy.String(), "replicas", fleet.size())
 			} else {
-				log.Info("store recovered", "after", time.Since(time.Unix(0, down.Load())).Round(time.Millisecond))
+				log.Info("store recovered", "node", nodeAttr(ch.Name), "after", time.Since(down[ch.Node]).Round(time.Millisecond))
 			}
-			st.onBreaker(state, err)
+			st.onBreaker(ch)
 		}))...)
 	log.Info("store", "kind", "redis", "on_error", policy.String(), "timeout", r.Timeout, "replicas", replicasSetting(r.Replicas), "wait_replicas", r.WaitReplicas)
 	ready := func(context.Context) error { return nil }
@@ -124,6 +124,15 @@ func openBackend(r config.Redis, m config.Memory, st settings) (*Backend, error)
 		}
 	}
 	return &Backend{Limiter: lim, Ready: ready, Close: func() { cancel(); store.Close() }}, nil
+}
+
+// nodeAttr is how the log shows a breaker's node: the Redis master's
+// address on a Cluster, "redis" for a server alone or through Sentinel.
+func nodeAttr(name string) string {
+	if name == "" {
+		return "redis"
+	}
+	return name
 }
 
 // replicasSetting is how the log shows redis.replicas.
@@ -301,6 +310,23 @@ func (l *lazyRedis) Heartbeat(ctx context.Context, member string, ttl time.Durat
 		return 0, errNotConnected
 	}
 	return s.Heartbeat(ctx, member, ttl)
+}
+
+// Node implements sluice.Noder: the Redis store's node of key (the
+// Cluster shard of its slot), 0 while Redis has not been reached yet.
+func (l *lazyRedis) Node(key string) int {
+	if s := l.store.Load(); s != nil {
+		return s.Node(key)
+	}
+	return 0
+}
+
+// NodeName implements sluice.Noder: the Redis store's name of node.
+func (l *lazyRedis) NodeName(node int) string {
+	if s := l.store.Load(); s != nil {
+		return s.NodeName(node)
+	}
+	return ""
 }
 
 // Close closes the connection, if there is one, once.

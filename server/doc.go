@@ -15,7 +15,7 @@
 //	POST /v1/check         decide one (rule, key, cost)
 //	POST /v1/check/batch   decide up to 100 of them as one request, all or nothing
 //	GET  /healthz          liveness: always 200 while the process serves
-//	GET  /readyz           readiness: 503 while the WithReady probe fails
+//	GET  /readyz           readiness: 503 while the WithReady probe fails; the store's nodes
 //
 // Any other path answers 404 with code NOT_FOUND. Request bodies are JSON
 // (Content-Type application/json, or none), at most 64 KiB, holding one
@@ -158,8 +158,20 @@
 // # Readiness and reload
 //
 // GET /healthz answers {"status":"ok"}. GET /readyz answers
-// {"status":"ok"}, or 503 {"status":"unavailable","error":"..."} while the
-// WithReady probe fails.
+// {"status":"ok","breaker":"closed"}, or 503
+// {"status":"unavailable","error":"...","breaker":"..."} while the WithReady
+// probe fails. A probe error that says the store still decides for some
+// keys (Serving: a Redis Cluster with some masters down) answers 200
+// {"status":"degraded","error":"..."}: every replica sees the same
+// Cluster, so taking replicas out of the load balancer would refuse the
+// keys of the masters that serve as well. Over a store of several named
+// nodes (a Cluster's masters), "nodes" lists each node's breaker and
+// "degraded" names the nodes that fail (found failing by the probe, or
+// whose breaker is not closed):
+//
+//	{"status":"degraded","error":"redis store: not ready: 1 of 3 masters failing: 10.0.0.1:6379: ...",
+//	 "breaker":"open","degraded":["10.0.0.1:6379"],
+//	 "nodes":[{"node":"10.0.0.1:6379","breaker":"open"},{"node":"10.0.0.2:6379","breaker":"closed"}]}
 //
 // The engine's Update (policy.Engine.Update) swaps the rules atomically:
 // a request decided under the old rules completes under them, and the

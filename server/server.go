@@ -117,20 +117,68 @@ func (s *Server) jsonBody(w http.ResponseWriter, r *http.Request) bool {
 type statusBody struct {
 	Status string `json:"status"`
 	Error  string `json:"error,omitempty"`
-	// Breaker is the state of the store's circuit breaker (readyz only):
-	// closed, open (the error policy decides) or half_open.
+	// Breaker is the state of the store's circuit breakers (readyz
+	// only): closed, open (the error policy decides) or half_open, the
+	// worst node's (sluice.Limiter.Breaker).
 	Breaker string `json:"breaker,omitempty"`
+	// Degraded names the store's nodes that fail (readyz only, a store
+	// of several named nodes: a Redis Cluster's masters): those the
+	// readiness probe found failing and those whose breaker is not
+	// closed.
+	Degraded []string `json:"degraded,omitempty"`
+	// Nodes are the breakers of the store's named nodes (readyz only).
+	Nodes []nodeStatus `json:"nodes,omitempty"`
+}
+
+// nodeStatus is one node's breaker in /readyz.
+type nodeStatus struct {
+	Node    string `json:"node"`
+	Breaker string `json:"breaker"`
+}
+
+// Serving reports whether err, a readiness probe's error, says that the
+// store still decides for some keys: it has a method Serving() bool that
+// returns true, as the Redis store's ReadyError does when some Cluster
+// masters fail and others serve. GET /readyz then answers 200, status
+// "degraded": every replica sees the same Cluster, so taking one out of
+// its load balancer would refuse the keys of the masters that serve too.
+func Serving(err error) bool {
+	var s interface{ Serving() bool }
+	return errors.As(err, &s) && s.Serving()
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	breaker := s.engine.Limiter().Breaker().String()
+	lim := s.engine.Limiter()
+	body := statusBody{Status: "ok", Breaker: lim.Breaker().String()}
+	var failing []string
 	if s.ready != nil {
 		if err := s.ready(r.Context()); err != nil {
-			httpjson.Write(w, http.StatusServiceUnavailable, "application/json", statusBody{Status: "unavailable", Error: err.Error(), Breaker: breaker})
-			return
+			body.Status, body.Error = "unavailable", err.Error()
+			var d interface{ Degraded() []string }
+			if errors.As(err, &d) {
+				failing = d.Degraded()
+			}
+			if Serving(err) {
+				body.Status = "degraded"
+			}
 		}
 	}
-	httpjson.Write(w, http.StatusOK, "application/json", statusBody{Status: "ok", Breaker: breaker})
+	for _, b := range lim.Breakers() {
+		if b.Name == "" {
+			continue
+		}
+		body.Nodes = append(body.Nodes, nodeStatus{Node: b.Name, Breaker: b.State.String()})
+		if b.State != sluice.BreakerClosed {
+			failing = append(failing, b.Name)
+		}
+	}
+	slices.Sort(failing)
+	body.Degraded = slices.Compact(failing)
+	code := http.StatusOK
+	if body.Status == "unavailable" {
+		code = http.StatusServiceUnavailable
+	}
+	httpjson.Write(w, code, "application/json", body)
 }
 
 // checkRequest is the body of /v1/check and one check of a batch.

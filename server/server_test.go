@@ -674,6 +674,43 @@ func TestHealth(t *testing.T) {
 	}
 }
 
+// partialErr is a readiness error of a store some of whose nodes serve,
+// as the Redis store's ReadyError is when some Cluster masters fail.
+type partialErr struct {
+	failing []string
+	serving bool
+}
+
+func (e partialErr) Error() string      { return "masters failing: " + strings.Join(e.failing, ", ") }
+func (e partialErr) Degraded() []string { return e.failing }
+func (e partialErr) Serving() bool      { return e.serving }
+
+// TestReadyDegraded: a probe error that says the store still serves some
+// keys answers 200 "degraded", naming the failing nodes; one that says
+// none serve, 503; Serving sees through wrapping.
+func TestReadyDegraded(t *testing.T) {
+	var probe error
+	f := setup(t, rulesYAML, WithReady(func(ctx context.Context) error { return probe }))
+	for _, tt := range []struct {
+		err  error
+		code int
+		body string
+	}{
+		{fmt.Errorf("not ready: %w", partialErr{[]string{"b:2", "a:1"}, true}), 200,
+			`{"status":"degraded","error":"not ready: masters failing: b:2, a:1","breaker":"closed","degraded":["a:1","b:2"]}`},
+		{partialErr{[]string{"a:1", "b:2", "c:3"}, false}, 503,
+			`{"status":"unavailable","error":"masters failing: a:1, b:2, c:3","breaker":"closed","degraded":["a:1","b:2","c:3"]}`},
+	} {
+		probe = tt.err
+		if w := f.do("GET", "/readyz", "", ""); w.Code != tt.code || body(w) != tt.body {
+			t.Errorf("probe %v: %d %s, want %d %s", tt.err, w.Code, body(w), tt.code, tt.body)
+		}
+	}
+	if Serving(errors.New("refused")) || Serving(nil) {
+		t.Errorf("Serving of an error that says nothing of nodes, or of nil: true")
+	}
+}
+
 // TestStoreDown runs against a real Redis that has stopped: the Limiter's
 // error policy decides, and responses carry no rate-limit headers.
 func TestStoreDown(t *testing.T) {

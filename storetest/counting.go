@@ -10,7 +10,8 @@ import (
 
 // Counting wraps a Store and counts the Take and Peek calls that reach
 // it, so that a test can tell how many decisions a cache or a lease
-// spared the store.
+// spared the store. It forwards sluice.Noder to the wrapped Store (one
+// node if it is no Noder).
 // It is no sluice.OneTaker, so a Limiter over it sends every decision
 // through Take.
 type Counting struct {
@@ -41,3 +42,19 @@ func (c *Counting) Peek(ctx context.Context, req sluice.Request) ([]sluice.Resul
 
 // Peeks returns how many Peek calls have reached the Counting store.
 func (c *Counting) Peeks() int64 { return c.peeks.Load() }
+
+// Node implements sluice.Noder: the wrapped Store's node of key.
+func (c *Counting) Node(key string) int {
+	if n, ok := c.Store.(sluice.Noder); ok {
+		return n.Node(key)
+	}
+	return 0
+}
+
+// NodeName implements sluice.Noder: the wrapped Store's name of node.
+func (c *Counting) NodeName(node int) string {
+	if n, ok := c.Store.(sluice.Noder); ok {
+		return n.NodeName(node)
+	}
+	return ""
+}

@@ -127,6 +127,9 @@
     const s = st.store, l = s.latency;
     const b = $("breaker");
     b.textContent = s.breaker; b.className = "badge " + s.breaker;
+    // A store of several nodes (a Cluster's masters): each node's breaker.
+    $("nodes").replaceChildren(...(s.nodes || []).map(n =>
+      el("b", { class: "badge " + n.breaker, title: n.node + ": " + n.breaker, "data-node": n.node }, n.node)));
     $("p50").textContent = seconds(l.p50_seconds);
     $("p90").textContent = seconds(l.p90_seconds);
     $("p99").textContent = seconds(l.p99_seconds);

@@ -67,21 +67,19 @@ var faultBounds = struct {
 	// healthyDegraded is the share of decisions that may degrade while
 	// Redis is healthy (before a fault, and throughout one the store
 	// absorbs). None with a store deadline of a second; with the default
-	// of 100ms, a machine so loaded that sluice waits longer than that for
-	// a CPU fails decisions, and 5 in a row open the circuit breaker,
-	// Redis healthy: seen on this 2-core machine shared with other work
-	// (load average 5-7), up to 9% of the decisions of the second before a
-	// fault. runFault logs each such opening.
+	// of 100ms, a machine so loaded that redis-server waits longer than
+	// that for a CPU fails decisions, and 5 in a row open the circuit
+	// breaker, Redis healthy: seen on this 2-core machine shared with
+	// other work (load average 5-7), up to 9% of the decisions of the
+	// second before a fault. runFault logs each such opening. (sluice's
+	// own waits for a CPU do not fail decisions: its store deadline does
+	// not count them, see internal/deadline.) TestFaultClusterMasterKilled
+	// allows none on the healthy masters: its servers run at a higher
+	// priority (favor).
 	healthyDegraded float64
 	// exactLimit is the limit of rule exact, which must admit exactly
 	// that many of 3 x as many concurrent checks once Redis is back.
 	exactLimit int
-	// clusterIsolated: when one Cluster master fails, the keys of the
-	// other masters are still decided by Redis, at most healthyDegraded
-	// of them degraded: the breaker is one per Limiter, and the failures
-	// of one master come in runs shorter than its Span, between the other
-	// masters' successes.
-	clusterIsolated bool
 }{
 	workers:         32,
 	steady:          time.Second,
@@ -95,7 +93,6 @@ var faultBounds = struct {
 	hungGoroutines:  8 * 32, // 8 per worker
 	healthyDegraded: 0.2,
 	exactLimit:      20,
-	clusterIsolated: true,
 }
 
 // faultPolicyFile is the policy file of every fault test, under the error
@@ -141,6 +138,8 @@ type faultRun struct {
 	// of the last degraded decision, not to the first decision not
 	// degraded (which a key on another master makes at once).
 	partial bool
+	// favored: sluice runs at a higher priority than the load (favor).
+	favored bool
 	// inspect, when set, is called last with the load's events (by
 	// worker) and the fault's start and end, for checks of its own.
 	inspect func(t *testing.T, byWorker [][]faultEvent, inject, heal time.Duration)
@@ -173,6 +172,9 @@ func runFault(t *testing.T, f faultRun) {
 	}
 	cfg := writeFile(t, fmt.Sprintf(faultPolicyFile, f.policy, b.exactLimit))
 	d := startServe(t, []string{"SLUICE_REDIS_URL=" + f.url}, "--config", cfg)
+	if f.favored {
+		favor(t, d.cmd.Process.Pid)
+	}
 	if !f.down {
 		waitDecided(t, d)
 	}
@@ -305,6 +307,7 @@ func runFault(t *testing.T, f faultRun) {
 	if f.inspect != nil {
 		f.inspect(t, load.events, injectAt, healAt)
 	}
+
 }
 
 // faultPolicies are the error policies a store outage is tried under.
@@ -443,15 +446,30 @@ func TestFaultRedisLater(t *testing.T) {
 // TestFaultClusterMasterKilled: one master of a 3-master Redis Cluster (no
 // replicas) SIGKILLed under load, down 2s (less than the node timeout, so
 // the cluster stays up for the other slots), and restarted as the same
-// node, empty.
+// node, empty. While it is down, the keys of the other masters are all
+// decided by Redis, none degraded: each master has a circuit breaker of
+// its own, and a failure is charged to the master that failed. The
+// redis-servers and sluice run at a higher priority than the load and the
+// rest of the machine (favor), as servers on machines of their own are
+// not starved of CPU by their clients: a healthy master that waits 100ms
+// for a CPU fails decisions, which is no fault of the dead one's (sluice's
+// own stalls its store deadline does not count, up to three of them:
+// internal/deadline).
 func TestFaultClusterMasterKilled(t *testing.T) {
 	c := redistest.StartCluster(t)
 	victim := c.Addrs[0]
+	for _, addr := range c.Addrs {
+		favor(t, c.Pid(t, addr))
+	}
 	runFault(t, faultRun{
 		fault: "Cluster master SIGKILL, down 2s, restarted empty", policy: "local",
 		url:    "redis://" + c.Addrs[1] + "?addr=" + c.Addrs[2],
 		inject: func(t *testing.T) { c.KillNode(t, victim) }, hold: 2 * time.Second,
-		heal: func(t *testing.T) { c.RestartNode(t, victim) }, degrades: true, partial: true, recovery: faultBounds.topology,
+		heal: func(t *testing.T) {
+			c.RestartNode(t, victim)
+			favor(t, c.Pid(t, victim))
+		},
+		degrades: true, partial: true, recovery: faultBounds.topology, favored: true,
 		inspect: func(t *testing.T, byWorker [][]faultEvent, inject, heal time.Duration) {
 			// Which master holds each worker's key ({...w<i>} in its name).
 			onVictim := map[int]bool{}
@@ -465,39 +483,15 @@ func TestFaultClusterMasterKilled(t *testing.T) {
 					}
 				}
 			}
-			// While the master is down, the keys of the others are still
-			// decided by Redis. Not all of them on a loaded machine: a
-			// decision that waits out the store deadline for a CPU
-			// degrades, and five such in a row open the Limiter's one
-			// breaker for a moment (healthyDegraded, as in every fault
-			// test). Were one master's failure theirs, nearly all of
-			// theirs would degrade while it is down.
-			var victimKeys, others, decided, degraded, atOnce int
-			for i, evs := range byWorker {
-				if onVictim[i] {
-					victimKeys++
-					continue
-				}
-				others++
-				for _, e := range evs {
-					if e.end < inject || e.end >= heal {
-						continue
-					}
-					decided++
-					if e.degraded {
-						degraded++
-						if e.end-e.start < sluice.DefaultStoreTimeout {
-							atOnce++
-						}
-					}
-				}
+			if err := isolated(t, byWorker, onVictim, inject, heal); err != nil {
+				t.Error(err)
 			}
-			t.Logf("%d of %d load keys live on the killed master; while it was down the keys of the other masters had %d decisions, %d degraded (%d at once, %d after the store deadline)", victimKeys, len(byWorker), decided, degraded, atOnce, degraded-atOnce)
-			if victimKeys == 0 || others == 0 || decided == 0 {
-				t.Errorf("%d load keys on the killed master, %d on the others, %d decisions of theirs during the fault: want some of each", victimKeys, others, decided)
-			}
-			if share := float64(degraded) / float64(max(decided, 1)); faultBounds.clusterIsolated && share > faultBounds.healthyDegraded {
-				t.Errorf("while one master was down the keys of the healthy masters had %d of %d decisions degraded (%.0f%%), more than a loaded machine's %.0f%%: one master's failure is not theirs", degraded, decided, 100*share, 100*faultBounds.healthyDegraded)
+			// The control: the dead master's keys counted as healthy must
+			// fail the check, else it could not tell.
+			if err := isolated(nil, byWorker, map[int]bool{}, inject, heal); err == nil {
+				t.Errorf("the control, every key counted as a healthy master's, passed the check: it cannot tell one master's failure from the others'")
+			} else {
+				t.Logf("the control, every key counted as a healthy master's, fails as it must: %v", err)
 			}
 		},
 	})
@@ -506,6 +500,56 @@ func TestFaultClusterMasterKilled(t *testing.T) {
 	// Redis's own.
 	info, _ := c.Do(t, victim, "INFO", "errorstats").(string)
 	t.Logf("the restarted master's INFO errorstats: %q", strings.TrimSpace(info))
+}
+
+// isolated checks that while the master that onVictim's keys live on was
+// down (from inject to heal), no decision of another key degraded, and
+// that there were keys of each kind and decisions of the others'; with t,
+// it logs what it counted.
+func isolated(t *testing.T, byWorker [][]faultEvent, onVictim map[int]bool, inject, heal time.Duration) error {
+	var victimKeys, others, decided, degraded, atOnce int
+	for i, evs := range byWorker {
+		if onVictim[i] {
+			victimKeys++
+			continue
+		}
+		others++
+		for _, e := range evs {
+			if e.end < inject || e.end >= heal {
+				continue
+			}
+			decided++
+			if e.degraded {
+				degraded++
+				if e.end-e.start < sluice.DefaultStoreTimeout {
+					atOnce++
+				}
+			}
+		}
+	}
+	seen := fmt.Sprintf("%d of %d load keys live on the killed master; while it was down the keys of the other masters had %d decisions, %d degraded (%d at once, %d after the store deadline)",
+		victimKeys, len(byWorker), decided, degraded, atOnce, degraded-atOnce)
+	if t != nil {
+		t.Log(seen)
+	}
+	switch {
+	case t != nil && victimKeys == 0, others == 0, decided == 0:
+		return fmt.Errorf("%s: want keys on the killed master and on the others, and decisions of the others' during the fault", seen)
+	case degraded > 0:
+		return fmt.Errorf("%s, want none degraded: one master's failure is not theirs", seen)
+	}
+	return nil
+}
+
+// favor raises the scheduling priority of the process pid (nice -10), so
+// that the machine's load does not starve it of CPU. It needs the
+// privilege to (root, or CAP_SYS_NICE), as make test has in CI; without it
+// the test says so and goes on at the normal priority.
+func favor(t *testing.T, pid int) {
+	t.Helper()
+	if err := syscall.Setpriority(syscall.PRIO_PROCESS, pid, -10); err != nil {
+		t.Logf("process %d keeps its priority (%v): on a loaded machine its waits for a CPU may fail decisions", pid, err)
+	}
 }
 
 // TestFaultSentinelFailover: the primary of a Sentinel deployment SIGKILLed

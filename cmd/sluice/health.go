@@ -9,6 +9,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sluice-go/sluice/server"
 )
 
 // healthServices are the names the gRPC health service answers for: the
@@ -30,7 +32,10 @@ const drainNotice = 100 * time.Millisecond
 // the gRPC health service and GET /healthcheck. It runs the readiness
 // check (that of GET /readyz) every healthEvery in the background and
 // answers from the last result, so that no probe makes a store call of
-// its own; it reports NOT_SERVING once a shutdown starts.
+// its own; it reports NOT_SERVING once a shutdown starts. A check that
+// fails while the store still decides for some keys (server.Serving: a
+// Cluster with some masters down) is SERVING, as /readyz is 200: every
+// replica sees the same Cluster.
 type healthState struct {
 	grpc     *health.Server
 	last     atomic.Pointer[error] // nil: ready
@@ -46,7 +51,9 @@ func startHealth(ctx context.Context, ready func(context.Context) error) *health
 		st := healthpb.HealthCheckResponse_SERVING
 		if err := ready(check); err != nil {
 			h.last.Store(&err)
-			st = healthpb.HealthCheckResponse_NOT_SERVING
+			if !server.Serving(err) {
+				st = healthpb.HealthCheckResponse_NOT_SERVING
+			}
 		} else {
 			h.last.Store(nil)
 		}
@@ -86,7 +93,8 @@ func (h *healthState) drain() {
 }
 
 // ServeHTTP answers GET /healthcheck as envoyproxy/ratelimit does: 200
-// "OK" while ready, else 500 with the reason.
+// "OK" while ready, else 500 with the reason; 200 "OK" and the reason
+// while the store decides for some keys (server.Serving).
 func (h *healthState) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	select {
 	case <-h.draining:
@@ -94,8 +102,11 @@ func (h *healthState) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 		return
 	default:
 	}
-	if err := h.last.Load(); err != nil {
+	if err := h.last.Load(); err != nil && !server.Serving(*err) {
 		http.Error(w, "not ready: "+(*err).Error(), http.StatusInternalServerError)
+		return
+	} else if err != nil {
+		w.Write([]byte("OK (degraded: " + (*err).Error() + ")"))
 		return
 	}
 	w.Write([]byte("OK"))

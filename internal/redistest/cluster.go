@@ -167,6 +167,15 @@ func (c *Cluster) KillNode(t testing.TB, addr string) {
 	c.node(t, addr).srv.Stop()
 }
 
+// Pid returns the process ID of the master at addr (its latest process,
+// after RestartNode).
+func (c *Cluster) Pid(t testing.TB, addr string) int {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.node(t, addr).srv.Pid()
+}
+
 // RestartNode starts the master at addr again, as the same node (its
 // nodes.conf, ports and TLS) but empty, and stops it when t ends. It
 // returns once the node answers PING, without waiting for the other nodes

@@ -66,6 +66,34 @@ func BenchmarkAllow(b *testing.B) {
 	}
 }
 
+// BenchmarkClusterAllow measures one admitted decision on a 3-master
+// Redis Cluster through a Limiter with an error policy (so with its
+// circuit breaker and store timeout), from one goroutine and from 16:
+//
+//	go test -run '^$' -bench ClusterAllow -benchmem ./store/redis/
+func BenchmarkClusterAllow(b *testing.B) {
+	c := redistest.StartCluster(b)
+	lim := sluice.New(sluiceredis.FromRueidis(newRueidis(b, c.Addrs...)), sluice.WithErrorPolicy(sluice.AllowOnError))
+	l := benchLimit(sluice.GCRA)
+	ctx := context.Background()
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			if r, err := lim.Allow(ctx, benchKeyNames[i%benchKeys], l); err != nil || r.Degraded != sluice.NotDegraded {
+				b.Fatal(r, err)
+			}
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetParallelism(8) // 16 callers on 2 cores
+		runParallel(b, func(i int) error {
+			_, err := lim.Allow(ctx, benchKeyNames[i%benchKeys], l)
+			return err
+		})
+	})
+}
+
 // BenchmarkScriptCPU reports the Redis server's CPU time per decision
 // (INFO commandstats: the usec of EVALSHA and EVAL over the decisions) for
 // each algorithm, at 32 callers (coalesced by default), with an

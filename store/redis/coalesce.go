@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/algo"
+	"github.com/sluice-go/sluice/internal/deadline"
 )
 
 // The coalescer implements "Coalescing" in the package doc (redis.go).
@@ -353,7 +354,9 @@ func (c *coalescer) send(b []*call) {
 
 // batchContext returns the context of a batch call: without the
 // cancellation of any one caller, whose end must not fail the others,
-// and with the latest of their deadlines, or none when one has none.
+// and with the latest of their deadlines, or none when one has none; a
+// deadline that, as the Limiter's store timeout, does not count the time
+// the process could not run (internal/deadline).
 func batchContext(b []*call) (context.Context, context.CancelFunc) {
 	var last time.Time
 	for _, cl := range b {
@@ -365,7 +368,7 @@ func batchContext(b []*call) (context.Context, context.CancelFunc) {
 			last = d
 		}
 	}
-	return context.WithDeadline(context.WithoutCancel(b[0].ctx), last)
+	return deadline.WithDeadline(context.WithoutCancel(b[0].ctx), last)
 }
 
 // takeBatch runs batch.lua over the groups of b, in order, and returns

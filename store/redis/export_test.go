@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -121,3 +122,43 @@ func (s *Store) BatchCompact(reqs []sluice.Request) bool {
 	_, _, args := batchArgs(b)
 	return args[0][0] == '-'
 }
+
+// ShardsOf returns the ShardLister of the Client FromRueidis makes of c.
+func ShardsOf(c rueidis.Client) ShardLister { return rueidisClient{c} }
+
+// SlotsShards returns the shards of c's Cluster read from CLUSTER SLOTS,
+// as Shards reads them on a server without CLUSTER SHARDS.
+func SlotsShards(ctx context.Context, c rueidis.Client) ([]Shard, error) {
+	v, err := c.Do(ctx, c.B().ClusterSlots().Build()).ToArray()
+	if err != nil {
+		return nil, err
+	}
+	return slotsShards(v)
+}
+
+// ApplyShards maps shards as a refresh that read them does, numbering
+// them after the map before: nodes returns the number of each master
+// (by address) in the new map.
+func (s *Store) ApplyShards(shards []Shard) (nodes map[string]int) {
+	s.topo.apply(shards)
+	m := s.topo.m.Load()
+	nodes = map[string]int{}
+	for n, master := range m.masters {
+		for _, sh := range shards {
+			if sh.Master == master && n > 0 {
+				nodes[master] = n
+			}
+		}
+	}
+	return nodes
+}
+
+// Mapped returns a Store on no Cluster whose map of shards is what
+// ApplyShards makes of them.
+func Mapped() *Store {
+	return &Store{prefix: "sluice", split: bySlot, topo: &topology{lister: noShards{}}}
+}
+
+type noShards struct{}
+
+func (noShards) Shards(context.Context) ([]Shard, error) { return nil, errors.New("no Cluster") }

@@ -46,10 +46,11 @@
 // proxy) hold its namespaced client key (package policy): the rule
 // login's limit for the address 192.0.2.1 is
 // sluice:{ip:192.0.2.1}w1m:login-1m, a header or query value v is k:v,
-// the global key global. Two keys are the store's own, which no client
-// key can produce: <prefix>:{%ready}f1s (Ready) and
-// <prefix>:{%fleet}:replicas (Heartbeat, a sorted set of replica names
-// scored by the millisecond their heartbeat ends).
+// the global key global. Some keys are the store's own, which no client
+// key can produce: <prefix>:{%ready}f1s (Ready) and, on a Cluster, one
+// <prefix>:{%ready<n>}f1s per master, and <prefix>:{%fleet}:replicas
+// (Heartbeat, a sorted set of replica names scored by the millisecond
+// their heartbeat ends).
 //
 // # Values
 //
@@ -272,11 +273,33 @@
 // that a canceled request does not leave its consumption behind. Putting
 // first the part most likely to deny keeps denials cheap.
 //
+// # Nodes
+//
+// A Store is a sluice.Noder, so that a Limiter keeps one circuit breaker
+// per node and a node that fails degrades the decisions of its own keys
+// only. On a Cluster a node is a shard, a master and its replicas: the
+// Store reads which shard serves each slot (CLUSTER SHARDS, or CLUSTER
+// SLOTS before Redis 7.0, through the Client's ShardLister) when it is
+// made, then every 5 seconds while decisions come and at most every 250ms
+// while some fail, always in the background: no decision waits for it,
+// and until the first map is read every key is node 0, one breaker for
+// the whole Cluster. A shard keeps its number while any of its nodes
+// stays in it, so its breaker survives a replica taking over from its
+// master; a slot moved to another shard takes its keys to that shard's
+// breaker once the map is read again. A decision that fails on a master
+// fails with a *sluice.NodeError naming it (a decision split over slots:
+// the first master that failed, and those that answered before it), so
+// that the failure is charged to that master's breaker alone. A server
+// alone, through Sentinel (the breaker follows a failover: the node is
+// the primary, whichever it is) or sharded by the client (WithSharding, a
+// go-redis Ring, whose key-to-shard map go-redis does not expose) is one
+// node, and so is a Cluster whose Client is no ShardLister.
+//
 // # Readiness and permissions
 //
 // Ready runs a decision, with a write, on a key reserved for it (see
-// Ready), so that it fails wherever decisions fail; Ping only runs a
-// script that touches nothing. A Redis ACL user needs EVALSHA and EVAL
+// Ready), on every master of a Cluster, so that it fails wherever
+// decisions fail; Ping only runs a script that touches nothing. A Redis ACL user needs EVALSHA and EVAL
 // (sent once per script after a restart or SCRIPT FLUSH; the store never
 // sends SCRIPT), the commands the scripts run (GET, SET, INCRBY, DEL,
 // PEXPIRE, TIME, for sliding_log ZADD, ZCOUNT, ZRANGE, ZRANGEBYSCORE,
@@ -451,6 +474,7 @@ type Store struct {
 	split  splitMode  // how decisions over several client keys are split (stack.go)
 	batch  int        // the most decisions per script call (WithBatch)
 	co     *coalescer // nil: no coalescing (coalesce.go)
+	topo   *topology  // a Cluster's shards; nil: one node (nodes.go)
 	wait   waitSpec   // WithWaitReplicas (wait.go)
 	close  func()
 }
@@ -499,6 +523,7 @@ func New(c Client, opts ...Option) *Store {
 	}
 	s.checkWait()
 	s.co = newCoalescer(s)
+	s.topo = newTopology(s)
 	return s
 }
 
@@ -515,6 +540,9 @@ func (s *Store) Close() {
 // on a Cluster"). Concurrent decisions may share one script call (see
 // "Coalescing" and WithBatch).
 func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	if s.topo != nil {
+		s.topo.tick()
+	}
 	var one group // a decision of one part, most of them: no grouping to do
 	g := &one
 	if len(req.Parts) == 1 {
@@ -533,7 +561,7 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, 
 		t, err = s.take(ctx, clockArg(req.Now), g, false)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("redis store: %w", err)
+		return nil, s.failed(g, nil, err)
 	}
 	return t.results, nil
 }
@@ -647,54 +675,6 @@ func (s *Store) Ping(ctx context.Context) error {
 		return fmt.Errorf("redis store: ping: %w", err)
 	}
 	return nil
-}
-
-// readyTag is the client key, as it appears in Redis keys (the hash tag),
-// of the decisions Ready runs. escape never produces it: it
-// percent-encodes '%' in client keys, and its own forms starting with
-// '%' are "%0" and "%H" and hex digits. So no client key, whatever the
-// policy engine makes of it, shares state with Ready.
-const readyTag = "%ready"
-
-// readyLimit is the limit of Ready's decisions: so high that they are
-// always admitted, so that each writes its key (a denied decision writes
-// nothing, and would not meet a refused write), which expires within a
-// second.
-var readyLimit = sluice.Limit{Algorithm: sluice.FixedWindow, Limit: 1 << 30, Period: time.Second}
-
-// Ready reports whether a decision can run now, for readiness probes: it
-// runs the decision script, as Take does (by SHA, sending the source on
-// NOSCRIPT), at the server's time, consuming 1 under a fixed window on
-// the reserved key <prefix>:{%ready}f1s, which no client key can
-// produce (readyTag) and which expires within a second. So it fails, with
-// Redis's answer as the cause, wherever decisions fail: Redis down or
-// unreachable, a user not permitted to run the script or the commands in
-// it (NOPERM), a read-only replica (READONLY), an out-of-memory server
-// (OOM). On a Cluster it checks the master of the reserved key's slot
-// only.
-func (s *Store) Ready(ctx context.Context) error {
-	limits := []sluice.Limit{readyLimit}
-	g := &group{keys: []string{s.prefix + ":{" + readyTag + "}" + algo.ID(readyLimit)}, limits: limits, cost: 1}
-	t, err := s.take(ctx, "", g, false)
-	if err != nil && aclDenied(err) {
-		return fmt.Errorf("redis store: not ready: NOPERM: the Redis user may not run a command of the decision script (see the ACL the README lists): %w", err)
-	}
-	if err != nil {
-		return fmt.Errorf("redis store: not ready: %w", err)
-	}
-	if !t.results[0].Allowed {
-		return fmt.Errorf("redis store: not ready: the readiness decision on %s was denied", g.keys[0])
-	}
-	return nil
-}
-
-// aclDenied reports whether err is Redis refusing a command to the
-// connection's user: NOPERM, which Redis 7.0 answers, inside a script, as
-// "ERR The user executing the script can't run this command or
-// subcommand", without naming it.
-func aclDenied(err error) bool {
-	m := err.Error()
-	return strings.Contains(m, "NOPERM") || strings.Contains(m, "user executing the script can't run this command")
 }
 
 // TTL returns how long the state of key under l will live in Redis if

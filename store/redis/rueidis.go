@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	neturl "net/url"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -192,6 +195,103 @@ func (r rueidisClient) check(v []int64, err error) ([]int64, error) {
 		return nil, fmt.Errorf("%w: %w", ErrTryAgain, err)
 	}
 	return v, err
+}
+
+// Shards implements ShardLister: CLUSTER SHARDS, or CLUSTER SLOTS on a
+// server before Redis 7.0, which lacks it.
+func (r rueidisClient) Shards(ctx context.Context) ([]Shard, error) {
+	v, err := r.c.Do(ctx, r.c.B().ClusterShards().Build()).ToArray()
+	if re, ok := rueidis.IsRedisErr(err); ok && strings.Contains(strings.ToLower(re.Error()), "unknown subcommand") {
+		v, err = r.c.Do(ctx, r.c.B().ClusterSlots().Build()).ToArray()
+		if err != nil {
+			return nil, err
+		}
+		return slotsShards(v)
+	}
+	if err != nil {
+		return nil, err
+	}
+	shards := make([]Shard, 0, len(v))
+	for _, m := range v {
+		f, err := m.AsMap()
+		if err != nil {
+			return nil, fmt.Errorf("CLUSTER SHARDS: %w", err)
+		}
+		var sh Shard
+		fslots, fnodes := f["slots"], f["nodes"]
+		slots, _ := fslots.AsIntSlice()
+		for i := 0; i+1 < len(slots); i += 2 {
+			sh.Slots = append(sh.Slots, [2]int{int(slots[i]), int(slots[i+1])})
+		}
+		nodes, _ := fnodes.ToArray()
+		for _, n := range nodes {
+			node, err := n.AsMap()
+			if err != nil {
+				return nil, fmt.Errorf("CLUSTER SHARDS: %w", err)
+			}
+			str := func(k string) string {
+				v := node[k]
+				if i, err := v.AsInt64(); v.IsInt64() && err == nil {
+					return strconv.FormatInt(i, 10)
+				}
+				s, _ := v.ToString()
+				return s
+			}
+			sh.IDs = append(sh.IDs, str("id"))
+			if str("role") == "master" {
+				host := str("endpoint")
+				if host == "" || host == "?" {
+					host = str("ip")
+				}
+				sh.Master = net.JoinHostPort(host, str("port"))
+			}
+		}
+		shards = append(shards, sh)
+	}
+	return shards, nil
+}
+
+// slotsShards returns the shards of a reply to CLUSTER SLOTS: each entry
+// is a range of slots, its master (address and ID) and its replicas.
+func slotsShards(v []rueidis.RedisMessage) ([]Shard, error) {
+	byMaster := map[string]int{}
+	var shards []Shard
+	for _, e := range v {
+		f, err := e.ToArray()
+		if err != nil || len(f) < 3 {
+			return nil, fmt.Errorf("CLUSTER SLOTS: an entry of %d fields (%v)", len(f), err)
+		}
+		lo, err1 := f[0].AsInt64()
+		hi, err2 := f[1].AsInt64()
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, fmt.Errorf("CLUSTER SLOTS: %w", err)
+		}
+		var sh Shard
+		for i, n := range f[2:] {
+			node, err := n.ToArray()
+			if err != nil || len(node) < 2 {
+				return nil, fmt.Errorf("CLUSTER SLOTS: a node of %d fields (%v)", len(node), err)
+			}
+			host, _ := node[0].ToString()
+			port, _ := node[1].AsInt64()
+			id := ""
+			if len(node) > 2 {
+				id, _ = node[2].ToString()
+			}
+			if i == 0 {
+				sh.Master = net.JoinHostPort(host, strconv.FormatInt(port, 10))
+			}
+			sh.IDs = append(sh.IDs, id)
+		}
+		k, ok := byMaster[sh.Master]
+		if !ok {
+			k = len(shards)
+			byMaster[sh.Master] = k
+			shards = append(shards, Shard{Master: sh.Master, IDs: sh.IDs})
+		}
+		shards[k].Slots = append(shards[k].Slots, [2]int{int(lo), int(hi)})
+	}
+	return shards, nil
 }
 
 // EvalShaWait implements Waiter (see evalWait).

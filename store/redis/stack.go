@@ -90,18 +90,7 @@ func slot(key string) int {
 			key = key[i+1 : i+1+j]
 		}
 	}
-	var crc uint16
-	for k := 0; k < len(key); k++ {
-		crc ^= uint16(key[k]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc) % 16384
+	return tagSlot(key)
 }
 
 // refundTimeout bounds giving back what a split decision took, which
@@ -119,9 +108,9 @@ func (s *Store) takeStacked(ctx context.Context, now string, gs []*group, n int)
 		t, err := s.take(ctx, now, g, false)
 		if err != nil {
 			if rerr := s.settle(ctx, now, gs[:k], done, nil, rs); rerr != nil {
-				return nil, fmt.Errorf("redis store: %w; the parts taken before keep their consumption: %w", err, rerr)
+				err = fmt.Errorf("%w; the parts taken before keep their consumption: %w", err, rerr)
 			}
-			return nil, fmt.Errorf("redis store: %w", err)
+			return nil, s.failed(g, gs[:k], err)
 		}
 		if !allowed(t.results) {
 			g.place(rs, t.results)

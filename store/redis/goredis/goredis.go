@@ -35,6 +35,9 @@ package goredis
 import (
 	"context"
 	"fmt"
+	"net"
+	"strconv"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -158,6 +161,76 @@ func anys(args []string) []any {
 		out[i] = a
 	}
 	return out
+}
+
+// clusterCmds are the commands of a go-redis client that Shards sends:
+// a ClusterClient's (any client has them; the Store asks a Cluster's
+// only).
+type clusterCmds interface {
+	ClusterShards(ctx context.Context) *goredis.ClusterShardsCmd
+	ClusterSlots(ctx context.Context) *goredis.ClusterSlotsCmd
+}
+
+// Shards implements sluiceredis.ShardLister: CLUSTER SHARDS, or CLUSTER
+// SLOTS on a server before Redis 7.0, which lacks it.
+func (c client) Shards(ctx context.Context) ([]sluiceredis.Shard, error) {
+	cc, ok := c.s.(clusterCmds)
+	if !ok {
+		return nil, fmt.Errorf("a %T cannot read a Cluster's shards", c.s)
+	}
+	v, err := cc.ClusterShards(ctx).Result()
+	if err != nil && strings.Contains(strings.ToLower(err.Error()), "unknown subcommand") {
+		return slotsShards(cc.ClusterSlots(ctx).Result())
+	}
+	if err != nil {
+		return nil, err
+	}
+	shards := make([]sluiceredis.Shard, 0, len(v))
+	for _, s := range v {
+		var sh sluiceredis.Shard
+		for _, r := range s.Slots {
+			sh.Slots = append(sh.Slots, [2]int{int(r.Start), int(r.End)})
+		}
+		for _, n := range s.Nodes {
+			sh.IDs = append(sh.IDs, n.ID)
+			if n.Role == "master" {
+				host := n.Endpoint
+				if host == "" || host == "?" {
+					host = n.IP
+				}
+				sh.Master = net.JoinHostPort(host, strconv.FormatInt(n.Port, 10))
+			}
+		}
+		shards = append(shards, sh)
+	}
+	return shards, nil
+}
+
+// slotsShards returns the shards of a reply to CLUSTER SLOTS, whose
+// entries are ranges of slots, each with its master first.
+func slotsShards(v []goredis.ClusterSlot, err error) ([]sluiceredis.Shard, error) {
+	if err != nil {
+		return nil, err
+	}
+	byMaster := map[string]int{}
+	var shards []sluiceredis.Shard
+	for _, e := range v {
+		if len(e.Nodes) == 0 {
+			continue
+		}
+		k, ok := byMaster[e.Nodes[0].Addr]
+		if !ok {
+			k = len(shards)
+			byMaster[e.Nodes[0].Addr] = k
+			sh := sluiceredis.Shard{Master: e.Nodes[0].Addr}
+			for _, n := range e.Nodes {
+				sh.IDs = append(sh.IDs, n.ID)
+			}
+			shards = append(shards, sh)
+		}
+		shards[k].Slots = append(shards[k].Slots, [2]int{e.Start, e.End})
+	}
+	return shards, nil
 }
 
 // waitClient is a client that can pipeline, which implements
