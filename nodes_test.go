@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -257,7 +258,7 @@ func TestBreakerNodeBounds(t *testing.T) {
 		t.Errorf("Breakers() of a store that is no Noder = %+v, want node 0 alone", bs)
 	}
 	b := newBreakers(Breaker{}, nil, nil)
-	for _, n := range []int{-1, MaxNodes, 1 << 40} {
+	for _, n := range []int{-1, MaxNodes, math.MaxInt} {
 		if got := b.get(n); got.node != 0 {
 			t.Errorf("node %d: breaker of node %d, want 0", n, got.node)
 		}
