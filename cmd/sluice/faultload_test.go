@@ -382,3 +382,25 @@ func (d *daemon) logValues(msg, key string) []string {
 	}
 	return out
 }
+
+// checkAnswers checks what must hold of every phase of a fault, whatever
+// it is, as runFault does: no transport error and no answer other than
+// 200, 429 or 503; 503 only under deny, each well formed; every answer
+// within faultBounds.answer.
+func checkAnswers(t *testing.T, who, policy string, phases map[string]phaseStats) {
+	t.Helper()
+	for name, p := range phases {
+		if p.transport != 0 || p.other() != 0 {
+			t.Errorf("%s, %s phase: %d transport errors, %d answers neither 200, 429 nor 503: %s", who, name, p.transport, p.other(), p)
+		}
+		if p.codes[503] != 0 && policy != "deny" {
+			t.Errorf("%s, %s phase: %d answers 503 under on_error %s, which never refuses: %s", who, name, p.codes[503], policy, p)
+		}
+		if p.bad503 != 0 {
+			t.Errorf("%s, %s phase: %d answers 503 without Retry-After or code RATE_LIMITER_UNAVAILABLE", who, name, p.bad503)
+		}
+		if p.max > faultBounds.answer {
+			t.Errorf("%s, %s phase: slowest answer %v, want within %v (the store deadline and slack): %s", who, name, p.max, faultBounds.answer, p)
+		}
+	}
+}

@@ -247,20 +247,7 @@ func runFault(t *testing.T, f faultRun) {
 	t.Logf("FAULT | %s | on_error %s | before: %s | during (%s): %s | after: %s | recovery %s (last degraded %s) | goroutines %d, max %d during, %d after | exact %d/%d admitted (try %d)",
 		f.fault, f.policy, pre, round(healAt-injectAt), fault, post, round(first), round(lastDegraded), before, during, after, admitted, 3*b.exactLimit, tries)
 
-	for name, p := range map[string]phaseStats{"before": pre, "during": fault, "after": post} {
-		if p.transport != 0 || p.other() != 0 {
-			t.Errorf("%s phase: %d transport errors, %d answers neither 200, 429 nor 503: %s", name, p.transport, p.other(), p)
-		}
-		if p.codes[503] != 0 && f.policy != "deny" {
-			t.Errorf("%s phase: %d answers 503 under on_error %s, which never refuses: %s", name, p.codes[503], f.policy, p)
-		}
-		if p.bad503 != 0 {
-			t.Errorf("%s phase: %d answers 503 without Retry-After or code RATE_LIMITER_UNAVAILABLE", name, p.bad503)
-		}
-		if p.max > b.answer {
-			t.Errorf("%s phase: slowest answer %v, want within %v (the store deadline and slack): %s", name, p.max, b.answer, p)
-		}
-	}
+	checkAnswers(t, "sluice", f.policy, map[string]phaseStats{"before": pre, "during": fault, "after": post})
 	healthy := func(p phaseStats) int { return int(b.healthyDegraded * float64(p.n)) }
 	if pre.degraded > healthy(pre) {
 		t.Errorf("before the fault: %d degraded decisions, want at most %d: %s", pre.degraded, healthy(pre), pre)
