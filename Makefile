@@ -197,9 +197,9 @@ soak: deps
 # builds). STRESS_RUNS=2 make stress for a short try; STRESS_TESTS='...'
 # for another set.
 STRESS_TESTS ?= \
-	'./cmd/sluice=Fault|^TestDashboard|^TestServeSlowBodies|^TestMaxInflight|^TestProxyProgress|^TestServeGRPCLimits|^TestServeGRPCInflight|^TestMaxHeaderBytes|^TestListenFlagErrors|^TestManyKeepAlive|^TestFloodUniqueKeys' \
+	'./cmd/sluice=Fault|^TestDashboard|^TestServeSlowBodies|^TestMaxInflight|^TestProxyProgress|^TestServeGRPCLimits|^TestServeGRPCInflight|^TestMaxHeaderBytes|^TestListenFlagErrors|^TestManyKeepAlive|^TestFloodUniqueKeys|^TestNet' \
 	'.=^TestBreaker|^TestProbeOwnsItsRequest' \
-	'./store/redis=Breaker|^TestOutage|^TestHungServer|^TestExactUnderConcurrency|^TestHarnessCatchesRace|^TestStackedExact|^TestCoalesceExact|^TestConformance' \
+	'./store/redis=Breaker|^TestOutage|^TestHungServer|^TestExactUnderConcurrency|^TestHarnessCatchesRace|^TestStackedExact|^TestCoalesceExact|^TestConformance|^TestLinearizable' \
 	'./admin=.'
 
 stress: deps toxiproxy
