@@ -51,4 +51,6 @@
 // under 150, and under 50 the client is denied until its window, log or
 // bucket admits again; RetryAfter stays exact. A new algorithm, period or
 // name starts every client afresh. See Limit.Identity.
+//
+// The guide to the library is docs/library.md (https://github.com/sluice-go/sluice/blob/main/docs/library.md).
 package sluice

@@ -116,4 +116,6 @@
 // names, their limits and traffic, the most limited keys (masked unless
 // --show-keys), and any key's state under a rule (inspect). Keep them on
 // loopback, behind an authenticating proxy, or behind the token.
+//
+// The operating guide is docs/operating.md (https://github.com/sluice-go/sluice/blob/main/docs/operating.md).
 package admin

@@ -99,4 +99,6 @@
 // YAML anchors, aliases and merge keys (<<: *base) may be used; top-level
 // keys that start with "x-" are ignored, to hold anchors. A file holds one
 // YAML document.
+//
+// The policy file guide is docs/policy-file.md (https://github.com/sluice-go/sluice/blob/main/docs/policy-file.md).
 package config

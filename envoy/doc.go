@@ -207,4 +207,6 @@
 // anything. Rules in shadow mode always answer OK: they are decided after
 // the others, only when those admit the request, and with a cost they
 // could never admit they only report their state.
+//
+// The Envoy guide is docs/envoy.md (https://github.com/sluice-go/sluice/blob/main/docs/envoy.md).
 package envoy

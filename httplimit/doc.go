@@ -61,4 +61,6 @@
 //
 // (net/http writes field names in their canonical form, Ratelimit-Policy;
 // field names are case-insensitive.)
+//
+// The middleware guide is docs/middleware.md (https://github.com/sluice-go/sluice/blob/main/docs/middleware.md).
 package httplimit

@@ -182,4 +182,6 @@
 // failing store in turn), for the Limiter's ErrorPolicy to answer; a lease
 // already held keeps answering until it is spent or ends, its units having
 // been counted.
+//
+// The library guide is docs/library.md (https://github.com/sluice-go/sluice/blob/main/docs/library.md).
 package lease

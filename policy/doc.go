@@ -59,4 +59,6 @@
 // algorithm and period, the limit's storage identity (sluice.Limit.Identity),
 // so limits of different rules never share counts, and a reload that
 // changes a limit's numbers keeps what each client has spent.
+//
+// The middleware guide is docs/middleware.md (https://github.com/sluice-go/sluice/blob/main/docs/middleware.md).
 package policy

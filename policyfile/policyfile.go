@@ -13,6 +13,8 @@
 //
 // The decision service (sluice serve), the proxy (sluice proxy) and the
 // examples are built on it, so a file means the same wherever it is used.
+//
+// The policy file reference is docs/policy-file.md (https://github.com/sluice-go/sluice/blob/main/docs/policy-file.md).
 package policyfile
 
 import (

@@ -176,4 +176,6 @@
 // The engine's Update (policy.Engine.Update) swaps the rules atomically:
 // a request decided under the old rules completes under them, and the
 // next one sees the new rules.
+//
+// The decision service guide, with the OpenAPI document of its API, is docs/service.md (https://github.com/sluice-go/sluice/blob/main/docs/service.md).
 package server

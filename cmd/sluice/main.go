@@ -18,6 +18,8 @@
 //
 // Run "sluice help" or "sluice <command> --help" for the flags; every flag
 // has an environment variable equivalent (--config and SLUICE_CONFIG).
+//
+// Getting started is docs/getting-started.md (https://github.com/sluice-go/sluice/blob/main/docs/getting-started.md).
 package main
 
 import (

@@ -61,6 +61,8 @@
 // from 63 MiB to none and the RSS fell from 131 MiB to 9 MiB within 5 s;
 // the unbounded store kept 383 MiB of live heap). A process that may go idle after a flood runs
 // SweepEvery, since decisions do the evicting otherwise.
+//
+// The keys and memory guide is docs/keys.md (https://github.com/sluice-go/sluice/blob/main/docs/keys.md).
 package memory
 
 import (

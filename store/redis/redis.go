@@ -318,6 +318,8 @@
 // and mutual TLS (see Open). FromRueidis
 // wraps a rueidis client you already have; package store/redis/goredis
 // wraps a github.com/redis/go-redis/v9 client; New takes any Client.
+//
+// The Redis guide is docs/redis.md (https://github.com/sluice-go/sluice/blob/main/docs/redis.md).
 package redis
 
 import (
