@@ -240,7 +240,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.guarded.
 // and every path under /admin/ (those h does not serve are answered with
 // a JSON 404 or 405), leaving every other request to mux's other
 // handlers. mux is an *http.ServeMux, or anything with its Handle.
-func (h *Handler) Register(mux interface{ Handle(pattern string, handler http.Handler) }) {
+func (h *Handler) Register(mux interface {
+	Handle(pattern string, handler http.Handler)
+}) {
 	for _, p := range h.routes {
 		mux.Handle(p, h)
 	}
