@@ -239,14 +239,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.guarded.
 // Register routes the dashboard's requests of mux to h: GET / exactly,
 // and every path under /admin/ (those h does not serve are answered with
 // a JSON 404 or 405), leaving every other request to mux's other
-// handlers. mux is an *http.ServeMux, or anything with its Handle.
-func (h *Handler) Register(mux interface {
-	Handle(pattern string, handler http.Handler)
-}) {
+// handlers.
+func (h *Handler) Register(mux Mux) {
 	for _, p := range h.routes {
 		mux.Handle(p, h)
 	}
 	mux.Handle(adminPrefix, h)
+}
+
+// Mux is what Register routes to: an *http.ServeMux, or anything with
+// its Handle.
+type Mux interface {
+	Handle(pattern string, handler http.Handler)
 }
 
 // Routes returns the patterns of the endpoints h serves, as
