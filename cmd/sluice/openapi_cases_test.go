@@ -101,6 +101,7 @@ func (r *apiRun) send(t *testing.T, d *daemon, c apiCase) *exchange {
 func (r *apiRun) check(t *testing.T, c apiCase, x *exchange) {
 	t.Helper()
 	what := fmt.Sprintf("%s (%s %s)", c.name, x.method, x.path)
+	t.Logf("%s: %d %s\n%.400s", what, x.status, shownHeaders(x.respHeader), x.body)
 	if x.status != c.status {
 		t.Errorf("%s: %d %.300s, want %d", what, x.status, x.body, c.status)
 		return
@@ -142,6 +143,18 @@ func (r *apiRun) check(t *testing.T, c apiCase, x *exchange) {
 		r.seen[key] = map[int]bool{}
 	}
 	r.seen[key][x.status] = true
+}
+
+// shownHeaders returns the header fields of h that the document
+// describes, as they would be written, for the log.
+func shownHeaders(h http.Header) string {
+	var b strings.Builder
+	for _, k := range []string{"Retry-After", "RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Allow", "WWW-Authenticate"} {
+		if v := h.Get(k); v != "" {
+			fmt.Fprintf(&b, "\n%s: %s", k, v)
+		}
+	}
+	return b.String()
 }
 
 // run sends each case to d and checks its answer, in order.
@@ -247,6 +260,9 @@ descriptors:
 `
 )
 
+// loginCheck is a check of the main server's login rule for one address.
+const loginCheck = `{"rule":"login","key":"203.0.113.7"}`
+
 // closedPort returns a loopback address nothing listens on.
 func closedPort(t *testing.T) string {
 	t.Helper()
@@ -264,8 +280,8 @@ func bearer(token string) map[string]string {
 	return map[string]string{"Authorization": "Bearer " + token}
 }
 
-// with returns h with k: v added.
-func with(h map[string]string, k, v string) map[string]string {
+// addHeader returns h with k: v added.
+func addHeader(h map[string]string, k, v string) map[string]string {
 	out := map[string]string{k: v}
 	for hk, hv := range h {
 		out[hk] = hv
@@ -283,16 +299,23 @@ var noRateLimit = []string{"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit",
 // a documented status, a body of the documented schema, the documented
 // headers. Every documented status of every operation must be seen.
 func TestOpenAPI(t *testing.T) {
-	doc := loadSpec(t)
-	r := newAPIRun(doc)
+	r := newAPIRun(loadSpec(t))
+	r.mainServer(t)
+	r.downServer(t)
+	r.envoyServer(t)
+	r.resetsOff(t)
+	r.covered(t)
+	t.Run("control", func(t *testing.T) { r.control(t) })
+}
 
-	// The main server: the memory store, resets on.
+// mainServer runs the cases of the main server: the memory store, resets
+// on.
+func (r *apiRun) mainServer(t *testing.T) {
 	main := startServe(t, []string{admin.TokenEnv + "=" + tokenMain}, "--config", writeFile(t, openAPIRules))
-	ip := `{"rule":"login","key":"203.0.113.7"}`
 	r.run(t, main, []apiCase{
-		{name: "check admitted", method: "POST", target: "/v1/check", body: ip, status: 200},
-		{name: "check admitted, the last", method: "POST", target: "/v1/check", body: ip, status: 200},
-		{name: "check denied", method: "POST", target: "/v1/check", body: ip, status: 429},
+		{name: "check admitted", method: "POST", target: "/v1/check", body: loginCheck, status: 200},
+		{name: "check admitted, the last", method: "POST", target: "/v1/check", body: loginCheck, status: 200},
+		{name: "check denied", method: "POST", target: "/v1/check", body: loginCheck, status: 429},
 		{name: "check shadow", method: "POST", target: "/v1/check", body: `{"rule":"export","key":"k1"}`, status: 200},
 		{name: "check shadow denied", method: "POST", target: "/v1/check", body: `{"rule":"export","key":"k1"}`, status: 200},
 		{name: "check cost 0", method: "POST", target: "/v1/check", body: `{"rule":"search","key":"k1","cost":0}`, status: 200},
@@ -305,9 +328,9 @@ func TestOpenAPI(t *testing.T) {
 		{name: "check not an IP", method: "POST", target: "/v1/check", body: `{"rule":"login","key":"abc"}`, status: 400, code: "BAD_REQUEST"},
 		{name: "check not UTF-8", method: "POST", target: "/v1/check", body: "{\"rule\":\"search\",\"key\":\"\xff\"}", status: 400, code: "BAD_REQUEST"},
 		// Valid to kin-openapi, which decodes the first JSON value only.
-		{name: "check data after", method: "POST", target: "/v1/check", body: ip + ` {}`, status: 400, code: "BAD_REQUEST"},
+		{name: "check data after", method: "POST", target: "/v1/check", body: loginCheck + ` {}`, status: 400, code: "BAD_REQUEST"},
 		{name: "check too large", method: "POST", target: "/v1/check", body: `{"rule":"search","key":"` + strings.Repeat("k", 65<<10) + `"}`, status: 413, code: "TOO_LARGE"},
-		{name: "check text", method: "POST", target: "/v1/check", header: map[string]string{"Content-Type": "text/plain"}, body: ip, status: 415, code: "UNSUPPORTED_MEDIA_TYPE", invalid: true},
+		{name: "check text", method: "POST", target: "/v1/check", header: map[string]string{"Content-Type": "text/plain"}, body: loginCheck, status: 415, code: "UNSUPPORTED_MEDIA_TYPE", invalid: true},
 
 		{name: "batch admitted", method: "POST", target: "/v1/check/batch", body: `{"checks":[{"rule":"search","key":"k2"},{"rule":"export","key":"k2","cost":1}]}`, status: 200},
 		{name: "batch denied", method: "POST", target: "/v1/check/batch", body: `{"checks":[{"rule":"login","key":"203.0.113.7"},{"rule":"export","key":"k3"}]}`, status: 200},
@@ -342,26 +365,29 @@ func TestOpenAPI(t *testing.T) {
 		{name: "inspect no rule", method: "GET", target: "/admin/v1/inspect?key=203.0.113.7", status: 400, code: "BAD_REQUEST", invalid: true},
 		{name: "inspect bad cost", method: "GET", target: "/admin/v1/inspect?rule=login&key=203.0.113.7&cost=x", status: 400, code: "BAD_REQUEST", invalid: true},
 		{name: "inspect unknown rule", method: "GET", target: "/admin/v1/inspect?rule=nope&key=k", status: 400, code: "BAD_REQUEST"},
-		{name: "reset", method: "POST", target: "/admin/v1/reset", header: bearer(tokenMain), body: ip, status: 200},
-		{name: "check admitted after the reset", method: "POST", target: "/v1/check", body: ip, status: 200},
+		{name: "reset", method: "POST", target: "/admin/v1/reset", header: bearer(tokenMain), body: loginCheck, status: 200},
+		{name: "check admitted after the reset", method: "POST", target: "/v1/check", body: loginCheck, status: 200},
 		{name: "reset no rule", method: "POST", target: "/admin/v1/reset", header: bearer(tokenMain), body: `{"key":"k"}`, status: 400, code: "BAD_REQUEST", invalid: true},
 		{name: "reset unknown field", method: "POST", target: "/admin/v1/reset", header: bearer(tokenMain), body: `{"rule":"login","key":"192.0.2.1","all":true}`, status: 400, code: "BAD_REQUEST", invalid: true},
 		{name: "reset too large", method: "POST", target: "/admin/v1/reset", header: bearer(tokenMain), body: `{"rule":"search","key":"` + strings.Repeat("k", 65<<10) + `"}`, status: 413, code: "TOO_LARGE"},
-		{name: "reset no token", method: "POST", target: "/admin/v1/reset", body: ip, status: 401, code: "UNAUTHORIZED", invalid: true},
-		{name: "reset from another site", method: "POST", target: "/admin/v1/reset", header: with(bearer(tokenMain), "Origin", "http://evil.example"), body: ip, status: 403, code: "ORIGIN_NOT_ALLOWED"},
+		{name: "reset no token", method: "POST", target: "/admin/v1/reset", body: loginCheck, status: 401, code: "UNAUTHORIZED", invalid: true},
+		{name: "reset from another site", method: "POST", target: "/admin/v1/reset", header: addHeader(bearer(tokenMain), "Origin", "http://evil.example"), body: loginCheck, status: 403, code: "ORIGIN_NOT_ALLOWED"},
 	})
 	// Every endpoint of the admin door refuses a Host of another name.
 	var rebinding []apiCase
 	for _, target := range []string{"/", "/admin/ui/app.js", "/admin/ui/style.css", "/admin/ui/favicon.svg", "/admin/v1/stats", "/admin/v1/top", "/admin/v1/inspect?rule=login&key=203.0.113.7"} {
 		rebinding = append(rebinding, apiCase{name: "rebinding " + target, method: "GET", target: target, header: map[string]string{"Host": "evil.example"}, status: 421, code: "HOST_NOT_ALLOWED"})
 	}
-	rebinding = append(rebinding, apiCase{name: "rebinding reset", method: "POST", target: "/admin/v1/reset", header: with(bearer(tokenMain), "Host", "evil.example"), body: ip, status: 421, code: "HOST_NOT_ALLOWED"})
+	rebinding = append(rebinding, apiCase{name: "rebinding reset", method: "POST", target: "/admin/v1/reset", header: addHeader(bearer(tokenMain), "Host", "evil.example"), body: loginCheck, status: 421, code: "HOST_NOT_ALLOWED"})
 	r.run(t, main, rebinding)
 	r.methodsAndPaths(t, main)
+}
 
-	// A server whose Redis is down (nothing listens at its address), under
-	// on_error deny, with every endpoint of the admin door behind the
-	// token, one request in flight at most and a short body timeout.
+// downServer runs the cases of a server whose Redis is down (nothing
+// listens at its address), under on_error deny, with every endpoint of
+// the admin door behind the token, one request in flight at most and a
+// short body timeout.
+func (r *apiRun) downServer(t *testing.T) {
 	down := startServe(t, []string{admin.TokenEnv + "=" + tokenDown}, "--config", writeFile(t, openAPIDownRules),
 		"--redis", "redis://"+closedPort(t)+"/0", "--admin-auth", "all", "--max-inflight", "1", "--header-timeout", "1s", "--body-timeout", "1s")
 	r.run(t, down, []apiCase{
@@ -418,21 +444,31 @@ func TestOpenAPI(t *testing.T) {
 		{name: "inspect guessed", method: "GET", target: "/admin/v1/inspect?rule=login&key=192.0.2.1", header: wrong, status: 429, code: "RATE_LIMITED"},
 		{name: "reset guessed", method: "POST", target: "/admin/v1/reset", header: bearer(tokenDown), body: `{"rule":"login","key":"192.0.2.1"}`, status: 429, code: "RATE_LIMITED"},
 	})
+}
 
-	// An envoyproxy/ratelimit config: no rules to inspect or reset.
+// envoyServer runs the cases of an envoyproxy/ratelimit config, which has
+// no rules to inspect or reset.
+func (r *apiRun) envoyServer(t *testing.T) {
 	envoySrv := startServe(t, []string{admin.TokenEnv + "=" + tokenEnvoy}, "--config", writeFile(t, openAPIEnvoyConfig))
 	r.run(t, envoySrv, []apiCase{
 		{name: "json envoy", method: "POST", target: "/json", body: `{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"192.0.2.1"}]}]}`, status: 200},
 		{name: "inspect envoy", method: "GET", target: "/admin/v1/inspect?rule=login&key=192.0.2.1", status: 501, code: "NOT_IMPLEMENTED"},
 		{name: "reset envoy", method: "POST", target: "/admin/v1/reset", header: bearer(tokenEnvoy), body: `{"rule":"login","key":"192.0.2.1"}`, status: 501, code: "NOT_IMPLEMENTED"},
 	})
-	// Without the token, resets are off.
+}
+
+// resetsOff runs the case of a server without the token: resets are off.
+func (r *apiRun) resetsOff(t *testing.T) {
 	off := startServe(t, nil, "--config", writeFile(t, openAPIRules))
 	r.run(t, off, []apiCase{
-		{name: "reset off", method: "POST", target: "/admin/v1/reset", header: bearer("any"), body: ip, status: 403, code: "RESET_DISABLED"},
+		{name: "reset off", method: "POST", target: "/admin/v1/reset", header: bearer("any"), body: loginCheck, status: 403, code: "RESET_DISABLED"},
 	})
+}
 
-	// Every documented answer of every operation was seen.
+// covered checks that every documented answer of every operation was
+// seen.
+func (r *apiRun) covered(t *testing.T) {
+	doc := r.doc
 	for _, path := range doc.Paths.Keys() {
 		for method, op := range doc.Paths.Value(path).Operations() {
 			for _, code := range op.Responses.Keys() {
@@ -447,7 +483,6 @@ func TestOpenAPI(t *testing.T) {
 			}
 		}
 	}
-	t.Run("control", func(t *testing.T) { r.control(t) })
 }
 
 // methodsAndPaths checks the answers no operation documents: a method a
