@@ -85,27 +85,24 @@ var routes = [...]route{
 // getOrHead are the methods a GET route answers.
 var getOrHead = []string{http.MethodGet, http.MethodHead}
 
-// notFound is the message of the 404 of a path no route serves, after
-// the path: the routes, listed.
-var notFound = func() string {
-	list := make([]string, len(routes))
-	for i, rt := range routes {
-		list[i] = rt.method + " " + rt.path
-	}
-	return "; the API serves " + strings.Join(list[:len(list)-1], ", ") + " and " + list[len(list)-1]
-}()
-
-// Routes returns the Server's endpoints as http.ServeMux patterns
-// ("POST /v1/check"), in the order of the package documentation: a mux
-// that routes every request to the Server (the pattern "/") serves these
-// paths and answers any other with a JSON 404.
-func (s *Server) Routes() []string {
+// patterns are the routes as http.ServeMux patterns ("POST /v1/check").
+var patterns = func() []string {
 	out := make([]string, len(routes))
 	for i, rt := range routes {
 		out[i] = rt.method + " " + rt.path
 	}
 	return out
-}
+}()
+
+// notFound is the message of the 404 of a path no route serves, after
+// the path: the routes, listed.
+var notFound = "; the API serves " + strings.Join(patterns[:len(patterns)-1], ", ") + " and " + patterns[len(patterns)-1]
+
+// Routes returns the Server's endpoints as http.ServeMux patterns
+// ("POST /v1/check"), in the order of the package documentation: a mux
+// that routes every request to the Server (the pattern "/") serves these
+// paths and answers any other with a JSON 404.
+func (s *Server) Routes() []string { return slices.Clone(patterns) }
 
 // ServeHTTP answers the API's requests (see the package documentation).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
