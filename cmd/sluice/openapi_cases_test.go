@@ -138,6 +138,11 @@ func (r *apiRun) check(t *testing.T, c apiCase, x *exchange) {
 			t.Errorf("%s: header %s present %v, want %v", what, name, got, want)
 		}
 	}
+	for _, name := range c.without {
+		if _, ok := resp.Value.Headers[name]; !ok {
+			t.Errorf("%s: the case says the answer lacks %s, which the document does not have for it", what, name)
+		}
+	}
 	key := x.method + " " + x.path
 	if r.seen[key] == nil {
 		r.seen[key] = map[int]bool{}
