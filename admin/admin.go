@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -239,12 +240,24 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.guarded.
 // and every path under /admin/ (those h does not serve are answered with
 // a JSON 404 or 405), leaving every other request to mux's other
 // handlers.
-func (h *Handler) Register(mux *http.ServeMux) {
+func (h *Handler) Register(mux Mux) {
 	for _, p := range h.routes {
 		mux.Handle(p, h)
 	}
 	mux.Handle(adminPrefix, h)
 }
+
+// Mux is what Register routes to: an *http.ServeMux, or anything with
+// its Handle.
+type Mux interface {
+	Handle(pattern string, handler http.Handler)
+}
+
+// Routes returns the patterns of the endpoints h serves, as
+// http.ServeMux patterns ("GET /admin/v1/stats"), in the order of the
+// package documentation; h answers any other path with a JSON 404, or
+// 405 for a path served for another method.
+func (h *Handler) Routes() []string { return slices.Clone(h.routes) }
 
 // Run samples the metrics every second, for the per-second history and
 // the latency percentiles, until ctx ends. Without WithMetrics it returns

@@ -62,29 +62,65 @@ func New(e *policy.Engine, opts ...Option) *Server {
 	return s
 }
 
+// route is one endpoint of the Server: its path, the method it answers
+// (GET answers HEAD too, as an http.ServeMux pattern's), whether its
+// request body is JSON, and its handler.
+type route struct {
+	method, path string
+	json         bool
+	serve        func(s *Server, w http.ResponseWriter, r *http.Request)
+}
+
+// routes are the Server's endpoints, the one list that ServeHTTP
+// dispatches on, its 404 names and Routes reports.
+var routes = [...]route{
+	{http.MethodPost, "/v1/check", true, (*Server).check},
+	{http.MethodPost, "/v1/check/batch", true, (*Server).batch},
+	{http.MethodGet, "/healthz", false, func(_ *Server, w http.ResponseWriter, _ *http.Request) {
+		httpjson.Write(w, http.StatusOK, "application/json", statusBody{Status: "ok"})
+	}},
+	{http.MethodGet, "/readyz", false, (*Server).readyz},
+}
+
+// getOrHead are the methods a GET route answers.
+var getOrHead = []string{http.MethodGet, http.MethodHead}
+
+// patterns are the routes as http.ServeMux patterns ("POST /v1/check").
+var patterns = func() []string {
+	out := make([]string, len(routes))
+	for i, rt := range routes {
+		out[i] = rt.method + " " + rt.path
+	}
+	return out
+}()
+
+// notFound is the message of the 404 of a path no route serves, after
+// the path: the routes, listed.
+var notFound = "; the API serves " + strings.Join(patterns[:len(patterns)-1], ", ") + " and " + patterns[len(patterns)-1]
+
+// Routes returns the Server's endpoints as http.ServeMux patterns
+// ("POST /v1/check"), in the order of the package documentation: a mux
+// that routes every request to the Server (the pattern "/") serves these
+// paths and answers any other with a JSON 404.
+func (s *Server) Routes() []string { return slices.Clone(patterns) }
+
 // ServeHTTP answers the API's requests (see the package documentation).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	switch r.URL.Path {
-	case "/v1/check":
-		if s.allowMethods(w, r, http.MethodPost) && s.jsonBody(w, r) {
-			s.check(w, r)
+	for i := range routes {
+		rt := &routes[i]
+		if r.URL.Path != rt.path {
+			continue
 		}
-	case "/v1/check/batch":
-		if s.allowMethods(w, r, http.MethodPost) && s.jsonBody(w, r) {
-			s.batch(w, r)
+		methods := []string{rt.method}
+		if rt.method == http.MethodGet {
+			methods = getOrHead
 		}
-	case "/healthz":
-		if s.allowMethods(w, r, http.MethodGet, http.MethodHead) {
-			httpjson.Write(w, http.StatusOK, "application/json", statusBody{Status: "ok"})
+		if s.allowMethods(w, r, methods...) && (!rt.json || s.jsonBody(w, r)) {
+			rt.serve(s, w, r)
 		}
-	case "/readyz":
-		if s.allowMethods(w, r, http.MethodGet, http.MethodHead) {
-			s.readyz(w, r)
-		}
-	default:
-		httpjson.Error(w, http.StatusNotFound, "NOT_FOUND",
-			fmt.Sprintf("no endpoint at %s; the API serves POST /v1/check, POST /v1/check/batch, GET /healthz and GET /readyz", r.URL.Path))
+		return
 	}
+	httpjson.Error(w, http.StatusNotFound, "NOT_FOUND", "no endpoint at "+r.URL.Path+notFound)
 }
 
 // allowMethods answers 405 with Allow unless r's method is one of methods.

@@ -109,20 +109,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	ctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	health := startHealth(ctx, ready)
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", m.Handler())
-	// Any method, as envoyproxy/ratelimit routes them.
-	mux.Handle("/json", m.Time(metrics.DoorJSON, envoy.JSONHandler(rls)))
-	mux.Handle("/healthcheck", health)
 	var api *server.Server
 	if p != nil {
 		api = server.New(p.Engine(), server.WithReady(p.Ready))
 	} else {
 		api = server.New(policy.New(back.Limiter, nil), server.WithReady(back.Ready))
 	}
-	mux.Handle("/", api)
-	mux.Handle("/v1/check", m.Time(metrics.DoorHTTP, api))
-	mux.Handle("/v1/check/batch", m.Time(metrics.DoorHTTP, api))
+	mux := http.NewServeMux()
+	for _, rt := range serveRoutes(m, rls, health, api) {
+		mux.Handle(rt.pattern, rt.handler)
+	}
 	dashAttrs, stopDash, err := dash.serve(ctx, mux, ls, engineOf(p), back.Limiter, ecfg, log)
 	if err != nil {
 		return err
@@ -178,6 +174,29 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			stopGRPC(ctx, g)
 		}
 	})
+}
+
+// route is one pattern of serve's --listen and its handler.
+type route struct {
+	pattern string
+	handler http.Handler
+}
+
+// serveRoutes returns the routes of serve's --listen but the dashboard's
+// (admin.Handler.Register adds those): the Prometheus metrics, Envoy's
+// rate limit service over JSON and its health check, and the decision
+// API, whose paths the metrics time as the http door's. docs/openapi.yaml
+// documents every one (TestOpenAPIRoutes).
+func serveRoutes(m *metrics.Metrics, rls rlsv3.RateLimitServiceServer, health http.Handler, api *server.Server) []route {
+	return []route{
+		{"GET /metrics", m.Handler()},
+		// Any method, as envoyproxy/ratelimit routes them.
+		{"/json", m.Time(metrics.DoorJSON, envoy.JSONHandler(rls))},
+		{"/healthcheck", health},
+		{"/", api},
+		{"/v1/check", m.Time(metrics.DoorHTTP, api)},
+		{"/v1/check/batch", m.Time(metrics.DoorHTTP, api)},
+	}
 }
 
 // timeDecisions records the latency of Envoy's ShouldRateLimit calls as
