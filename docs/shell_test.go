@@ -116,10 +116,31 @@ func checkCommand(t *testing.T, bin string, args []string) string {
 			}
 		}
 		return ""
+	case args[0] == "curl":
+		return checkCurl(t, args[1:])
 	case tools[args[0]]:
 		return ""
 	}
 	return "a command no test checks: check it in docs/shell_test.go, or list the tool there"
+}
+
+var serveURL = regexp.MustCompile(`^(?:https?://)?localhost:8080(/[^?'"\s]*)`)
+
+// checkCurl: a URL of sluice serve's default listener names a path of
+// its OpenAPI document (docs/openapi.yaml, which TestOpenAPIRoutes holds
+// to the routes served).
+func checkCurl(t *testing.T, args []string) string {
+	for _, a := range args {
+		m := serveURL.FindStringSubmatch(strings.Trim(a, `'"`))
+		if m == nil {
+			continue
+		}
+		doc := read(t, "docs/openapi.yaml")
+		if !strings.Contains(doc, "\n  "+m[1]+":\n") {
+			return "sluice serve has no endpoint " + m[1] + " (it is not in docs/openapi.yaml)"
+		}
+	}
+	return ""
 }
 
 // checkDir: a directory of the repository, relative to its root.
