@@ -8,10 +8,7 @@ import (
 	"github.com/sluice-go/sluice/policy"
 )
 
-const (
-	nameHelp = policy.NameChars
-	keyHelp  = policy.KeySpecs
-)
+const nameHelp = policy.NameChars
 
 // ruleInfo is what the checks across rules need of a rule.
 type ruleInfo struct {
@@ -23,6 +20,7 @@ type ruleInfo struct {
 	group     string
 	groupOK   bool // false: the group is invalid, and the rule in none
 	isDefault bool
+	byName    bool // keyed by request: checked by name, in no group
 }
 
 // rules returns the rules list.
@@ -49,8 +47,8 @@ func (p *parser) rules(f field) ([]policy.Rule, []int) {
 	groups := map[string][]ruleInfo{}
 	var order []string
 	for _, info := range infos {
-		if !info.groupOK {
-			continue // its group is reported; no other rule can clash with it
+		if !info.groupOK || info.byName {
+			continue // its group is reported, or it has none; no other rule can clash with it
 		}
 		if _, ok := groups[info.group]; !ok {
 			order = append(order, info.group)
@@ -129,18 +127,27 @@ func (p *parser) rule(f field) (policy.Rule, ruleInfo) {
 	keyOK := true
 	if e, ok := m["key"]; ok {
 		keyOK = false
-		if s, ok := p.str(e, "one of "+keyHelp); ok {
-			if k, msg := parseKey(s); msg != "" {
-				p.errorf(e.val.Line, e.path, "%s", msg)
+		if s, ok := p.str(e, "one of "+policy.KeySpecs); ok {
+			if k, err := policy.ParseKey(s); err != nil {
+				p.errorf(e.val.Line, e.path, "%v", err)
 			} else {
 				r.Key, keyOK = k, true
 			}
 		}
 	}
+	if keyOK && r.Key.Source == policy.KeyRequest {
+		info.byName, info.isDefault, info.match = true, false, field{}
+		if e, ok := m["match"]; ok {
+			p.errorf(e.val.Line, e.path, "%s; leave match out, or key the rule by what HTTP requests carry (ip, header:<Name>, query:<name>)", policy.CheckedByName)
+		}
+		if e, ok := m["group"]; ok {
+			p.errorf(e.val.Line, e.path, "%s, and in no group; leave group out", policy.CheckedByName)
+		}
+	}
 	if e, ok := m["missing_key"]; ok {
 		if s, ok := p.oneOf(e, policy.MissingKeyNames[:]...); ok {
 			r.MissingKey = policy.MissingKey(slices.Index(policy.MissingKeyNames[:], s))
-			if keyOK && (r.Key.Source == policy.KeyIP || r.Key.Source == policy.KeyGlobal) {
+			if keyOK && !r.Key.Source.Named() {
 				p.errorf(e.val.Line, e.path, "applies only to header and query keys, and this rule's key is %s", r.Key)
 			}
 		}

@@ -21,8 +21,8 @@ var ErrDuplicateCheck = errors.New("duplicate check")
 // Every client key is stored in the namespace of where it came from, so
 // that no client can pick a value that collides with another source's:
 // "ip:" for an address (a KeyIP rule, or the fallback of IPIfMissing),
-// "k:" for a header or query value (and for the key of a check naming
-// such a rule), "fn:" for a WithKey function's key, "d:" for a composite
+// "k:" for a header or query value and the key a caller names (the key
+// of a check naming a header, query or request rule), "fn:" for a WithKey function's key, "d:" for a composite
 // key of a check (Check.Composite: an Envoy descriptor's several
 // entries), and "global" alone.
 // The same rule and client thus share one count through every door: the
@@ -102,14 +102,16 @@ func (s *RuleSet) httpKey(r *http.Request, rule *Rule) (key, stored string, ok b
 		}
 		return "", "", false, nil
 	}
+	// KeyIP: a rule keyed by request is never matched to a request
+	// (Compile puts it in no group).
 	ip := s.clientAddr(r)
 	return ip, storageKey(KeyIP, ip), true, nil
 }
 
 // checkKey returns the storage key of client key v given for rule by a
 // caller of Check: an address for a KeyIP rule (grouped by its IPv6
-// prefix, as requests are), any non-empty valid UTF-8 value for header
-// and query rules, anything (ignored) for a global rule.
+// prefix, as requests are), any non-empty valid UTF-8 value for header,
+// query and request rules, anything (ignored) for a global rule.
 func (s *RuleSet) checkKey(rule *Rule, v string, composite bool) (key, stored string, err error) {
 	switch {
 	case rule.Key.Source == KeyGlobal:
@@ -117,9 +119,11 @@ func (s *RuleSet) checkKey(rule *Rule, v string, composite bool) (key, stored st
 	case !utf8.ValidString(v):
 		return "", "", fmt.Errorf("%w: rule %q: the key is not valid UTF-8", ErrInvalidKey, rule.Name)
 	case composite && rule.Key.Source == KeyIP:
-		return "", "", fmt.Errorf("%w: rule %q is keyed by ip, and a composite key names no single address", ErrInvalidKey, rule.Name)
+		return "", "", fmt.Errorf("%w: rule %q is keyed by ip, and a composite key names no single address; %s", ErrInvalidKey, rule.Name, namedHint)
 	case composite:
 		return v, nsJoined + v, nil
+	case v == "":
+		return "", "", fmt.Errorf("%w: rule %q is keyed by %s and needs a key", ErrInvalidKey, rule.Name, rule.Key)
 	case rule.Key.Source == KeyIP:
 		a, perr := netip.ParseAddr(v)
 		if perr != nil {
@@ -129,16 +133,17 @@ func (s *RuleSet) checkKey(rule *Rule, v string, composite bool) (key, stored st
 				k := s.addrKey(p.Masked().Addr())
 				return k, storageKey(KeyIP, k), nil
 			}
-			return "", "", fmt.Errorf("%w: rule %q is keyed by ip, and %q is not an IP address", ErrInvalidKey, rule.Name, v)
+			return "", "", fmt.Errorf("%w: rule %q is keyed by ip, and %q is not an IP address; %s", ErrInvalidKey, rule.Name, v, namedHint)
 		}
 		k := s.addrKey(a.Unmap().WithZone(""))
 		return k, storageKey(KeyIP, k), nil
 	}
-	if v == "" {
-		return "", "", fmt.Errorf("%w: rule %q is keyed by %s and needs a key", ErrInvalidKey, rule.Name, rule.Key)
-	}
 	return v, storageKey(rule.Key.Source, v), nil
 }
+
+// namedHint tells a caller of Check how to key a rule by the keys it
+// names, for the errors of a key that a KeyIP rule refuses.
+var namedHint = "write key: " + KeyRequest.String() + " for keys your callers name"
 
 // MaskKey returns how a client key is shown where it would otherwise be
 // shown in the clear (the dashboard, sluice top, sampled denial logs):

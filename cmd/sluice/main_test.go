@@ -65,6 +65,7 @@ rules:
       - {algorithm: sliding_window, limit: 5, period: 1m}
       - {algorithm: fixed_window, limit: 20, period: 1h}
   - {name: default, key: "header:X-API-Key", limit: 100, period: 1s, burst: 200}
+  - {name: teams, key: request, limit: 10, period: 1s}
 `)
 	waiting := writeFile(t, "redis: {url: redis://127.0.0.1:6379, wait_replicas: 1}\nrules: [{name: a, limit: 1, period: 1s}]\n")
 	invalid := writeFile(t, "rules:\n  - name: a\n    perod: 1s\n    limit: 5\n    algorithm: token-bucket\n")
@@ -81,9 +82,10 @@ rules:
 			name: "valid file",
 			args: []string{"check", "--config", valid},
 			stdout: []string{
-				"ok, 2 rules", "store: in-memory",
+				"ok, 3 rules", "store: in-memory",
 				"login-1m: sliding_window 5/1m0s AND login-1h: fixed_window 20/1h0m0s",
 				"(default)", "header:X-Api-Key, missing: reject", "default-1s: token_bucket 100/1s burst 200",
+				"teams    (by name)             request",
 			},
 		},
 		{
@@ -95,7 +97,7 @@ rules:
 			name:   "file from SLUICE_CONFIG",
 			env:    []string{"SLUICE_CONFIG=" + valid},
 			args:   []string{"check"},
-			stdout: []string{"ok, 2 rules"},
+			stdout: []string{"ok, 3 rules"},
 		},
 		{
 			name:     "every error of an invalid file, with its line",
