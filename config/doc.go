@@ -6,11 +6,14 @@
 // Load and Parse check the whole file up front and report every problem at
 // once, as an Errors value whose lines read
 //
-//	rules[2].algorithm: "token-bucket" is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra (sluice.yaml:14)
+//	rules "search".algorithm: "token-bucket" is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra (sluice.yaml:14)
+//	rules "login": unknown field "perod" (did you mean "period"?) (sluice.yaml:19)
 //
-// with the field's path (indexes count from 0), what is wrong and what is
-// accepted, and the file and line. Unknown fields are errors, so a typo
-// such as "perod" never falls back silently to a default.
+// with the field's path (a rule or plan by its name, or by its index,
+// counting from 0, when it has none: rules[2]), what is wrong and what is
+// accepted, and the file and line: one error per mistake. Unknown fields
+// are errors, so a typo such as "perod" never falls back silently to a
+// default, and the field it misspells is not reported missing too.
 //
 // # Format
 //

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 
@@ -12,8 +13,8 @@ const nameHelp = policy.NameChars
 
 // ruleInfo is what the checks across rules need of a rule.
 type ruleInfo struct {
-	index     int // in the rules list
-	path      string
+	index     int    // in the rules list
+	path      string // rules "name", or rules[index] (see named)
 	line      int
 	name      field // name.val == nil: missing or invalid
 	match     field // match.val == nil: the default rule, or invalid
@@ -37,6 +38,7 @@ func (p *parser) rules(f field) ([]policy.Rule, []int) {
 	infos := make([]ruleInfo, 0, len(items))
 	lines := make([]int, 0, len(items))
 	for i, item := range items {
+		item.path = named(f.path, item)
 		r, info := p.rule(item)
 		info.index = i
 		rules = append(rules, r)
@@ -60,6 +62,15 @@ func (p *parser) rules(f field) ([]policy.Rule, []int) {
 	}
 	p.checkLimitNames(rules, infos)
 	return rules, lines
+}
+
+// ref names the rule in a message about another: rule "search" (line
+// 3), or rules[2] (line 3) when it has no valid name.
+func (info ruleInfo) ref() string {
+	if info.name.val != nil {
+		return fmt.Sprintf("rule %q (line %d)", info.name.val.Value, info.line)
+	}
+	return fmt.Sprintf("rules[%d] (line %d)", info.index, info.line)
 }
 
 // name returns the rule or plan name f.
@@ -110,7 +121,7 @@ func (p *parser) rule(f field) (policy.Rule, ruleInfo) {
 			info.name = e
 		}
 	} else {
-		p.errorf(info.line, join(f.path, "name"), "is missing; every rule needs a name of %s", nameHelp)
+		p.missing(info.line, f.path, "name", "is missing; every rule needs a name of %s", nameHelp)
 	}
 	if e, ok := m["group"]; ok {
 		r.Group, info.groupOK = p.group(e)
@@ -122,7 +133,8 @@ func (p *parser) rule(f field) (policy.Rule, ruleInfo) {
 			info.match = e
 		}
 	} else {
-		info.isDefault = true
+		// A misspelt match is reported as such, not as a second default.
+		info.isDefault = !p.misspelt(f.path, "match")
 	}
 	keyOK := true
 	if e, ok := m["key"]; ok {
@@ -179,6 +191,7 @@ func (p *parser) rule(f field) (policy.Rule, ruleInfo) {
 	if e, ok := m["plans"]; ok {
 		items, _ := p.list(e, "plans")
 		for _, item := range items {
+			item.path = named(e.path, item)
 			pl := p.plan(item)
 			plans = append(plans, pl)
 			r.Plans = append(r.Plans, pl.Plan)
@@ -214,7 +227,7 @@ func (p *parser) checkNames(infos []ruleInfo) {
 		}
 		name := info.name.val.Value
 		if j, dup := seen[name]; dup {
-			p.errorf(info.name.val.Line, info.name.path, "%q is also the name of rules[%d] (line %d); rule names are unique", name, j, infos[j].line)
+			p.errorf(info.name.val.Line, info.name.path, "%q is also the name of the rule at line %d; rule names are unique", name, infos[j].line)
 			continue
 		}
 		seen[name] = i
@@ -245,8 +258,8 @@ func (p *parser) checkLimitNames(rules []policy.Rule, infos []ruleInfo) {
 		for _, name := range slices.Sorted(maps.Keys(names)) {
 			// Rules with one name are reported as such.
 			if j, dup := seen[name]; dup && j != i && rules[j].Name != r.Name {
-				p.errorf(infos[i].name.val.Line, infos[i].name.path, "gives a limit the name %q, which a limit of rules[%d] (line %d) has too (names are <rule>-[<plan>-]<period>); rename one of the rules or plans",
-					name, j, infos[j].line)
+				p.errorf(infos[i].name.val.Line, infos[i].name.path, "gives a limit the name %q, which a limit of %s has too (names are <rule>-[<plan>-]<period>); rename one of the rules or plans",
+					name, infos[j].ref())
 				break
 			}
 			seen[name] = i
