@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -149,8 +150,32 @@ var namedHint = "write key: " + KeyRequest.String() + " for keys your callers na
 // shown in the clear (the dashboard, sluice top, sampled denial logs):
 // "#" and the first 12 hexadecimal digits of its SHA-256. The same key
 // always masks the same, so an operator who knows a key can find it, and
-// a reader who does not cannot read one off the page.
+// a reader who does not cannot read one off the page. A mask cannot be
+// undone: only a process that holds the key can tell which key it masks
+// (the operator API finds it among the keys its top tracks).
 func MaskKey(key string) string {
 	sum := sha256.Sum256([]byte(key))
-	return "#" + hex.EncodeToString(sum[:6])
+	return maskPrefix + hex.EncodeToString(sum[:maskBytes])
+}
+
+// The form of a masked key: maskPrefix and maskBytes bytes of SHA-256 in
+// lower-case hexadecimal.
+const (
+	maskPrefix = "#"
+	maskBytes  = 6
+)
+
+// IsMaskedKey reports whether s has the form of a key MaskKey masked: "#"
+// and 12 lower-case hexadecimal digits.
+func IsMaskedKey(s string) bool {
+	hexDigits, ok := strings.CutPrefix(s, maskPrefix)
+	if !ok || len(hexDigits) != 2*maskBytes {
+		return false
+	}
+	for i := 0; i < len(hexDigits); i++ {
+		if c := hexDigits[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
