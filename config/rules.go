@@ -123,19 +123,6 @@ func (p *parser) rule(f field) (policy.Rule, ruleInfo) {
 	} else {
 		p.missing(info.line, f.path, "name", "is missing; every rule needs a name of %s", nameHelp)
 	}
-	if e, ok := m["group"]; ok {
-		r.Group, info.groupOK = p.group(e)
-		info.group = r.Group
-	}
-	if e, ok := m["match"]; ok {
-		if s, ok := p.pattern(e); ok {
-			r.Match = s
-			info.match = e
-		}
-	} else {
-		// A misspelt match is reported as such, not as a second default.
-		info.isDefault = !p.misspelt(f.path, "match")
-	}
 	keyOK := true
 	if e, ok := m["key"]; ok {
 		keyOK = false
@@ -148,12 +135,29 @@ func (p *parser) rule(f field) (policy.Rule, ruleInfo) {
 		}
 	}
 	if keyOK && r.Key.Source == policy.KeyRequest {
-		info.byName, info.isDefault, info.match = true, false, field{}
+		// Checked by name, in no group: its match and group are
+		// mistakes, whatever they say.
+		info.byName = true
 		if e, ok := m["match"]; ok {
-			p.errorf(e.val.Line, e.path, "%s; leave match out, or key the rule by what HTTP requests carry (ip, header:<Name>, query:<name>)", policy.CheckedByName)
+			p.errorf(e.val.Line, e.path, "%s; leave match out, or key the rule by %s", policy.CheckedByName, policy.MatchedKeySpecs)
 		}
 		if e, ok := m["group"]; ok {
 			p.errorf(e.val.Line, e.path, "%s, and in no group; leave group out", policy.CheckedByName)
+		}
+	} else {
+		if e, ok := m["group"]; ok {
+			r.Group, info.groupOK = p.group(e)
+			info.group = r.Group
+		}
+		if e, ok := m["match"]; ok {
+			if s, ok := p.pattern(e); ok {
+				r.Match = s
+				info.match = e
+			}
+		} else {
+			// A misspelt match is reported as such, not as a second
+			// default.
+			info.isDefault = !p.misspelt(f.path, "match")
 		}
 	}
 	if e, ok := m["missing_key"]; ok {

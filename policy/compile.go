@@ -183,7 +183,7 @@ func checkRule(r *Rule) []error {
 	}
 	if r.Key.Source == KeyRequest {
 		if r.Match != "" {
-			bad("match %q: %s; leave match out, or give the rule another key", r.Match, CheckedByName)
+			bad("match %q: %s; leave match out, or key the rule by %s", r.Match, CheckedByName, MatchedKeySpecs)
 		}
 		if r.Group != "" {
 			bad("group %q: %s, and in no group; leave group out", r.Group, CheckedByName)

@@ -97,7 +97,7 @@ var compileErrorTests = []struct {
 		want:  []string{`policy: rule "r": missing key MissingKey(7) is not one of reject, deny, ip`}},
 	{name: "request key with a match",
 		rules: []policy.Rule{{Name: "r", Match: "/api/", Key: policy.Key{Source: policy.KeyRequest}, Limits: perHour(1)}},
-		want:  []string{`policy: rule "r": match "/api/": a rule keyed by request takes the key its caller names (POST /v1/check, Envoy's gRPC) and is checked by name, never matched to an HTTP request; leave match out, or give the rule another key`}},
+		want:  []string{`policy: rule "r": match "/api/": a rule keyed by request takes the key its caller names (POST /v1/check, Envoy's gRPC) and is checked by name, never matched to an HTTP request; leave match out, or key the rule by ip, header:<Name>, query:<name> or global`}},
 	{name: "request key in a group",
 		rules: []policy.Rule{{Name: "r", Group: "svc", Key: policy.Key{Source: policy.KeyRequest}, Limits: perHour(1)}},
 		want:  []string{`policy: rule "r": group "svc": a rule keyed by request takes the key its caller names (POST /v1/check, Envoy's gRPC) and is checked by name, never matched to an HTTP request, and in no group; leave group out`}},

@@ -23,9 +23,10 @@ var ErrDuplicateCheck = errors.New("duplicate check")
 // that no client can pick a value that collides with another source's:
 // "ip:" for an address (a KeyIP rule, or the fallback of IPIfMissing),
 // "k:" for a header or query value and the key a caller names (the key
-// of a check naming a header, query or request rule), "fn:" for a WithKey function's key, "d:" for a composite
-// key of a check (Check.Composite: an Envoy descriptor's several
-// entries), and "global" alone.
+// of a check naming a header, query or request rule), "fn:" for a
+// WithKey function's key, "d:" for a composite key of a check
+// (Check.Composite: an Envoy descriptor's several entries), and "global"
+// alone.
 // The same rule and client thus share one count through every door: the
 // middleware, the proxy, POST /v1/check and Envoy's gRPC.
 const (

@@ -122,15 +122,25 @@ func (s Source) Named() bool { return int(s) < len(sources) && sources[s].arg !=
 
 // KeySpecs says how a policy file writes a rule's key, for messages:
 // "ip, header:<Name>, query:<name>, global or request".
-var KeySpecs = keySpecs()
+var KeySpecs = keySpecs(func(Source) bool { return true })
 
-func keySpecs() string {
-	specs := make([]string, len(sources))
+// MatchedKeySpecs says, for messages, the keys of the rules that are
+// matched to HTTP requests: every source but KeyRequest.
+var MatchedKeySpecs = keySpecs(func(s Source) bool { return s != KeyRequest })
+
+// keySpecs writes the sources that keep holds as a policy file writes
+// them, joined for a message.
+func keySpecs(keep func(Source) bool) string {
+	var specs []string
 	for i, src := range sources {
-		specs[i] = src.name
-		if src.arg != "" {
-			specs[i] += ":" + src.arg
+		if !keep(Source(i)) {
+			continue
 		}
+		spec := src.name
+		if src.arg != "" {
+			spec += ":" + src.arg
+		}
+		specs = append(specs, spec)
 	}
 	return strings.Join(specs[:len(specs)-1], ", ") + " or " + specs[len(specs)-1]
 }

@@ -170,7 +170,7 @@ func TestCheckErrors(t *testing.T) {
 				`rules "login".algorithm: "token-bucket" is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra (%s:3)`,
 			}},
 		{"a rule keyed by request with a match", "rules:\n  - {name: teams, key: request, match: /teams, limit: 10, period: 1s}\n",
-			[]string{`rules "teams".match: a rule keyed by request takes the key its caller names (POST /v1/check, Envoy's gRPC) and is checked by name, never matched to an HTTP request; leave match out, or key the rule by what HTTP requests carry (ip, header:<Name>, query:<name>) (%s:2)`}},
+			[]string{`rules "teams".match: a rule keyed by request takes the key its caller names (POST /v1/check, Envoy's gRPC) and is checked by name, never matched to an HTTP request; leave match out, or key the rule by ip, header:<Name>, query:<name> or global (%s:2)`}},
 		{"two default rules", "rules:\n  - {name: per-ip, limit: 100, period: 1m}\n  - {name: per-key, key: header:X-Key, limit: 10, period: 1m}\n",
 			[]string{`rules "per-key".match: is missing here and in rule "per-ip" (line 2): only one rule may be the default rule (the one without match) (%s:3)`}},
 	} {
