@@ -183,7 +183,7 @@ func New(opts ...Option) *Handler {
 	h.handle("GET "+AssetsPrefix+"style.css", asset("ui/style.css", "text/css; charset=utf-8", nil))
 	h.handle("GET "+AssetsPrefix+"favicon.svg", asset("ui/favicon.svg", "image/svg+xml", nil))
 	h.door = newDoor(h.token, h.log, h.plain, h.now)
-	ops := operator{engine: h.engine, log: h.log, plain: h.plain}
+	ops := operator{engine: h.engine, top: h.top, log: h.log, plain: h.plain}
 	h.handle("GET "+StatsPath, h.read(http.HandlerFunc(h.stats)))
 	h.handle("GET "+TopPath, h.read(http.HandlerFunc(h.topKeys)))
 	h.handle("GET "+InspectPath, h.read(http.HandlerFunc(ops.inspect)))

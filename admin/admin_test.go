@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"regexp"
 	"strings"
 	"testing"
@@ -275,9 +276,13 @@ func TestReloadsBounded(t *testing.T) {
 // with it.
 func TestOperatorRequests(t *testing.T) {
 	const token = "s3cret-t0ken"
-	on := newFixture(t, admin.WithToken(token)).h
+	fx := newFixture(t, admin.WithToken(token))
+	on := fx.h
 	off := newFixture(t).h
 	none := admin.New(admin.WithToken(token)) // no engine: an envoyproxy/ratelimit config
+	// An engine and no Top: no key to find a mask among.
+	untracked := admin.New(admin.WithToken(token), admin.WithEngine(func() *policy.Engine { return fx.engine }))
+	mask := policy.MaskKey("192.0.2.9")
 	bearer := "Bearer " + token
 	for _, c := range []struct {
 		name         string
@@ -310,6 +315,12 @@ func TestOperatorRequests(t *testing.T) {
 		{"reset without a rule", on, "POST", admin.ResetPath, bearer, `{"key":"192.0.2.1"}`, 400, "rule is required"},
 		{"reset of an unknown rule", on, "POST", admin.ResetPath, bearer, `{"rule":"nope","key":"192.0.2.1"}`, 400, "nope"},
 		{"reset", on, "POST", admin.ResetPath, bearer, `{"rule":"login","key":"192.0.2.1"}`, 200, `"limits":1`},
+		{"inspect of a mask no key has", on, "GET", admin.InspectPath + "?rule=login&key=" + url.QueryEscape(mask), "", "", 400,
+			`unknown masked key: none of the 0 keys this server's top tracks (the most limited of the last 5m to 10m) masks to \"` + mask + `\"; give the key in the clear, or ask the server whose top showed it`},
+		{"reset of a mask no key has", on, "POST", admin.ResetPath, bearer, `{"rule":"login","key":"` + mask + `"}`, 400, "unknown masked key"},
+		{"inspect of a mask without a top", untracked, "GET", admin.InspectPath + "?rule=login&key=" + url.QueryEscape(mask), "", "", 400,
+			`unknown masked key: \"` + mask + `\" has the form of a masked key, and this server keeps no top keys to find it among; give the key in the clear`},
+		{"inspect of a mask of an unknown rule", on, "GET", admin.InspectPath + "?rule=nope&key=" + url.QueryEscape(mask), "", "", 400, `unknown rule \"nope\"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			req := newRequest(c.method, c.path, strings.NewReader(c.body))

@@ -85,6 +85,13 @@
 // ("#" and 12 hex digits of the key's SHA-256) unless the Handler shows
 // them in the clear (WithPlainKeys, sluice serve --show-keys).
 //
+// Inspect and reset take such a masked key as they take a key in the
+// clear: the Handler finds the key it masks among those its Top tracks
+// (Top.Unmask), and answers naming the key as given. A mask is not
+// reversible, so a key the Top does not track (not limited in its span)
+// must be given in the clear, and so must a key longer than MaxKeyBytes;
+// a mask that no tracked key, or several, mask to is a 400 saying so.
+//
 // # Security
 //
 // sluice serve serves the Handler on its main listener (loopback by

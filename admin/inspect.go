@@ -18,6 +18,7 @@ import (
 // rules to name). The Handler's door asks for the token before them.
 type operator struct {
 	engine func() *policy.Engine
+	top    *Top         // where a masked key is found; nil: none
 	log    *slog.Logger // the resets
 	plain  bool         // keys in the clear in the log
 }
@@ -65,12 +66,39 @@ func (o operator) inspect(w http.ResponseWriter, r *http.Request) {
 		}
 		c.Composite = b
 	}
+	asked := c.Key
+	key, err := o.unmask(e, c.Rule, c.Key)
+	if err != nil {
+		operatorError(w, err)
+		return
+	}
+	c.Key = key
 	in, err := e.Inspect(r.Context(), c)
 	if err != nil {
 		operatorError(w, err)
 		return
 	}
-	httpjson.Write(w, http.StatusOK, "application/json", inspection(c.Key, in))
+	httpjson.Write(w, http.StatusOK, "application/json", inspection(asked, in))
+}
+
+// unmask returns the client key that key of a request for rule stands
+// for: key itself, or, when it has the form of a masked key
+// (policy.IsMaskedKey) and rule takes a key, the key the top tracks
+// whose mask it is (Top.Unmask), so that an operator can inspect and
+// reset the keys sluice top and the dashboard show masked. The answer
+// names the key as asked, never the one found: with keys masked, the
+// operator API reveals no more than the dashboard does.
+func (o operator) unmask(e *policy.Engine, rule, key string) (string, error) {
+	if !policy.IsMaskedKey(key) {
+		return key, nil
+	}
+	if r := e.Rules().Rule(rule); r == nil || r.Key.Source == policy.KeyGlobal {
+		return key, nil // the engine names the unknown rule; a global rule takes no key
+	}
+	if o.top == nil {
+		return "", fmt.Errorf("%w: %q has the form of a masked key, and this server keeps no top keys to find it among; give the key in the clear", ErrUnknownMask, key)
+	}
+	return o.top.Unmask(key)
 }
 
 // inspection returns the API's body for in, asked about key.
@@ -107,12 +135,16 @@ func (o operator) reset(w http.ResponseWriter, r *http.Request) {
 		httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST", `rule is required: {"rule":"R","key":"K"}`)
 		return
 	}
-	limits, err := e.Reset(r.Context(), policy.Check{Rule: req.Rule, Key: req.Key, Composite: req.Composite})
+	key, err := o.unmask(e, req.Rule, req.Key)
 	if err != nil {
 		operatorError(w, err)
 		return
 	}
-	key := req.Key
+	limits, err := e.Reset(r.Context(), policy.Check{Rule: req.Rule, Key: key, Composite: req.Composite})
+	if err != nil {
+		operatorError(w, err)
+		return
+	}
 	if !o.plain {
 		key = policy.MaskKey(key)
 	}
@@ -126,7 +158,8 @@ func (o operator) reset(w http.ResponseWriter, r *http.Request) {
 func operatorError(w http.ResponseWriter, err error) {
 	var unknown *policy.UnknownRuleError
 	switch {
-	case errors.As(err, &unknown), errors.Is(err, policy.ErrInvalidKey), errors.Is(err, sluice.ErrInvalidCost):
+	case errors.As(err, &unknown), errors.Is(err, policy.ErrInvalidKey), errors.Is(err, sluice.ErrInvalidCost),
+		errors.Is(err, ErrUnknownMask), errors.Is(err, ErrAmbiguousMask):
 		httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST", err.Error())
 	case errors.Is(err, sluice.ErrPeekUnsupported):
 		httpjson.Error(w, http.StatusNotImplemented, "NOT_IMPLEMENTED", err.Error())

@@ -6,8 +6,9 @@ package admin
 
 // InspectPath is the operator API's read of a client's state:
 // GET InspectPath?rule=R&key=K[&cost=N][&composite=true]. It spends
-// nothing. composite says that K joins an Envoy descriptor's entries
-// (policy.Check.Composite), as sluice top shows such a key.
+// nothing. K may be masked, as sluice top and the dashboard show keys
+// (see Top.Unmask). composite says that K joins an Envoy descriptor's
+// entries (policy.Check.Composite), as sluice top shows such a key.
 const InspectPath = "/admin/v1/inspect"
 
 // ResetPath is the operator API's reset of a client's state: POST
@@ -23,7 +24,8 @@ const TokenEnv = "SLUICE_ADMIN_TOKEN"
 // Key under Rule would get now, limit by limit, without spending
 // anything.
 type Inspection struct {
-	// Rule is the rule's name; Key the client key asked about, as given.
+	// Rule is the rule's name; Key the client key asked about, as given
+	// (masked, when it was asked masked).
 	Rule string `json:"rule"`
 	Key  string `json:"key"`
 	// Cost is the cost asked about: the query's, or the rule's own.
@@ -67,9 +69,9 @@ type LimitState struct {
 // refused with 413.
 const MaxResetBytes = 64 << 10
 
-// ResetRequest is the body of POST ResetPath. Composite says that Key
-// joins an Envoy descriptor's entries, as sluice top shows such a key
-// (policy.Check.Composite).
+// ResetRequest is the body of POST ResetPath. Key may be masked, as for
+// InspectPath. Composite says that Key joins an Envoy descriptor's
+// entries, as sluice top shows such a key (policy.Check.Composite).
 type ResetRequest struct {
 	Rule      string `json:"rule"`
 	Key       string `json:"key"`

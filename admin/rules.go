@@ -23,10 +23,11 @@ type RuleInfo struct {
 	// Group is the rule's group ("" the default group).
 	Group string `json:"group,omitempty"`
 	// Match is the requests it matches: a ServeMux pattern, an Envoy
-	// descriptor path, or "" for every request.
+	// descriptor path, or "" for every request (for a rule keyed by
+	// request, none: it is checked by name).
 	Match string `json:"match"`
 	// Key is where the client key comes from: "ip", "header:X-Api-Key",
-	// "query:k", "global", or "descriptor" for Envoy.
+	// "query:k", "global", "request", or "descriptor" for Envoy.
 	Key string `json:"key"`
 	// Cost is what one request spends.
 	Cost int `json:"cost"`

@@ -2,6 +2,8 @@ package admin
 
 import (
 	"cmp"
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -205,6 +207,68 @@ func (t *Top) Snapshot(n int) TopList {
 	}
 	list.Entries = all
 	return list
+}
+
+// The errors of Top.Unmask.
+var (
+	// ErrUnknownMask reports a masked key that no key the Top tracks
+	// masks to, or only one it keeps cut (over MaxKeyBytes).
+	ErrUnknownMask = errors.New("unknown masked key")
+	// ErrAmbiguousMask reports a masked key that several keys the Top
+	// tracks mask to.
+	ErrAmbiguousMask = errors.New("ambiguous masked key")
+)
+
+// Unmask returns the client key that masked, a key as policy.MaskKey
+// shows it (the way sluice top and the dashboard show keys), stands for:
+// the one key among those t tracks, under any rule, whose mask it is; or,
+// when there is none, masked itself if t tracks it as a key (a client
+// whose key merely looks masked). A mask is not reversible, so a key t
+// does not track (never limited in its span, or pushed out of its
+// counters) is unknown: the error wraps ErrUnknownMask, as for a key t
+// keeps only cut (longer than MaxKeyBytes), or ErrAmbiguousMask when
+// several keys mask to it; each says to give the key in the clear.
+func (t *Top) Unmask(masked string) (string, error) {
+	type tracked struct{ key, masked string }
+	t.mu.Lock()
+	keys := make([]tracked, 0, len(t.cur.heap)+len(t.prev.heap))
+	for _, h := range [][]*counter{t.cur.heap, t.prev.heap} {
+		for _, c := range h {
+			keys = append(keys, tracked{c.key, c.masked})
+		}
+	}
+	span := t.gen
+	t.mu.Unlock()
+	// Hashed without the lock: the doors' decisions must not wait on an
+	// operator's question.
+	var found []string
+	cut, literal := false, false
+	distinct := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		distinct[k.key] = true
+		switch {
+		case k.masked != "":
+			cut = cut || k.masked == masked
+		case policy.MaskKey(k.key) == masked:
+			if !slices.Contains(found, k.key) {
+				found = append(found, k.key)
+			}
+		case k.key == masked:
+			literal = true
+		}
+	}
+	switch {
+	case len(found) == 1:
+		return found[0], nil
+	case len(found) > 1:
+		return "", fmt.Errorf("%w: %d keys this server's top tracks mask to %q; give the key in the clear", ErrAmbiguousMask, len(found), masked)
+	case literal:
+		return masked, nil
+	case cut:
+		return "", fmt.Errorf("%w: %q masks a key longer than %d bytes, which this server's top keeps cut; give the key in the clear", ErrUnknownMask, masked, MaxKeyBytes)
+	}
+	return "", fmt.Errorf("%w: none of the %d keys this server's top tracks (the most limited of the last %s to %s) masks to %q; give the key in the clear, or ask the server whose top showed it",
+		ErrUnknownMask, len(distinct), policy.CompactDuration(span), policy.CompactDuration(2*span), masked)
 }
 
 // maxRules bounds the rule names a Top interns.

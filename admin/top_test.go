@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -315,6 +316,54 @@ func TestTopLongKeys(t *testing.T) {
 	e := l.Entries[0]
 	if e.Count != 2 || e.Masked != policy.MaskKey(long+"2") || len(e.Key) > MaxKeyBytes+len("…")+len(e.Masked) || !strings.HasPrefix(e.Key, long[:MaxKeyBytes]) {
 		t.Errorf("long key kept as %d bytes %q..., masked %s, count %d", len(e.Key), e.Key[:20], e.Masked, e.Count)
+	}
+}
+
+// collidingKeys are two keys with one mask: 48 bits of SHA-256, found by
+// Brent's cycle search over k -> "k" + the hex of k's mask.
+var collidingKeys = [2]string{"k46db62410c90", "k4c6199a87ff4"}
+
+// TestTopUnmask: a masked key resolves to the one key the Top tracks
+// under any rule (in either generation) whose mask it is, or to itself
+// when it is a tracked key that merely looks masked; a mask of no tracked
+// key, of a key kept cut, or of two keys is an error saying so.
+func TestTopUnmask(t *testing.T) {
+	if a, b := policy.MaskKey(collidingKeys[0]), policy.MaskKey(collidingKeys[1]); a != b {
+		t.Fatalf("the colliding keys mask to %s and %s", a, b)
+	}
+	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	top := NewTop(10, WithGeneration(time.Minute), WithTopClock(clock.Now))
+	long := strings.Repeat("x", MaxKeyBytes+1)
+	literal := policy.MaskKey("some other key") // a key that looks masked
+	top.Observe("login", "old-team", policy.Denied)
+	clock.Add(61 * time.Second) // old-team is in the older generation
+	for _, k := range []string{"team-a", long, literal, collidingKeys[0], collidingKeys[1]} {
+		top.Observe("api", k, policy.Denied)
+	}
+	top.Observe("login", "team-a", policy.ShadowDenied) // the same key under another rule
+	top.Observe("api", "passed", policy.Allowed)        // never limited: not tracked
+	for _, tt := range []struct {
+		masked, want string
+		err          error
+		msg          string
+	}{
+		{policy.MaskKey("team-a"), "team-a", nil, ""},
+		{policy.MaskKey("old-team"), "old-team", nil, ""},
+		{literal, literal, nil, ""},
+		{policy.MaskKey("passed"), "", ErrUnknownMask,
+			`unknown masked key: none of the 6 keys this server's top tracks (the most limited of the last 1m to 2m) masks to "` + policy.MaskKey("passed") + `"; give the key in the clear, or ask the server whose top showed it`},
+		{policy.MaskKey(long), "", ErrUnknownMask,
+			`unknown masked key: "` + policy.MaskKey(long) + `" masks a key longer than 256 bytes, which this server's top keeps cut; give the key in the clear`},
+		{policy.MaskKey(collidingKeys[0]), "", ErrAmbiguousMask,
+			`ambiguous masked key: 2 keys this server's top tracks mask to "` + policy.MaskKey(collidingKeys[0]) + `"; give the key in the clear`},
+	} {
+		got, err := top.Unmask(tt.masked)
+		switch {
+		case tt.err == nil && (err != nil || got != tt.want):
+			t.Errorf("Unmask(%s) = %q, %v; want %q", tt.masked, got, err, tt.want)
+		case tt.err != nil && (!errors.Is(err, tt.err) || err.Error() != tt.msg):
+			t.Errorf("Unmask(%s) = %q, %v; want the error %s", tt.masked, got, err, tt.msg)
+		}
 	}
 }
 

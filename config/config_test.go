@@ -238,19 +238,20 @@ rules:
   - {name: c, match: /c, key: "header:x-api-key", limit: 1, period: 1s}
   - {name: d, match: /d, key: "query:api_key", limit: 1, period: 1s}
   - {name: e, match: /e, limit: 1, period: 1s}
+  - {name: f, key: request, limit: 1, period: 1s}
 `
 	f, err := Parse("keys.yaml", []byte(file))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"ip", "global", "header:X-Api-Key", "query:api_key", "ip"}
+	want := []string{"ip", "global", "header:X-Api-Key", "query:api_key", "ip", "request"}
 	for i, r := range f.Rules {
 		if got := r.Key.String(); got != want[i] {
 			t.Errorf("rules[%d].Key = %q, want %q", i, got, want[i])
 		}
 		// What String prints parses back to the same key.
-		if k, msg := parseKey(r.Key.String()); msg != "" || k != r.Key {
-			t.Errorf("parseKey(%q) = %v, %q", r.Key, k, msg)
+		if k, err := policy.ParseKey(r.Key.String()); err != nil || k != r.Key {
+			t.Errorf("policy.ParseKey(%q) = %v, %v", r.Key, k, err)
 		}
 	}
 }
@@ -620,6 +621,31 @@ func TestWaitFields(t *testing.T) {
 		}
 		if f.Redis.WaitReplicas != tc.replicas || f.Redis.WaitTimeout != tc.timeout {
 			t.Errorf("%q: wait_replicas %d, wait_timeout %v; want %d, %v", tc.redis, f.Redis.WaitReplicas, f.Redis.WaitTimeout, tc.replicas, tc.timeout)
+		}
+	}
+}
+
+// TestRequestRules: rules keyed by request are checked by name and in no
+// group, so that a file may hold several of them, without match, beside
+// the default rule keyed by ip that HTTP requests get.
+func TestRequestRules(t *testing.T) {
+	const file = `
+rules:
+  - {name: per-ip, limit: 100, period: 1m}
+  - {name: teams, key: request, limit: 10, period: 1s}
+  - {name: users, key: request, limit: 1000, period: 1h}
+`
+	f, err := Parse("svc.yaml", []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := f.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]policy.Source{"per-ip": policy.KeyIP, "teams": policy.KeyRequest, "users": policy.KeyRequest} {
+		if r := set.Rule(name); r == nil || r.Key.Source != want || r.Match != "" {
+			t.Errorf("rule %s: %+v, want keyed by %v, no match", name, r, want)
 		}
 	}
 }

@@ -6,11 +6,14 @@
 // Load and Parse check the whole file up front and report every problem at
 // once, as an Errors value whose lines read
 //
-//	rules[2].algorithm: "token-bucket" is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra (sluice.yaml:14)
+//	rules "search".algorithm: "token-bucket" is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra (sluice.yaml:14)
+//	rules "login": unknown field "perod" (did you mean "period"?) (sluice.yaml:19)
 //
-// with the field's path (indexes count from 0), what is wrong and what is
-// accepted, and the file and line. Unknown fields are errors, so a typo
-// such as "perod" never falls back silently to a default.
+// with the field's path (a rule or plan by its name, or by its index,
+// counting from 0, when it has none: rules[2]), what is wrong and what is
+// accepted, and the file and line: one error per mistake. Unknown fields
+// are errors, so a typo such as "perod" never falls back silently to a
+// default, and the field it misspells is not reported missing too.
 //
 // # Format
 //
@@ -37,7 +40,7 @@
 //	  - name: search             # required, unique; letters, digits, '-', '_', '.'
 //	    group: api               # the stack the rule is in (letters, digits, '-', '_', '.'); absent: the default group
 //	    match: GET /api/search   # Go 1.22 ServeMux pattern; absent: the group's default rule
-//	    key: header:X-API-Key    # ip (default) | global | header:<Name> | query:<name>
+//	    key: header:X-API-Key    # ip (default) | global | header:<Name> | query:<name> | request
 //	    missing_key: reject      # header/query keys only: reject (401, default) | deny (429) | ip
 //	    algorithm: token_bucket  # fixed_window | sliding_window | sliding_log | token_bucket (default) | gcra
 //	    limit: 5                 # required: requests per period
@@ -90,6 +93,20 @@
 //
 // A client cannot dodge the per-address rule with made-up API keys, nor
 // the per-key rule from many addresses.
+//
+// A rule keyed by request is for the decision service (POST /v1/check)
+// and Envoy's gRPC, whose callers name the client themselves: it takes
+// any non-empty key they send (an API key, a user id, a tenant), where an
+// ip rule takes only an address. It is checked by name, never matched to
+// an HTTP request (which names no client), so it has no match and no
+// group, is not its group's default rule, and the middleware and the
+// proxy never apply it:
+//
+//	rules:
+//	  - {name: per-ip, limit: 100, period: 1m}              # HTTP requests without another rule
+//	  - {name: teams, key: request, limit: 10, period: 1s}  # POST /v1/check {"rule":"teams","key":"team-a"}
+//
+// A rule without key is keyed by ip, with or without match.
 //
 // An ip key is the client's address (see policy.ClientIP and
 // trusted_proxies); an IPv6 client is keyed by its ipv6_prefix-bit

@@ -13,8 +13,10 @@ type Error struct {
 	// problem has no line (an empty file).
 	Line int
 	// Field is the path of the offending field, such as
-	// "rules[2].limits[0].period" (indexes count from 0), or "" when the
-	// problem is the file itself (a YAML syntax error).
+	// `rules "search".limits[0].period`: a rule or plan is named by its
+	// name, or by its index (counting from 0: rules[2]) when it has no
+	// valid one. An unknown field's Field is the mapping it is in. Field
+	// is "" when the problem is the file itself (a YAML syntax error).
 	Field string
 	// Msg says what is wrong and what is accepted.
 	Msg string

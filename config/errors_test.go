@@ -39,9 +39,9 @@ var errorTests = []struct {
 	{"rules not a list", "rules:\n  name: a\n",
 		`rules: must be a list of rules, not a mapping (sluice.yaml:2)`},
 	{"unknown top-level field", rule + "redsi:\n  url: redis://h\n",
-		`redsi: unknown field (did you mean redis?); the file takes redis, memory, http, rules, and x-... fields to hold anchors (sluice.yaml:3)`},
+		`unknown field "redsi" (did you mean "redis"?) (sluice.yaml:3)`},
 	{"duplicate key", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    limit: 2\n",
-		`rules[0].limit: appears twice (first at line 3); keep one (sluice.yaml:5)`},
+		`rules "a".limit: appears twice (first at line 3); keep one (sluice.yaml:5)`},
 
 	// redis.
 	{"redis url", rule + "redis:\n  url: http://user:secret@host/0\n",
@@ -53,7 +53,7 @@ var errorTests = []struct {
 	{"replicas word", rule + "redis:\n  replicas: many\n",
 		`redis.replicas: "many" is not a whole number; auto (learned from the replicas' heartbeats in Redis), or the number of replicas sharing the limits (sluice.yaml:4)`},
 	{"rule on_error return", "rules:\n  - {name: a, limit: 1, period: 1s, on_error: return}\n",
-		`rules[0].on_error: "return" is not one of allow, deny, local (sluice.yaml:2)`},
+		`rules "a".on_error: "return" is not one of allow, deny, local (sluice.yaml:2)`},
 	{"timeout zero", rule + "redis:\n  timeout: 0s\n",
 		`redis.timeout: must be positive, got 0s; write a Go duration such as 500ms, 1s, 1m, 1h or 1h30m (sluice.yaml:4)`},
 	{"wait_replicas negative", rule + "redis:\n  wait_replicas: -1\n",
@@ -73,7 +73,7 @@ var errorTests = []struct {
 	{"wait_timeout zero", rule + "redis:\n  wait_replicas: 2\n  wait_timeout: 0s\n",
 		`redis.wait_timeout: must be a positive whole number of milliseconds (Redis's WAIT counts in milliseconds), got 0s; write one such as 50ms (sluice.yaml:5)`},
 	{"redis unknown field", rule + "redis:\n  adress: redis://h\n",
-		`redis.adress: unknown field; redis takes url, on_error, timeout, replicas, deny_cache, batch, wait_replicas, wait_timeout (sluice.yaml:4)`},
+		`redis: unknown field "adress"; redis takes url, on_error, timeout, replicas, deny_cache, batch, wait_replicas, wait_timeout (sluice.yaml:4)`},
 	{"redis not a mapping", rule + "redis: redis://h\n",
 		`redis: must be a mapping with the keys url, on_error, timeout, replicas, deny_cache, batch, wait_replicas, wait_timeout, not "redis://h" (sluice.yaml:3)`},
 
@@ -87,7 +87,7 @@ var errorTests = []struct {
 	{"max_keys too large", rule + "memory:\n  max_keys: 9223372036854775808\n",
 		`memory.max_keys: 9223372036854775808 is out of range; the most entries (client key × limit) the in-memory store holds, at least 1 (sluice.yaml:4)`},
 	{"memory unknown field", rule + "memory:\n  max_bytes: 100\n",
-		`memory.max_bytes: unknown field; memory takes max_keys (sluice.yaml:4)`},
+		`memory: unknown field "max_bytes"; memory takes max_keys (sluice.yaml:4)`},
 	{"memory not a mapping", rule + "memory: 1000\n",
 		`memory: must be a mapping with the keys max_keys, not 1000 (sluice.yaml:3)`},
 
@@ -115,7 +115,7 @@ var errorTests = []struct {
 	{"rule not a mapping", "rules:\n  - search\n",
 		`rules[0]: must be a mapping with the keys name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, on_error, plans, not "search" (sluice.yaml:2)`},
 	{"unknown rule field", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    perod: 1m\n",
-		`rules[0].perod: unknown field (did you mean period?); a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, on_error, plans (sluice.yaml:5)`},
+		`rules "a": unknown field "perod" (did you mean "period"?) (sluice.yaml:5)`},
 	{"missing name", "rules:\n  - limit: 1\n    period: 1s\n",
 		`rules[0].name: is missing; every rule needs a name of letters, digits, '-', '_' and '.' (sluice.yaml:2)`},
 	{"bad name", "rules:\n  - name: my rule\n    limit: 1\n    period: 1s\n",
@@ -125,141 +125,149 @@ var errorTests = []struct {
 	{"name not a string", "rules:\n  - name: [a]\n    limit: 1\n    period: 1s\n",
 		`rules[0].name: must be a name of letters, digits, '-', '_' and '.', not a list (sluice.yaml:2)`},
 	{"duplicate rule names", "rules:\n  - {name: a, match: /a, limit: 1, period: 1s}\n  - {name: a, match: /b, limit: 1, period: 1s}\n",
-		`rules[1].name: "a" is also the name of rules[0] (line 2); rule names are unique (sluice.yaml:3)`},
+		`rules "a".name: "a" is also the name of the rule at line 2; rule names are unique (sluice.yaml:3)`},
 	{"key without name", "rules:\n  - {name: a, key: 'header:', limit: 1, period: 1s}\n",
-		`rules[0].key: "header:" has no header name; write header:<Name>, such as header:X-API-Key (sluice.yaml:2)`},
+		`rules "a".key: "header:" has no header name; write header:<Name>, such as header:X-API-Key (sluice.yaml:2)`},
 	{"query without name", "rules:\n  - {name: a, key: 'query:', limit: 1, period: 1s}\n",
-		`rules[0].key: "query:" has no parameter name; write query:<name>, such as query:api_key (sluice.yaml:2)`},
+		`rules "a".key: "query:" has no parameter name; write query:<name>, such as query:api_key (sluice.yaml:2)`},
 	{"key source", "rules:\n  - {name: a, key: 'cookie:sid', limit: 1, period: 1s}\n",
-		`rules[0].key: "cookie:sid" is not one of ip, global, header:<Name> or query:<name> (sluice.yaml:2)`},
+		`rules "a".key: "cookie:sid" is not one of ip, header:<Name>, query:<name>, global or request (sluice.yaml:2)`},
 	{"header name", "rules:\n  - {name: a, key: 'header:X API Key', limit: 1, period: 1s}\n",
-		"rules[0].key: \"X API Key\" is not a valid header name (letters, digits and !#$%&'*+-.^_`|~ only) (sluice.yaml:2)"},
+		"rules \"a\".key: \"X API Key\" is not a valid header name (letters, digits and !#$%&'*+-.^_`|~ only) (sluice.yaml:2)"},
 	{"missing_key", "rules:\n  - {name: a, key: 'header:X-Key', missing_key: allow, limit: 1, period: 1s}\n",
-		`rules[0].missing_key: "allow" is not one of reject, deny, ip (sluice.yaml:2)`},
+		`rules "a".missing_key: "allow" is not one of reject, deny, ip (sluice.yaml:2)`},
 	{"missing_key on ip", "rules:\n  - {name: a, key: ip, missing_key: deny, limit: 1, period: 1s}\n",
-		`rules[0].missing_key: applies only to header and query keys, and this rule's key is ip (sluice.yaml:2)`},
+		`rules "a".missing_key: applies only to header and query keys, and this rule's key is ip (sluice.yaml:2)`},
+	{"missing_key on request", "rules:\n  - {name: a, key: request, missing_key: ip, limit: 1, period: 1s}\n",
+		`rules "a".missing_key: applies only to header and query keys, and this rule's key is request (sluice.yaml:2)`},
+	{"request key with a match", "rules:\n  - {name: a, key: request, match: /api/, limit: 1, period: 1s}\n",
+		`rules "a".match: a rule keyed by request takes the key its caller names (POST /v1/check, Envoy's gRPC) and is checked by name, never matched to an HTTP request; leave match out, or key the rule by ip, header:<Name>, query:<name> or global (sluice.yaml:2)`},
+	{"request key with an invalid match", "rules:\n  - {name: a, key: request, match: 'GET api', limit: 1, period: 1s}\n",
+		`rules "a".match: a rule keyed by request takes the key its caller names (POST /v1/check, Envoy's gRPC) and is checked by name, never matched to an HTTP request; leave match out, or key the rule by ip, header:<Name>, query:<name> or global (sluice.yaml:2)`},
+	{"request key in a group", "rules:\n  - {name: a, key: request, group: svc, limit: 1, period: 1s}\n",
+		`rules "a".group: a rule keyed by request takes the key its caller names (POST /v1/check, Envoy's gRPC) and is checked by name, never matched to an HTTP request, and in no group; leave group out (sluice.yaml:2)`},
 	{"shadow", "rules:\n  - {name: a, shadow: 1, limit: 1, period: 1s}\n",
-		`rules[0].shadow: 1 is not a boolean; write true or false (sluice.yaml:2)`},
+		`rules "a".shadow: 1 is not a boolean; write true or false (sluice.yaml:2)`},
 	{"cost zero", "rules:\n  - {name: a, cost: 0, limit: 1, period: 1s}\n",
-		`rules[0].cost: must be at least 1, got 0 (sluice.yaml:2)`},
+		`rules "a".cost: must be at least 1, got 0 (sluice.yaml:2)`},
 	{"cost not a number", "rules:\n  - {name: a, cost: 1.5, limit: 2, period: 1s}\n",
-		`rules[0].cost: 1.5 is not a whole number; cost is what one request spends, at least 1 (sluice.yaml:2)`},
+		`rules "a".cost: 1.5 is not a whole number; cost is what one request spends, at least 1 (sluice.yaml:2)`},
 	{"cost above capacity", "rules:\n  - name: a\n    cost: 6\n    limits:\n      - {limit: 1, period: 1s, burst: 10}\n      - {limit: 5, period: 1m, algorithm: fixed_window}\n",
-		`rules[0].cost: 6 exceeds the capacity 5 of limit a-1m (fixed_window 5/1m0s), so no request could ever be admitted; a cost is at most the smallest limit or burst of the rule and its plans (sluice.yaml:3)`},
+		`rules "a".cost: 6 exceeds the capacity 5 of limit a-1m (fixed_window 5/1m0s), so no request could ever be admitted; a cost is at most the smallest limit or burst of the rule and its plans (sluice.yaml:3)`},
 	{"cost above a plan's capacity", "rules:\n  - name: a\n    cost: 6\n    limit: 10\n    period: 1s\n    plans:\n      - {name: free, keys: [k], limit: 5, period: 1s}\n",
-		`rules[0].cost: 6 exceeds the capacity 5 of limit a-free-1s (token_bucket 5/1s), so no request could ever be admitted; a cost is at most the smallest limit or burst of the rule and its plans (sluice.yaml:3)`},
+		`rules "a".cost: 6 exceeds the capacity 5 of limit a-free-1s (token_bucket 5/1s), so no request could ever be admitted; a cost is at most the smallest limit or burst of the rule and its plans (sluice.yaml:3)`},
 
 	// match.
 	{"invalid pattern", "rules:\n  - {name: a, match: 'GET api', limit: 1, period: 1s}\n",
-		`rules[0].match: "GET api" is not a valid ServeMux pattern (at offset 4: host/path missing /); write [METHOD ][HOST]/PATH, such as "GET /api/search" or "/api/{id}", or leave match out for the default rule (sluice.yaml:2)`},
+		`rules "a".match: "GET api" is not a valid ServeMux pattern (at offset 4: host/path missing /); write [METHOD ][HOST]/PATH, such as "GET /api/search" or "/api/{id}", or leave match out for the default rule (sluice.yaml:2)`},
 	{"invalid wildcard", "rules:\n  - {name: a, match: '/a/{id', limit: 1, period: 1s}\n",
-		`rules[0].match: "/a/{id" is not a valid ServeMux pattern (at offset 3: bad wildcard segment (must end with '}')); write [METHOD ][HOST]/PATH, such as "GET /api/search" or "/api/{id}", or leave match out for the default rule (sluice.yaml:2)`},
+		`rules "a".match: "/a/{id" is not a valid ServeMux pattern (at offset 3: bad wildcard segment (must end with '}')); write [METHOD ][HOST]/PATH, such as "GET /api/search" or "/api/{id}", or leave match out for the default rule (sluice.yaml:2)`},
 	{"lower-case method", "rules:\n  - {name: a, match: 'get /x', limit: 1, period: 1s}\n",
-		`rules[0].match: "get /x" could never match a request: methods are case-sensitive; did you mean "GET /x"? (sluice.yaml:2)`},
+		`rules "a".match: "get /x" could never match a request: methods are case-sensitive; did you mean "GET /x"? (sluice.yaml:2)`},
 	{"host with port", "rules:\n  - {name: a, match: 'localhost:8090/', limit: 1, period: 1s}\n",
-		`rules[0].match: "localhost:8090/" could never match a request: ServeMux matches the host without its port; leave the port out (sluice.yaml:2)`},
+		`rules "a".match: "localhost:8090/" could never match a request: ServeMux matches the host without its port; leave the port out (sluice.yaml:2)`},
 	{"upper-case host", "rules:\n  - {name: a, match: 'API.example.com/', limit: 1, period: 1s}\n",
-		`rules[0].match: "API.example.com/" could never match a request: hosts are matched in lower case; did you mean "api.example.com/"? (sluice.yaml:2)`},
+		`rules "a".match: "API.example.com/" could never match a request: hosts are matched in lower case; did you mean "api.example.com/"? (sluice.yaml:2)`},
 	{"path without its slash", "rules:\n  - {name: a, match: 'api/search', limit: 1, period: 1s}\n",
-		`rules[0].match: "api/search" could never match a request: "api" reads as a host name; did you mean "/api/search"? (sluice.yaml:2)`},
+		`rules "a".match: "api/search" could never match a request: "api" reads as a host name; did you mean "/api/search"? (sluice.yaml:2)`},
 	{"empty pattern", "rules:\n  - {name: a, match: '', limit: 1, period: 1s}\n",
-		`rules[0].match: is empty; write [METHOD ][HOST]/PATH, such as "GET /api/search" or "/api/{id}", or leave match out for the default rule (sluice.yaml:2)`},
+		`rules "a".match: is empty; write [METHOD ][HOST]/PATH, such as "GET /api/search" or "/api/{id}", or leave match out for the default rule (sluice.yaml:2)`},
 	{"same pattern", "rules:\n  - {name: a, match: 'GET /x', limit: 1, period: 1s}\n  - {name: b, match: \"GET \\t /x \", limit: 1, period: 1s}\n",
-		`rules[1].match: "GET /x" is also the match of rules[0] (line 2); one rule per pattern (sluice.yaml:3)`},
+		`rules "b".match: "GET /x" is also the match of rule "a" (line 2); one rule per pattern (sluice.yaml:3)`},
 	{"two default rules", "rules:\n  - {name: a, limit: 1, period: 1s}\n  - {name: b, limit: 1, period: 1s}\n",
-		`rules[1].match: is missing here and in rules[0] (line 2): only one rule may be the default rule (the one without match) (sluice.yaml:3)`},
+		`rules "b".match: is missing here and in rule "a" (line 2): only one rule may be the default rule (the one without match) (sluice.yaml:3)`},
 	{"conflicting patterns", "rules:\n  - {name: a, match: '/a/{x}', limit: 1, period: 1s}\n  - {name: b, match: '/{y}/b', limit: 1, period: 1s}\n",
-		`rules[1].match: "/{y}/b" conflicts with the match "/a/{x}" of rules[0] (line 2): /{y}/b and /a/{x} both match some paths, like "/a/b". But neither is more specific than the other. /{y}/b matches "/y/b", but /a/{x} doesn't. /a/{x} matches "/a/x", but /{y}/b doesn't. (sluice.yaml:3)`},
+		`rules "b".match: "/{y}/b" conflicts with the match "/a/{x}" of rule "a" (line 2): /{y}/b and /a/{x} both match some paths, like "/a/b". But neither is more specific than the other. /{y}/b matches "/y/b", but /a/{x} doesn't. /a/{x} matches "/a/x", but /{y}/b doesn't. (sluice.yaml:3)`},
 	{"equivalent patterns", "rules:\n  - {name: a, match: 'GET /u/{id}', limit: 1, period: 1s}\n  - {name: b, match: 'GET /u/{name}', limit: 1, period: 1s}\n",
-		`rules[1].match: "GET /u/{name}" conflicts with the match "GET /u/{id}" of rules[0] (line 2): GET /u/{name} matches the same requests as GET /u/{id} (sluice.yaml:3)`},
+		`rules "b".match: "GET /u/{name}" conflicts with the match "GET /u/{id}" of rule "a" (line 2): GET /u/{name} matches the same requests as GET /u/{id} (sluice.yaml:3)`},
 	{"catch-all and default", "rules:\n  - {name: a, limit: 1, period: 1s}\n  - {name: b, match: /, limit: 1, period: 1s}\n",
-		`rules[1].match: "/" matches every request, so the default rule rules[0] (line 2) would never apply; keep one of them (sluice.yaml:3)`},
+		`rules "b".match: "/" matches every request, so rule "a" (line 2), the default rule, would never apply; keep one of them (sluice.yaml:3)`},
 
 	// group.
 	{"group name", "rules:\n  - {name: a, group: 'per key', limit: 1, period: 1s}\n",
-		`rules[0].group: "per key" may hold only letters, digits, '-', '_' and '.' (sluice.yaml:2)`},
+		`rules "a".group: "per key" may hold only letters, digits, '-', '_' and '.' (sluice.yaml:2)`},
 	{"empty group", "rules:\n  - {name: a, group: '', limit: 1, period: 1s}\n",
-		`rules[0].group: is empty; leave group out for the default group, or give it a name of letters, digits, '-', '_' and '.' (sluice.yaml:2)`},
+		`rules "a".group: is empty; leave group out for the default group, or give it a name of letters, digits, '-', '_' and '.' (sluice.yaml:2)`},
 	{"group not a string", "rules:\n  - {name: a, group: [api], limit: 1, period: 1s}\n",
-		`rules[0].group: must be a group name of letters, digits, '-', '_' and '.', not a list (sluice.yaml:2)`},
+		`rules "a".group: must be a group name of letters, digits, '-', '_' and '.', not a list (sluice.yaml:2)`},
 	// Within a group, the checks of the default group, with the indexes
 	// of the whole rules list.
 	{"two default rules in a group", "rules:\n  - {name: a, limit: 1, period: 1s}\n  - {name: b, group: api, limit: 1, period: 1s}\n  - {name: c, group: api, limit: 1, period: 1s}\n",
-		`rules[2].match: is missing here and in rules[1] (line 3): only one rule of group "api" may be the default rule (the one without match) (sluice.yaml:4)`},
+		`rules "c".match: is missing here and in rule "b" (line 3): only one rule of group "api" may be the default rule (the one without match) (sluice.yaml:4)`},
 	{"same pattern in a group", "rules:\n  - {name: a, match: /x, limit: 1, period: 1s}\n  - {name: b, group: api, match: /x, limit: 1, period: 1s}\n  - {name: c, group: api, match: /x, limit: 1, period: 1s}\n",
-		`rules[2].match: "/x" is also the match of rules[1] (line 3); one rule per pattern in group "api" (sluice.yaml:4)`},
+		`rules "c".match: "/x" is also the match of rule "b" (line 3); one rule per pattern in group "api" (sluice.yaml:4)`},
 	{"conflicting patterns in a group", "rules:\n  - {name: a, match: '/{y}/b', limit: 1, period: 1s}\n  - {name: b, group: api, match: '/a/{x}', limit: 1, period: 1s}\n  - {name: c, group: api, match: '/{y}/b', limit: 1, period: 1s}\n",
-		`rules[2].match: "/{y}/b" conflicts with the match "/a/{x}" of rules[1] (line 3): /{y}/b and /a/{x} both match some paths, like "/a/b". But neither is more specific than the other. /{y}/b matches "/y/b", but /a/{x} doesn't. /a/{x} matches "/a/x", but /{y}/b doesn't. (sluice.yaml:4)`},
+		`rules "c".match: "/{y}/b" conflicts with the match "/a/{x}" of rule "b" (line 3): /{y}/b and /a/{x} both match some paths, like "/a/b". But neither is more specific than the other. /{y}/b matches "/y/b", but /a/{x} doesn't. /a/{x} matches "/a/x", but /{y}/b doesn't. (sluice.yaml:4)`},
 	{"catch-all and default in a group", "rules:\n  - {name: a, match: /, limit: 1, period: 1s}\n  - {name: b, group: api, limit: 1, period: 1s}\n  - {name: c, group: api, match: '/{rest...}', limit: 1, period: 1s}\n",
-		`rules[2].match: "/{rest...}" matches every request, so the default rule rules[1] (line 3) of group "api" would never apply; keep one of them (sluice.yaml:4)`},
+		`rules "c".match: "/{rest...}" matches every request, so rule "b" (line 3), the default rule of group "api", would never apply; keep one of them (sluice.yaml:4)`},
 	// A rule whose group is invalid is in no group: it clashes with no
 	// default rule, only its group is reported.
 	{"invalid group, no cascade", "rules:\n  - {name: a, limit: 1, period: 1s}\n  - {name: b, group: 'a b', limit: 1, period: 1s}\n",
-		`rules[1].group: "a b" may hold only letters, digits, '-', '_' and '.' (sluice.yaml:3)`},
+		`rules "b".group: "a b" may hold only letters, digits, '-', '_' and '.' (sluice.yaml:3)`},
 
 	// Limits.
 	{"missing limit", "rules:\n  - name: a\n    period: 1s\n",
-		`rules[0].limit: is missing; a rule needs limit and period, or a limits list (sluice.yaml:2)`},
+		`rules "a".limit: is missing; a rule needs limit and period, or a limits list (sluice.yaml:2)`},
 	{"missing period", "rules:\n  - name: a\n    limit: 1\n",
-		`rules[0].period: is missing; a rule needs limit and period, or a limits list (sluice.yaml:2)`},
+		`rules "a".period: is missing; a rule needs limit and period, or a limits list (sluice.yaml:2)`},
 	{"missing period in a list", "rules:\n  - name: a\n    limits:\n      - {limit: 1}\n",
-		`rules[0].limits[0].period: is missing; a limit needs limit and period (sluice.yaml:4)`},
+		`rules "a".limits[0].period: is missing; a limit needs limit and period (sluice.yaml:4)`},
 	{"algorithm", "rules:\n  - name: a\n    algorithm: token-bucket\n    limit: 1\n    period: 1s\n",
-		`rules[0].algorithm: "token-bucket" is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra (sluice.yaml:3)`},
+		`rules "a".algorithm: "token-bucket" is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra (sluice.yaml:3)`},
 	{"limit not a number", "rules:\n  - {name: a, limit: five, period: 1s}\n",
-		`rules[0].limit: "five" is not a whole number; limit is the number of requests per period, at least 1 (sluice.yaml:2)`},
+		`rules "a".limit: "five" is not a whole number; limit is the number of requests per period, at least 1 (sluice.yaml:2)`},
 	{"limit zero", "rules:\n  - {name: a, limit: 0, period: 1s}\n",
-		`rules[0].limit: must be at least 1, got 0 (sluice.yaml:2)`},
+		`rules "a".limit: must be at least 1, got 0 (sluice.yaml:2)`},
 	{"limit negative", "rules:\n  - {name: a, limit: -5, period: 1s}\n",
-		`rules[0].limit: must be at least 1, got -5 (sluice.yaml:2)`},
+		`rules "a".limit: must be at least 1, got -5 (sluice.yaml:2)`},
 	{"limit too large for sliding_log", "rules:\n  - {name: a, algorithm: sliding_log, limit: 20000, period: 1h}\n",
-		`rules[0].limit: sliding_log keeps one entry per admitted request and allows a limit of at most 10000, got 20000; use sliding_window or token_bucket (sluice.yaml:2)`},
+		`rules "a".limit: sliding_log keeps one entry per admitted request and allows a limit of at most 10000, got 20000; use sliding_window or token_bucket (sluice.yaml:2)`},
 	{"limit too fine a rate", "rules:\n  - {name: a, limit: 400000, period: 1s}\n",
-		`rules[0].limit: a token every 1s/400000 is 2.50µs, and whole microseconds (3µs) would refill more than 1% slower; use a limit that divides the period's microseconds, or sliding_window (sluice.yaml:2)`},
+		`rules "a".limit: a token every 1s/400000 is 2.50µs, and whole microseconds (3µs) would refill more than 1% slower; use a limit that divides the period's microseconds, or sliding_window (sluice.yaml:2)`},
 	{"period no unit", "rules:\n  - {name: a, limit: 1, period: 60}\n",
-		`rules[0].period: 60 has no unit; write a Go duration such as 500ms, 1s, 1m, 1h or 1h30m (sluice.yaml:2)`},
+		`rules "a".period: 60 has no unit; write a Go duration such as 500ms, 1s, 1m, 1h or 1h30m (sluice.yaml:2)`},
 	{"period invalid", "rules:\n  - {name: a, limit: 1, period: 1 min}\n",
-		`rules[0].period: "1 min" is not a duration; write a Go duration such as 500ms, 1s, 1m, 1h or 1h30m (sluice.yaml:2)`},
+		`rules "a".period: "1 min" is not a duration; write a Go duration such as 500ms, 1s, 1m, 1h or 1h30m (sluice.yaml:2)`},
 	{"period in days", "rules:\n  - {name: a, limit: 1, period: 1d}\n",
-		`rules[0].period: "1d" is not a duration; write a Go duration such as 500ms, 1s, 1m, 1h or 1h30m (a day is 24h) (sluice.yaml:2)`},
+		`rules "a".period: "1d" is not a duration; write a Go duration such as 500ms, 1s, 1m, 1h or 1h30m (a day is 24h) (sluice.yaml:2)`},
 	{"period zero", "rules:\n  - {name: a, limit: 1, period: 0s}\n",
-		`rules[0].period: must be at least 1ms, got 0s (sluice.yaml:2)`},
+		`rules "a".period: must be at least 1ms, got 0s (sluice.yaml:2)`},
 	{"period negative", "rules:\n  - {name: a, limit: 1, period: -1m}\n",
-		`rules[0].period: must be at least 1ms, got -1m0s (sluice.yaml:2)`},
+		`rules "a".period: must be at least 1ms, got -1m0s (sluice.yaml:2)`},
 	{"period too long", "rules:\n  - {name: a, limit: 1, period: 100000h}\n",
-		`rules[0].period: must be at most 87600h0m0s, got 100000h0m0s (sluice.yaml:2)`},
+		`rules "a".period: must be at most 87600h0m0s, got 100000h0m0s (sluice.yaml:2)`},
 	{"burst on a window", "rules:\n  - {name: a, algorithm: sliding_window, limit: 5, period: 1m, burst: 10}\n",
-		`rules[0].burst: burst applies to token_bucket and gcra only; sliding_window admits at most limit per window (leave burst out) (sluice.yaml:2)`},
+		`rules "a".burst: burst applies to token_bucket and gcra only; sliding_window admits at most limit per window (leave burst out) (sluice.yaml:2)`},
 	{"burst zero", "rules:\n  - {name: a, limit: 5, period: 1m, burst: 0}\n",
-		`rules[0].burst: must be at least 1, got 0; leave burst out for a burst equal to limit (sluice.yaml:2)`},
+		`rules "a".burst: must be at least 1, got 0; leave burst out for a burst equal to limit (sluice.yaml:2)`},
 	{"both forms", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    limits:\n      - {limit: 10, period: 1m}\n",
-		`rules[0].limits: cannot be used with limit (line 3): a rule has either the single-limit fields (algorithm, limit, period, burst) or a limits list, not both (sluice.yaml:5)`},
+		`rules "a".limits: cannot be used with limit (line 3): a rule has either the single-limit fields (algorithm, limit, period, burst) or a limits list, not both (sluice.yaml:5)`},
 	{"limits empty", "rules:\n  - name: a\n    limits: []\n",
-		`rules[0].limits: is empty; list at least one limit, such as {limit: 5, period: 1s} (sluice.yaml:3)`},
+		`rules "a".limits: is empty; list at least one limit, such as {limit: 5, period: 1s} (sluice.yaml:3)`},
 	{"unknown limit field", "rules:\n  - name: a\n    limits:\n      - {limit: 1, period: 1s, name: x}\n",
-		`rules[0].limits[0].name: unknown field; a limit takes algorithm, limit, period, burst (sluice.yaml:4)`},
+		`rules "a".limits[0]: unknown field "name"; a limit takes algorithm, limit, period, burst (sluice.yaml:4)`},
 	{"limit names collide", "rules:\n  - name: a\n    match: /a\n    limit: 1\n    period: 1s\n    plans:\n      - {name: b, keys: [k], limit: 2, period: 1s}\n  - name: a-b\n    match: /b\n    limit: 3\n    period: 1s\n",
-		`rules[1].name: gives a limit the name "a-b-1s", which a limit of rules[0] (line 2) has too (names are <rule>-[<plan>-]<period>); rename one of the rules or plans (sluice.yaml:8)`},
+		`rules "a-b".name: gives a limit the name "a-b-1s", which a limit of rule "a" (line 2) has too (names are <rule>-[<plan>-]<period>); rename one of the rules or plans (sluice.yaml:8)`},
 
 	// Plans.
 	{"plan without keys", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    plans:\n      - {name: pro, limit: 10, period: 1s}\n",
-		`rules[0].plans[0]: has no keys and no prefixes; list the client keys the plan applies to in keys, or their prefixes in prefixes (sluice.yaml:6)`},
+		`rules "a".plans "pro": has no keys and no prefixes; list the client keys the plan applies to in keys, or their prefixes in prefixes (sluice.yaml:6)`},
 	{"plan without limits", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    plans:\n      - {name: pro, keys: [k], period: 1s}\n",
-		`rules[0].plans[0].limit: is missing; a plan needs limit and period, or a limits list (sluice.yaml:6)`},
+		`rules "a".plans "pro".limit: is missing; a plan needs limit and period, or a limits list (sluice.yaml:6)`},
 	{"plan name", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    plans:\n      - {name: 'pro plan', keys: [k], limit: 10, period: 1s}\n",
-		`rules[0].plans[0].name: "pro plan" may hold only letters, digits, '-', '_' and '.' (it names the IETF RateLimit policies) (sluice.yaml:6)`},
+		`rules "a".plans[0].name: "pro plan" may hold only letters, digits, '-', '_' and '.' (it names the IETF RateLimit policies) (sluice.yaml:6)`},
 	{"duplicate plan names", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    plans:\n      - {name: pro, keys: [k1], limit: 10, period: 1s}\n      - {name: pro, keys: [k2], limit: 20, period: 1s}\n",
-		`rules[0].plans[1].name: "pro" is also the name of plans[0] (line 6); plan names are unique within a rule (sluice.yaml:7)`},
+		`rules "a".plans "pro".name: "pro" is also the name of the plan at line 6; plan names are unique within a rule (sluice.yaml:7)`},
 	{"key in two plans", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    plans:\n      - {name: pro, keys: [k1], limit: 10, period: 1s}\n      - {name: max, keys: [k2, k1], limit: 20, period: 1s}\n",
-		`rules[0].plans[1].keys[1]: "k1" is also a key of plans[0] (pro), and the first matching plan wins (sluice.yaml:7)`},
+		`rules "a".plans "max".keys[1]: "k1" is also a key of plan "pro", and the first matching plan wins (sluice.yaml:7)`},
 	{"key behind a prefix", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    plans:\n      - {name: pro, prefixes: [sk_], limit: 10, period: 1s}\n      - {name: max, keys: [sk_1], limit: 20, period: 1s}\n",
-		`rules[0].plans[1].keys[0]: "sk_1" matches a prefix of plans[0] (pro), and the first matching plan wins (sluice.yaml:7)`},
+		`rules "a".plans "max".keys[0]: "sk_1" matches a prefix of plan "pro", and the first matching plan wins (sluice.yaml:7)`},
 	{"prefix behind a prefix", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    plans:\n      - {name: pro, prefixes: [sk_], limit: 10, period: 1s}\n      - {name: max, prefixes: [sk_max_], limit: 20, period: 1s}\n",
-		`rules[0].plans[1].prefixes[0]: every key with prefix "sk_max_" matches a prefix of plans[0] (pro), and the first matching plan wins (sluice.yaml:7)`},
+		`rules "a".plans "max".prefixes[0]: every key with prefix "sk_max_" matches a prefix of plan "pro", and the first matching plan wins (sluice.yaml:7)`},
 	{"empty key", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    plans:\n      - {name: pro, keys: [k, ''], limit: 10, period: 1s}\n",
-		`rules[0].plans[0].keys[1]: is empty; a plan lists client keys (sluice.yaml:6)`},
+		`rules "a".plans "pro".keys[1]: is empty; a plan lists client keys (sluice.yaml:6)`},
 	{"unknown plan field", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    plans:\n      - {name: pro, keys: [k], limit: 10, period: 1s, tier: gold}\n",
-		`rules[0].plans[0].tier: unknown field; a plan takes name, keys, prefixes, algorithm, limit, period, burst, limits (sluice.yaml:6)`},
+		`rules "a".plans "pro": unknown field "tier"; a plan takes name, keys, prefixes, algorithm, limit, period, burst, limits (sluice.yaml:6)`},
 }
 
 func TestErrors(t *testing.T) {
@@ -277,18 +285,53 @@ func TestErrors(t *testing.T) {
 	}
 }
 
-// A typo in a field name gives both the unknown field and the missing
-// one, never a silent default.
-func TestTypoNeverDefaults(t *testing.T) {
-	_, err := Parse("sluice.yaml", []byte("rules:\n  - name: a\n    limit: 1\n    perod: 1s\n"))
-	checkErrs(t, err,
-		`rules[0].period: is missing; a rule needs limit and period, or a limits list (sluice.yaml:2)`,
-		`rules[0].perod: unknown field (did you mean period?); a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, on_error, plans (sluice.yaml:4)`,
-	)
-	_, err = Parse("sluice.yaml", []byte("rules:\n  - name: a\n    limit: 1\n    period: 1s\n    bursts: 5\n"))
-	checkErrs(t, err,
-		`rules[0].bursts: unknown field (did you mean burst?); a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, on_error, plans (sluice.yaml:5)`,
-	)
+// One mistake, one error: a misspelt field is reported as unknown, with
+// the field it misspells, and that field is not reported missing too (nor
+// is a misspelt match a second default rule); a typo never falls back to
+// a default silently. A rule is named by its name, or by its index when
+// the typo is in its name.
+var typoTests = []struct {
+	name, file string
+	want       []string
+}{
+	{"required field", "rules:\n  - name: api\n    limt: 5\n    period: 1s\n",
+		[]string{`rules "api": unknown field "limt" (did you mean "limit"?) (sluice.yaml:3)`}},
+	{"the other required field", "rules:\n  - name: a\n    limit: 1\n    perod: 1s\n",
+		[]string{`rules "a": unknown field "perod" (did you mean "period"?) (sluice.yaml:4)`}},
+	{"optional field", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    bursts: 5\n",
+		[]string{`rules "a": unknown field "bursts" (did you mean "burst"?) (sluice.yaml:5)`}},
+	{"name", "rules:\n  - nme: api\n    limit: 1\n    period: 1s\n",
+		[]string{`rules[0]: unknown field "nme" (did you mean "name"?) (sluice.yaml:2)`}},
+	{"limits list", "rules:\n  - name: login\n    lmits:\n      - {limit: 5, period: 1m}\n",
+		[]string{`rules "login": unknown field "lmits" (did you mean "limits"?) (sluice.yaml:3)`}},
+	{"match beside a default rule", "rules:\n  - {name: a, limit: 1, period: 1s}\n  - {name: b, mtch: /b, limit: 1, period: 1s}\n",
+		[]string{`rules "b": unknown field "mtch" (did you mean "match"?) (sluice.yaml:3)`}},
+	{"in a limits list", "rules:\n  - name: login\n    limits:\n      - {limit: 5, perid: 1m}\n",
+		[]string{`rules "login".limits[0]: unknown field "perid" (did you mean "period"?) (sluice.yaml:4)`}},
+	{"plan name", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    plans:\n      - {nam: pro, keys: [k], limit: 2, period: 1s}\n",
+		[]string{`rules "a".plans[0]: unknown field "nam" (did you mean "name"?) (sluice.yaml:6)`}},
+	{"plan field", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    plans:\n      - {name: pro, keys: [k], limit: 2, priod: 1s}\n",
+		[]string{`rules "a".plans "pro": unknown field "priod" (did you mean "period"?) (sluice.yaml:6)`}},
+	{"rules", "rulse:\n  - {name: a, limit: 1, period: 1s}\n",
+		[]string{`unknown field "rulse" (did you mean "rules"?) (sluice.yaml:1)`}},
+	// Two mistakes, two errors: a typo whose suggestion is not the
+	// missing field leaves that field reported.
+	{"typo and a missing field", "rules:\n  - name: a\n    limit: 1\n    algoritm: gcra\n",
+		[]string{
+			`rules "a".period: is missing; a rule needs limit and period, or a limits list (sluice.yaml:2)`,
+			`rules "a": unknown field "algoritm" (did you mean "algorithm"?) (sluice.yaml:4)`,
+		}},
+	{"no suggestion", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    tier: gold\n",
+		[]string{`rules "a": unknown field "tier"; a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, on_error, plans (sluice.yaml:5)`}},
+}
+
+func TestTypos(t *testing.T) {
+	for _, tt := range typoTests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("sluice.yaml", []byte(tt.file))
+			checkErrs(t, err, tt.want...)
+		})
+	}
 }
 
 func TestAllErrorsAtOnce(t *testing.T) {
@@ -325,20 +368,19 @@ rules:
 		`redis.timeout: must be positive, got -1s; write a Go duration such as 500ms, 1s, 1m, 1h or 1h30m (bad.yaml:3)`,
 		`http.headers: "all" is not one of both, ietf, legacy, none (bad.yaml:5)`,
 		`http.trusted_proxies[0]: "10.0.0.300" is not an IP address or a CIDR prefix; write one such as 10.0.0.0/8, 192.168.1.10 or fd00::/8 (bad.yaml:6)`,
-		`rules[0].period: is missing; a rule needs limit and period, or a limits list (bad.yaml:8)`,
-		`rules[0].algorithm: "token-bucket" is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra (bad.yaml:10)`,
-		`rules[0].limit: must be at least 1, got 0 (bad.yaml:11)`,
-		`rules[0].perod: unknown field (did you mean period?); a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, on_error, plans (bad.yaml:12)`,
-		`rules[1].name: "search" is also the name of rules[0] (line 8); rule names are unique (bad.yaml:13)`,
-		`rules[1].match: "GET /api/search" is also the match of rules[0] (line 9); one rule per pattern (bad.yaml:14)`,
-		`rules[1].key: "cookie:sid" is not one of ip, global, header:<Name> or query:<name> (bad.yaml:15)`,
-		`rules[1].burst: burst applies to token_bucket and gcra only; fixed_window admits at most limit per window (leave burst out) (bad.yaml:19)`,
-		`rules[1].cost: must be at least 1, got 0 (bad.yaml:20)`,
-		`rules[2].limits[0].limit: must be at least 1, got -1 (bad.yaml:23)`,
-		`rules[2].limits[0].period: must be at least 1ms, got 0s (bad.yaml:23)`,
-		`rules[2].limits[1].period: 5 has no unit; write a Go duration such as 500ms, 1s, 1m, 1h or 1h30m (bad.yaml:24)`,
+		`rules "search".algorithm: "token-bucket" is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra (bad.yaml:10)`,
+		`rules "search".limit: must be at least 1, got 0 (bad.yaml:11)`,
+		`rules "search": unknown field "perod" (did you mean "period"?) (bad.yaml:12)`,
+		`rules "search".name: "search" is also the name of the rule at line 8; rule names are unique (bad.yaml:13)`,
+		`rules "search".match: "GET /api/search" is also the match of rule "search" (line 8); one rule per pattern (bad.yaml:14)`,
+		`rules "search".key: "cookie:sid" is not one of ip, header:<Name>, query:<name>, global or request (bad.yaml:15)`,
+		`rules "search".burst: burst applies to token_bucket and gcra only; fixed_window admits at most limit per window (leave burst out) (bad.yaml:19)`,
+		`rules "search".cost: must be at least 1, got 0 (bad.yaml:20)`,
+		`rules "login".limits[0].limit: must be at least 1, got -1 (bad.yaml:23)`,
+		`rules "login".limits[0].period: must be at least 1ms, got 0s (bad.yaml:23)`,
+		`rules "login".limits[1].period: 5 has no unit; write a Go duration such as 500ms, 1s, 1m, 1h or 1h30m (bad.yaml:24)`,
 		`rules[3].name: is missing; every rule needs a name of letters, digits, '-', '_' and '.' (bad.yaml:25)`,
-		`rules[3].match: is missing here and in rules[2] (line 21): only one rule may be the default rule (the one without match) (bad.yaml:25)`,
+		`rules[3].match: is missing here and in rule "login" (line 21): only one rule may be the default rule (the one without match) (bad.yaml:25)`,
 	)
 }
 
@@ -359,7 +401,7 @@ func TestAliasBomb(t *testing.T) {
 	}
 	// A merge that includes itself stops too.
 	_, err = Parse("loop.yaml", []byte("rules:\n  - &r {name: a, limit: 1, period: 1s, <<: *r}\n"))
-	checkErrs(t, err, `rules[0].<<: merges a mapping that includes it (loop.yaml:2)`)
+	checkErrs(t, err, `rules "a".<<: merges a mapping that includes it (loop.yaml:2)`)
 }
 
 // A rule or plan whose name is missing or invalid keeps its limits
@@ -380,8 +422,8 @@ func TestNoNameInventedForUnnamed(t *testing.T) {
 	checkErrs(t, err,
 		`rules[0].name: "a b" may hold only letters, digits, '-', '_' and '.' (it names the IETF RateLimit policies) (sluice.yaml:2)`,
 		`rules[0].cost: 6 exceeds the capacity 5 of the limit token_bucket 5/1s, so no request could ever be admitted; a cost is at most the smallest limit or burst of the rule and its plans (sluice.yaml:2)`,
-		`rules[1].cost: 6 exceeds the capacity 5 of the limit token_bucket 5/1s, so no request could ever be admitted; a cost is at most the smallest limit or burst of the rule and its plans (sluice.yaml:4)`,
-		`rules[1].plans[0].name: "p q" may hold only letters, digits, '-', '_' and '.' (it names the IETF RateLimit policies) (sluice.yaml:8)`,
-		`rules[1].plans[1].name: is missing; every plan needs a name of letters, digits, '-', '_' and '.' (sluice.yaml:9)`,
+		`rules "c".cost: 6 exceeds the capacity 5 of the limit token_bucket 5/1s, so no request could ever be admitted; a cost is at most the smallest limit or burst of the rule and its plans (sluice.yaml:4)`,
+		`rules "c".plans[0].name: "p q" may hold only letters, digits, '-', '_' and '.' (it names the IETF RateLimit policies) (sluice.yaml:8)`,
+		`rules "c".plans[1].name: is missing; every plan needs a name of letters, digits, '-', '_' and '.' (sluice.yaml:9)`,
 	)
 }

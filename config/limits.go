@@ -50,7 +50,11 @@ func (p *parser) limits(m map[string]field, owner field, what string) ([]sluice.
 	case hasList:
 		return p.limitList(list)
 	}
-	l, ok := p.limitFrom(m, owner, what+" needs limit and period, or a limits list")
+	needs := what + " needs limit and period, or a limits list"
+	if single == nil && p.misspelt(owner.path, "limits") {
+		needs = "" // a misspelt limits list, reported as such
+	}
+	l, ok := p.limitFrom(m, owner, needs)
 	return []sluice.Limit{l}, ok
 }
 
@@ -100,7 +104,7 @@ func (p *parser) limitFrom(m map[string]field, owner field, needs string) (sluic
 		l.Limit, bad["limit"] = n, !ok
 	} else {
 		if needs != "" {
-			p.errorf(owner.val.Line, join(owner.path, "limit"), "is missing; %s", needs)
+			p.missing(owner.val.Line, owner.path, "limit", "is missing; %s", needs)
 		}
 		bad["limit"] = true
 	}
@@ -109,7 +113,7 @@ func (p *parser) limitFrom(m map[string]field, owner field, needs string) (sluic
 		l.Period, bad["period"] = d, !ok
 	} else {
 		if needs != "" {
-			p.errorf(owner.val.Line, join(owner.path, "period"), "is missing; %s", needs)
+			p.missing(owner.val.Line, owner.path, "period", "is missing; %s", needs)
 		}
 		bad["period"] = true
 	}
@@ -178,7 +182,7 @@ func (p *parser) limitFrom(m map[string]field, owner field, needs string) (sluic
 // about ("limit", "period", "burst", or "" for the rule itself), and its
 // message without the limit's description, which the file shows. A reason
 // that starts with its field's name drops it, since the path names the
-// field: "rules[0].limit: must be at least 1".
+// field: `rules "search".limit: must be at least 1`.
 func attribute(err error) (field, msg string) {
 	var le *sluice.LimitError
 	if !errors.As(err, &le) {

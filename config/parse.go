@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-go/sluice/policy"
 )
 
 // The fields each mapping accepts, in documentation order.
@@ -36,6 +38,10 @@ type parser struct {
 	// merging holds the mappings being collected, to catch a merge key
 	// that includes the mapping it is in.
 	merging map[*yaml.Node]bool
+	// typos holds the fields (their paths) that an unknown field of
+	// their mapping is a near-miss of: reported as "did you mean", so not
+	// again as missing (see missing).
+	typos map[string]bool
 }
 
 // spent stands for every node once the budget is spent: an empty value,
@@ -46,7 +52,7 @@ var spent = &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null"}
 type field struct {
 	key  *yaml.Node // the mapping key; nil for a list item or the root
 	val  *yaml.Node // the value, aliases resolved
-	path string     // such as rules[2].limits[0].period
+	path string     // such as rules "search".limits[0].period (see named)
 }
 
 // errorf records an error, unless the budget is spent: what the walk
@@ -106,7 +112,7 @@ func (p *parser) parse(data []byte) *File {
 	if e, ok := m["rules"]; ok {
 		f.Rules, f.Lines = p.rules(e)
 	} else {
-		p.errorf(root.Line, "rules", "is missing: a policy file needs at least one rule")
+		p.missing(root.Line, "", "rules", "is missing: a policy file needs at least one rule")
 	}
 	if len(p.errs) > 0 {
 		return nil
@@ -297,15 +303,26 @@ func (p *parser) collect(n *yaml.Node, path, what string, known []string, m map[
 			continue
 		}
 		if !slices.Contains(known, name) {
-			msg := "unknown field"
+			shown := name
+			if k.Kind == yaml.ScalarNode {
+				shown = strconv.Quote(name)
+			}
+			msg := "unknown field " + shown
 			if s := suggest(name, known); s != "" {
-				msg += fmt.Sprintf(" (did you mean %s?)", s)
+				// One mistake, one error: the field it misspells is not
+				// reported missing too.
+				msg += fmt.Sprintf(" (did you mean %q?)", s)
+				if p.typos == nil {
+					p.typos = map[string]bool{}
+				}
+				p.typos[join(path, s)] = true
+			} else {
+				msg += fmt.Sprintf("; %s takes %s", what, strings.Join(known, ", "))
+				if path == "" {
+					msg += ", and x-... fields to hold anchors"
+				}
 			}
-			msg += fmt.Sprintf("; %s takes %s", what, strings.Join(known, ", "))
-			if path == "" {
-				msg += ", and x-... fields to hold anchors"
-			}
-			p.errorf(k.Line, fp, "%s", msg)
+			p.errorf(k.Line, path, "%s", msg)
 			m[name] = field{key: k} // report it once
 			continue
 		}
@@ -328,6 +345,46 @@ func (p *parser) collect(n *yaml.Node, path, what string, known []string, m map[
 			p.errorf(v.Line, join(path, "<<"), "merges a mapping or a list of mappings, not %s", show(v))
 		}
 	}
+}
+
+// missing reports that the field name of the mapping at path, on line,
+// is missing, unless an unknown field of the mapping is a near-miss of
+// it: that mistake is reported once, as the unknown field (did you mean
+// name?). It returns whether it reported.
+func (p *parser) missing(line int, path, name, format string, args ...any) bool {
+	if p.misspelt(path, name) {
+		return false
+	}
+	p.errorf(line, join(path, name), format, args...)
+	return true
+}
+
+// misspelt reports whether an unknown field of the mapping at path is a
+// near-miss of the field name.
+func (p *parser) misspelt(path, name string) bool { return p.typos[join(path, name)] }
+
+// named returns the path of item, an item of the list at path list, by
+// its name when it is a mapping with a valid one (rules "search"), so
+// that messages name a rule or plan as its author does; else by its
+// index (rules[2]).
+func named(list string, item field) string {
+	if item.val.Kind != yaml.MappingNode {
+		return item.path
+	}
+	for i := 0; i+1 < len(item.val.Content); i += 2 {
+		k, v := item.val.Content[i], item.val.Content[i+1]
+		if k.Kind != yaml.ScalarNode || k.Value != "name" {
+			continue
+		}
+		for n := 0; v.Kind == yaml.AliasNode && v.Alias != nil && n < 8; n++ {
+			v = v.Alias
+		}
+		if v.Kind == yaml.ScalarNode && !isNull(v) && policy.ValidName(v.Value) {
+			return fmt.Sprintf("%s %q", list, v.Value)
+		}
+		break // the first name is the one the rule gets
+	}
+	return item.path
 }
 
 func join(path, name string) string {

@@ -100,7 +100,7 @@ func (p *parser) checkMatches(infos []ruleInfo) {
 			continue
 		}
 		if def >= 0 {
-			p.errorf(info.line, join(info.path, "match"), "is missing here and in rules[%d] (line %d): only one rule%s may be the default rule (the one without match)", infos[def].index, infos[def].line, inGroup)
+			p.errorf(info.line, join(info.path, "match"), "is missing here and in %s: only one rule%s may be the default rule (the one without match)", infos[def].ref(), inGroup)
 			continue
 		}
 		def = i
@@ -115,12 +115,12 @@ func (p *parser) checkMatches(infos []ruleInfo) {
 		pat := normalizePattern(info.match.val.Value)
 		line, path := info.match.val.Line, info.match.path
 		if j, dup := seen[pat]; dup {
-			p.errorf(line, path, "%q is also the match of rules[%d] (line %d); one rule per pattern%s", pat, infos[j].index, infos[j].match.val.Line, strings.Replace(inGroup, " of", " in", 1))
+			p.errorf(line, path, "%q is also the match of %s; one rule per pattern%s", pat, infos[j].ref(), strings.Replace(inGroup, " of", " in", 1))
 			continue
 		}
 		seen[pat] = i
 		if def >= 0 && matchesAll.MatchString(pat) {
-			p.errorf(line, path, "%q matches every request, so the default rule rules[%d] (line %d)%s would never apply; keep one of them", pat, infos[def].index, infos[def].line, inGroup)
+			p.errorf(line, path, "%q matches every request, so %s, the default rule%s, would never apply; keep one of them", pat, infos[def].ref(), inGroup)
 		}
 		if register(mux, pat) == nil {
 			registered = append(registered, i)
@@ -138,8 +138,8 @@ func (p *parser) checkMatches(infos []ruleInfo) {
 				if _, why, ok := strings.Cut(msg, ":\n"); ok {
 					msg = why
 				}
-				p.errorf(line, path, "%q conflicts with the match %q of rules[%d] (line %d): %s",
-					pat, other, infos[j].index, infos[j].match.val.Line, strings.ReplaceAll(msg, "\n", " "))
+				p.errorf(line, path, "%q conflicts with the match %q of %s: %s",
+					pat, other, infos[j].ref(), strings.ReplaceAll(msg, "\n", " "))
 			}
 		}
 	}

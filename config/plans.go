@@ -30,7 +30,7 @@ func (p *parser) plan(f field) planInfo {
 			pl.Name, pl.name = s, e
 		}
 	} else {
-		p.errorf(f.val.Line, join(f.path, "name"), "is missing; every plan needs a name of %s", nameHelp)
+		p.missing(f.val.Line, f.path, "name", "is missing; every plan needs a name of %s", nameHelp)
 	}
 	strs := func(name, what string) ([]string, []field) {
 		e, ok := m[name]
@@ -93,14 +93,14 @@ func (p *parser) checkPlans(plans []planInfo) {
 	}
 	planName := func(i int) string {
 		if plans[i].Name != "" {
-			return fmt.Sprintf("plans[%d] (%s)", i, plans[i].Name)
+			return fmt.Sprintf("plan %q", plans[i].Name)
 		}
 		return fmt.Sprintf("plans[%d]", i)
 	}
 	for j, pl := range plans {
 		if pl.name.val != nil {
 			if i, dup := names[pl.Name]; dup {
-				p.errorf(pl.name.val.Line, pl.name.path, "%q is also the name of plans[%d] (line %d); plan names are unique within a rule", pl.Name, i, plans[i].name.val.Line)
+				p.errorf(pl.name.val.Line, pl.name.path, "%q is also the name of the plan at line %d; plan names are unique within a rule", pl.Name, plans[i].name.val.Line)
 			} else {
 				names[pl.Name] = j
 			}

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 
@@ -8,21 +9,19 @@ import (
 	"github.com/sluice-go/sluice/policy"
 )
 
-const (
-	nameHelp = policy.NameChars
-	keyHelp  = policy.KeySpecs
-)
+const nameHelp = policy.NameChars
 
 // ruleInfo is what the checks across rules need of a rule.
 type ruleInfo struct {
-	index     int // in the rules list
-	path      string
+	index     int    // in the rules list
+	path      string // rules "name", or rules[index] (see named)
 	line      int
 	name      field // name.val == nil: missing or invalid
 	match     field // match.val == nil: the default rule, or invalid
 	group     string
 	groupOK   bool // false: the group is invalid, and the rule in none
 	isDefault bool
+	byName    bool // keyed by request: checked by name, in no group
 }
 
 // rules returns the rules list.
@@ -39,6 +38,7 @@ func (p *parser) rules(f field) ([]policy.Rule, []int) {
 	infos := make([]ruleInfo, 0, len(items))
 	lines := make([]int, 0, len(items))
 	for i, item := range items {
+		item.path = named(f.path, item)
 		r, info := p.rule(item)
 		info.index = i
 		rules = append(rules, r)
@@ -49,8 +49,8 @@ func (p *parser) rules(f field) ([]policy.Rule, []int) {
 	groups := map[string][]ruleInfo{}
 	var order []string
 	for _, info := range infos {
-		if !info.groupOK {
-			continue // its group is reported; no other rule can clash with it
+		if !info.groupOK || info.byName {
+			continue // its group is reported, or it has none; no other rule can clash with it
 		}
 		if _, ok := groups[info.group]; !ok {
 			order = append(order, info.group)
@@ -62,6 +62,15 @@ func (p *parser) rules(f field) ([]policy.Rule, []int) {
 	}
 	p.checkLimitNames(rules, infos)
 	return rules, lines
+}
+
+// ref names the rule in a message about another: rule "search" (line
+// 3), or rules[2] (line 3) when it has no valid name.
+func (info ruleInfo) ref() string {
+	if info.name.val != nil {
+		return fmt.Sprintf("rule %q (line %d)", info.name.val.Value, info.line)
+	}
+	return fmt.Sprintf("rules[%d] (line %d)", info.index, info.line)
 }
 
 // name returns the rule or plan name f.
@@ -112,35 +121,49 @@ func (p *parser) rule(f field) (policy.Rule, ruleInfo) {
 			info.name = e
 		}
 	} else {
-		p.errorf(info.line, join(f.path, "name"), "is missing; every rule needs a name of %s", nameHelp)
-	}
-	if e, ok := m["group"]; ok {
-		r.Group, info.groupOK = p.group(e)
-		info.group = r.Group
-	}
-	if e, ok := m["match"]; ok {
-		if s, ok := p.pattern(e); ok {
-			r.Match = s
-			info.match = e
-		}
-	} else {
-		info.isDefault = true
+		p.missing(info.line, f.path, "name", "is missing; every rule needs a name of %s", nameHelp)
 	}
 	keyOK := true
 	if e, ok := m["key"]; ok {
 		keyOK = false
-		if s, ok := p.str(e, "one of "+keyHelp); ok {
-			if k, msg := parseKey(s); msg != "" {
-				p.errorf(e.val.Line, e.path, "%s", msg)
+		if s, ok := p.str(e, "one of "+policy.KeySpecs); ok {
+			if k, err := policy.ParseKey(s); err != nil {
+				p.errorf(e.val.Line, e.path, "%v", err)
 			} else {
 				r.Key, keyOK = k, true
 			}
 		}
 	}
+	if keyOK && r.Key.Source == policy.KeyRequest {
+		// Checked by name, in no group: its match and group are
+		// mistakes, whatever they say.
+		info.byName = true
+		if e, ok := m["match"]; ok {
+			p.errorf(e.val.Line, e.path, "%s; leave match out, or key the rule by %s", policy.CheckedByName, policy.MatchedKeySpecs)
+		}
+		if e, ok := m["group"]; ok {
+			p.errorf(e.val.Line, e.path, "%s, and in no group; leave group out", policy.CheckedByName)
+		}
+	} else {
+		if e, ok := m["group"]; ok {
+			r.Group, info.groupOK = p.group(e)
+			info.group = r.Group
+		}
+		if e, ok := m["match"]; ok {
+			if s, ok := p.pattern(e); ok {
+				r.Match = s
+				info.match = e
+			}
+		} else {
+			// A misspelt match is reported as such, not as a second
+			// default.
+			info.isDefault = !p.misspelt(f.path, "match")
+		}
+	}
 	if e, ok := m["missing_key"]; ok {
 		if s, ok := p.oneOf(e, policy.MissingKeyNames[:]...); ok {
 			r.MissingKey = policy.MissingKey(slices.Index(policy.MissingKeyNames[:], s))
-			if keyOK && (r.Key.Source == policy.KeyIP || r.Key.Source == policy.KeyGlobal) {
+			if keyOK && !r.Key.Source.Named() {
 				p.errorf(e.val.Line, e.path, "applies only to header and query keys, and this rule's key is %s", r.Key)
 			}
 		}
@@ -172,6 +195,7 @@ func (p *parser) rule(f field) (policy.Rule, ruleInfo) {
 	if e, ok := m["plans"]; ok {
 		items, _ := p.list(e, "plans")
 		for _, item := range items {
+			item.path = named(e.path, item)
 			pl := p.plan(item)
 			plans = append(plans, pl)
 			r.Plans = append(r.Plans, pl.Plan)
@@ -207,7 +231,7 @@ func (p *parser) checkNames(infos []ruleInfo) {
 		}
 		name := info.name.val.Value
 		if j, dup := seen[name]; dup {
-			p.errorf(info.name.val.Line, info.name.path, "%q is also the name of rules[%d] (line %d); rule names are unique", name, j, infos[j].line)
+			p.errorf(info.name.val.Line, info.name.path, "%q is also the name of the rule at line %d; rule names are unique", name, infos[j].line)
 			continue
 		}
 		seen[name] = i
@@ -238,8 +262,8 @@ func (p *parser) checkLimitNames(rules []policy.Rule, infos []ruleInfo) {
 		for _, name := range slices.Sorted(maps.Keys(names)) {
 			// Rules with one name are reported as such.
 			if j, dup := seen[name]; dup && j != i && rules[j].Name != r.Name {
-				p.errorf(infos[i].name.val.Line, infos[i].name.path, "gives a limit the name %q, which a limit of rules[%d] (line %d) has too (names are <rule>-[<plan>-]<period>); rename one of the rules or plans",
-					name, j, infos[j].line)
+				p.errorf(infos[i].name.val.Line, infos[i].name.path, "gives a limit the name %q, which a limit of %s has too (names are <rule>-[<plan>-]<period>); rename one of the rules or plans",
+					name, infos[j].ref())
 				break
 			}
 			seen[name] = i

@@ -177,10 +177,11 @@
 // the client key as the rule's key source yields it from a request: the
 // address for a rule keyed by ip (Envoy's remote_address action; an IPv6
 // address counts as its /64, as in the middleware), the header's value for
-// a rule keyed by header:<Name> (request_headers); a global rule needs
-// none. A descriptor with several client entries is keyed by all of them
+// a rule keyed by header:<Name> (request_headers), any entry's value for a
+// rule keyed by request (generic_key, request_headers: a tenant, an API
+// key); a global rule needs none. A descriptor with several client entries is keyed by all of them
 // ("<len>:key=<len>:value" pairs joined by ";"), a count of its own that
-// no single header or query value, and no other descriptor, shares, which only a header or query rule can
+// no single header or query value, and no other descriptor, shares, which only a header, query or request rule can
 // take. A key the rule's source could not yield
 // (not an IP address for an ip rule) is InvalidArgument, as are an unknown
 // rule and a descriptor without a "rule" entry.

@@ -30,11 +30,12 @@ const RuleEntry = "rule"
 // generic_key action with descriptor_key: rule); its other entry names
 // the client as the rule's key source would: the address for a rule
 // keyed by ip (Envoy's remote_address action), the header's value for a
-// rule keyed by header:<Name> (request_headers). Such a descriptor spends
+// rule keyed by header:<Name> (request_headers), any value for a rule
+// keyed by request. Such a descriptor spends
 // the same count as the middleware and POST /v1/check for that rule and
 // client. A descriptor with several client entries is keyed by all of
 // them ("<len>:key=<len>:value" pairs joined by ";"), a count of its own
-// that no single header or query value, and no other descriptor, shares, which only a header or query rule
+// that no single header or query value, and no other descriptor, shares, which only a header, query or request rule
 // can take; a global rule needs none. A key the
 // rule's source could not yield is InvalidArgument.
 //

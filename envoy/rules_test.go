@@ -61,6 +61,7 @@ rules:
     plans:
       - {name: vip, keys: [10.0.0.1], limit: 5, period: 1m}
   - {name: probe, key: ip, limit: 1, period: 1h, shadow: true}
+  - {name: tenants, key: request, limit: 1, period: 1h}
 `)
 	fx := &fixture{client: serve(t, svc)}
 
@@ -97,6 +98,15 @@ rules:
 			t.Errorf("shadow rule: %v, want OK", got)
 		}
 	}
+	// A rule keyed by request takes what the descriptor names: one entry
+	// (generic_key, request_headers) or several, each its own client.
+	for _, d := range [][]string{{"tenant", "t1"}, {"tenant", "t2"}, {"tenant", "t1", "user", "u1"}} {
+		for i, want := range []rlsv3.RateLimitResponse_Code{OK, OVER} {
+			if got := fx.call(t, "edge", 0, desc(append([]string{"rule", "tenants"}, d...)...)).OverallCode; got != want {
+				t.Errorf("tenants %v, request %d: %v, want %v", d, i+1, got, want)
+			}
+		}
+	}
 	// Mistakes are InvalidArgument, saying what is wrong.
 	for _, tt := range []struct {
 		d    []string
@@ -104,11 +114,12 @@ rules:
 	}{
 		{[]string{"remote_address", "1.2.3.4"}, `no "rule" entry`},
 		{[]string{"rule", "nope", "remote_address", "1.2.3.4"}, `unknown rule "nope"`},
-		{[]string{"rule", "login", "remote_address", "somewhere"}, `rule "login" is keyed by ip, and "somewhere" is not an IP address`},
-		{[]string{"rule", "login"}, `rule "login" is keyed by ip, and "" is not an IP address`},
+		{[]string{"rule", "login", "remote_address", "somewhere"}, `rule "login" is keyed by ip, and "somewhere" is not an IP address; write key: request for keys your callers name`},
+		{[]string{"rule", "login"}, `rule "login" is keyed by ip and needs a key`},
+		{[]string{"rule", "tenants"}, `rule "tenants" is keyed by request and needs a key`},
 		// Several client entries make one key of their own, which no ip
 		// rule could yield.
-		{[]string{"rule", "login", "remote_address", "1.2.3.4", "user", "ann"}, `a composite key names no single address`},
+		{[]string{"rule", "login", "remote_address", "1.2.3.4", "user", "ann"}, `a composite key names no single address; write key: request for keys your callers name`},
 	} {
 		_, err := fx.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc(tt.d...)}})
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tt.says) {

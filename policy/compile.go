@@ -86,7 +86,12 @@ func (ruleHandler) ServeHTTP(http.ResponseWriter, *http.Request) {}
 // limits get one name, a key source without a name, a malformed pattern,
 // two default rules or two rules with one pattern in a group, patterns of
 // one group that http.ServeMux finds in conflict, a rule whose OnError is
-// ReturnErrors, an IPv6 prefix out of range, and a WithKey naming no rule.
+// ReturnErrors, a rule keyed by KeyRequest with a Match or a Group, an
+// IPv6 prefix out of range, and a WithKey naming no rule or a rule keyed
+// by KeyRequest.
+//
+// A rule keyed by KeyRequest is in no group: Decide never applies it,
+// and it is not the default rule of the group "" (CheckedByName).
 func Compile(rules []Rule, opts ...Option) (*RuleSet, error) {
 	s := &RuleSet{byName: map[string]*Rule{}, ipv6Bits: DefaultIPv6Prefix, funcs: map[string]KeyFunc{}}
 	for _, o := range opts {
@@ -126,6 +131,9 @@ func Compile(rules []Rule, opts ...Option) (*RuleSet, error) {
 		rp := &r
 		s.rules = append(s.rules, rp)
 		s.byName[r.Name] = rp
+		if r.Key.Source == KeyRequest {
+			continue // checked by name only, in no group
+		}
 		g := groups[r.Group]
 		if g == nil {
 			g = &group{name: r.Group, mux: http.NewServeMux()}
@@ -137,8 +145,11 @@ func Compile(rules []Rule, opts ...Option) (*RuleSet, error) {
 		}
 	}
 	for name := range s.funcs {
-		if s.byName[name] == nil {
+		switch r := s.byName[name]; {
+		case r == nil:
 			bad("policy: WithKey names rule %q, which is not among the rules", name)
+		case r.Key.Source == KeyRequest:
+			bad("policy: WithKey names rule %q, and %s: its KeyFunc would never run", name, CheckedByName)
 		}
 	}
 	if len(errs) > 0 {
@@ -157,20 +168,26 @@ func checkRule(r *Rule) []error {
 	if r.Group != "" && !ValidName(r.Group) {
 		bad("group %q is not valid; a name holds %s", r.Group, NameChars)
 	}
-	switch r.Key.Source {
-	case KeyHeader, KeyQuery:
+	switch {
+	case int(r.Key.Source) >= len(sources):
+		bad("key source %v is not one of %s", r.Key.Source, KeySpecs)
+	case r.Key.Source.Named():
 		if r.Key.Name == "" {
 			bad("key %s has no name", r.Key.Source)
 		}
 		if r.Key.Source == KeyHeader {
 			r.Key.Name = http.CanonicalHeaderKey(r.Key.Name)
 		}
-	case KeyIP, KeyGlobal:
-		if r.MissingKey != RejectMissing {
-			bad("missing_key applies only to header and query keys, and this rule's key is %s", r.Key)
+	case r.MissingKey != RejectMissing:
+		bad("missing_key applies only to header and query keys, and this rule's key is %s", r.Key)
+	}
+	if r.Key.Source == KeyRequest {
+		if r.Match != "" {
+			bad("match %q: %s; leave match out, or key the rule by %s", r.Match, CheckedByName, MatchedKeySpecs)
 		}
-	default:
-		bad("key source %v is not one of %s", r.Key.Source, KeySpecs)
+		if r.Group != "" {
+			bad("group %q: %s, and in no group; leave group out", r.Group, CheckedByName)
+		}
 	}
 	if int(r.MissingKey) >= len(MissingKeyNames) {
 		bad("missing key %v is not one of %s", r.MissingKey, strings.Join(MissingKeyNames[:], ", "))

@@ -52,6 +52,12 @@
 // Check for a rule keyed by ip must name an address, which is grouped by
 // its prefix as requests are.
 //
+// A rule keyed by request (KeyRequest) is for the decision service's
+// callers, who name the client themselves (an API key, a user id): a
+// Check of it takes any non-empty key. It is checked by name only, never
+// matched to an HTTP request, so it has no match and no group, and the
+// middleware and the proxy never apply it.
+//
 // # Limit names
 //
 // Compile names every limit without a Name "<rule>-<period>" (plans:

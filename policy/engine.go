@@ -266,8 +266,9 @@ type Check struct {
 	Rule string
 	// Key is the client key as the rule's key source would yield it: an
 	// IP address for a KeyIP rule (an IPv6 address is grouped by its
-	// prefix, as requests are), the header or query value for the others;
-	// ignored for KeyGlobal. It selects the plan.
+	// prefix, as requests are), the header or query value for the header
+	// and query rules, any non-empty text for a KeyRequest rule; ignored
+	// for KeyGlobal. It selects the plan.
 	Key string
 	// Composite says that Key joins several identifiers (an Envoy
 	// descriptor's entries): it is stored in a namespace of its own, so

@@ -618,6 +618,60 @@ func TestWithKey(t *testing.T) {
 
 // TestCheck: Check decides named rules with keys the caller knows, all or
 // nothing, and refuses what can never be decided.
+// TestRequestKey: a rule keyed by request answers any key its caller
+// names through Check, each its own count (an address is text like any
+// other, not grouped by prefix), with the plan its key selects; it
+// refuses no key but an empty one or bytes that are not UTF-8; and
+// Decide never applies it, not even as the default rule of the group it
+// would be in, whose default stays the ip rule beside it.
+func TestRequestKey(t *testing.T) {
+	byCaller := policy.Key{Source: policy.KeyRequest}
+	rules := []policy.Rule{
+		{Name: "per-ip", Limits: perHour(3)},
+		{Name: "svc", Key: byCaller, Limits: perHour(2), Plans: []policy.Plan{{Name: "pro", Prefixes: []string{"pro-"}, Limits: perHour(5)}}},
+	}
+	ctx := context.Background()
+	f := newFixture(t, rules)
+	for _, tt := range []struct {
+		key       string
+		composite bool
+		want      []bool // allowed, check by check
+	}{
+		{"team-a", false, []bool{true, true, false}},
+		{"team-b", false, []bool{true, true, false}},
+		{"pro-team", false, []bool{true, true, true, true, true, false}},
+		{"2001:db8::1", false, []bool{true, true, false}},
+		{"2001:db8::2", false, []bool{true, true, false}}, // not the /64 of the one before
+		{"équipe", false, []bool{true, true, false}},
+		{"3:org=1:a;4:user=1:b", true, []bool{true, true, false}},
+	} {
+		for i, want := range tt.want {
+			d, err := f.e.Check(ctx, policy.Check{Rule: "svc", Key: tt.key, Composite: tt.composite})
+			if err != nil {
+				t.Fatalf("%q check %d: %v", tt.key, i, err)
+			}
+			if d.Allowed != want || d.Applied[0].Key != tt.key {
+				t.Errorf("%q check %d: allowed %v keyed %q, want %v keyed as given", tt.key, i, d.Allowed, d.Applied[0].Key, want)
+			}
+		}
+	}
+	for _, tt := range []struct{ name, key, msg string }{
+		{"empty", "", `invalid client key: rule "svc" is keyed by request and needs a key`},
+		{"not UTF-8", "team-\xff", `invalid client key: rule "svc": the key is not valid UTF-8`},
+	} {
+		_, err := f.e.Check(ctx, policy.Check{Rule: "svc", Key: tt.key})
+		if !errors.Is(err, policy.ErrInvalidKey) || err.Error() != tt.msg {
+			t.Errorf("%s key: %v, want %s", tt.name, err, tt.msg)
+		}
+	}
+	for i := range 4 {
+		d := f.decide(request("GET", "/anything", "192.0.2.1"))
+		if len(d.Applied) != 1 || d.Applied[0].Rule.Name != "per-ip" || d.Allowed != (i < 3) {
+			t.Errorf("request %d: %+v; want per-ip alone to decide it", i, d)
+		}
+	}
+}
+
 func TestCheck(t *testing.T) {
 	rules := []policy.Rule{
 		{Name: "per-ip", Group: "ip", Limits: perHour(3)},
@@ -708,7 +762,11 @@ func TestCheck(t *testing.T) {
 			{"the failing check named", []policy.Check{{Rule: "per-ip", Key: "192.0.2.1"}, {Rule: "nope"}}, nil,
 				`checks[1]: unknown rule "nope"; known rules: global, per-ip, per-key, probe`},
 			{"not an address", []policy.Check{{Rule: "per-ip", Key: "alice"}}, policy.ErrInvalidKey,
-				`invalid client key: rule "per-ip" is keyed by ip, and "alice" is not an IP address`},
+				`invalid client key: rule "per-ip" is keyed by ip, and "alice" is not an IP address; write key: request for keys your callers name`},
+			{"no address", []policy.Check{{Rule: "per-ip"}}, policy.ErrInvalidKey,
+				`invalid client key: rule "per-ip" is keyed by ip and needs a key`},
+			{"composite for an address", []policy.Check{{Rule: "per-ip", Key: "1:a=1:b;1:c=1:d", Composite: true}}, policy.ErrInvalidKey,
+				`invalid client key: rule "per-ip" is keyed by ip, and a composite key names no single address; write key: request for keys your callers name`},
 			{"no key", []policy.Check{{Rule: "per-key"}}, policy.ErrInvalidKey,
 				`invalid client key: rule "per-key" is keyed by header:X-Api-Key and needs a key`},
 			{"repeated", []policy.Check{{Rule: "per-key", Key: "k"}, {Rule: "per-ip", Key: "192.0.2.1"}, {Rule: "per-key", Key: "k"}}, policy.ErrDuplicateCheck,

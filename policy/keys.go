@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -21,10 +22,11 @@ var ErrDuplicateCheck = errors.New("duplicate check")
 // Every client key is stored in the namespace of where it came from, so
 // that no client can pick a value that collides with another source's:
 // "ip:" for an address (a KeyIP rule, or the fallback of IPIfMissing),
-// "k:" for a header or query value (and for the key of a check naming
-// such a rule), "fn:" for a WithKey function's key, "d:" for a composite
-// key of a check (Check.Composite: an Envoy descriptor's several
-// entries), and "global" alone.
+// "k:" for a header or query value and the key a caller names (the key
+// of a check naming a header, query or request rule), "fn:" for a
+// WithKey function's key, "d:" for a composite key of a check
+// (Check.Composite: an Envoy descriptor's several entries), and "global"
+// alone.
 // The same rule and client thus share one count through every door: the
 // middleware, the proxy, POST /v1/check and Envoy's gRPC.
 const (
@@ -102,14 +104,16 @@ func (s *RuleSet) httpKey(r *http.Request, rule *Rule) (key, stored string, ok b
 		}
 		return "", "", false, nil
 	}
+	// KeyIP: a rule keyed by request is never matched to a request
+	// (Compile puts it in no group).
 	ip := s.clientAddr(r)
 	return ip, storageKey(KeyIP, ip), true, nil
 }
 
 // checkKey returns the storage key of client key v given for rule by a
 // caller of Check: an address for a KeyIP rule (grouped by its IPv6
-// prefix, as requests are), any non-empty valid UTF-8 value for header
-// and query rules, anything (ignored) for a global rule.
+// prefix, as requests are), any non-empty valid UTF-8 value for header,
+// query and request rules, anything (ignored) for a global rule.
 func (s *RuleSet) checkKey(rule *Rule, v string, composite bool) (key, stored string, err error) {
 	switch {
 	case rule.Key.Source == KeyGlobal:
@@ -117,9 +121,11 @@ func (s *RuleSet) checkKey(rule *Rule, v string, composite bool) (key, stored st
 	case !utf8.ValidString(v):
 		return "", "", fmt.Errorf("%w: rule %q: the key is not valid UTF-8", ErrInvalidKey, rule.Name)
 	case composite && rule.Key.Source == KeyIP:
-		return "", "", fmt.Errorf("%w: rule %q is keyed by ip, and a composite key names no single address", ErrInvalidKey, rule.Name)
+		return "", "", fmt.Errorf("%w: rule %q is keyed by ip, and a composite key names no single address; %s", ErrInvalidKey, rule.Name, namedHint)
 	case composite:
 		return v, nsJoined + v, nil
+	case v == "":
+		return "", "", fmt.Errorf("%w: rule %q is keyed by %s and needs a key", ErrInvalidKey, rule.Name, rule.Key)
 	case rule.Key.Source == KeyIP:
 		a, perr := netip.ParseAddr(v)
 		if perr != nil {
@@ -129,23 +135,48 @@ func (s *RuleSet) checkKey(rule *Rule, v string, composite bool) (key, stored st
 				k := s.addrKey(p.Masked().Addr())
 				return k, storageKey(KeyIP, k), nil
 			}
-			return "", "", fmt.Errorf("%w: rule %q is keyed by ip, and %q is not an IP address", ErrInvalidKey, rule.Name, v)
+			return "", "", fmt.Errorf("%w: rule %q is keyed by ip, and %q is not an IP address; %s", ErrInvalidKey, rule.Name, v, namedHint)
 		}
 		k := s.addrKey(a.Unmap().WithZone(""))
 		return k, storageKey(KeyIP, k), nil
 	}
-	if v == "" {
-		return "", "", fmt.Errorf("%w: rule %q is keyed by %s and needs a key", ErrInvalidKey, rule.Name, rule.Key)
-	}
 	return v, storageKey(rule.Key.Source, v), nil
 }
+
+// namedHint tells a caller of Check how to key a rule by the keys it
+// names, for the errors of a key that a KeyIP rule refuses.
+var namedHint = "write key: " + KeyRequest.String() + " for keys your callers name"
 
 // MaskKey returns how a client key is shown where it would otherwise be
 // shown in the clear (the dashboard, sluice top, sampled denial logs):
 // "#" and the first 12 hexadecimal digits of its SHA-256. The same key
 // always masks the same, so an operator who knows a key can find it, and
-// a reader who does not cannot read one off the page.
+// a reader who does not cannot read one off the page. A mask cannot be
+// undone: only a process that holds the key can tell which key it masks
+// (the operator API finds it among the keys its top tracks).
 func MaskKey(key string) string {
 	sum := sha256.Sum256([]byte(key))
-	return "#" + hex.EncodeToString(sum[:6])
+	return maskPrefix + hex.EncodeToString(sum[:maskBytes])
+}
+
+// The form of a masked key: maskPrefix and maskBytes bytes of SHA-256 in
+// lower-case hexadecimal.
+const (
+	maskPrefix = "#"
+	maskBytes  = 6
+)
+
+// IsMaskedKey reports whether s has the form of a key MaskKey masked: "#"
+// and 12 lower-case hexadecimal digits.
+func IsMaskedKey(s string) bool {
+	hexDigits, ok := strings.CutPrefix(s, maskPrefix)
+	if !ok || len(hexDigits) != 2*maskBytes {
+		return false
+	}
+	for i := 0; i < len(hexDigits); i++ {
+		if c := hexDigits[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }

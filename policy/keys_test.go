@@ -323,3 +323,27 @@ func TestMaskKey(t *testing.T) {
 		t.Fatalf("MaskKey(%q) = %q shows the key", "203.0.113.7", a)
 	}
 }
+
+// TestIsMaskedKey: what MaskKey returns has the form of a masked key, and
+// text of any other form has not.
+func TestIsMaskedKey(t *testing.T) {
+	for _, tt := range []struct {
+		s    string
+		want bool
+	}{
+		{policy.MaskKey("203.0.113.7"), true},
+		{policy.MaskKey(""), true},
+		{"#0123456789ab", true},
+		{"#0123456789AB", false}, // MaskKey writes lower case
+		{"#0123456789a", false},
+		{"#0123456789abc", false},
+		{"0123456789abc", false},
+		{"#0123456789ag", false},
+		{"", false},
+		{"#", false},
+	} {
+		if got := policy.IsMaskedKey(tt.s); got != tt.want {
+			t.Errorf("IsMaskedKey(%q) = %v, want %v", tt.s, got, tt.want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"net/http"
 	"regexp"
 	"slices"
 	"strings"
@@ -28,7 +29,8 @@ type Rule struct {
 	// "/api/{id}"); "" makes the group's default rule.
 	Match string
 	// Key says where the client key of a request comes from; the zero
-	// value is KeyIP.
+	// value is KeyIP. A rule keyed by KeyRequest takes the key its
+	// caller names, and has neither Match nor Group.
 	Key Key
 	// MissingKey says what happens when a request lacks the key (a header
 	// or query key that is absent); the zero value is RejectMissing.
@@ -56,7 +58,7 @@ type Key struct {
 	// Source is where the key comes from.
 	Source Source
 	// Name is the header (in canonical form, such as "X-Api-Key") or the
-	// query parameter; "" for KeyIP and KeyGlobal.
+	// query parameter; "" for the sources that take no name.
 	Name string
 }
 
@@ -76,28 +78,122 @@ const (
 	KeyQuery
 	// KeyGlobal puts every request in one bucket.
 	KeyGlobal
+	// KeyRequest keys by the key the caller of Check names: the decision
+	// service's callers (POST /v1/check, Envoy's gRPC) know their client,
+	// an API key, a user id or a tenant, and any non-empty text is one.
+	// Such a rule is checked by name only (CheckedByName): an HTTP request
+	// names no client, so Decide never applies it, and it has no Match
+	// and no Group.
+	KeyRequest
 )
 
-var sourceNames = [...]string{KeyIP: "ip", KeyHeader: "header", KeyQuery: "query", KeyGlobal: "global"}
+// sources states the key sources once: how a policy file writes each
+// (Key.String, ParseKey, KeySpecs), and, for a source that takes a name,
+// what the name is.
+var sources = [...]sourceDef{
+	KeyIP:      {name: "ip"},
+	KeyHeader:  {name: "header", arg: "<Name>", what: "header name", example: "header:X-API-Key"},
+	KeyQuery:   {name: "query", arg: "<name>", what: "parameter name", example: "query:api_key"},
+	KeyGlobal:  {name: "global"},
+	KeyRequest: {name: "request"},
+}
 
-// String returns the source's name: "ip", "header", "query" or "global".
+// sourceDef is how a policy file writes a key source.
+type sourceDef struct {
+	name    string // the source, as a policy file writes it
+	arg     string // for a source that takes a name: its placeholder in KeySpecs
+	what    string // and what the name is, in messages
+	example string // and a key of the source, in messages
+}
+
+// String returns the source's name: "ip", "header", "query", "global" or
+// "request".
 func (s Source) String() string {
-	if int(s) < len(sourceNames) {
-		return sourceNames[s]
+	if int(s) < len(sources) {
+		return sources[s].name
 	}
 	return fmt.Sprintf("Source(%d)", s)
 }
 
-// KeySpecs says how a policy file writes a rule's key, for messages.
-const KeySpecs = "ip, global, header:<Name> or query:<name>"
+// Named reports whether the source takes a name (KeyHeader, KeyQuery):
+// the sources whose key a request may lack, which Rule.MissingKey is
+// about.
+func (s Source) Named() bool { return int(s) < len(sources) && sources[s].arg != "" }
+
+// KeySpecs says how a policy file writes a rule's key, for messages:
+// "ip, header:<Name>, query:<name>, global or request".
+var KeySpecs = keySpecs(func(Source) bool { return true })
+
+// MatchedKeySpecs says, for messages, the keys of the rules that are
+// matched to HTTP requests: every source but KeyRequest.
+var MatchedKeySpecs = keySpecs(func(s Source) bool { return s != KeyRequest })
+
+// keySpecs writes the sources that keep holds as a policy file writes
+// them, joined for a message.
+func keySpecs(keep func(Source) bool) string {
+	var specs []string
+	for i, src := range sources {
+		if !keep(Source(i)) {
+			continue
+		}
+		spec := src.name
+		if src.arg != "" {
+			spec += ":" + src.arg
+		}
+		specs = append(specs, spec)
+	}
+	return strings.Join(specs[:len(specs)-1], ", ") + " or " + specs[len(specs)-1]
+}
+
+// CheckedByName says, for messages, what a rule keyed by request is.
+const CheckedByName = "a rule keyed by request takes the key its caller names (POST /v1/check, Envoy's gRPC) and is checked by name, never matched to an HTTP request"
 
 // String returns the key as a policy file writes it: "ip", "global",
-// "header:X-Api-Key" or "query:api_key".
+// "request", "header:X-Api-Key" or "query:api_key".
 func (k Key) String() string {
-	if k.Source == KeyHeader || k.Source == KeyQuery {
+	if k.Source.Named() {
 		return k.Source.String() + ":" + k.Name
 	}
 	return k.Source.String()
+}
+
+// ParseKey returns the key that s writes as a policy file does (see
+// KeySpecs and Key.String); a header name is canonicalized (x-api-key
+// becomes X-Api-Key). The error says what is wrong and what is accepted.
+func ParseKey(s string) (Key, error) {
+	name, arg, hasArg := strings.Cut(s, ":")
+	i := slices.IndexFunc(sources[:], func(src sourceDef) bool { return src.name == name })
+	if i < 0 || hasArg && sources[i].arg == "" {
+		return Key{}, fmt.Errorf("%q is not one of %s", s, KeySpecs)
+	}
+	src, def := Source(i), sources[i]
+	if !src.Named() {
+		return Key{Source: src}, nil
+	}
+	if arg == "" {
+		return Key{}, fmt.Errorf("%q has no %s; write %s:%s, such as %s", s, def.what, def.name, def.arg, def.example)
+	}
+	if src == KeyHeader {
+		for i := 0; i < len(arg); i++ {
+			if !isTokenChar(arg[i]) {
+				return Key{}, fmt.Errorf("%q is not a valid header name (letters, digits and !#$%%&'*+-.^_`|~ only)", arg)
+			}
+		}
+		return Key{Source: src, Name: http.CanonicalHeaderKey(arg)}, nil
+	}
+	for _, r := range arg {
+		if r <= ' ' || r == 0x7f {
+			return Key{}, fmt.Errorf("query parameter name %q holds a space or a control character", arg)
+		}
+	}
+	return Key{Source: src, Name: arg}, nil
+}
+
+// isTokenChar reports whether c may appear in an HTTP field name (RFC 9110
+// token).
+func isTokenChar(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+		strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
 // MissingKey says what happens to a request that lacks its rule's header

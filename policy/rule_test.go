@@ -161,3 +161,37 @@ func TestEnumStrings(t *testing.T) {
 		}
 	}
 }
+
+// TestParseKey: every key a policy file may write parses to its Key, and
+// prints back as written (but for a header name, canonicalized); every
+// other text is an error that says what is wrong and what is accepted.
+func TestParseKey(t *testing.T) {
+	for _, tt := range []struct {
+		in, want string // want: the Key's String, or the error
+		err      bool
+	}{
+		{"ip", "ip", false},
+		{"global", "global", false},
+		{"request", "request", false},
+		{"header:x-api-key", "header:X-Api-Key", false},
+		{"query:api_key", "query:api_key", false},
+		{"cookie:sid", `"cookie:sid" is not one of ip, header:<Name>, query:<name>, global or request`, true},
+		{"IP", `"IP" is not one of ip, header:<Name>, query:<name>, global or request`, true},
+		{"ip:x", `"ip:x" is not one of ip, header:<Name>, query:<name>, global or request`, true},
+		{"request:user", `"request:user" is not one of ip, header:<Name>, query:<name>, global or request`, true},
+		{"", `"" is not one of ip, header:<Name>, query:<name>, global or request`, true},
+		{"header", `"header" has no header name; write header:<Name>, such as header:X-API-Key`, true},
+		{"header:", `"header:" has no header name; write header:<Name>, such as header:X-API-Key`, true},
+		{"query:", `"query:" has no parameter name; write query:<name>, such as query:api_key`, true},
+		{"header:X API Key", "\"X API Key\" is not a valid header name (letters, digits and !#$%&'*+-.^_`|~ only)", true},
+		{"query:api key", `query parameter name "api key" holds a space or a control character`, true},
+	} {
+		k, err := policy.ParseKey(tt.in)
+		switch {
+		case tt.err && (err == nil || err.Error() != tt.want):
+			t.Errorf("ParseKey(%q) = %v, %v; want the error %s", tt.in, k, err, tt.want)
+		case !tt.err && (err != nil || k.String() != tt.want):
+			t.Errorf("ParseKey(%q) = %v, %v; want %s", tt.in, k, err, tt.want)
+		}
+	}
+}

@@ -171,7 +171,7 @@ func TestReload(t *testing.T) {
 	if !errors.As(err, &errs) {
 		t.Fatalf("Reload of an invalid file: %v, want config.Errors", err)
 	}
-	if !strings.Contains(err.Error(), "perod: unknown field (did you mean period?)") || !strings.Contains(err.Error(), path+":5)") {
+	if !strings.Contains(err.Error(), `rules "r": unknown field "perod" (did you mean "period"?)`) || !strings.Contains(err.Error(), path+":5)") {
 		t.Errorf("Reload error %q, want the unknown field on line 5", err)
 	}
 	run(t, p, []step{{"192.0.2.3", true, 2}})

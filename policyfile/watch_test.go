@@ -95,15 +95,15 @@ func TestWatchRejected(t *testing.T) {
 	reports := make(chan error, 10)
 	p := open(t, path, log, policyfile.WithReloadReport(func(err error) { reports <- err }))
 	watch(t, p, 20*time.Millisecond, nil)
-	rewrite(t, path, "rules:\n  - name: new\n    perod: 1s\n    limit: 5\n")
-	if err := <-reports; err == nil || !strings.Contains(err.Error(), "perod: unknown field") {
+	rewrite(t, path, "rules:\n  - name: new\n    perod: 1s\n    limit: 5\n    algorithm: token-bucket\n")
+	if err := <-reports; err == nil || !strings.Contains(err.Error(), `unknown field "perod"`) {
 		t.Fatalf("an invalid file was reported with %v, want the error naming perod", err)
 	}
 	// The report comes first, from Reload; then Watch logs.
 	var es []map[string]any
 	waitFor(t, func() error {
 		if es = log.entries(t, "config rejected; the old rules keep serving"); len(es) < 2 {
-			return fmt.Errorf("rejection logged %v, want a line per error (the misspelled period, and no period)", es)
+			return fmt.Errorf("rejection logged %v, want a line per error (the misspelled period, and the algorithm)", es)
 		}
 		return nil
 	})
@@ -113,7 +113,7 @@ func TestWatchRejected(t *testing.T) {
 		if e["level"] != "ERROR" || e["trigger"] != "file changed" || !strings.Contains(msg, path+":") {
 			t.Errorf("rejection log %v, want ERROR, trigger file changed, and the file's line", e)
 		}
-		sawLine = sawLine || strings.Contains(msg, "perod: unknown field (did you mean period?)") && strings.Contains(msg, path+":3)")
+		sawLine = sawLine || strings.Contains(msg, `rules "new": unknown field "perod" (did you mean "period"?)`) && strings.Contains(msg, path+":3)")
 	}
 	if !sawLine {
 		t.Errorf("no rejection line names perod on line 3: %v", es)

@@ -34,7 +34,10 @@
 // http section's ipv6_prefix, as in the middleware; the prefix itself,
 // "2001:db8:1:2::/64", is accepted too), the header's or query parameter's
 // value (an API key, a user ID) for a rule keyed by header:<Name> or
-// query:<name>; a rule keyed by global ignores it. cost is optional and
+// query:<name>, any non-empty key for a rule keyed by request (the key
+// the caller names: an API key, a user ID, a tenant; such a rule is for
+// this service and Envoy's gRPC alone, since the middleware and the
+// proxy never apply it); a rule keyed by global ignores it. cost is optional and
 // defaults to the rule's cost; 0 spends nothing and counts as no decision
 // in the metrics, but it answers for a request of cost 0, admitted where
 // the next request of cost 1 may be denied: to see what the next request
@@ -144,8 +147,9 @@
 //	                           encoding/json would replace the bytes with U+FFFD, and
 //	                           distinct keys would share a count), an unknown field, a
 //	                           missing rule, a key the rule's key source could not yield
-//	                           (not an IP address for an ip rule, empty for a header or
-//	                           query rule), an unknown rule (listing the known ones when
+//	                           (not an IP address for an ip rule, which says to write
+//	                           key: request for keys the callers name; empty for a
+//	                           header, query or request rule), an unknown rule (listing the known ones when
 //	                           there are at most 20), a negative cost or one the rule's
 //	                           limits could never admit, data after the object, a batch
 //	                           of 0 or more than 100 checks or one repeating a rule for

@@ -478,16 +478,19 @@ func TestBatchShadow(t *testing.T) {
 	}
 }
 
-// ipYAML has rules of the other key sources: ip and global.
+// ipYAML has rules of the other key sources: ip, global and request.
 const ipYAML = `
 rules:
   - {name: login, match: POST /login, key: ip, algorithm: fixed_window, limit: 2, period: 1m}
   - {name: total, group: total, key: global, algorithm: fixed_window, limit: 100, period: 1m}
+  - {name: teams, key: request, algorithm: fixed_window, limit: 2, period: 1m}
 `
 
 // TestCheckKeySources: the key of a check is the client key as the rule's
 // key source yields it. An ip rule needs an IP address, one form per
-// client (an IPv6 client by its /64); a global rule ignores the key.
+// client (an IPv6 client by its /64), and its error says how to key by
+// what callers name; a global rule ignores the key; a request rule takes
+// any key but an empty one, each its own count.
 func TestCheckKeySources(t *testing.T) {
 	f := setup(t, ipYAML)
 	for _, tt := range []struct {
@@ -496,9 +499,9 @@ func TestCheckKeySources(t *testing.T) {
 		remaining       string // X-RateLimit-Remaining, when 200
 		err             string // the message, when 400
 	}{
-		{"not an address", "login", "abc", 400, "", `invalid client key: rule "login" is keyed by ip, and "abc" is not an IP address`},
-		{"empty", "login", "", 400, "", `invalid client key: rule "login" is keyed by ip, and "" is not an IP address`},
-		{"with a port", "login", "192.0.2.1:80", 400, "", `invalid client key: rule "login" is keyed by ip, and "192.0.2.1:80" is not an IP address`},
+		{"not an address", "login", "team-a", 400, "", `invalid client key: rule "login" is keyed by ip, and "team-a" is not an IP address; write key: request for keys your callers name`},
+		{"empty", "login", "", 400, "", `invalid client key: rule "login" is keyed by ip and needs a key`},
+		{"with a port", "login", "192.0.2.1:80", 400, "", `invalid client key: rule "login" is keyed by ip, and "192.0.2.1:80" is not an IP address; write key: request for keys your callers name`},
 		{"IPv4", "login", "192.0.2.1", 200, "1", ""},
 		{"IPv4-mapped: the same client", "login", "::ffff:192.0.2.1", 200, "0", ""},
 		{"IPv6", "login", "2001:db8:1:2::1", 200, "1", ""},
@@ -507,6 +510,11 @@ func TestCheckKeySources(t *testing.T) {
 		{"another /64", "login", "2001:db8:1:3::1", 200, "1", ""},
 		{"global: any key", "total", "abc", 200, "99", ""},
 		{"global: no key, the same count", "total", "", 200, "98", ""},
+		{"request: any key", "teams", "team-a", 200, "1", ""},
+		{"request: the same key", "teams", "team-a", 200, "0", ""},
+		{"request: another key", "teams", "team-b", 200, "1", ""},
+		{"request: an address is a key like any", "teams", "192.0.2.1", 200, "1", ""},
+		{"request: no key", "teams", "", 400, "", `invalid client key: rule "teams" is keyed by request and needs a key`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			w := f.check(tt.rule, tt.key, 1)
@@ -527,7 +535,7 @@ func TestCheckKeySources(t *testing.T) {
 	}
 	// In a batch, the bad check is named, and nothing is spent.
 	w := f.post("/v1/check/batch", `{"checks":[{"rule":"total","key":""},{"rule":"login","key":"me"}]}`)
-	if want := errBody("BAD_REQUEST", `checks[1]: invalid client key: rule "login" is keyed by ip, and "me" is not an IP address`); w.Code != 400 || body(w) != want {
+	if want := errBody("BAD_REQUEST", `checks[1]: invalid client key: rule "login" is keyed by ip, and "me" is not an IP address; write key: request for keys your callers name`); w.Code != 400 || body(w) != want {
 		t.Errorf("batch: %d %s\nwant 400 %s", w.Code, body(w), want)
 	}
 	if got := f.remaining("total", ""); got != "98" {

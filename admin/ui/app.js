@@ -50,7 +50,7 @@
     for (const r of st.rules) {
       const s = byRule[r.name] || { per_second: {}, window: {} };
       const tr = el("tr", { "data-rule": r.name });
-      tr.append(el("td", {}, r.name), el("td", {}, r.match || "(every request)"), el("td", {}, r.key),
+      tr.append(el("td", {}, r.name), el("td", {}, r.match || (r.key === "request" ? "(by name: /v1/check, gRPC)" : "(every request)")), el("td", {}, r.key),
         el("td", {}, limits(r)));
       const mode = el("td");
       if (r.shadow) mode.append(el("span", { class: "tag" }, "shadow")); else mode.textContent = "enforce";

@@ -66,11 +66,14 @@ func printFile(w io.Writer, f *config.File) {
 	fmt.Fprintln(tw, "RULE\tMATCH\tKEY\tCOST\tLIMITS")
 	for _, r := range f.Rules {
 		match := r.Match
-		if match == "" {
+		switch {
+		case r.Key.Source == policy.KeyRequest:
+			match = "(by name)" // POST /v1/check and Envoy's gRPC only
+		case match == "":
 			match = "(default)"
 		}
 		key := r.Key.String()
-		if r.Key.Source == policy.KeyHeader || r.Key.Source == policy.KeyQuery {
+		if r.Key.Source.Named() {
 			key += ", missing: " + r.MissingKey.String()
 		}
 		if r.Group != "" {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,6 +66,7 @@ rules:
       - {algorithm: sliding_window, limit: 5, period: 1m}
       - {algorithm: fixed_window, limit: 20, period: 1h}
   - {name: default, key: "header:X-API-Key", limit: 100, period: 1s, burst: 200}
+  - {name: teams, key: request, limit: 10, period: 1s}
 `)
 	waiting := writeFile(t, "redis: {url: redis://127.0.0.1:6379, wait_replicas: 1}\nrules: [{name: a, limit: 1, period: 1s}]\n")
 	invalid := writeFile(t, "rules:\n  - name: a\n    perod: 1s\n    limit: 5\n    algorithm: token-bucket\n")
@@ -81,9 +83,10 @@ rules:
 			name: "valid file",
 			args: []string{"check", "--config", valid},
 			stdout: []string{
-				"ok, 2 rules", "store: in-memory",
+				"ok, 3 rules", "store: in-memory",
 				"login-1m: sliding_window 5/1m0s AND login-1h: fixed_window 20/1h0m0s",
 				"(default)", "header:X-Api-Key, missing: reject", "default-1s: token_bucket 100/1s burst 200",
+				"teams    (by name)             request",
 			},
 		},
 		{
@@ -95,7 +98,7 @@ rules:
 			name:   "file from SLUICE_CONFIG",
 			env:    []string{"SLUICE_CONFIG=" + valid},
 			args:   []string{"check"},
-			stdout: []string{"ok, 2 rules"},
+			stdout: []string{"ok, 3 rules"},
 		},
 		{
 			name:     "every error of an invalid file, with its line",
@@ -103,10 +106,9 @@ rules:
 			code:     1,
 			noStdout: true,
 			stderr: []string{
-				"rules[0].perod: unknown field (did you mean period?)",
-				`rules[0].algorithm: "token-bucket" is not one of fixed_window`,
+				`rules "a": unknown field "perod" (did you mean "period"?)`,
+				`rules "a".algorithm: "token-bucket" is not one of fixed_window`,
 				invalid + ":5)",
-				"rules[0].period: is missing",
 			},
 		},
 		{
@@ -145,6 +147,42 @@ rules:
 			}
 			if tt.noStdout && stdout != "" {
 				t.Errorf("stdout %q, want nothing", stdout)
+			}
+		})
+	}
+}
+
+// TestCheckErrors: sluice check reports one error per mistake, a rule
+// by its name (by its index when it has none), with the file and line,
+// and nothing else: exactly these lines.
+func TestCheckErrors(t *testing.T) {
+	for _, tt := range []struct {
+		name, file string
+		want       []string // the errors, file and line left out
+	}{
+		{"a misspelt required field", "rules:\n  - name: api\n    key: header:X-API-Key\n    limt: 5\n    period: 1s\n",
+			[]string{`rules "api": unknown field "limt" (did you mean "limit"?) (%s:4)`}},
+		{"a misspelt name", "rules:\n  - {name: a, match: /a, limit: 1, period: 1s}\n  - {nmae: b, match: /b, limit: 1, period: 1s}\n",
+			[]string{`rules[1]: unknown field "nmae" (did you mean "name"?) (%s:3)`}},
+		{"two mistakes in two rules", "rules:\n  - {name: search, match: /s, limit: 1, perod: 1s}\n  - {name: login, match: /l, algorithm: token-bucket, limit: 5, period: 1m}\n",
+			[]string{
+				`rules "search": unknown field "perod" (did you mean "period"?) (%s:2)`,
+				`rules "login".algorithm: "token-bucket" is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra (%s:3)`,
+			}},
+		{"a rule keyed by request with a match", "rules:\n  - {name: teams, key: request, match: /teams, limit: 10, period: 1s}\n",
+			[]string{`rules "teams".match: a rule keyed by request takes the key its caller names (POST /v1/check, Envoy's gRPC) and is checked by name, never matched to an HTTP request; leave match out, or key the rule by ip, header:<Name>, query:<name> or global (%s:2)`}},
+		{"two default rules", "rules:\n  - {name: per-ip, limit: 100, period: 1m}\n  - {name: per-key, key: header:X-Key, limit: 10, period: 1m}\n",
+			[]string{`rules "per-key".match: is missing here and in rule "per-ip" (line 2): only one rule may be the default rule (the one without match) (%s:3)`}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writeFile(t, tt.file)
+			stdout, stderr, code := runBinary(t, nil, "check", "--config", path)
+			lines := make([]string, len(tt.want))
+			for i, w := range tt.want {
+				lines[i] = fmt.Sprintf(w, path)
+			}
+			if want := "sluice check: " + strings.Join(lines, "\n") + "\n"; code != 1 || stdout != "" || stderr != want {
+				t.Errorf("exit %d, stdout %q, stderr:\n%s\nwant exit 1, no stdout, stderr:\n%s", code, stdout, stderr, want)
 			}
 		})
 	}

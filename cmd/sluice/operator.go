@@ -132,7 +132,7 @@ type clientFlags struct {
 func addClientFlags(fs *cmdFlags) clientFlags {
 	return clientFlags{
 		rule:      fs.string("rule", "SLUICE_RULE", "", "the rule's name (required)"),
-		key:       fs.string("key", "SLUICE_KEY", "", "the client key as the rule's key source yields it: an IP address for a rule keyed by ip, the header or query value for the others (ignored for a global rule)"),
+		key:       fs.string("key", "SLUICE_KEY", "", "the client key as the rule's key source yields it: an IP address for a rule keyed by ip, the header or query value, or the key callers name for a rule keyed by request (ignored for a global rule); or the key masked, as sluice top and the dashboard show it (#fec52565aa0c), which the server finds among the keys its top tracks"),
 		composite: fs.boolean("composite", "SLUICE_COMPOSITE", false, "--key joins the entries of an Envoy descriptor, as sluice top --show-keys shows such a key (3:key=5:value;...)"),
 	}
 }

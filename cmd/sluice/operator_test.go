@@ -365,3 +365,68 @@ func TestOperatorComposite(t *testing.T) {
 		t.Errorf("after reset --composite: %v, want OK", got)
 	}
 }
+
+// TestOperatorMasked: the masked key sluice top shows is a key sluice
+// inspect and reset take: inspect reads the state of the key it masks
+// (and answers naming the mask, not the key), reset forgets it; a mask of
+// no key the server's top tracks, or of two, is an error that says so
+// and to give the key in the clear.
+func TestOperatorMasked(t *testing.T) {
+	// Two keys with one mask (see admin's TestTopUnmask).
+	colliding := [2]string{"k46db62410c90", "k4c6199a87ff4"}
+	d := startServe(t, []string{admin.TokenEnv + "=secret"}, "--config", writeFile(t, operatorRules))
+	spend := func(key string, n int) {
+		for range n {
+			d.post(t, "/v1/check", `{"rule":"fw","key":"`+key+`"}`)
+		}
+	}
+	spend("hammer", 5) // 3 admitted, 2 denied
+	spend(colliding[0], 4)
+	spend(colliding[1], 4)
+	var top admin.TopKeys
+	if err := json.Unmarshal([]byte(operator(t, d, "top", "--json")), &top); err != nil || len(top.Keys) == 0 {
+		t.Fatalf("top: %+v, %v", top, err)
+	}
+	masked := top.Keys[0].Key
+	if masked != policy.MaskKey("hammer") {
+		t.Fatalf("top's most limited key is %q, want hammer masked (%s)", masked, policy.MaskKey("hammer"))
+	}
+
+	in := inspect(t, d, "fw", masked, 1)
+	if in.Key != masked || in.Allowed || in.Limits[0].Remaining != 0 {
+		t.Errorf("inspect --key %s: %+v; want hammer's state (denied, 0 remaining), named by the mask", masked, in)
+	}
+	if table := operator(t, d, "inspect", "--rule", "fw", "--key", masked); !strings.Contains(table, `key "`+masked+`"`) || strings.Contains(table, "hammer") {
+		t.Errorf("inspect --key %s printed:\n%s\nwant the mask, never the key", masked, table)
+	}
+	t.Setenv(admin.TokenEnv, "secret")
+	if out := operator(t, d, "reset", "--rule", "fw", "--key", masked); out != fmt.Sprintf("reset rule fw, key %q: 1 limit(s) forgotten\n", masked) {
+		t.Errorf("reset --key %s printed %q", masked, out)
+	}
+	if entry := d.waitLog(t, "sluice: reset"); entry["key"] != masked {
+		t.Errorf("reset logged as %v, want the key masked, %s", entry, masked)
+	}
+	if code, _, body := d.post(t, "/v1/check", `{"rule":"fw","key":"hammer"}`); code != 200 || !strings.Contains(body, `"remaining":2`) {
+		t.Errorf("hammer after the reset of its mask: %d %s, want 200 with 2 remaining", code, body)
+	}
+
+	for _, tt := range []struct {
+		name, key string
+		says      string
+	}{
+		{"unknown", policy.MaskKey("never-limited"), fmt.Sprintf(`unknown masked key: none of the 3 keys this server's top tracks (the most limited of the last 5m to 10m) masks to %q; give the key in the clear, or ask the server whose top showed it (400 Bad Request)`, policy.MaskKey("never-limited"))},
+		{"ambiguous", policy.MaskKey(colliding[0]), fmt.Sprintf(`ambiguous masked key: 2 keys this server's top tracks mask to %q; give the key in the clear (400 Bad Request)`, policy.MaskKey(colliding[0]))},
+	} {
+		for _, cmd := range []string{"inspect", "reset"} {
+			var stdout, stderr bytes.Buffer
+			code := Run(context.Background(), []string{cmd, "--rule", "fw", "--key", tt.key, "--server", d.base}, &stdout, &stderr)
+			if code != 1 || stdout.Len() != 0 || !strings.Contains(stderr.String(), tt.says) {
+				t.Errorf("%s --key of a mask %s: exit %d, stdout %q, stderr %s; want 1 saying %s", cmd, tt.name, code, stdout.String(), stderr.String(), tt.says)
+			}
+		}
+	}
+	// Each colliding key in the clear is its own client still.
+	if in := inspect(t, d, "fw", colliding[1], 1); in.Allowed || in.Key != colliding[1] {
+		t.Errorf("inspect --key %s: %+v, want its own state, denied", colliding[1], in)
+	}
+}

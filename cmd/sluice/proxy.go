@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -100,8 +101,23 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer stop()
 		counts = append(counts, "metrics", addr)
 	}
+	if names := byName(p.File().Rules); names != "" {
+		log.Info("rules keyed by request are checked by name, through sluice serve's POST /v1/check and gRPC: the proxy never applies them", "rules", names)
+	}
 	log.Info("proxying", append([]any{"http", ln.Addr().String(), "upstream", upstream.Redacted(), "config", *df.path}, counts...)...)
 	return serveUntil(ctx, srv, ln, make(chan error, 1), *df.drain, log, nil)
+}
+
+// byName returns the names of the rules keyed by request, which no HTTP
+// request matches, joined by commas.
+func byName(rules []policy.Rule) string {
+	var names []string
+	for _, r := range rules {
+		if r.Key.Source == policy.KeyRequest {
+			names = append(names, r.Name)
+		}
+	}
+	return strings.Join(names, ",")
 }
 
 // parseUpstream checks that s is an absolute http or https URL.

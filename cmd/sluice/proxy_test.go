@@ -250,6 +250,30 @@ rules:
 	}
 }
 
+// TestProxyRequestRules: a rule keyed by request, without match beside
+// the default rule keyed by ip, is never applied to the proxy's requests,
+// and the proxy says so when it starts; the ip rule limits them.
+func TestProxyRequestRules(t *testing.T) {
+	up := startUpstream(t)
+	cfg := writeFile(t, `
+rules:
+  - {name: per-ip, limit: 2, period: 1h}
+  - {name: teams, key: request, limit: 1, period: 1h}
+  - {name: users, key: request, limit: 1, period: 1h}
+`)
+	d := startProxy(t, nil, "--config", cfg, "--upstream", up.URL)
+	const note = `"msg":"rules keyed by request are checked by name, through sluice serve's POST /v1/check and gRPC: the proxy never applies them","rules":"teams,users"`
+	if early := strings.Join(d.early, "\n"); !strings.Contains(early, note) {
+		t.Errorf("the proxy's start logged\n%s\nwithout %s", early, note)
+	}
+	for i, want := range []int{200, 200, 429} {
+		resp, body := do(t, "GET", d.base+"/x", "", nil)
+		if resp.StatusCode != want || resp.Header.Get("RateLimit-Policy") != `"per-ip-1h";q=2;w=3600` {
+			t.Errorf("request %d: %d %s %v, want %d under per-ip alone", i+1, resp.StatusCode, body, resp.Header, want)
+		}
+	}
+}
+
 func TestProxyUpstreamDown(t *testing.T) {
 	up := startUpstream(t)
 	upURL := up.URL

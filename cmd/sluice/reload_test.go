@@ -57,7 +57,7 @@ func TestReloadInvalid(t *testing.T) {
 		if entry["level"] != "ERROR" || !strings.Contains(e, cfg+":") {
 			t.Errorf("rejection log %v, want level ERROR and an error with the file's line", entry)
 		}
-		if strings.Contains(e, "perod: unknown field (did you mean period?)") && strings.Contains(e, cfg+":3)") {
+		if strings.Contains(e, `rules "new": unknown field "perod" (did you mean "period"?)`) && strings.Contains(e, cfg+":3)") {
 			break
 		}
 	}

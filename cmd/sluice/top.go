@@ -15,7 +15,7 @@ import (
 )
 
 func runTop(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flagSet("top", "Print the most limited client keys of a running sluice serve: the (rule, key)\npairs denied most over the last minutes, counted in a bounded structure (Space-Saving:\neach count is an upper bound, at least count - error). Keys are masked unless the\nserver runs with --show-keys. It sends "+admin.TokenEnv+" as its bearer token when set\n(a server with --admin-auth all asks for it).", stdout)
+	fs := flagSet("top", "Print the most limited client keys of a running sluice serve: the (rule, key)\npairs denied most over the last minutes, counted in a bounded structure (Space-Saving:\neach count is an upper bound, at least count - error). Keys are masked unless the\nserver runs with --show-keys; sluice inspect and reset take a key as top shows it,\nmasked or not. It sends "+admin.TokenEnv+" as its bearer token when set (a server with\n--admin-auth all asks for it).", stdout)
 	of := addOperatorFlags(fs)
 	n := new(int)
 	fs.intVar(n, "keys", "SLUICE_TOP_KEYS", admin.DefaultTopN, "how many keys to print")
@@ -59,7 +59,7 @@ func runTop(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 func printTop(w io.Writer, top admin.TopKeys) {
 	masked := ""
 	if top.Masked {
-		masked = ", keys masked"
+		masked = ", keys masked (sluice inspect and reset take them as shown)"
 	}
 	fmt.Fprintf(w, "%d limiting decisions over the last %s%s\n", top.Counted, (time.Duration(top.SpanSeconds * float64(time.Second))).Round(time.Second), masked)
 	if len(top.Keys) == 0 {
