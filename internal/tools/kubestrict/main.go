@@ -46,13 +46,13 @@ func main() {
 // kinds are the objects kubestrict knows, by "apiVersion kind": each
 // returns a new value of its API type.
 var kinds = map[string]func() any{
-	"v1 Namespace":                            func() any { return new(corev1.Namespace) },
-	"v1 ConfigMap":                            func() any { return new(corev1.ConfigMap) },
-	"v1 Secret":                               func() any { return new(corev1.Secret) },
-	"v1 Service":                              func() any { return new(corev1.Service) },
-	"v1 ServiceAccount":                       func() any { return new(corev1.ServiceAccount) },
-	"apps/v1 Deployment":                      func() any { return new(appsv1.Deployment) },
-	"policy/v1 PodDisruptionBudget":           func() any { return new(policyv1.PodDisruptionBudget) },
+	"v1 Namespace":                  func() any { return new(corev1.Namespace) },
+	"v1 ConfigMap":                  func() any { return new(corev1.ConfigMap) },
+	"v1 Secret":                     func() any { return new(corev1.Secret) },
+	"v1 Service":                    func() any { return new(corev1.Service) },
+	"v1 ServiceAccount":             func() any { return new(corev1.ServiceAccount) },
+	"apps/v1 Deployment":            func() any { return new(appsv1.Deployment) },
+	"policy/v1 PodDisruptionBudget": func() any { return new(policyv1.PodDisruptionBudget) },
 	"monitoring.coreos.com/v1 ServiceMonitor": func() any { return new(monitoringv1.ServiceMonitor) },
 }
 
