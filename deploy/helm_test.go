@@ -14,7 +14,6 @@ import (
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -49,6 +48,18 @@ func needHelm(t *testing.T) string {
 	return path
 }
 
+// helmCmd returns the command helm args, with helm's configuration,
+// cache and data in directories of t's (none of the user's repositories
+// or plugins) and no cluster.
+func helmCmd(t *testing.T, helm string, args ...string) *exec.Cmd {
+	t.Helper()
+	home := t.TempDir()
+	cmd := exec.Command(helm, args...)
+	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+filepath.Join(home, "config"), "HELM_CACHE_HOME="+filepath.Join(home, "cache"),
+		"HELM_DATA_HOME="+filepath.Join(home, "data"), "KUBECONFIG="+filepath.Join(home, "no-kubeconfig"))
+	return cmd
+}
+
 // helmValues writes values (YAML; empty: the chart's defaults) to a file
 // and returns helm's arguments that give it.
 func helmValues(t *testing.T, values string) []string {
@@ -56,7 +67,14 @@ func helmValues(t *testing.T, values string) []string {
 	if values == "" {
 		return nil
 	}
-	file := filepath.Join(t.TempDir(), "values.yaml")
+	// Not in t.TempDir(), whose name holds the test's: helm splits
+	// --values at commas.
+	dir, err := os.MkdirTemp("", "sluice-helm-values-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	file := filepath.Join(dir, "values.yaml")
 	if err := os.WriteFile(file, []byte(values), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +86,7 @@ func helmValues(t *testing.T, values string) []string {
 func helmTemplate(t *testing.T, helm, release, ns, values string) (string, error) {
 	t.Helper()
 	args := append([]string{"template", release, chartDir, "--namespace", ns}, helmValues(t, values)...)
-	cmd := exec.Command(helm, args...)
+	cmd := helmCmd(t, helm, args...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -92,12 +110,25 @@ func render(t *testing.T, helm, release, ns, values string) string {
 	return file
 }
 
+// helmRun runs helm with args and returns what it wrote to stdout,
+// failing t, with what it wrote to stderr, when helm fails.
+func helmRun(t *testing.T, helm string, args ...string) string {
+	t.Helper()
+	cmd := helmCmd(t, helm, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
+	}
+	return string(out)
+}
+
 // helmLint runs helm lint --strict over the chart with values (warnings
 // fail it too).
 func helmLint(t *testing.T, helm, ns, values string) {
 	t.Helper()
-	args := append([]string{"lint", "--strict", chartDir, "--namespace", ns}, helmValues(t, values)...)
-	run(t, time.Minute, helm, args...)
+	helmRun(t, helm, append([]string{"lint", "--strict", chartDir, "--namespace", ns}, helmValues(t, values)...)...)
 }
 
 // trees returns every object of files but Namespaces as a generic tree,
@@ -170,6 +201,22 @@ func diffTrees(path string, a, b any) []string {
 	}
 	if reflect.DeepEqual(a, b) {
 		return nil
+	}
+	if as, ok := a.(string); ok {
+		if bs, ok := b.(string); ok && strings.Contains(as+bs, "\n") {
+			al, bl := strings.Split(as, "\n"), strings.Split(bs, "\n")
+			i := 0
+			for i < len(al) && i < len(bl) && al[i] == bl[i] {
+				i++
+			}
+			line := func(l []string) string {
+				if i < len(l) {
+					return fmt.Sprintf("%q", l[i])
+				}
+				return "the end"
+			}
+			return []string{fmt.Sprintf("%s: line %d: %s, want %s", path, i+1, line(al), line(bl))}
+		}
 	}
 	return []string{fmt.Sprintf("%s: %v, want %v", path, a, b)}
 }
@@ -569,5 +616,33 @@ func TestHelmRefuses(t *testing.T) {
 				t.Errorf("helm template's error repeats the URL's password:\n%v", err)
 			}
 		})
+	}
+}
+
+// TestHelmNotes: helm install prints, where the chart does not write the
+// Redis Secret, that the pods wait for it and the command that creates
+// it, the one deploy/README.md gives; with redis.url it asks for nothing.
+func TestHelmNotes(t *testing.T) {
+	helm := needHelm(t)
+	notes := func(values string) string {
+		out := helmRun(t, helm, append([]string{"install", "sluice", chartDir, "--namespace", "sluice", "--dry-run=client"}, helmValues(t, values)...)...)
+		_, n, ok := strings.Cut(out, "\nNOTES:\n")
+		if !ok {
+			t.Fatalf("helm install --dry-run=client printed no NOTES:\n%s", out)
+		}
+		return n
+	}
+	const create = "kubectl -n sluice create secret generic sluice-redis --from-literal=url=redis://:PASSWORD@redis:6379/0"
+	n := notes("")
+	for _, want := range []string{"CreateContainerConfigError", create} {
+		if !strings.Contains(n, want) {
+			t.Errorf("the NOTES of the defaults lack %q:\n%s", want, n)
+		}
+	}
+	if !slices.Contains(shCommands(readmeSection(t, "Helm"))[0], create) {
+		t.Errorf("deploy/README.md's Helm install lacks the NOTES' %q", create)
+	}
+	if n := notes("redis: {url: 'redis://redis:6379'}\n"); strings.Contains(n, "create secret") {
+		t.Errorf("with redis.url the NOTES still ask for the Secret:\n%s", n)
 	}
 }

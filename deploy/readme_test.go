@@ -77,12 +77,9 @@ func TestDeployReadme(t *testing.T) {
 		t.Fatal("deploy/README.md's Kubernetes section has no sh block")
 	}
 	first := k8s[0]
-	ns, sec, apply := indexOf(t, "Kubernetes", first, "kubectl apply -f deploy/kubernetes/namespace.yaml"),
-		indexOf(t, "Kubernetes", first, secret), indexOf(t, "Kubernetes", first, "kubectl apply -f deploy/kubernetes/ ")
-	if apply < 0 {
-		apply = indexOf(t, "Kubernetes", first, "kubectl apply -f deploy/kubernetes/")
-	}
-	if !(ns < sec && sec < apply) {
+	ns, sec := indexOf(t, "Kubernetes", first, "kubectl apply -f deploy/kubernetes/namespace.yaml"), indexOf(t, "Kubernetes", first, secret)
+	apply := slices.Index(first, "kubectl apply -f deploy/kubernetes/")
+	if !(ns >= 0 && ns < sec && sec < apply) {
 		t.Errorf("Kubernetes: the namespace (command %d), then the Secret (%d), then the manifests (%d): want them in this order, or pods start before the Secret exists", ns, sec, apply)
 	}
 
@@ -134,7 +131,7 @@ func TestDeployReadme(t *testing.T) {
 				}
 			}
 			file := filepath.Join(dir, fmt.Sprintf("rendered-%d.yaml", rendered))
-			out := run(t, time.Minute, helm, tmpl...)
+			out := helmRun(t, helm, tmpl...)
 			if err := os.WriteFile(file, []byte(out), 0o644); err != nil {
 				t.Fatal(err)
 			}
