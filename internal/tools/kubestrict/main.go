@@ -60,7 +60,7 @@ var kinds = map[string]func() any{
 // stdout; the error lists every problem of every file.
 func run(args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: kubestrict FILE...")
+		return errors.New("usage: kubestrict FILE [FILE ...]")
 	}
 	var problems []string
 	for _, file := range args {
@@ -97,54 +97,58 @@ func check(file string, raw []byte) (objs, problems []string) {
 		if len(doc.Content) == 0 || doc.Content[0].Kind == yaml.ScalarNode && doc.Content[0].Tag == "!!null" {
 			continue // an empty document: only comments, or nothing between two ---
 		}
-		root := doc.Content[0]
-		at := fmt.Sprintf("%s:%d", file, root.Line)
-		var head struct {
-			APIVersion string `yaml:"apiVersion"`
-			Kind       string `yaml:"kind"`
-			Metadata   struct {
-				Name      string `yaml:"name"`
-				Namespace string `yaml:"namespace"`
-			} `yaml:"metadata"`
+		obj, errs := checkObject(file, doc.Content[0])
+		if len(errs) == 0 {
+			objs = append(objs, obj)
 		}
-		if err := root.Decode(&head); err != nil {
-			problems = append(problems, fmt.Sprintf("%s: %v", at, err))
-			continue
-		}
-		what := head.Kind + " " + head.Metadata.Name
-		newObj, ok := kinds[head.APIVersion+" "+head.Kind]
-		if !ok {
-			problems = append(problems, fmt.Sprintf("%s: %s: apiVersion %q, kind %q: kubestrict knows no such object (it knows %s)", at, what, head.APIVersion, head.Kind, known()))
-			continue
-		}
-		if head.Metadata.Name == "" {
-			problems = append(problems, fmt.Sprintf("%s: %s: no metadata.name", at, what))
-		}
-		var tree any
-		if err := root.Decode(&tree); err != nil {
-			problems = append(problems, fmt.Sprintf("%s: %s: %v", at, what, err))
-			continue
-		}
-		js, err := json.Marshal(tree)
-		if err != nil {
-			problems = append(problems, fmt.Sprintf("%s: %s: %v", at, what, err))
-			continue
-		}
-		strict, err := kjson.UnmarshalStrict(js, newObj())
-		if err != nil {
-			problems = append(problems, fmt.Sprintf("%s: %s: %v", at, what, err))
-			continue
-		}
-		for _, e := range strict {
-			line := root.Line
-			var fe kjson.FieldError
-			if errors.As(e, &fe) {
-				line = lineOf(root, fe.FieldPath())
-			}
-			problems = append(problems, fmt.Sprintf("%s:%d: %s: %v", file, line, what, e))
-		}
-		objs = append(objs, fmt.Sprintf("%s: %s %s %s/%s", at, head.APIVersion, head.Kind, head.Metadata.Namespace, head.Metadata.Name))
+		problems = append(problems, errs...)
 	}
+}
+
+// checkObject decodes the object root of file strictly into its API type
+// and returns its line for the listing, or its problems.
+func checkObject(file string, root *yaml.Node) (obj string, problems []string) {
+	at := fmt.Sprintf("%s:%d", file, root.Line)
+	var head struct {
+		APIVersion string `yaml:"apiVersion"`
+		Kind       string `yaml:"kind"`
+		Metadata   struct {
+			Name      string `yaml:"name"`
+			Namespace string `yaml:"namespace"`
+		} `yaml:"metadata"`
+	}
+	if err := root.Decode(&head); err != nil {
+		return "", []string{fmt.Sprintf("%s: %v", at, err)}
+	}
+	what := head.Kind + " " + head.Metadata.Name
+	newObj, ok := kinds[head.APIVersion+" "+head.Kind]
+	if !ok {
+		return "", []string{fmt.Sprintf("%s: %s: apiVersion %q, kind %q: kubestrict knows no such object (it knows %s)", at, what, head.APIVersion, head.Kind, known())}
+	}
+	if head.Metadata.Name == "" {
+		problems = append(problems, fmt.Sprintf("%s: %s: no metadata.name", at, what))
+	}
+	var tree any
+	if err := root.Decode(&tree); err != nil {
+		return "", append(problems, fmt.Sprintf("%s: %s: %v", at, what, err))
+	}
+	js, err := json.Marshal(tree)
+	if err != nil {
+		return "", append(problems, fmt.Sprintf("%s: %s: %v", at, what, err))
+	}
+	strict, err := kjson.UnmarshalStrict(js, newObj())
+	if err != nil {
+		return "", append(problems, fmt.Sprintf("%s: %s: %v", at, what, err))
+	}
+	for _, e := range strict {
+		line := root.Line
+		var fe kjson.FieldError
+		if errors.As(e, &fe) {
+			line = lineOf(root, fe.FieldPath())
+		}
+		problems = append(problems, fmt.Sprintf("%s:%d: %s: %v", file, line, what, e))
+	}
+	return fmt.Sprintf("%s: %s %s %s/%s", at, head.APIVersion, head.Kind, head.Metadata.Namespace, head.Metadata.Name), problems
 }
 
 // known lists the kinds kubestrict knows.
