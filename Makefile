@@ -30,10 +30,19 @@ TOXIPROXY_VERSION := v2.5.0
 TOXIPROXY_DIR     ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sluice/toxiproxy-$(TOXIPROXY_VERSION)
 TOXIPROXY_BIN     := $(TOXIPROXY_DIR)/server
 
-.PHONY: test short deps fmt vet lint vuln fuzz bench benchcheck examples run soak stress upstream toxiproxy image
+# helm at a pinned version, for deploy's chart tests (they read its path
+# from SLUICE_HELM): installed with go install from the module proxy into a
+# cache directory, never into the repository. Helm 4: Helm 3's last
+# feature release was v3.22.0 and its security fixes end in February 2027;
+# the chart (apiVersion v2) uses nothing Helm 3 lacks.
+HELM_VERSION := v4.3.1
+HELM_DIR     ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sluice/helm-$(HELM_VERSION)
+HELM_BIN     := $(HELM_DIR)/helm
 
-test: deps fmt vet lint vuln upstream toxiproxy
-	SLUICE_UPSTREAM_RATELIMIT=$(UPSTREAM_BIN) SLUICE_TOXIPROXY=$(TOXIPROXY_BIN) $(GO) test -race -count=1 ./...
+.PHONY: test short deps fmt vet lint vuln fuzz bench benchcheck examples run soak stress upstream toxiproxy helm image
+
+test: deps fmt vet lint vuln upstream toxiproxy helm
+	SLUICE_UPSTREAM_RATELIMIT=$(UPSTREAM_BIN) SLUICE_TOXIPROXY=$(TOXIPROXY_BIN) SLUICE_HELM=$(HELM_BIN) $(GO) test -race -count=1 ./...
 	$(MAKE) fuzz
 	$(MAKE) benchcheck
 	$(MAKE) examples
@@ -66,6 +75,13 @@ upstream:
 toxiproxy:
 	@[ -x "$(TOXIPROXY_BIN)" ] || GOBIN="$(TOXIPROXY_DIR)" $(GO) install github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION)
 	@echo "$(TOXIPROXY_BIN)"
+
+# make helm: install helm, once, and print its path (export
+# SLUICE_HELM=$$(make -s helm) before go test ./deploy runs the chart's
+# tests by hand). The build takes minutes, once.
+helm:
+	@[ -x "$(HELM_BIN)" ] || GOBIN="$(HELM_DIR)" $(GO) install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
+	@echo "$(HELM_BIN)"
 
 # make short: the development loop. It installs nothing, and skips every
 # test that needs redis-server, redis-cli or nginx (the helpers in
@@ -129,6 +145,7 @@ fmt:
 vet:
 	$(GO) vet ./...
 	GOARCH=386 $(GO) vet ./...
+	cd internal/tools/kubestrict && $(GO) vet ./...
 
 lint:
 	$(GO) run $(STATICCHECK) ./...

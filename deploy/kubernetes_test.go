@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -24,7 +23,7 @@ import (
 )
 
 // The parts of the Kubernetes objects the tests read (yaml.v3 ignores
-// the others).
+// the others; kubestrict holds every field to the Kubernetes API types).
 type (
 	meta struct {
 		Name        string            `yaml:"name"`
@@ -58,6 +57,9 @@ type (
 			ConfigMap *struct {
 				Name string `yaml:"name"`
 			} `yaml:"configMap"`
+			Secret *struct {
+				SecretName string `yaml:"secretName"`
+			} `yaml:"secret"`
 		} `yaml:"volumes"`
 	}
 	container struct {
@@ -105,13 +107,18 @@ type (
 			Name      string `yaml:"name"`
 			MountPath string `yaml:"mountPath"`
 			SubPath   string `yaml:"subPath"`
+			ReadOnly  bool   `yaml:"readOnly"`
 		} `yaml:"volumeMounts"`
 	}
 	probe struct {
 		HTTPGet *struct {
-			Path string `yaml:"path"`
-			Port string `yaml:"port"` // a number or a port's name
+			Path   string `yaml:"path"`
+			Port   string `yaml:"port"` // a number or a port's name
+			Scheme string `yaml:"scheme"`
 		} `yaml:"httpGet"`
+		TCPSocket *struct {
+			Port string `yaml:"port"`
+		} `yaml:"tcpSocket"`
 	}
 	service struct {
 		Metadata meta `yaml:"metadata"`
@@ -119,10 +126,28 @@ type (
 			ClusterIP string            `yaml:"clusterIP"`
 			Selector  map[string]string `yaml:"selector"`
 			Ports     []struct {
-				Name       string `yaml:"name"`
-				Port       int    `yaml:"port"`
-				TargetPort string `yaml:"targetPort"`
+				Name        string `yaml:"name"`
+				Port        int    `yaml:"port"`
+				TargetPort  string `yaml:"targetPort"`
+				AppProtocol string `yaml:"appProtocol"`
 			} `yaml:"ports"`
+		} `yaml:"spec"`
+	}
+	secret struct {
+		Metadata meta              `yaml:"metadata"`
+		Type     string            `yaml:"type"`
+		Data     map[string]string `yaml:"data"` // base64
+	}
+	serviceMonitor struct {
+		Metadata meta `yaml:"metadata"`
+		Spec     struct {
+			Selector  selector `yaml:"selector"`
+			Endpoints []struct {
+				Port      string         `yaml:"port"`
+				Path      string         `yaml:"path"`
+				Scheme    string         `yaml:"scheme"`
+				TLSConfig map[string]any `yaml:"tlsConfig"`
+			} `yaml:"endpoints"`
 		} `yaml:"spec"`
 	}
 	configMap struct {
@@ -139,24 +164,42 @@ type (
 	}
 )
 
-// kube is every object of deploy/kubernetes, by kind.
+// kube is every object of a kit (deploy/kubernetes, or a rendering of
+// the Helm chart), by kind.
 type kube struct {
-	namespaces  []meta
-	deployments []deployment
-	services    []service
-	configMaps  []configMap
-	pdbs        []pdb
+	namespaces      []meta
+	deployments     []deployment
+	services        []service
+	configMaps      []configMap
+	pdbs            []pdb
+	secrets         []secret
+	serviceMonitors []serviceMonitor
 }
 
-// loadKube parses every YAML document of deploy/kubernetes/*.yaml. An
-// object of a kind the tests do not know fails t: it would go unchecked.
+// loadKube parses every object of deploy/kubernetes/*.yaml, which holds
+// one Deployment, ConfigMap and PodDisruptionBudget and its Services.
 func loadKube(t *testing.T) *kube {
 	t.Helper()
 	files, err := filepath.Glob("kubernetes/*.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no deploy/kubernetes/*.yaml: %v", err)
 	}
+	k := decodeKube(t, files...)
+	if len(k.pdbs) != 1 {
+		t.Fatalf("deploy/kubernetes: %d PodDisruptionBudgets, want one", len(k.pdbs))
+	}
+	return k
+}
+
+// decodeKube parses every YAML document of files, after kubestrict has
+// decoded each strictly into its Kubernetes API type. An object of a kind
+// the tests do not know fails t: it would go unchecked. So does a kit
+// without one Deployment, one ConfigMap and a Service.
+func decodeKube(t *testing.T, files ...string) *kube {
+	t.Helper()
+	strict := kubestrict(t, files...)
 	k := &kube{}
+	n := 0
 	for _, f := range files {
 		raw, err := os.ReadFile(f)
 		if err != nil {
@@ -170,6 +213,9 @@ func loadKube(t *testing.T) *kube {
 			} else if err != nil {
 				t.Fatalf("%s: document %d: %v", f, i, err)
 			}
+			if len(doc.Content) == 0 || doc.Content[0].Tag == "!!null" {
+				continue // only comments, as helm template writes between objects
+			}
 			var head struct {
 				APIVersion string `yaml:"apiVersion"`
 				Kind       string `yaml:"kind"`
@@ -181,37 +227,46 @@ func loadKube(t *testing.T) *kube {
 			if head.APIVersion == "" || head.Kind == "" || head.Metadata.Name == "" {
 				t.Fatalf("%s: document %d lacks apiVersion, kind or metadata.name", f, i)
 			}
+			n++
 			var into any
 			switch head.Kind + " " + head.APIVersion {
 			case "Namespace v1":
 				k.namespaces = append(k.namespaces, head.Metadata)
 				continue
 			case "Deployment apps/v1":
-				k.deployments = append(k.deployments, deployment{})
-				into = &k.deployments[len(k.deployments)-1]
+				into = addTo(&k.deployments)
 			case "Service v1":
-				k.services = append(k.services, service{})
-				into = &k.services[len(k.services)-1]
+				into = addTo(&k.services)
 			case "ConfigMap v1":
-				k.configMaps = append(k.configMaps, configMap{})
-				into = &k.configMaps[len(k.configMaps)-1]
+				into = addTo(&k.configMaps)
 			case "PodDisruptionBudget policy/v1":
-				k.pdbs = append(k.pdbs, pdb{})
-				into = &k.pdbs[len(k.pdbs)-1]
+				into = addTo(&k.pdbs)
+			case "Secret v1":
+				into = addTo(&k.secrets)
+			case "ServiceMonitor monitoring.coreos.com/v1":
+				into = addTo(&k.serviceMonitors)
 			default:
 				t.Fatalf("%s: %s %s: the test checks no such object", f, head.APIVersion, head.Kind)
 			}
 			if err := doc.Decode(into); err != nil {
 				t.Fatalf("%s: %s %s: %v", f, head.Kind, head.Metadata.Name, err)
 			}
-			checkKnownFields(t, f+": "+head.Kind+" "+head.Metadata.Name, head.Kind, &doc)
 		}
 	}
-	if len(k.deployments) != 1 || len(k.configMaps) != 1 || len(k.pdbs) != 1 || len(k.services) == 0 {
-		t.Fatalf("deploy/kubernetes: want one Deployment, ConfigMap and PodDisruptionBudget and a Service; have %d, %d, %d, %d",
-			len(k.deployments), len(k.configMaps), len(k.pdbs), len(k.services))
+	if len(strict) != n {
+		t.Fatalf("kubestrict decoded %d objects, the test %d:\n%s", len(strict), n, strings.Join(strict, "\n"))
+	}
+	if len(k.deployments) != 1 || len(k.configMaps) != 1 || len(k.services) == 0 {
+		t.Fatalf("%s: want one Deployment and ConfigMap and a Service; have %d, %d, %d",
+			strings.Join(files, ", "), len(k.deployments), len(k.configMaps), len(k.services))
 	}
 	return k
+}
+
+// addTo appends a zero T to *list and returns a pointer to it.
+func addTo[T any](list *[]T) *T {
+	*list = append(*list, *new(T))
+	return &(*list)[len(*list)-1]
 }
 
 // pod is the sluice container of the Deployment, with what the tests
@@ -221,6 +276,7 @@ type pod struct {
 	c         container
 	env       map[string]string // the SLUICE_ variables with a value
 	secretEnv map[string]string // the SLUICE_ variables from a Secret: variable -> secret/key
+	optional  map[string]bool   // the variables of secretEnv whose Secret may be missing
 	ports     map[string]int    // container port name -> number
 	policyDir string            // where the ConfigMap is mounted
 	policy    string            // the policy file's name in it
@@ -236,11 +292,12 @@ func (k *kube) sluicePod(t *testing.T) pod {
 	if len(spec.Containers) != 1 {
 		t.Fatalf("Deployment %s: %d containers, want the one sluice", d.Metadata.Name, len(spec.Containers))
 	}
-	p := pod{spec: spec, c: spec.Containers[0], env: map[string]string{}, secretEnv: map[string]string{}, ports: map[string]int{}, cm: k.configMaps[0]}
+	p := pod{spec: spec, c: spec.Containers[0], env: map[string]string{}, secretEnv: map[string]string{}, optional: map[string]bool{}, ports: map[string]int{}, cm: k.configMaps[0]}
 	for _, e := range p.c.Env {
 		switch {
 		case e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil:
 			p.secretEnv[e.Name] = e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
+			p.optional[e.Name] = e.ValueFrom.SecretKeyRef.Optional
 		case e.ValueFrom != nil:
 			t.Errorf("env %s: valueFrom other than a secretKeyRef is not checked", e.Name)
 		default:
@@ -279,27 +336,99 @@ func (p pod) ruleNames(t *testing.T) []string {
 	return names
 }
 
-// TestKubernetesManifests: the manifests pass only flags and variables
-// sluice serve has, its ports are the ones it listens on and the Services
-// reach them, the probes ask the paths it serves, the pod runs as the
-// restricted Pod Security Standard wants, it may drain for as long as
-// --shutdown-timeout lets it, the ConfigMap is mounted as a directory (so
-// that its updates reach the file) and holds a policy file sluice check
-// accepts, and the PodDisruptionBudget covers the pods.
+// TestKubernetesManifests: the manifests decode strictly into the
+// Kubernetes API types, in one namespace of their own, and hold what
+// checkKit checks.
 func TestKubernetesManifests(t *testing.T) {
 	k := loadKube(t)
+	if len(k.namespaces) != 1 {
+		t.Fatalf("%d Namespaces, want 1", len(k.namespaces))
+	}
+	checkKit(t, k, k.namespaces[0].Name)
+}
+
+// TestKubestrictRefuses is the control of the strict decoding: kubestrict
+// refuses a misspelt field deep in a Deployment and one in a Service's
+// port, naming each one's line and path, and a value of the wrong type,
+// so that the kit's tests would see such a mistake.
+func TestKubestrictRefuses(t *testing.T) {
+	kubestrict(t, "kubernetes/pdb.yaml") // builds it
+	file := filepath.Join(t.TempDir(), "bad.yaml")
+	bad := `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: bad}
+spec:
+  template:
+    spec:
+      containers:
+        - name: sluice
+          image: sluice:latest
+          imagePullPolicyy: Always
+---
+apiVersion: v1
+kind: Service
+metadata: {name: bad}
+spec:
+  ports:
+    - {name: http, port: 8080, tragetPort: http}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: bad}
+spec:
+  maxUnavailable: {one: 1}
+`
+	if err := os.WriteFile(file, []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := kubestrictRun(file)
+	if err == nil {
+		t.Fatalf("kubestrict accepted misspelt fields:\n%s", out)
+	}
+	for _, want := range []string{
+		file + `:10: Deployment bad: unknown field "spec.template.spec.containers[0].imagePullPolicyy"`,
+		file + `:17: Service bad: unknown field "spec.ports[0].tragetPort"`,
+		file + `:19: PodDisruptionBudget bad: `,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("kubestrict's report lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// checkKit: every object is in namespace ns; the kit passes only flags
+// and variables sluice serve has, its ports are the ones it listens on
+// and the Services reach them, the probes ask the paths it serves (or,
+// under mutual TLS, its http port), every Secret it reads is required,
+// the pod runs as the restricted Pod Security Standard wants, it may
+// drain for as long as --shutdown-timeout lets it, the ConfigMap is
+// mounted as a directory (so that its updates reach the file) and holds
+// a policy file sluice check accepts, and a PodDisruptionBudget, where
+// there is one, covers the pods and leaves some of them.
+func checkKit(t *testing.T, k *kube, ns string) {
+	t.Helper()
 	fs := serveFlags(t)
 	p := k.sluicePod(t)
 	d := k.deployments[0]
 
-	// One namespace for all, the kit's own.
-	if len(k.namespaces) != 1 {
-		t.Fatalf("%d Namespaces, want 1", len(k.namespaces))
+	ms := []meta{d.Metadata, p.cm.Metadata}
+	for _, b := range k.pdbs {
+		ms = append(ms, b.Metadata)
 	}
-	ns := k.namespaces[0].Name
-	for _, m := range []meta{d.Metadata, p.cm.Metadata, k.pdbs[0].Metadata} {
+	for _, s := range k.secrets {
+		ms = append(ms, s.Metadata)
+	}
+	for _, m := range k.serviceMonitors {
+		ms = append(ms, m.Metadata)
+	}
+	for _, m := range ms {
 		if m.Namespace != ns {
 			t.Errorf("%s in namespace %q, want %q", m.Name, m.Namespace, ns)
+		}
+	}
+	for env, opt := range p.optional {
+		if opt {
+			t.Errorf("env %s: its Secret %s is optional: a pod started before the Secret exists would run without it (without Redis: counting alone) until restarted", env, p.secretEnv[env])
 		}
 	}
 
@@ -338,21 +467,36 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 
 	// Probes: readiness on /readyz, liveness (and startup) on /healthz, of
-	// the http port.
+	// the http port, over HTTPS when the listeners are on TLS; under mutual
+	// TLS, which refuses the kubelet (it presents no client certificate),
+	// a connection to the http port.
+	tls, mutual := p.env["SLUICE_TLS_CERT"] != "", p.env["SLUICE_TLS_CLIENT_CA"] != ""
 	for _, pr := range []struct {
 		name string
 		p    *probe
 		path string
 	}{{"readinessProbe", p.c.ReadinessProbe, "/readyz"}, {"livenessProbe", p.c.LivenessProbe, "/healthz"}, {"startupProbe", p.c.StartupProbe, "/healthz"}} {
-		if pr.p == nil || pr.p.HTTPGet == nil {
+		switch {
+		case pr.p == nil:
+			t.Errorf("no %s", pr.name)
+		case mutual:
+			if pr.p.TCPSocket == nil || pr.p.HTTPGet != nil {
+				t.Errorf("%s under mutual TLS: want a tcpSocket probe (the kubelet has no client certificate), have %+v", pr.name, pr.p)
+			} else if !p.isHTTPPort(pr.p.TCPSocket.Port) {
+				t.Errorf("%s on port %s, want the http port", pr.name, pr.p.TCPSocket.Port)
+			}
+		case pr.p.HTTPGet == nil:
 			t.Errorf("no %s.httpGet", pr.name)
-			continue
-		}
-		if pr.p.HTTPGet.Path != pr.path {
-			t.Errorf("%s on %s, want %s", pr.name, pr.p.HTTPGet.Path, pr.path)
-		}
-		if pr.p.HTTPGet.Port != "http" && pr.p.HTTPGet.Port != strconv.Itoa(p.ports["http"]) {
-			t.Errorf("%s on port %s, want the http port", pr.name, pr.p.HTTPGet.Port)
+		default:
+			if pr.p.HTTPGet.Path != pr.path {
+				t.Errorf("%s on %s, want %s", pr.name, pr.p.HTTPGet.Path, pr.path)
+			}
+			if !p.isHTTPPort(pr.p.HTTPGet.Port) {
+				t.Errorf("%s on port %s, want the http port", pr.name, pr.p.HTTPGet.Port)
+			}
+			if want := map[bool]string{true: "HTTPS", false: ""}[tls]; pr.p.HTTPGet.Scheme != want {
+				t.Errorf("%s scheme %q with SLUICE_TLS_CERT %q: want %q", pr.name, pr.p.HTTPGet.Scheme, p.env["SLUICE_TLS_CERT"], want)
+			}
 		}
 	}
 
@@ -448,13 +592,23 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 
 	// The disruption budget: over the pods, leaving some of them.
-	b := k.pdbs[0]
-	if len(b.Spec.Selector.MatchLabels) == 0 || !subset(b.Spec.Selector.MatchLabels, pods) {
-		t.Errorf("PodDisruptionBudget selects %v, not the pods (%v)", b.Spec.Selector.MatchLabels, pods)
+	if len(k.pdbs) > 1 {
+		t.Errorf("%d PodDisruptionBudgets, want at most one", len(k.pdbs))
 	}
-	if b.Spec.MaxUnavailable == nil || *b.Spec.MaxUnavailable < 1 || *b.Spec.MaxUnavailable >= d.Spec.Replicas {
-		t.Errorf("PodDisruptionBudget maxUnavailable %v of %d replicas: want at least 1 and fewer than all", b.Spec.MaxUnavailable, d.Spec.Replicas)
+	for _, b := range k.pdbs {
+		if len(b.Spec.Selector.MatchLabels) == 0 || !subset(b.Spec.Selector.MatchLabels, pods) {
+			t.Errorf("PodDisruptionBudget selects %v, not the pods (%v)", b.Spec.Selector.MatchLabels, pods)
+		}
+		if b.Spec.MaxUnavailable == nil || *b.Spec.MaxUnavailable < 1 || *b.Spec.MaxUnavailable >= d.Spec.Replicas {
+			t.Errorf("PodDisruptionBudget maxUnavailable %v of %d replicas: want at least 1 and fewer than all", b.Spec.MaxUnavailable, d.Spec.Replicas)
+		}
 	}
+}
+
+// isHTTPPort reports whether port (a name or a number) is the container's
+// http port.
+func (p pod) isHTTPPort(port string) bool {
+	return port == "http" || port == strconv.Itoa(p.ports["http"])
 }
 
 // subset reports whether every label of sel is in labels.
@@ -674,109 +828,5 @@ func TestKubernetesRedisSecret(t *testing.T) {
 	}
 	if allowed != 5 || !sort.SliceIsSorted(codes, func(i, j int) bool { return codes[i] < codes[j] }) {
 		t.Errorf("two pods on one Redis answered %v to 8 logins: want 5 admitted, then denials", codes)
-	}
-}
-
-// The fields of the Kubernetes API objects the kit writes (k8s.io/api
-// core/v1 and apps/v1), so that a misspelt field, which the API server
-// would refuse (or, with a lenient client, drop), fails the test.
-var (
-	podSpecFields = strings.Fields(`volumes initContainers containers ephemeralContainers restartPolicy
-		terminationGracePeriodSeconds activeDeadlineSeconds dnsPolicy nodeSelector serviceAccountName
-		serviceAccount automountServiceAccountToken nodeName hostNetwork hostPID hostIPC
-		shareProcessNamespace securityContext imagePullSecrets hostname subdomain affinity schedulerName
-		tolerations hostAliases priorityClassName priority dnsConfig readinessGates runtimeClassName
-		enableServiceLinks preemptionPolicy overhead topologySpreadConstraints setHostnameAsFQDN os
-		hostUsers schedulingGates resourceClaims resources`)
-	containerFields = strings.Fields(`name image command args workingDir ports envFrom env resources
-		resizePolicy restartPolicy volumeMounts volumeDevices livenessProbe readinessProbe startupProbe
-		lifecycle terminationMessagePath terminationMessagePolicy imagePullPolicy securityContext stdin
-		stdinOnce tty`)
-	probeFields = strings.Fields(`exec httpGet tcpSocket grpc initialDelaySeconds timeoutSeconds
-		periodSeconds successThreshold failureThreshold terminationGracePeriodSeconds`)
-	containerSecurityFields = strings.Fields(`capabilities privileged seLinuxOptions windowsOptions runAsUser
-		runAsGroup runAsNonRoot readOnlyRootFilesystem allowPrivilegeEscalation procMount seccompProfile
-		appArmorProfile`)
-	podSecurityFields = strings.Fields(`seLinuxOptions windowsOptions runAsUser runAsGroup runAsNonRoot
-		supplementalGroups supplementalGroupsPolicy fsGroup sysctls fsGroupChangePolicy seccompProfile
-		appArmorProfile seLinuxChangePolicy`)
-	deploymentSpecFields = strings.Fields(`replicas selector template strategy minReadySeconds
-		revisionHistoryLimit paused progressDeadlineSeconds`)
-	serviceSpecFields = strings.Fields(`ports selector clusterIP clusterIPs type externalIPs sessionAffinity
-		loadBalancerIP loadBalancerSourceRanges externalName externalTrafficPolicy healthCheckNodePort
-		publishNotReadyAddresses sessionAffinityConfig ipFamilies ipFamilyPolicy
-		allocateLoadBalancerNodePorts loadBalancerClass internalTrafficPolicy trafficDistribution`)
-	servicePortFields = strings.Fields(`name protocol appProtocol port targetPort nodePort`)
-	pdbSpecFields     = strings.Fields(`minAvailable maxUnavailable selector unhealthyPodEvictionPolicy`)
-	objectFields      = strings.Fields(`apiVersion kind metadata spec data binaryData immutable`)
-	metadataFields    = strings.Fields(`name namespace labels annotations`)
-)
-
-// child returns the value of key in the mapping n, or nil.
-func child(n *yaml.Node, key string) *yaml.Node {
-	if n == nil || n.Kind != yaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == key {
-			return n.Content[i+1]
-		}
-	}
-	return nil
-}
-
-// knownKeys fails t for every key of the mapping n not in fields.
-func knownKeys(t *testing.T, where string, n *yaml.Node, fields []string) {
-	t.Helper()
-	if n == nil {
-		return
-	}
-	if n.Kind != yaml.MappingNode {
-		t.Errorf("%s: line %d: want a mapping", where, n.Line)
-		return
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if k := n.Content[i]; !slices.Contains(fields, k.Value) {
-			t.Errorf("%s: line %d: unknown field %q", where, k.Line, k.Value)
-		}
-	}
-}
-
-// checkKnownFields checks the fields of the object doc of kind.
-func checkKnownFields(t *testing.T, where, kind string, doc *yaml.Node) {
-	t.Helper()
-	root := doc
-	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
-		root = root.Content[0]
-	}
-	knownKeys(t, where, root, objectFields)
-	knownKeys(t, where+" metadata", child(root, "metadata"), metadataFields)
-	spec := child(root, "spec")
-	switch kind {
-	case "Deployment":
-		knownKeys(t, where+" spec", spec, deploymentSpecFields)
-		tmpl := child(spec, "template")
-		knownKeys(t, where+" template metadata", child(tmpl, "metadata"), metadataFields)
-		pod := child(tmpl, "spec")
-		knownKeys(t, where+" pod spec", pod, podSpecFields)
-		knownKeys(t, where+" pod securityContext", child(pod, "securityContext"), podSecurityFields)
-		if cs := child(pod, "containers"); cs != nil {
-			for _, c := range cs.Content {
-				knownKeys(t, where+" container", c, containerFields)
-				knownKeys(t, where+" container securityContext", child(c, "securityContext"), containerSecurityFields)
-				for _, p := range []string{"livenessProbe", "readinessProbe", "startupProbe"} {
-					knownKeys(t, where+" "+p, child(c, p), probeFields)
-				}
-			}
-		}
-	case "Service":
-		knownKeys(t, where+" spec", spec, serviceSpecFields)
-		if ps := child(spec, "ports"); ps != nil {
-			for _, p := range ps.Content {
-				knownKeys(t, where+" port", p, servicePortFields)
-			}
-		}
-	case "PodDisruptionBudget":
-		knownKeys(t, where+" spec", spec, pdbSpecFields)
 	}
 }
