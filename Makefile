@@ -4,48 +4,100 @@
 # against real redis-server (and nginx, and headless Chromium) processes.
 
 GO          ?= go
-STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-# govulncheck, and the snapshot of the Go vulnerability database it reads:
-# the module golang.org/x/vulndb from the module proxy (vuln.go.dev cannot
+# Where make keeps what it installs and builds for the tests, never in
+# the repository.
+SLUICE_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sluice
+
+# The stages of make test, each a target below, as steps for
+# internal/tools/stages (go doc ./internal/tools/stages), which prints how
+# long each took as it ends and a table of them all at the end, also when
+# one fails, naming it. The stages of the first step run at once: apt-get
+# beside the module downloads, the vulnerability database and the go
+# installs of $(TOOLS), none of which needs a package apt-get installs
+# (so a cold run waits for the slowest of them, not for their sum). The
+# other steps run one after another.
+TEST_STEPS = 'deps modules vulndb $(TOOLS)' fmt vet lint vuln gotest fuzz benchcheck examples
+
+# The Go commands the stages run, each installed with go install, once,
+# into a directory of its own named by its version (so that a bumped
+# version installs afresh), each by a target of its own that prints its
+# path: export SLUICE_TOXIPROXY=$$(make -s toxiproxy) before running
+# those tests by hand. CGO_ENABLED=0: none needs C, so none waits for the
+# gcc that apt-get may be installing beside them.
+#  staticcheck: make lint.
+#  govulncheck: make vuln.
+#  upstream: envoyproxy/ratelimit's service_cmd at the version the Envoy
+#    drop-in is judged by, for envoy's TestAgainstUpstream
+#    (SLUICE_UPSTREAM_RATELIMIT); bench/cmd/servicebench uses the same.
+#  toxiproxy: Shopify's toxiproxy server, for the network-fault tests
+#    (internal/toxitest reads its path from SLUICE_TOXIPROXY).
+#  helm: for deploy's chart tests (SLUICE_HELM). Helm 4: Helm 3's last
+#    feature release was v3.22.0 and its security fixes end in February
+#    2027; the chart (apiVersion v2) uses nothing Helm 3 lacks. The
+#    slowest build of them (minutes, once).
+TOOLS := staticcheck govulncheck upstream toxiproxy helm
+
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+GOVULNCHECK := golang.org/x/vuln/cmd/govulncheck@v1.9.0
+UPSTREAM    := github.com/envoyproxy/ratelimit/src/service_cmd@v1.4.1-0.20260122083618-3fb702589d36
+TOXIPROXY   := github.com/Shopify/toxiproxy/v2/cmd/server@v2.5.0
+HELM        := helm.sh/helm/v4/cmd/helm@v4.3.1
+
+# $(call tool,NAME,PACKAGE@VERSION): the path go install puts that
+# command at, in $(SLUICE_CACHE)/NAME-VERSION.
+tool = $(SLUICE_CACHE)/$(1)-$(lastword $(subst @, ,$(2)))/$(notdir $(firstword $(subst @, ,$(2))))
+# $(call goinstall,BIN,PACKAGE@VERSION): a recipe that installs the
+# command at BIN unless it is there, then prints BIN.
+goinstall = @([ -x "$(1)" ] || GOBIN="$(dir $(1))" CGO_ENABLED=0 $(GO) install $(2)) && echo "$(1)"
+
+# staticcheck and govulncheck read the code with the go/types of the Go
+# release that built them, so their directories name that release too.
+GO_RELEASE       = $(shell $(GO) env GOVERSION)
+STATICCHECK_BIN  = $(call tool,staticcheck-$(GO_RELEASE),$(STATICCHECK))
+GOVULNCHECK_BIN  = $(call tool,govulncheck-$(GO_RELEASE),$(GOVULNCHECK))
+UPSTREAM_BIN    := $(call tool,ratelimit,$(UPSTREAM))
+TOXIPROXY_BIN   := $(call tool,toxiproxy,$(TOXIPROXY))
+HELM_BIN        := $(call tool,helm,$(HELM))
+
+# The snapshot of the Go vulnerability database govulncheck reads: the
+# module golang.org/x/vulndb from the module proxy (vuln.go.dev cannot
 # be reached from here), built into VULNDB_DIR by internal/tools/vulndb.
 # Bump VULNDB_VERSION to see newer reports (go list -m golang.org/x/vulndb@latest).
-GOVULNCHECK    := golang.org/x/vuln/cmd/govulncheck@v1.9.0
 VULNDB_VERSION := v0.0.0-20261105234957-e22db6528018
-VULNDB_DIR     ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sluice/vulndb
+VULNDB_DIR     ?= $(SLUICE_CACHE)/vulndb
 
-# envoyproxy/ratelimit's service_cmd at the version the Envoy drop-in is
-# judged by, for envoy's TestAgainstUpstream: installed with go install
-# from the module proxy into a cache directory, never into the repository.
-UPSTREAM_VERSION := v1.4.1-0.20260122083618-3fb702589d36
-UPSTREAM_DIR     ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sluice/ratelimit-$(UPSTREAM_VERSION)
-UPSTREAM_BIN     := $(UPSTREAM_DIR)/service_cmd
+.PHONY: test coldtest gotest modules short deps fmt vet lint vuln vulndb fuzz bench benchcheck examples run soak stress image $(TOOLS)
 
-# Shopify's toxiproxy server at a pinned version, for the network-fault
-# tests (internal/toxitest reads its path from SLUICE_TOXIPROXY): installed
-# with go install from the module proxy into a cache directory, never into
-# the repository.
-TOXIPROXY_VERSION := v2.5.0
-TOXIPROXY_DIR     ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sluice/toxiproxy-$(TOXIPROXY_VERSION)
-TOXIPROXY_BIN     := $(TOXIPROXY_DIR)/server
+test:
+	@$(GO) run ./internal/tools/stages -make '$(MAKE)' -since $$(date +%s.%N) $(TEST_STEPS)
 
-# helm at a pinned version, for deploy's chart tests (they read its path
-# from SLUICE_HELM): installed with go install from the module proxy into a
-# cache directory, never into the repository. Helm 4: Helm 3's last
-# feature release was v3.22.0 and its security fixes end in February 2027;
-# the chart (apiVersion v2) uses nothing Helm 3 lacks.
-HELM_VERSION := v4.3.1
-HELM_DIR     ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sluice/helm-$(HELM_VERSION)
-HELM_BIN     := $(HELM_DIR)/helm
+# make coldtest: make test as on a fresh machine whose apt packages are
+# installed, to measure it: with empty GOCACHE, GOMODCACHE and
+# XDG_CACHE_HOME (so an empty $(SLUICE_CACHE) and staticcheck's cache) in
+# a temporary directory, removed afterwards. The machine's own caches are
+# neither read nor written; downloads come from the module proxy again.
+coldtest:
+	@cold=$$(mktemp -d); trap 'chmod -R u+w "$$cold"; rm -rf "$$cold"' EXIT; \
+	echo "make test with empty caches in $$cold"; \
+	GOCACHE="$$cold/go-build" GOMODCACHE="$$cold/mod" XDG_CACHE_HOME="$$cold/cache" \
+		$(MAKE) --no-print-directory test SLUICE_CACHE="$$cold/cache/sluice" VULNDB_DIR="$$cold/cache/sluice/vulndb"
 
-.PHONY: test short deps fmt vet lint vuln fuzz bench benchcheck examples run soak stress upstream toxiproxy helm image
-
-test: deps fmt vet lint vuln upstream toxiproxy helm
+# make gotest: every test of ./... with the race detector, given the
+# tools they run.
+gotest: deps upstream toxiproxy helm
 	SLUICE_UPSTREAM_RATELIMIT=$(UPSTREAM_BIN) SLUICE_TOXIPROXY=$(TOXIPROXY_BIN) SLUICE_HELM=$(HELM_BIN) $(GO) test -race -count=1 ./...
-	$(MAKE) fuzz
-	$(MAKE) benchcheck
-	$(MAKE) examples
+
+# make modules: download the modules of ., bench and examples/frameworks
+# (three go mod download at once, 17 s cold here against 49 s one after
+# another), so that the stages after it build without waiting on the
+# network.
+modules:
+	@$(GO) mod download & a=$$!; \
+	(cd bench && $(GO) mod download) & b=$$!; \
+	(cd examples/frameworks && $(GO) mod download) & c=$$!; \
+	wait $$a && wait $$b && wait $$c
 
 # make benchcheck: bench/ is a module of its own, outside ./...: vet it
 # and run its tests (the report, the section format, a short harness run
@@ -62,26 +114,20 @@ benchcheck:
 examples:
 	cd examples/frameworks && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 
-# make upstream: install envoyproxy/ratelimit's service_cmd, once, and
-# print its path (go test ./envoy -run TestAgainstUpstream reads it from
-# SLUICE_UPSTREAM_RATELIMIT).
+staticcheck:
+	$(call goinstall,$(STATICCHECK_BIN),$(STATICCHECK))
+
+govulncheck:
+	$(call goinstall,$(GOVULNCHECK_BIN),$(GOVULNCHECK))
+
 upstream:
-	@[ -x "$(UPSTREAM_BIN)" ] || GOBIN="$(UPSTREAM_DIR)" $(GO) install github.com/envoyproxy/ratelimit/src/service_cmd@$(UPSTREAM_VERSION)
-	@echo "$(UPSTREAM_BIN)"
+	$(call goinstall,$(UPSTREAM_BIN),$(UPSTREAM))
 
-# make toxiproxy: install toxiproxy's server, once, and print its path
-# (export SLUICE_TOXIPROXY=$$(make -s toxiproxy) before go test runs the
-# network-fault tests by hand).
 toxiproxy:
-	@[ -x "$(TOXIPROXY_BIN)" ] || GOBIN="$(TOXIPROXY_DIR)" $(GO) install github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION)
-	@echo "$(TOXIPROXY_BIN)"
+	$(call goinstall,$(TOXIPROXY_BIN),$(TOXIPROXY))
 
-# make helm: install helm, once, and print its path (export
-# SLUICE_HELM=$$(make -s helm) before go test ./deploy runs the chart's
-# tests by hand). The build takes minutes, once.
 helm:
-	@[ -x "$(HELM_BIN)" ] || GOBIN="$(HELM_DIR)" $(GO) install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
-	@echo "$(HELM_BIN)"
+	$(call goinstall,$(HELM_BIN),$(HELM))
 
 # make short: the development loop. It installs nothing, and skips every
 # test that needs redis-server, redis-cli or nginx (the helpers in
@@ -147,18 +193,20 @@ vet:
 	GOARCH=386 $(GO) vet ./...
 	cd internal/tools/kubestrict && $(GO) vet ./...
 
-lint:
-	$(GO) run $(STATICCHECK) ./...
+lint: staticcheck
+	$(STATICCHECK_BIN) ./...
 
 # make vuln: govulncheck over ./... against the pinned database snapshot.
 # It fails on any vulnerability the code calls that
 # internal/tools/vulndb/accepted.txt does not list with a reason (about
-# 20 s here once the tools are built; the snapshot is built once per
-# version, in about a second).
-vuln:
-	$(GO) run ./internal/tools/vulndb build -version $(VULNDB_VERSION) -out $(VULNDB_DIR)
-	$(GO) run $(GOVULNCHECK) -format json -db file://$(VULNDB_DIR) ./... > $(VULNDB_DIR).json
+# 20 s here once the tools are built).
+vuln: govulncheck vulndb
+	$(GOVULNCHECK_BIN) -format json -db file://$(VULNDB_DIR) ./... > $(VULNDB_DIR).json
 	$(GO) run ./internal/tools/vulndb check -accept internal/tools/vulndb/accepted.txt < $(VULNDB_DIR).json
+
+# make vulndb: build the database snapshot, once per version.
+vulndb:
+	@$(GO) run ./internal/tools/vulndb build -version $(VULNDB_VERSION) -out $(VULNDB_DIR)
 
 # A short run of each fuzz target beyond its seed corpus (which go test
 # runs anyway). Runs are counted in executions, not seconds: a time limit

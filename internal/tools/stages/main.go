@@ -1,0 +1,341 @@
+// Command stages runs the stages of make test and says how long each
+// took, so that a slow run shows which part is slow.
+//
+//	go run ./internal/tools/stages [-make PROGRAM] [-since UNIXTIME] STEP...
+//
+// A stage is a target of the Makefile, made by PROGRAM --no-print-directory
+// TARGET (PROGRAM is make; the Makefile passes $(MAKE)). A STEP names one
+// stage or several, separated by spaces. The steps run one after another;
+// the stages of one step run at once, each line of their output prefixed
+// with the stage's name, while a stage alone in its step writes straight
+// to stdout and stderr. As each stage ends stages prints
+//
+//	<== vet: ok, 1m02s
+//
+// and after the last step a table of every stage: when it started
+// (minutes:seconds after the run began), how long it took, and whether it
+// passed, failed or never ran, then the total. A failed stage stops the
+// run after its step: the other stages of that step are left to end (an
+// apt-get is never cut short), no later step starts, and the table is
+// printed all the same, naming the stage that failed.
+//
+// -since is the time the run began, in seconds since the Unix epoch
+// (date +%s.%N): the table's first row, "go run stages", is then the time
+// it took to build and start this program, and the total counts it.
+//
+// stages exits 1 when a stage failed. SIGINT and SIGTERM are passed on to
+// the stages running; the run stops after their step, with the table.
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+func main() {
+	makeProg := flag.String("make", "make", "the make program that makes each stage")
+	since := flag.String("since", "", "when the run began, in seconds since the Unix epoch (date +%s.%N); default: when stages starts")
+	flag.Usage = func() {
+		fmt.Fprintln(os.Stderr, "usage: stages [-make PROGRAM] [-since UNIXTIME] STEP...\n\nEach STEP is one make target or several separated by spaces, run at once; the steps run in order.")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	steps, err := parseSteps(flag.Args())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "stages:", err)
+		os.Exit(2)
+	}
+	r := &runner{make: []string{*makeProg}, stdout: os.Stdout, stderr: os.Stderr, began: time.Now()}
+	if *since != "" {
+		sec, err := strconv.ParseFloat(*since, 64)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "stages: -since %q: want seconds since the Unix epoch, as date +%%s.%%N prints them\n", *since)
+			os.Exit(2)
+		}
+		r.since = time.Unix(0, int64(sec*1e9))
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go r.forward(sig)
+	if err := r.run(steps); err != nil {
+		os.Exit(1)
+	}
+}
+
+// parseSteps reads the steps of the command line: each argument is one
+// step, its stages separated by spaces.
+func parseSteps(args []string) ([][]*stage, error) {
+	if len(args) == 0 {
+		return nil, errors.New("no steps given; want one or more make targets")
+	}
+	seen := map[string]bool{}
+	var steps [][]*stage
+	for i, a := range args {
+		names := strings.Fields(a)
+		if len(names) == 0 {
+			return nil, fmt.Errorf("step %d is empty; want one make target or several separated by spaces", i+1)
+		}
+		var step []*stage
+		for _, n := range names {
+			if seen[n] {
+				return nil, fmt.Errorf("stage %q is named twice; a run makes each target once", n)
+			}
+			seen[n] = true
+			step = append(step, &stage{name: n})
+		}
+		steps = append(steps, step)
+	}
+	return steps, nil
+}
+
+// stage is one make target of the run.
+type stage struct {
+	name       string
+	start, end time.Time // zero until the stage starts, ends
+	err        error     // why it failed
+}
+
+// runner runs the steps and reports on them.
+type runner struct {
+	make           []string  // the make program and its arguments, without the target
+	stdout, stderr io.Writer // where stages and their reports write
+	since          time.Time // when the run began, if before this program did
+	began          time.Time // when this program started
+
+	mu          sync.Mutex // guards what follows, and serializes writes to stdout
+	running     map[*exec.Cmd]bool
+	interrupted os.Signal
+}
+
+// run makes each step's stages, one step after another, stopping after a
+// step in which a stage failed, then prints the table of all of them. It
+// returns an error when a stage failed or the run was interrupted.
+func (r *runner) run(steps [][]*stage) error {
+	var all []*stage
+	for _, step := range steps {
+		all = append(all, step...)
+	}
+	var failed *stage
+	for _, step := range steps {
+		names := make([]string, len(step))
+		for i, s := range step {
+			names[i] = s.name
+		}
+		if len(step) > 1 {
+			r.printf("==> %s (at once)\n", strings.Join(names, ", "))
+		} else {
+			r.printf("==> %s\n", step[0].name)
+		}
+		var wg sync.WaitGroup
+		for _, s := range step {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r.runStage(s, len(step) > 1, width(names))
+			}()
+		}
+		wg.Wait()
+		for _, s := range step {
+			if s.err != nil && failed == nil {
+				failed = s
+			}
+		}
+		if failed != nil || r.signal() != nil {
+			break
+		}
+	}
+	r.table(all, failed)
+	switch {
+	case failed != nil:
+		return fmt.Errorf("stage %s failed: %w", failed.name, failed.err)
+	case r.signal() != nil:
+		return fmt.Errorf("interrupted by %v", r.signal())
+	}
+	return nil
+}
+
+// runStage makes the target s names. Beside other stages its output
+// lines are prefixed with its name, padded to pad.
+func (r *runner) runStage(s *stage, together bool, pad int) {
+	args := append(append([]string{}, r.make[1:]...), "--no-print-directory", s.name)
+	cmd := exec.Command(r.make[0], args...)
+	var pw *prefixWriter
+	if together {
+		pw = &prefixWriter{r: r, prefix: fmt.Sprintf("%-*s | ", pad, s.name)}
+		cmd.Stdout, cmd.Stderr = pw, pw
+		// A process the stage left behind may hold the pipe open;
+		// its output is then cut off a while after make has ended.
+		cmd.WaitDelay = time.Minute
+	} else {
+		cmd.Stdout, cmd.Stderr = r.stdout, r.stderr
+	}
+	s.start = time.Now()
+	r.mu.Lock()
+	if r.interrupted != nil {
+		r.mu.Unlock()
+		s.end, s.err = s.start, fmt.Errorf("not started: %v", r.interrupted)
+		return
+	}
+	err := cmd.Start()
+	if err == nil {
+		if r.running == nil {
+			r.running = map[*exec.Cmd]bool{}
+		}
+		r.running[cmd] = true
+	}
+	r.mu.Unlock()
+	if err == nil {
+		err = cmd.Wait()
+		r.mu.Lock()
+		delete(r.running, cmd)
+		r.mu.Unlock()
+	}
+	if pw != nil {
+		pw.flush()
+	}
+	s.end, s.err = time.Now(), err
+	if err != nil {
+		r.printf("<== %s: FAILED after %s (%v)\n", s.name, duration(s.end.Sub(s.start)), err)
+		return
+	}
+	r.printf("<== %s: ok, %s\n", s.name, duration(s.end.Sub(s.start)))
+}
+
+// forward passes each signal from sig on to the stages running, and
+// keeps the first so that no later step starts.
+func (r *runner) forward(sig <-chan os.Signal) {
+	for s := range sig {
+		r.mu.Lock()
+		if r.interrupted == nil {
+			r.interrupted = s
+		}
+		for cmd := range r.running {
+			_ = cmd.Process.Signal(s)
+		}
+		r.mu.Unlock()
+	}
+}
+
+// signal returns the signal that interrupted the run, if any.
+func (r *runner) signal() os.Signal {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.interrupted
+}
+
+// table prints every stage's start, time taken and result, then the
+// total; failed is the stage that stopped the run, if one did.
+func (r *runner) table(all []*stage, failed *stage) {
+	t0 := r.began
+	if !r.since.IsZero() {
+		t0 = r.since
+	}
+	type row struct{ name, start, took, result string }
+	rows := []row{{"stage", "start", "took", "result"}}
+	if !r.since.IsZero() {
+		rows = append(rows, row{"go run stages", clock(0), duration(r.began.Sub(r.since)), "ok"})
+	}
+	for _, s := range all {
+		switch {
+		case s.start.IsZero():
+			rows = append(rows, row{s.name, "", "", "not run"})
+		case s.err != nil:
+			rows = append(rows, row{s.name, clock(s.start.Sub(t0)), duration(s.end.Sub(s.start)), fmt.Sprintf("FAILED (%v)", s.err)})
+		default:
+			rows = append(rows, row{s.name, clock(s.start.Sub(t0)), duration(s.end.Sub(s.start)), "ok"})
+		}
+	}
+	total := row{"total", "", duration(time.Since(t0)), "ok"}
+	if failed != nil {
+		total.result = "FAILED at " + failed.name
+	} else if sig := r.signal(); sig != nil {
+		total.result = fmt.Sprintf("interrupted (%v)", sig)
+	}
+	rows = append(rows, total)
+	pad := 0
+	for _, w := range rows {
+		pad = max(pad, len(w.name))
+	}
+	var b strings.Builder
+	b.WriteString("\nstage times (start: minutes:seconds into the run; the stages of one step ran at once):\n")
+	for _, w := range rows {
+		fmt.Fprintf(&b, "  %-*s  %5s  %6s  %s\n", pad, w.name, w.start, w.took, w.result)
+	}
+	r.printf("%s", b.String())
+}
+
+// printf writes a report line to stdout, between the lines of stages
+// running at once.
+func (r *runner) printf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	fmt.Fprintf(r.stdout, format, args...)
+}
+
+// prefixWriter writes the output of a stage running beside others to
+// the runner's stdout a whole line at a time, each after its prefix.
+type prefixWriter struct {
+	r      *runner
+	prefix string
+	buf    []byte // the line begun and not yet ended
+}
+
+// Write implements io.Writer.
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	p.buf = append(p.buf, b...)
+	lines := p.buf
+	for {
+		i := bytes.IndexByte(lines, '\n')
+		if i < 0 {
+			break
+		}
+		p.r.printf("%s%s", p.prefix, lines[:i+1])
+		lines = lines[i+1:]
+	}
+	p.buf = append(p.buf[:0], lines...)
+	return len(b), nil
+}
+
+// flush writes the last line if the stage did not end it.
+func (p *prefixWriter) flush() {
+	if len(p.buf) > 0 {
+		p.r.printf("%s%s\n", p.prefix, p.buf)
+		p.buf = p.buf[:0]
+	}
+}
+
+// width is the length of the longest of names.
+func width(names []string) int {
+	n := 0
+	for _, s := range names {
+		n = max(n, len(s))
+	}
+	return n
+}
+
+// duration formats d for a person: tenths of a second under a minute,
+// else minutes and seconds (3m07s).
+func duration(d time.Duration) string {
+	if d < 59950*time.Millisecond {
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	}
+	s := int(d.Round(time.Second) / time.Second)
+	return fmt.Sprintf("%dm%02ds", s/60, s%60)
+}
+
+// clock formats an offset into the run as minutes:seconds (12:07).
+func clock(d time.Duration) string {
+	s := int(d / time.Second)
+	return fmt.Sprintf("%d:%02d", s/60, s%60)
+}
