@@ -88,6 +88,11 @@ func parseSteps(args []string) ([][]*stage, error) {
 		}
 		var step []*stage
 		for _, n := range names {
+			// make would read either as a variable or an option, and
+			// then make its default goal: make test within make test.
+			if strings.HasPrefix(n, "-") || strings.Contains(n, "=") {
+				return nil, fmt.Errorf("step %d: %q is not a make target (make would read it as an option or a variable)", i+1, n)
+			}
 			if seen[n] {
 				return nil, fmt.Errorf("stage %q is named twice; a run makes each target once", n)
 			}

@@ -238,6 +238,8 @@ func TestParseSteps(t *testing.T) {
 		{nil, "no steps given; want one or more make targets"},
 		{[]string{"one", " "}, "step 2 is empty; want one make target or several separated by spaces"},
 		{[]string{"one two", "two"}, `stage "two" is named twice; a run makes each target once`},
+		{[]string{"one", "SLUICE_CACHE=/tmp/x"}, `step 2: "SLUICE_CACHE=/tmp/x" is not a make target (make would read it as an option or a variable)`},
+		{[]string{"-k one"}, `step 1: "-k" is not a make target (make would read it as an option or a variable)`},
 	}
 	for _, c := range cases {
 		steps, err := parseSteps(c.args)
