@@ -55,6 +55,11 @@ GOVULNCHECK_BIN  = $(call tool,govulncheck-$(GO_RELEASE),$(GOVULNCHECK))
 UPSTREAM_BIN    := $(call tool,ratelimit,$(UPSTREAM))
 TOXIPROXY_BIN   := $(call tool,toxiproxy,$(TOXIPROXY))
 
+# The variables make gotest gives the tests, each the path of a tool they
+# run (a new tool: its name in TOOLS, its package and path above, its
+# target below, its variable here and its target among gotest's).
+TEST_ENV = SLUICE_UPSTREAM_RATELIMIT=$(UPSTREAM_BIN) SLUICE_TOXIPROXY=$(TOXIPROXY_BIN)
+
 # The snapshot of the Go vulnerability database govulncheck reads: the
 # module golang.org/x/vulndb from the module proxy (vuln.go.dev cannot
 # be reached from here), built into VULNDB_DIR by internal/tools/vulndb.
@@ -81,7 +86,7 @@ coldtest:
 # make gotest: every test of ./... with the race detector, given the
 # tools they run.
 gotest: deps upstream toxiproxy
-	SLUICE_UPSTREAM_RATELIMIT=$(UPSTREAM_BIN) SLUICE_TOXIPROXY=$(TOXIPROXY_BIN) $(GO) test -race -count=1 ./...
+	$(TEST_ENV) $(GO) test -race -count=1 ./...
 
 # make modules: download the modules of ., bench and examples/frameworks
 # (three go mod download at once, 17 s cold here against 49 s one after
