@@ -13,12 +13,13 @@ SLUICE_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sluice
 # The stages of make test, each a target below, as steps for
 # internal/tools/stages (go doc ./internal/tools/stages), which prints how
 # long each took as it ends and a table of them all at the end, also when
-# one fails, naming it. The stages of the first step run at once: apt-get
-# beside the module downloads, the vulnerability database and the go
-# installs of $(TOOLS), none of which needs a package apt-get installs
-# (so a cold run waits for the slowest of them, not for their sum). The
-# other steps run one after another.
-TEST_STEPS = 'deps modules vulndb $(TOOLS)' fmt vet lint vuln gotest fuzz benchcheck examples
+# one fails, naming it. The steps run one after another. The first has
+# three lanes side by side, as a shell runs a command ended by & beside
+# the next: apt-get; the downloads of the modules and of the vulnerability
+# database; the go installs of $(TOOLS), one after another (each go
+# install uses every core already). None of them needs what another
+# installs, so a cold run waits for the slowest lane, not for their sum.
+TEST_STEPS = 'deps & modules vulndb & $(TOOLS)' fmt vet lint vuln gotest fuzz benchcheck examples
 
 # The Go commands the stages run, each installed with go install, once,
 # into a directory of its own named by its version (so that a bumped
