@@ -148,11 +148,11 @@ func TestRun(t *testing.T) {
 			},
 		},
 		{
-			name:   "a failure ends its lane",
-			steps:  []string{"fails two & slow"},
-			fails:  true,
-			ran:    []string{"fails", "slow"},
-			notRan: []string{"two"},
+			name:    "a failure ends its lane",
+			steps:   []string{"fails two & slow"},
+			fails:   true,
+			ran:     []string{"fails", "slow"},
+			notRan:  []string{"two"},
 			outputs: []string{`  two +not run`, `  total +\d+\.\ds +FAILED at fails`},
 		},
 		{
