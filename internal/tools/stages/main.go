@@ -171,10 +171,9 @@ func (r *runner) run(steps []step) error {
 			go func() {
 				defer wg.Done()
 				for _, s := range ln {
-					if r.stopped() {
+					if !r.runStage(s, len(st) > 1, width(names)) {
 						return
 					}
-					r.runStage(s, len(st) > 1, width(names))
 				}
 			}()
 		}
@@ -190,13 +189,14 @@ func (r *runner) run(steps []step) error {
 	return nil
 }
 
-// runStage makes the target s names. Beside other stages its output
-// lines are prefixed with its name, padded to pad.
-func (r *runner) runStage(s *stage, together bool, pad int) {
+// runStage makes the target s names, unless the run has stopped, and
+// reports whether it passed. Beside other lanes (beside) its output lines
+// are prefixed with its name, padded to pad.
+func (r *runner) runStage(s *stage, beside bool, pad int) bool {
 	args := append(append([]string{}, r.make[1:]...), "--no-print-directory", s.name)
 	cmd := exec.Command(r.make[0], args...)
 	var pw *prefixWriter
-	if together {
+	if beside {
 		pw = &prefixWriter{r: r, prefix: fmt.Sprintf("%-*s | ", pad, s.name)}
 		cmd.Stdout, cmd.Stderr = pw, pw
 		// A process the stage left behind may hold the pipe open;
@@ -205,8 +205,12 @@ func (r *runner) runStage(s *stage, together bool, pad int) {
 	} else {
 		cmd.Stdout, cmd.Stderr = r.stdout, r.stderr
 	}
-	s.start = time.Now()
 	r.mu.Lock()
+	if r.failed != nil || r.interrupted != nil {
+		r.mu.Unlock()
+		return false // not run
+	}
+	s.start = time.Now()
 	err := cmd.Start()
 	if err == nil {
 		if r.running == nil {
@@ -232,9 +236,10 @@ func (r *runner) runStage(s *stage, together bool, pad int) {
 		}
 		r.mu.Unlock()
 		r.printf("<== %s: FAILED after %s (%v)\n", s.name, duration(s.end.Sub(s.start)), err)
-		return
+		return false
 	}
 	r.printf("<== %s: ok, %s\n", s.name, duration(s.end.Sub(s.start)))
+	return true
 }
 
 // forward passes each signal from sig on to the stages running, and
