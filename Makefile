@@ -13,12 +13,17 @@ SLUICE_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sluice
 # The stages of make test, each a target below, as steps for
 # internal/tools/stages (go doc ./internal/tools/stages), which prints how
 # long each took as it ends and a table of them all at the end, also when
-# one fails, naming it. The stages of the first step run at once: apt-get
-# beside the module downloads, the vulnerability database and the go
-# installs of $(TOOLS), none of which needs a package apt-get installs
-# (so a cold run waits for the slowest of them, not for their sum). The
-# other steps run one after another.
-TEST_STEPS = 'deps modules vulndb $(TOOLS)' fmt vet lint vuln gotest fuzz benchcheck examples
+# one fails, naming it. The steps run one after another. The first has
+# three lanes side by side, as a shell runs a command ended by & beside
+# the next: apt-get; the downloads of the modules and of the vulnerability
+# database; the go installs of $(TOOLS), one after another (each go
+# install uses every core already). None of them needs what another
+# installs, so a cold run waits for the slowest lane, not for their sum.
+# The static checks then run in two lanes (vet alone compiles the code
+# twice, for amd64 and 386), the tests alone (nothing beside the
+# timing-sensitive ones), then fuzz beside the two other modules' tests,
+# none of which times anything.
+TEST_STEPS = 'deps & modules vulndb & $(TOOLS)' 'fmt vet & lint vuln' gotest 'fuzz & benchcheck examples'
 
 # The Go commands the stages run, each installed with go install, once,
 # into a directory of its own named by its version (so that a bumped
@@ -61,6 +66,11 @@ UPSTREAM_BIN    := $(call tool,ratelimit,$(UPSTREAM))
 TOXIPROXY_BIN   := $(call tool,toxiproxy,$(TOXIPROXY))
 HELM_BIN        := $(call tool,helm,$(HELM))
 
+# The variables make gotest gives the tests, each the path of a tool they
+# run (a new tool: its name in TOOLS, its package and path above, its
+# target below, its variable here and its target among gotest's).
+TEST_ENV = SLUICE_UPSTREAM_RATELIMIT=$(UPSTREAM_BIN) SLUICE_TOXIPROXY=$(TOXIPROXY_BIN) SLUICE_HELM=$(HELM_BIN)
+
 # The snapshot of the Go vulnerability database govulncheck reads: the
 # module golang.org/x/vulndb from the module proxy (vuln.go.dev cannot
 # be reached from here), built into VULNDB_DIR by internal/tools/vulndb.
@@ -87,7 +97,7 @@ coldtest:
 # make gotest: every test of ./... with the race detector, given the
 # tools they run.
 gotest: deps upstream toxiproxy helm
-	SLUICE_UPSTREAM_RATELIMIT=$(UPSTREAM_BIN) SLUICE_TOXIPROXY=$(TOXIPROXY_BIN) SLUICE_HELM=$(HELM_BIN) $(GO) test -race -count=1 ./...
+	$(TEST_ENV) $(GO) test -race -count=1 ./...
 
 # make modules: download the modules of ., bench and examples/frameworks
 # (three go mod download at once, 17 s cold here against 49 s one after

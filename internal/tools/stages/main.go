@@ -4,27 +4,34 @@
 //	go run ./internal/tools/stages [-make PROGRAM] [-since UNIXTIME] STEP...
 //
 // A stage is a target of the Makefile, made by PROGRAM --no-print-directory
-// TARGET (PROGRAM is make; the Makefile passes $(MAKE)). A STEP names one
-// stage or several, separated by spaces. The steps run one after another;
-// the stages of one step run at once, each line of their output prefixed
-// with the stage's name, while a stage alone in its step writes straight
-// to stdout and stderr. As each stage ends stages prints
+// TARGET (PROGRAM is make; the Makefile passes $(MAKE)). The steps run one
+// after another. A STEP is one lane, or several separated by &, which run
+// at once, as a shell runs a command ended by & beside the next; a lane
+// is one stage or several separated by spaces, made one after another:
+//
+//	'deps & modules vulndb & staticcheck upstream' fmt vet
+//
+// makes deps, modules and staticcheck at once, vulndb after modules and
+// upstream after staticcheck, then fmt once all of those have ended, then
+// vet. When a step has lanes beside each other, each line of their output
+// is prefixed with the stage's name; otherwise a stage writes straight to
+// stdout and stderr. As each stage ends stages prints
 //
 //	<== vet: ok, 1m02s
 //
 // and after the last step a table of every stage: when it started
 // (minutes:seconds after the run began), how long it took, and whether it
 // passed, failed or never ran, then the total. A failed stage stops the
-// run after its step: the other stages of that step are left to end (an
-// apt-get is never cut short), no later step starts, and the table is
-// printed all the same, naming the stage that failed.
+// run: the stages running beside it are left to end (an apt-get is never
+// cut short), but no other stage starts, and the table is printed all the
+// same, naming the stage that failed.
 //
 // -since is the time the run began, in seconds since the Unix epoch
 // (date +%s.%N): the table's first row, "go run stages", is then the time
 // it took to build and start this program, and the total counts it.
 //
 // stages exits 1 when a stage failed. SIGINT and SIGTERM are passed on to
-// the stages running; the run stops after their step, with the table.
+// the stages running, and stop the run as a failure does.
 package main
 
 import (
@@ -47,7 +54,7 @@ func main() {
 	makeProg := flag.String("make", "make", "the make program that makes each stage")
 	since := flag.String("since", "", "when the run began, in seconds since the Unix epoch (date +%s.%N); default: when stages starts")
 	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: stages [-make PROGRAM] [-since UNIXTIME] STEP...\n\nEach STEP is one make target or several separated by spaces, run at once; the steps run in order.")
+		fmt.Fprintln(os.Stderr, "usage: stages [-make PROGRAM] [-since UNIXTIME] STEP...\n\nThe steps run in order. A STEP is lanes separated by &, run at once;\na lane is make targets separated by spaces, made in order.")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -73,28 +80,43 @@ func main() {
 	}
 }
 
+// step is lanes run at once; lane is stages made one after another.
+type (
+	step []lane
+	lane []*stage
+)
+
 // parseSteps reads the steps of the command line: each argument is one
-// step, its stages separated by spaces.
-func parseSteps(args []string) ([][]*stage, error) {
+// step, its lanes separated by &, a lane's stages by spaces.
+func parseSteps(args []string) ([]step, error) {
 	if len(args) == 0 {
 		return nil, errors.New("no steps given; want one or more make targets")
 	}
 	seen := map[string]bool{}
-	var steps [][]*stage
+	var steps []step
 	for i, a := range args {
-		names := strings.Fields(a)
-		if len(names) == 0 {
-			return nil, fmt.Errorf("step %d is empty; want one make target or several separated by spaces", i+1)
-		}
-		var step []*stage
-		for _, n := range names {
-			if seen[n] {
-				return nil, fmt.Errorf("stage %q is named twice; a run makes each target once", n)
+		var st step
+		for _, l := range strings.Split(a, "&") {
+			names := strings.Fields(l)
+			if len(names) == 0 {
+				return nil, fmt.Errorf("step %d (%q) has an empty lane; want make targets separated by spaces, lanes by &", i+1, a)
 			}
-			seen[n] = true
-			step = append(step, &stage{name: n})
+			var ln lane
+			for _, n := range names {
+				// make would read either as a variable or an option, and
+				// then make its default goal: make test within make test.
+				if strings.HasPrefix(n, "-") || strings.Contains(n, "=") {
+					return nil, fmt.Errorf("step %d: %q is not a make target (make would read it as an option or a variable)", i+1, n)
+				}
+				if seen[n] {
+					return nil, fmt.Errorf("stage %q is named twice; a run makes each target once", n)
+				}
+				seen[n] = true
+				ln = append(ln, &stage{name: n})
+			}
+			st = append(st, ln)
 		}
-		steps = append(steps, step)
+		steps = append(steps, st)
 	}
 	return steps, nil
 }
@@ -116,62 +138,65 @@ type runner struct {
 	mu          sync.Mutex // guards what follows, and serializes writes to stdout
 	running     map[*exec.Cmd]bool
 	interrupted os.Signal
+	failed      *stage // the first stage that failed
 }
 
-// run makes each step's stages, one step after another, stopping after a
-// step in which a stage failed, then prints the table of all of them. It
-// returns an error when a stage failed or the run was interrupted.
-func (r *runner) run(steps [][]*stage) error {
+// run makes each step's stages, one step after another, until a stage
+// fails, then prints the table of all of them. It returns an error when a
+// stage failed or the run was interrupted.
+func (r *runner) run(steps []step) error {
 	var all []*stage
-	for _, step := range steps {
-		all = append(all, step...)
+	for _, st := range steps {
+		for _, ln := range st {
+			all = append(all, ln...)
+		}
 	}
-	var failed *stage
-	for _, step := range steps {
-		names := make([]string, len(step))
-		for i, s := range step {
-			names[i] = s.name
+	for _, st := range steps {
+		if r.stopped() {
+			break
 		}
-		if len(step) > 1 {
-			r.printf("==> %s (at once)\n", strings.Join(names, ", "))
-		} else {
-			r.printf("==> %s\n", step[0].name)
+		var lanes, names []string
+		for _, ln := range st {
+			var l []string
+			for _, s := range ln {
+				l = append(l, s.name)
+			}
+			names = append(names, l...)
+			lanes = append(lanes, strings.Join(l, " "))
 		}
+		r.printf("==> %s\n", strings.Join(lanes, " & "))
 		var wg sync.WaitGroup
-		for _, s := range step {
+		for _, ln := range st {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				r.runStage(s, len(step) > 1, width(names))
+				for _, s := range ln {
+					if !r.runStage(s, len(st) > 1, width(names)) {
+						return
+					}
+				}
 			}()
 		}
 		wg.Wait()
-		for _, s := range step {
-			if s.err != nil && failed == nil {
-				failed = s
-			}
-		}
-		if failed != nil || r.signal() != nil {
-			break
-		}
 	}
-	r.table(all, failed)
-	switch {
-	case failed != nil:
-		return fmt.Errorf("stage %s failed: %w", failed.name, failed.err)
-	case r.signal() != nil:
-		return fmt.Errorf("interrupted by %v", r.signal())
+	r.table(all)
+	if f := r.firstFailure(); f != nil {
+		return fmt.Errorf("stage %s failed: %w", f.name, f.err)
+	}
+	if sig := r.signal(); sig != nil {
+		return fmt.Errorf("interrupted by %v", sig)
 	}
 	return nil
 }
 
-// runStage makes the target s names. Beside other stages its output
-// lines are prefixed with its name, padded to pad.
-func (r *runner) runStage(s *stage, together bool, pad int) {
+// runStage makes the target s names, unless the run has stopped, and
+// reports whether it passed. Beside other lanes (beside) its output lines
+// are prefixed with its name, padded to pad.
+func (r *runner) runStage(s *stage, beside bool, pad int) bool {
 	args := append(append([]string{}, r.make[1:]...), "--no-print-directory", s.name)
 	cmd := exec.Command(r.make[0], args...)
 	var pw *prefixWriter
-	if together {
+	if beside {
 		pw = &prefixWriter{r: r, prefix: fmt.Sprintf("%-*s | ", pad, s.name)}
 		cmd.Stdout, cmd.Stderr = pw, pw
 		// A process the stage left behind may hold the pipe open;
@@ -180,13 +205,12 @@ func (r *runner) runStage(s *stage, together bool, pad int) {
 	} else {
 		cmd.Stdout, cmd.Stderr = r.stdout, r.stderr
 	}
-	s.start = time.Now()
 	r.mu.Lock()
-	if r.interrupted != nil {
+	if r.failed != nil || r.interrupted != nil {
 		r.mu.Unlock()
-		s.end, s.err = s.start, fmt.Errorf("not started: %v", r.interrupted)
-		return
+		return false // not run
 	}
+	s.start = time.Now()
 	err := cmd.Start()
 	if err == nil {
 		if r.running == nil {
@@ -206,14 +230,20 @@ func (r *runner) runStage(s *stage, together bool, pad int) {
 	}
 	s.end, s.err = time.Now(), err
 	if err != nil {
+		r.mu.Lock()
+		if r.failed == nil {
+			r.failed = s
+		}
+		r.mu.Unlock()
 		r.printf("<== %s: FAILED after %s (%v)\n", s.name, duration(s.end.Sub(s.start)), err)
-		return
+		return false
 	}
 	r.printf("<== %s: ok, %s\n", s.name, duration(s.end.Sub(s.start)))
+	return true
 }
 
 // forward passes each signal from sig on to the stages running, and
-// keeps the first so that no later step starts.
+// keeps the first so that no other stage starts.
 func (r *runner) forward(sig <-chan os.Signal) {
 	for s := range sig {
 		r.mu.Lock()
@@ -227,6 +257,21 @@ func (r *runner) forward(sig <-chan os.Signal) {
 	}
 }
 
+// stopped reports whether a stage failed or a signal came, after which
+// no stage starts.
+func (r *runner) stopped() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.failed != nil || r.interrupted != nil
+}
+
+// firstFailure returns the first stage that failed, if one did.
+func (r *runner) firstFailure() *stage {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.failed
+}
+
 // signal returns the signal that interrupted the run, if any.
 func (r *runner) signal() os.Signal {
 	r.mu.Lock()
@@ -235,8 +280,8 @@ func (r *runner) signal() os.Signal {
 }
 
 // table prints every stage's start, time taken and result, then the
-// total; failed is the stage that stopped the run, if one did.
-func (r *runner) table(all []*stage, failed *stage) {
+// total.
+func (r *runner) table(all []*stage) {
 	t0 := r.began
 	if !r.since.IsZero() {
 		t0 = r.since
@@ -257,7 +302,7 @@ func (r *runner) table(all []*stage, failed *stage) {
 		}
 	}
 	total := row{"total", "", duration(time.Since(t0)), "ok"}
-	if failed != nil {
+	if failed := r.firstFailure(); failed != nil {
 		total.result = "FAILED at " + failed.name
 	} else if sig := r.signal(); sig != nil {
 		total.result = fmt.Sprintf("interrupted (%v)", sig)
@@ -268,7 +313,7 @@ func (r *runner) table(all []*stage, failed *stage) {
 		pad = max(pad, len(w.name))
 	}
 	var b strings.Builder
-	b.WriteString("\nstage times (start: minutes:seconds into the run; the stages of one step ran at once):\n")
+	b.WriteString("\nstage times (start: minutes:seconds into the run):\n")
 	for _, w := range rows {
 		fmt.Fprintf(&b, "  %-*s  %5s  %6s  %s\n", pad, w.name, w.start, w.took, w.result)
 	}

@@ -17,7 +17,8 @@ import (
 // leaves a file named after it, so that a test can tell which ran.
 // together waits for partner to have run (up to a minute, then it
 // fails): it passes only when the two run at once, whichever starts
-// first; partner waits for together's start likewise.
+// first; partner waits for together's start likewise. afterone fails
+// unless one has run.
 const makefile = `
 one:
 	@touch one.ran; echo one says hi; echo one to stderr >&2
@@ -31,6 +32,8 @@ together:
 	@touch together.started; i=0; until [ -f partner.ran ]; do i=$$((i+1)); [ $$i -lt 6000 ] || exit 1; sleep 0.01; done; touch together.ran; printf 'together saw partner\nand ends without a newline'
 partner:
 	@i=0; until [ -f together.started ]; do i=$$((i+1)); [ $$i -lt 6000 ] || exit 1; sleep 0.01; done; touch partner.ran; echo partner ran
+afterone:
+	@[ -f one.ran ] && touch afterone.ran
 hangs:
 	@touch hangs.started; exec sleep 60
 `
@@ -102,11 +105,11 @@ func TestRun(t *testing.T) {
 			},
 		},
 		{
-			name:  "at once, lines prefixed",
-			steps: []string{"together partner", "one"},
+			name:  "lanes at once, lines prefixed",
+			steps: []string{"together & partner", "one"},
 			ran:   []string{"together", "partner", "one"},
 			outputs: []string{
-				`==> together, partner \(at once\)`,
+				`==> together & partner`,
 				`together \| together saw partner`,
 				`together \| and ends without a newline`,
 				`partner  \| partner ran`,
@@ -116,8 +119,19 @@ func TestRun(t *testing.T) {
 			},
 		},
 		{
-			name:   "a failure stops the run after its step",
-			steps:  []string{"one", "fails slow", "two"},
+			name:  "a lane in order, beside another",
+			steps: []string{"one afterone & two"},
+			ran:   []string{"one", "afterone", "two"},
+			outputs: []string{
+				`==> one afterone & two`,
+				`one      \| one says hi`,
+				`two      \| two says hi`,
+				`<== afterone: ok, \d+\.\ds`,
+			},
+		},
+		{
+			name:   "a failure lets the stages beside it end, and starts no other",
+			steps:  []string{"one", "fails & slow", "two"},
 			fails:  true,
 			ran:    []string{"one", "fails", "slow"},
 			notRan: []string{"two"},
@@ -132,6 +146,14 @@ func TestRun(t *testing.T) {
 				`  two +not run`,
 				`  total +\d+\.\ds +FAILED at fails`,
 			},
+		},
+		{
+			name:    "a failure ends its lane",
+			steps:   []string{"fails two & slow"},
+			fails:   true,
+			ran:     []string{"fails", "slow"},
+			notRan:  []string{"two"},
+			outputs: []string{`  two +not run`, `  total +\d+\.\ds +FAILED at fails`},
 		},
 		{
 			name:  "a target make does not know",
@@ -231,13 +253,16 @@ func TestInterrupt(t *testing.T) {
 func TestParseSteps(t *testing.T) {
 	cases := []struct {
 		args []string
-		want string // the steps' names, a step's joined by +, or the error
+		want string // the steps, each in brackets as the command line has it, or the error
 	}{
-		{[]string{"deps modules  staticcheck", "fmt", "vet"}, "deps+modules+staticcheck fmt vet"},
-		{[]string{"one"}, "one"},
+		{[]string{"deps & modules  vulndb&staticcheck", "fmt", "vet"}, "[deps & modules vulndb & staticcheck] [fmt] [vet]"},
+		{[]string{"one two"}, "[one two]"},
 		{nil, "no steps given; want one or more make targets"},
-		{[]string{"one", " "}, "step 2 is empty; want one make target or several separated by spaces"},
-		{[]string{"one two", "two"}, `stage "two" is named twice; a run makes each target once`},
+		{[]string{"one", " "}, `step 2 (" ") has an empty lane; want make targets separated by spaces, lanes by &`},
+		{[]string{"one & "}, `step 1 ("one & ") has an empty lane; want make targets separated by spaces, lanes by &`},
+		{[]string{"one & two", "two"}, `stage "two" is named twice; a run makes each target once`},
+		{[]string{"one", "SLUICE_CACHE=/tmp/x"}, `step 2: "SLUICE_CACHE=/tmp/x" is not a make target (make would read it as an option or a variable)`},
+		{[]string{"-k one"}, `step 1: "-k" is not a make target (make would read it as an option or a variable)`},
 	}
 	for _, c := range cases {
 		steps, err := parseSteps(c.args)
@@ -246,12 +271,16 @@ func TestParseSteps(t *testing.T) {
 			got = err.Error()
 		} else {
 			var parts []string
-			for _, step := range steps {
-				var names []string
-				for _, s := range step {
-					names = append(names, s.name)
+			for _, st := range steps {
+				var lanes []string
+				for _, ln := range st {
+					var names []string
+					for _, s := range ln {
+						names = append(names, s.name)
+					}
+					lanes = append(lanes, strings.Join(names, " "))
 				}
-				parts = append(parts, strings.Join(names, "+"))
+				parts = append(parts, "["+strings.Join(lanes, " & ")+"]")
 			}
 			got = strings.Join(parts, " ")
 		}
