@@ -61,11 +61,9 @@ func TestGoBlocks(t *testing.T) {
 	if err := os.WriteFile(ofile, o, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("go", append([]string{"build", "-o", os.DevNull, "-overlay", ofile}, pkgs...)...)
+	bins := filepath.Join(tmp, "bin") + string(filepath.Separator) // -o into a directory: one binary per program
+	cmd := exec.Command("go", append([]string{"build", "-o", bins, "-overlay", ofile}, pkgs...)...)
 	cmd.Dir = root
-	if len(pkgs) > 1 {
-		cmd.Args = append([]string{"go", "build", "-overlay", ofile}, pkgs...) // several mains: built and discarded
-	}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Errorf("the guides' Go programs do not build: %v\n%s", err, out)
 	}
