@@ -3,6 +3,7 @@ package sluice
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -75,6 +76,31 @@ func (l *Limiter) decide(ctx context.Context, req Request) ([]Result, error) {
 	}
 	l.failure(ctx, &g, err, req)
 	return l.failed(ctx, req, err)
+}
+
+// decideAt is decide through st, the store's Settler, for a reservation:
+// it also returns the instants the store decided at (a Taken with At nil
+// when the error policy answered) and the parts the local fallback
+// decided (nil: none).
+func (l *Limiter) decideAt(ctx context.Context, req Request, st Settler) (Taken, []Part, error) {
+	var g gate
+	if l.breaker != nil && !l.enter(&g, req.Parts[0].Key, req.Parts[1:]) {
+		rs, local, err := l.degradeLocal(ctx, req, l.refused(&g, req))
+		return Taken{Results: rs}, local, err
+	}
+	bctx, cancel := l.bound(ctx)
+	t, err := st.TakeAt(bctx, req)
+	cancel()
+	if err == nil && (len(t.Results) != req.Len() || len(t.At) != req.Len()) {
+		err = fmt.Errorf("the store returned %d results and %d instants for %d limits", len(t.Results), len(t.At), req.Len())
+	}
+	if err == nil {
+		l.passed(&g)
+		return t, nil, nil
+	}
+	l.failure(ctx, &g, err, req)
+	rs, local, err := l.failedLocal(ctx, req, err)
+	return Taken{Results: rs}, local, err
 }
 
 // decideOne is decide for takeOne.

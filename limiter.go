@@ -368,20 +368,27 @@ func first(rs []Result, err error) (Result, error) {
 // failed answers req, which the store failed with err: the caller's
 // cancellation if it gave up, otherwise the error policy's answer.
 func (l *Limiter) failed(ctx context.Context, req Request, err error) ([]Result, error) {
+	rs, _, err := l.failedLocal(ctx, req, err)
+	return rs, err
+}
+
+// failedLocal is failed, and also returns the parts the local fallback
+// decided (degradeLocal).
+func (l *Limiter) failedLocal(ctx context.Context, req Request, err error) ([]Result, []Part, error) {
 	if cerr := ctx.Err(); errors.Is(cerr, context.Canceled) {
 		// The caller gave up; there is no one left to answer. (A caller's
 		// deadline that expired while the store hung is an outage like any
 		// other: the policy decides.) The store may have failed for a
 		// reason of its own: the error wraps the context's error as well.
 		if errors.Is(err, cerr) {
-			return nil, fmt.Errorf("sluice: %w", err)
+			return nil, nil, fmt.Errorf("sluice: %w", err)
 		}
-		return nil, fmt.Errorf("sluice: %w: %w", cerr, err)
+		return nil, nil, fmt.Errorf("sluice: %w: %w", cerr, err)
 	}
 	if l.onError != nil {
 		l.onError(ctx, err)
 	}
-	return l.degrade(ctx, req, err)
+	return l.degradeLocal(ctx, req, err)
 }
 
 func (l *Limiter) takeWithin(ctx context.Context, req Request) ([]Result, error) {
@@ -590,11 +597,18 @@ func (d Degradation) String() string {
 // consumes nothing; the local parts are decided together by the fallback,
 // with each limit cut to this replica's share.
 func (l *Limiter) degrade(ctx context.Context, req Request, storeErr error) ([]Result, error) {
+	rs, _, err := l.degradeLocal(ctx, req, storeErr)
+	return rs, err
+}
+
+// degradeLocal is degrade, and also returns the parts the local fallback
+// decided, as it decided them (nil: none).
+func (l *Limiter) degradeLocal(ctx context.Context, req Request, storeErr error) ([]Result, []Part, error) {
 	deny, local := false, 0
 	for _, p := range req.Parts {
 		switch l.modeOf(p) {
 		case modeReturn:
-			return nil, fmt.Errorf("sluice: store: %w", storeErr)
+			return nil, nil, fmt.Errorf("sluice: store: %w", storeErr)
 		case modeDeny:
 			deny = true
 		case modeLocal:
@@ -602,9 +616,10 @@ func (l *Limiter) degrade(ctx context.Context, req Request, storeErr error) ([]R
 		}
 	}
 	var localRs []Result
+	var localParts []Part
 	if local > 0 {
 		if l.policy.fallback == nil {
-			return nil, fmt.Errorf("sluice: store: %w; the local error policy has no fallback store", storeErr)
+			return nil, nil, fmt.Errorf("sluice: store: %w; the local error policy has no fallback store", storeErr)
 		}
 		sub, n := req, l.share()
 		if local < len(req.Parts) || deny || n > 1 {
@@ -623,15 +638,16 @@ func (l *Limiter) degrade(ctx context.Context, req Request, storeErr error) ([]R
 			}
 		}
 		var err error
+		localParts = sub.Parts
 		if localRs, err = l.policy.fallback.Take(ctx, sub); err != nil {
-			return nil, fmt.Errorf("sluice: store: %w; fallback: %w", storeErr, err)
+			return nil, nil, fmt.Errorf("sluice: store: %w; fallback: %w", storeErr, err)
 		}
 		if local == len(req.Parts) {
 			// Every part local, the usual case: the fallback's Results.
 			for i := range localRs {
 				localRs[i].Degraded = DegradedLocal
 			}
-			return localRs, nil
+			return localRs, sub.Parts, nil
 		}
 	}
 	rs := make([]Result, 0, req.Len())
@@ -651,7 +667,7 @@ func (l *Limiter) degrade(ctx context.Context, req Request, storeErr error) ([]R
 			rs = append(rs, r)
 		}
 	}
-	return rs, nil
+	return rs, localParts, nil
 }
 
 // modeOf returns the mode of the error policy that answers for p: its

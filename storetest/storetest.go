@@ -5,8 +5,10 @@
 // time, costs, Remaining, ResetAfter and RetryAfter values, RetryAfter
 // honesty, state lifetimes, multi-limit all or nothing, token_bucket and
 // gcra agreeing, invalid limits, key isolation, exactness under
-// concurrency, and a Peek (sluice.Peeker, which the suite requires) that
-// answers what Take would and changes nothing. Because the expected Results are the same constants for
+// concurrency, a Peek (sluice.Peeker, which the suite requires) that
+// answers what Take would and changes nothing, and refunds, settles and
+// debts (sluice.Settler, which the suite requires too) that leave a key as
+// if it had consumed what the work cost. Because the expected Results are the same constants for
 // every store, a scenario produces the same Result in every store; a
 // randomized differential test compares every store with the reference
 // algorithms in internal/algo besides.
@@ -88,6 +90,11 @@ func Run(t *testing.T, newStore Factory) {
 	t.Run("StoreClock", func(t *testing.T) { testStoreClock(t, newStore) })
 	t.Run("Concurrency", func(t *testing.T) { testConcurrency(t, newStore) })
 	t.Run("Peek", func(t *testing.T) { testPeek(t, newStore) })
+	t.Run("Refund", func(t *testing.T) { testRefund(t, newStore) })
+	t.Run("RefundCases", func(t *testing.T) { testRefundCases(t, newStore) })
+	t.Run("Settle", func(t *testing.T) { testSettle(t, newStore) })
+	t.Run("Debt", func(t *testing.T) { testDebt(t, newStore) })
+	t.Run("SettleErrors", func(t *testing.T) { testSettleErrors(t, newStore) })
 }
 
 // env is one test's store, fake clock and limiter.

@@ -23,23 +23,7 @@ func slidingLog(st *State, now, limit, period, cost int64, out *Outcome) {
 		out.R, out.Next, out.TTL = result(true, limit, limit, 0, 0), State{}, 0
 		return
 	}
-	next := st.Log[live:]
-	if at := len(next); at > 0 && next[at-1] > now {
-		// A clock went backwards: build the log anew rather than shift
-		// entries that an uncommitted decision must not disturb, with the
-		// cost's entries after those at or before now.
-		at, _ = slices.BinarySearch(next, now+1)
-		grown := make([]int64, len(next)+int(cost))
-		copy(grown, next[:at])
-		fill(grown[at:at+int(cost)], now)
-		copy(grown[at+int(cost):], next[at:])
-		next = grown
-	} else {
-		next = slices.Grow(next, int(cost))
-		for range cost {
-			next = append(next, now)
-		}
-	}
+	next := logAppend(st.Log[live:], now, cost)
 	reset := next[len(next)-1] + period - now
 	out.R, out.Next, out.TTL = result(true, limit, limit-n-cost, reset, 0), State{Set: true, Log: next}, reset
 }
@@ -49,4 +33,25 @@ func fill(s []int64, v int64) {
 	for i := range s {
 		s[i] = v
 	}
+}
+
+// logAppend returns log, the live entries of a sliding_log state, with
+// cost entries at now, in order.
+func logAppend(log []int64, now, cost int64) []int64 {
+	if at := len(log); at > 0 && log[at-1] > now {
+		// A clock went backwards: build the log anew rather than shift
+		// entries that an uncommitted decision must not disturb, with the
+		// cost's entries after those at or before now.
+		at, _ = slices.BinarySearch(log, now+1)
+		grown := make([]int64, len(log)+int(cost))
+		copy(grown, log[:at])
+		fill(grown[at:at+int(cost)], now)
+		copy(grown[at+int(cost):], log[at:])
+		return grown
+	}
+	log = slices.Grow(log, int(cost))
+	for range cost {
+		log = append(log, now)
+	}
+	return log
 }

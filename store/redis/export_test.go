@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/redis/rueidis"
 
@@ -27,19 +26,6 @@ func ScriptSHAs() (map[sluice.Algorithm]string, string) {
 
 // Slot is the Cluster hash slot by which a store on a Cluster groups key.
 var Slot = slot
-
-// Refund gives back what s.Take(req) consumed, which answered rs at
-// req.Now, as a decision split over Cluster slots does when a later slot
-// denies, at the instant at (zero: the server's clock); it returns the
-// state after the refund. req must be one group (not split) and have its
-// own Now.
-func (s *Store) Refund(ctx context.Context, req sluice.Request, rs []sluice.Result, at time.Time) ([]sluice.Result, error) {
-	gs := s.groups(req)
-	if len(gs) != 1 || req.Now.IsZero() {
-		return nil, fmt.Errorf("Refund: %d groups and now %v; want one group and a now", len(gs), req.Now)
-	}
-	return s.refund(ctx, clockArg(at), gs[0], taken{results: rs, now: req.Now.UnixMicro()})
-}
 
 // ParseURL returns the rueidis options Open builds from url (parseURL).
 var ParseURL = parseURL

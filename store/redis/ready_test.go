@@ -213,7 +213,11 @@ func TestMinimalACL(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if _, err := s.Refund(ctx, req, rs, time.Time{}); err != nil {
+		at := make([]time.Time, len(rs))
+		for i := range at {
+			at[i] = req.Now
+		}
+		if _, err := s.Refund(ctx, sluice.Request{Parts: req.Parts}, sluice.Taken{Results: rs, At: at}); err != nil {
 			return err
 		}
 		if _, err := lim.AllowAll(ctx, tag+"-all", 1, limits...); err != nil {

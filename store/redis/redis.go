@@ -386,14 +386,16 @@ func newScript(src string) script {
 // serves, a generated table of those algorithms and take.lua.
 // A decision whose limits share one algorithm runs that algorithm's script,
 // the cheapest; a decision mixing algorithms runs the script of all five,
-// so that it is still one atomic call. The refund of a decision split over
-// Cluster slots runs refund.lua after all five.
+// so that it is still one atomic call. A refund (of a decision split over
+// Cluster slots, or a settle) runs refund.lua after all five, a charge
+// charge.lua.
 var (
 	// algScripts holds each algorithm's script by its algo.Code, under
 	// which the default ("") is token_bucket's.
 	algScripts   = byAlgorithm("take")
 	allScript    = compose("take", sluice.Algorithms...)
 	refundScript = compose("refund", sluice.Algorithms...)
+	chargeScript = compose("charge", sluice.Algorithms...)
 )
 
 // byAlgorithm returns the script of main over each algorithm alone, by
@@ -542,6 +544,12 @@ func (s *Store) Close() {
 // on a Cluster"). Concurrent decisions may share one script call (see
 // "Coalescing" and WithBatch).
 func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	return s.takeAt(ctx, req, nil)
+}
+
+// takeAt is Take, and when at is not nil (of req.Len()), fills it with
+// the instant each limit was decided at (settle.go).
+func (s *Store) takeAt(ctx context.Context, req sluice.Request, at []time.Time) ([]sluice.Result, error) {
 	if s.topo != nil {
 		s.topo.tick()
 	}
@@ -551,7 +559,7 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, 
 		p := req.Parts[0]
 		one = group{keys: s.keys(p.Key, p.Limits), limits: p.Limits, cost: p.Cost}
 	} else if gs := s.groups(req); len(gs) > 1 {
-		return s.takeStacked(ctx, clockArg(req.Now), gs, req.Len())
+		return s.takeStacked(ctx, clockArg(req.Now), gs, req.Len(), at)
 	} else {
 		g = gs[0]
 	}
@@ -564,6 +572,9 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, 
 	}
 	if err != nil {
 		return nil, s.failed(g, nil, err)
+	}
+	for i := range at {
+		at[i] = time.UnixMicro(t.now).UTC()
 	}
 	return t.results, nil
 }

@@ -101,7 +101,8 @@ const refundTimeout = time.Second
 // of gs, one group after another (see "Stacked decisions on a Cluster"):
 // when a group denies, or fails, what the groups before it took is given
 // back.
-func (s *Store) takeStacked(ctx context.Context, now string, gs []*group, n int) ([]sluice.Result, error) {
+// at, when not nil, gets the instant each limit was decided at.
+func (s *Store) takeStacked(ctx context.Context, now string, gs []*group, n int, at []time.Time) ([]sluice.Result, error) {
 	rs := make([]sluice.Result, n)
 	done := make([]taken, 0, len(gs))
 	for k, g := range gs {
@@ -123,6 +124,11 @@ func (s *Store) takeStacked(ctx context.Context, now string, gs []*group, n int)
 	}
 	for k, g := range gs {
 		g.place(rs, done[k].results)
+		if at != nil {
+			for _, i := range g.index {
+				at[i] = time.UnixMicro(done[k].now).UTC()
+			}
+		}
 	}
 	return rs, nil
 }
@@ -163,11 +169,22 @@ func (s *Store) settle(ctx context.Context, now string, in []*group, ts []taken,
 // refund runs refund.lua over g to give back what t took, and returns the
 // state after it.
 func (s *Store) refund(ctx context.Context, now string, g *group, t taken) ([]sluice.Result, error) {
-	args := make([]string, 2, 2+5*len(g.limits))
-	args[0], args[1] = now, strconv.FormatInt(t.now, 10)
+	taken := strconv.FormatInt(t.now, 10)
+	return s.refundGroup(ctx, now, g, func(i int) (string, string) {
+		return strconv.FormatInt(t.results[i].ResetAfter.Microseconds(), 10), taken
+	})
+}
+
+// refundGroup runs refund.lua over g at now, giving back each limit's
+// cost; took(i) returns the reset after (µs) and the instant (µs) of the
+// take of g's i-th limit, or "" and "" for a take not known.
+func (s *Store) refundGroup(ctx context.Context, now string, g *group, took func(i int) (reset, at string)) ([]sluice.Result, error) {
+	args := make([]string, 1, 1+6*len(g.limits))
+	args[0] = now
 	for i, l := range g.limits {
 		args = appendParams(args, l, g.costOf(i))
-		args = append(args, strconv.FormatInt(t.results[i].ResetAfter.Microseconds(), 10))
+		reset, at := took(i)
+		args = append(args, reset, at)
 	}
 	reply, err := s.run(ctx, refundScript, g.keys, args)
 	if err != nil {

@@ -1,15 +1,18 @@
--- refund.lua: gives back what an earlier take.lua run consumed from KEYS,
--- when a decision split over Cluster slots is denied by a later slot (see
--- "Stacked decisions on a Cluster" in redis.go), so that each key's state
--- is as if the request had never been taken. Then it returns four integers
--- per key as take.lua does, for a request of cost 0: the state after the
--- refund.
+-- refund.lua: gives back what an earlier take.lua run consumed from KEYS:
+-- a reservation settled below its cost (sluice.Settler's Refund), or a
+-- decision split over Cluster slots denied by a later slot (see "Stacked
+-- decisions on a Cluster" in redis.go), so that each key's state is as if
+-- the take had consumed cost less. Then it returns four integers per key
+-- as take.lua does, for a request of cost 0: the state after the refund.
+-- It mirrors Spec.Refund in internal/algo/settle.go.
 --
 -- ARGV[1]   now in µs, or '' to use the server's clock (TIME)
--- ARGV[2]   the now of the take (take.lua's last reply integer)
--- ARGV[5i-2] .. ARGV[5i+2]   for KEYS[i]: algorithm code, its two
---           parameters as take.lua had them, the cost it took, and the
---           reset after (µs) it replied for that key
+-- ARGV[6i-4] .. ARGV[6i+1]   for KEYS[i]: algorithm code, its two
+--           parameters as take.lua had them, the cost to give back, and
+--           the reset after (µs) and now (µs, take.lua's last reply
+--           integer) of the take, or '' and '' for a take not known: the
+--           refund then gives back to the latest consumption (the window
+--           of now, the newest entries of a log, a bucket up to full)
 --
 -- A refund never gives back more than the take consumed: where it cannot
 -- tell (the state was reset, or its window already replaced), it gives
@@ -41,15 +44,19 @@
 -- the bucket, refilled for all of now - taken, stays at least the cost
 -- short of full (the usual case: the refund comes milliseconds later).
 
+-- Window algorithms give back to the window a take at taken counted in,
+-- or, for a take not known, the window a take at now counts in: the stored
+-- one, unless it is older.
+
 local function fixed_window_refund(key, now, taken, _, period, cost)
   local wd, d = window_width(period)
   local sw, c = fw_read(redis.call('GET', key), wd, d)
-  if not sw or sw ~= floor(taken / period) or c < cost then
+  if not sw or c < cost or (taken and sw ~= floor(taken / period)) or (not taken and sw < floor(now / period)) then
     return -- the window ended: what it counted no longer matters
   end
   c = c - cost
   if c > 0 then
-    save(key, fw_state(sw, c, wd), (sw + 1) * period - now)
+    window_write(key, fw_state(sw, c, wd), (sw + 1) * period - now, now)
   else
     save(key, '', 0)
   end
@@ -61,31 +68,61 @@ local function sliding_window_refund(key, now, taken, _, period, cost)
   if not sw then
     return
   end
-  local w = floor(taken / period)
-  if sw == w and b >= cost then
+  if not taken then
+    if sw < floor(now / period) or b < cost then
+      return
+    end
     b = b - cost
-  elseif sw == w + 1 and a >= cost then
-    a = a - cost
   else
-    return
+    local w = floor(taken / period)
+    if sw == w and b >= cost then
+      b = b - cost
+    elseif sw == w + 1 and a >= cost then
+      a = a - cost
+    else
+      return
+    end
   end
-  save(key, sw_state(sw, a, b, wd), sw_reset(a, b, sw, now, period))
+  local reset = sw_reset(a, b, sw, now, period)
+  if reset > 0 then
+    window_write(key, sw_state(sw, a, b, wd), reset, now)
+  else
+    save(key, '', 0)
+  end
 end
 
-local function sliding_log_refund(key, now, taken, _, period, cost)
-  local stamp = fmt('%d', taken)
-  local n = redis.call('ZCOUNT', key, stamp, stamp)
-  if n < cost then
-    return
-  end
-  -- Members at one score are alike: removing the highest numbers keeps
-  -- the numbering that sliding_log_write relies on.
+-- sl_remove removes the cost highest-numbered members at stamp, of the n
+-- there are: the numbering that sliding_log_write relies on stays.
+local function sl_remove(key, stamp, n, cost)
   for first = n - cost, n - 1, 1000 do
     local names = {}
     for i = first, math.min(first + 999, n - 1) do
       names[#names + 1] = sl_member(stamp, i)
     end
     redis.call('ZREM', key, unpack(names))
+  end
+end
+
+local function sliding_log_refund(key, now, taken, _, period, cost)
+  if taken then
+    local stamp = fmt('%d', taken)
+    local n = redis.call('ZCOUNT', key, stamp, stamp)
+    if n < cost then
+      return
+    end
+    sl_remove(key, stamp, n, cost)
+  else
+    -- A take not known: the newest cost live members, instant by instant.
+    if redis.call('ZCOUNT', key, '(' .. fmt('%d', now - period), '+inf') < cost then
+      return
+    end
+    while cost > 0 do
+      local stamp = fmt('%d', tonumber(redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')[2]))
+      local n = redis.call('ZCOUNT', key, stamp, stamp)
+      local k = math.min(n, cost)
+      sl_remove(key, stamp, n, k)
+      cost = cost - k
+    end
   end
   local top = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')[2]
   if top and tonumber(top) + period > now then
@@ -95,8 +132,12 @@ local function sliding_log_refund(key, now, taken, _, period, cost)
   end
 end
 
--- bucket_give is what token_bucket and gcra give back (see above).
+-- bucket_give is what token_bucket and gcra give back (see above): cost
+-- for a take not known, capped at a full bucket by bucket_refund.
 local function bucket_give(now, taken, interval, cost, reset)
+  if not taken then
+    return cost * interval
+  end
   return math.min(cost * interval, reset - (now - taken))
 end
 
@@ -124,17 +165,17 @@ local refunds = {
   g = bucket_refund,
 }
 
-local now, taken = clock(ARGV[1]), tonumber(ARGV[2])
+local now = clock(ARGV[1])
 local out = {}
 for i = 1, #KEYS do
-  local j = 5 * i - 2
+  local j = 6 * i - 4
   local refund, alg = refunds[ARGV[j]], algorithms[ARGV[j]]
   if not refund or not alg then
     return redis.error_reply('sluice: unknown algorithm ' .. tostring(ARGV[j]))
   end
   local p1, p2, cost = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3])
   if cost > 0 then
-    refund(KEYS[i], now, taken, p1, p2, cost, tonumber(ARGV[j + 4]))
+    refund(KEYS[i], now, tonumber(ARGV[j + 5]), p1, p2, cost, tonumber(ARGV[j + 4]))
   end
   local ok, rem, reset, retry = alg[1](KEYS[i], now, p1, p2, 0)
   out[4 * i - 3], out[4 * i - 2], out[4 * i - 1], out[4 * i] = ok, rem, reset, retry

@@ -1,0 +1,423 @@
+package sluice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Settler is an optional interface of a Store: a Store that has it gives
+// back what a decision consumed (Refund) and consumes beyond a limit
+// (Charge), for work whose cost is known only once it is done
+// (Limiter.Reserve, Reservation.Settle). The memory and Redis stores have
+// it, and so do the wrappers in this module that forward to a store. A
+// store that wraps another is a Settler only if it forwards all three
+// methods; a Limiter over a store without it refuses Reserve with an
+// error wrapping ErrSettleUnsupported.
+//
+// As for Take, every request is valid: each Cost is at most the Capacity
+// of each of its part's limits.
+type Settler interface {
+	// TakeAt is Take, and also reports the instants the store decided at,
+	// which make a Refund of the take exact.
+	TakeAt(ctx context.Context, req Request) (Taken, error)
+	// Refund gives back what a take of the same parts consumed: each
+	// part's Cost (at most the take's) from each of its limits, at
+	// req.Now (the zero Now: the store's clock). t is the take's Taken,
+	// or the zero Taken when it is not known. A refund never gives back
+	// more than the take consumed, nor to state that is no longer the
+	// take's (a window that ended, state reset since): see the
+	// algorithms' rules in Reservation.Settle. It returns the state after
+	// the refund, one Result per limit as Take of cost 0 would.
+	Refund(ctx context.Context, req Request, t Taken) ([]Result, error)
+	// Charge consumes each part's Cost from each of its limits whatever
+	// they hold, and is never denied: a window's count or a log may
+	// exceed its limit, a bucket's debt its capacity, and the key's next
+	// requests are denied until the debt is repaid. It returns the state
+	// after the charge, one Result per limit as Take of cost 0 would (a
+	// limit in debt reports it denied, with the RetryAfter until a
+	// request of cost 0 fits again).
+	Charge(ctx context.Context, req Request) ([]Result, error)
+}
+
+// Taken is what a Settler's TakeAt reports of a take, for its Refund.
+type Taken struct {
+	// Results are the take's, one per limit, as Take returns them.
+	Results []Result
+	// At holds the instant the store decided each limit at, in the order
+	// of Results: one instant for a decision made in one atomic step
+	// (req.Now, or the store's clock: the Redis server's TIME), one per
+	// slot of a decision split over Redis Cluster slots. A nil At is a
+	// take not known: the refund gives back to the latest consumption.
+	At []time.Time
+}
+
+// Errors of Reserve and Settle.
+var (
+	// ErrSettleUnsupported is wrapped by the error of Limiter.Reserve
+	// when the Limiter's store, or its local fallback, is no Settler.
+	ErrSettleUnsupported = errors.New("the store cannot give back or charge units (it is no sluice.Settler)")
+	// ErrSettled is wrapped by the error of Reservation.Settle when the
+	// reservation was settled already: a retried settle never refunds
+	// twice.
+	ErrSettled = errors.New("reservation already settled")
+	// ErrNotReserved is wrapped by the error of Reservation.Settle when
+	// the reservation was denied: it consumed nothing, and the work it
+	// asked for should not have run.
+	ErrNotReserved = errors.New("reservation was denied and holds nothing")
+)
+
+// A Reservation is a request admitted at its largest cost, to be settled
+// at its actual cost once the work is done (Limiter.Reserve). It is safe
+// for concurrent use; it is settled once.
+type Reservation struct {
+	// MultiResult is the decision of the reservation, as AllowParts
+	// would have answered it.
+	MultiResult
+
+	lim   *Limiter
+	parts []Part // as reserved, the limits copied
+	taken Taken  // the store's take; At nil when the error policy answered
+	// local holds, when the local fallback decided some parts (a store
+	// outage), the index of each in parts and the part as the fallback
+	// took it (its limits cut to this replica's share).
+	local []localPart
+
+	mu      sync.Mutex
+	settled bool
+}
+
+// localPart is a part of a Reservation that the local fallback decided.
+type localPart struct {
+	index int
+	part  Part
+}
+
+// Reserve decides a request of cost max by key under limit as
+// AllowN(ctx, key, limit, max) does, for work whose cost is known only
+// once it is done (an LLM call's tokens, an export's rows): it admits or
+// denies on max, consumes max if it admits, and returns a Reservation
+// that Settle then corrects to the actual cost. It is ReserveParts with
+// one part.
+func (l *Limiter) Reserve(ctx context.Context, key string, limit Limit, max int) (*Reservation, error) {
+	return l.ReserveParts(ctx, Part{Key: key, Limits: []Limit{limit}, Cost: max})
+}
+
+// ReserveParts decides parts as AllowParts does, each at its largest
+// cost, and returns a Reservation to settle at the actual costs. The
+// errors are AllowParts's, and one wrapping ErrSettleUnsupported when the
+// store is no Settler. It never answers from the deny cache
+// (WithDenyCache). A store failure gets the error policy's answer, as in
+// AllowParts, and the Reservation remembers who decided: see
+// Reservation.SettleParts.
+func (l *Limiter) ReserveParts(ctx context.Context, parts ...Part) (*Reservation, error) {
+	if err := someLimits(parts, "reservation"); err != nil {
+		return nil, err
+	}
+	if err := validate(parts); err != nil {
+		return nil, err
+	}
+	st, ok := l.store.(Settler)
+	if !ok {
+		return nil, fmt.Errorf("sluice: reserve: %w: %T", ErrSettleUnsupported, l.store)
+	}
+	if f := l.policy.fallback; f != nil {
+		if _, ok := f.(Settler); !ok {
+			return nil, fmt.Errorf("sluice: reserve: the fallback store: %w: %T", ErrSettleUnsupported, f)
+		}
+	}
+	own := make([]Part, len(parts))
+	for i, p := range parts {
+		p.Limits = slices.Clone(p.Limits)
+		own[i] = p
+	}
+	req := Request{Parts: own}
+	if l.now != nil {
+		req.Now = l.now()
+	}
+	t, local, err := l.decideAt(ctx, req, st)
+	if err != nil {
+		return nil, err
+	}
+	r := &Reservation{MultiResult: Combine(t.Results), lim: l, parts: own, taken: t}
+	for i, p := range local {
+		if p.Cost > 0 {
+			r.local = append(r.local, localPart{index: localIndex(own, l, i), part: p})
+		}
+	}
+	return r, nil
+}
+
+// localIndex returns the index in parts of the i-th part that the local
+// fallback decides (degrade's order).
+func localIndex(parts []Part, l *Limiter, i int) int {
+	for j, p := range parts {
+		if l.modeOf(p) == modeLocal {
+			if i == 0 {
+				return j
+			}
+			i--
+		}
+	}
+	return -1 // unreachable: degrade decides no more parts than are local
+}
+
+// Settle settles the reservation at actual, the work's cost, for every
+// part: SettleParts with actual for each.
+func (r *Reservation) Settle(ctx context.Context, actual int) (MultiResult, error) {
+	actuals := make([]int, len(r.parts))
+	for i := range actuals {
+		actuals[i] = actual
+	}
+	return r.SettleParts(ctx, actuals...)
+}
+
+// SettleParts settles the reservation at one actual cost per part, in
+// the order reserved (a part that keeps what it reserved, a per-request
+// count beside a token budget, gives its reserved cost). A part that cost
+// less than reserved gets the difference back (a refund); one that cost
+// more is charged the difference, which is never denied: it is a debt,
+// and the key's next requests are denied, with a RetryAfter saying until
+// when, until it is repaid. The charge is at most the smallest Capacity of
+// the part's limits (a debt of one full window or bucket), the most any
+// request could have been admitted at. A part whose actual equals its
+// reservation costs no store call.
+//
+// A refund is exact: the state is as if the reservation had taken only
+// actual. fixed_window and sliding_window give back to the window the
+// reservation was counted in (a settle after that window ended gives back
+// nothing: what it counted no longer matters), sliding_log removes entries
+// it added, and token_bucket and gcra move their state back, capped at a
+// full bucket (less, by at most the refill of the time in between, if the
+// bucket would have become full without the reservation). A refund never
+// gives back to state reset or replaced since the reservation.
+//
+// It returns the state after the settle, one Result per limit as a request
+// of cost 0 would see it, and the binding one (a limit in debt is denied).
+// A Reservation is settled once: a second call returns an error wrapping
+// ErrSettled, a denied one an error wrapping ErrNotReserved, and a
+// reservation never settled keeps its full cost. What happens when things
+// change in between:
+//
+//   - A store failure, or a breaker opened since the reservation: the
+//     refund or charge fails and Settle returns the error; the
+//     reservation keeps its full cost (what the work cost beyond it is
+//     not charged). A breaker that refused the call leaves the
+//     reservation unsettled, to be settled again later; any other failure
+//     settles it (the store may have applied it: it is never applied
+//     twice).
+//   - A reservation the error policy answered: under AllowOnError it
+//     consumed nothing, and Settle does nothing; under LocalOnError it
+//     consumed from the fallback store, which Settle refunds or charges
+//     (a refund to the latest consumption: the fallback's instants are
+//     not kept), whatever the main store does meanwhile.
+//   - A reloaded policy, or limits changed by the caller: the reservation
+//     settles under the limits it was reserved under. A limit whose Limit
+//     or Burst changed shares their state (Limit.Identity), so the settle
+//     applies to the new limit too; one whose algorithm, period or name
+//     changed no longer reads that state, and the settle does not reach it.
+func (r *Reservation) SettleParts(ctx context.Context, actual ...int) (MultiResult, error) {
+	if len(actual) != len(r.parts) {
+		return MultiResult{}, fmt.Errorf("%w: %d actual costs for a reservation of %d parts", ErrInvalidCost, len(actual), len(r.parts))
+	}
+	for _, a := range actual {
+		if a < 0 {
+			return MultiResult{}, fmt.Errorf("%w: an actual cost must not be negative, got %d", ErrInvalidCost, a)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.settled:
+		return MultiResult{}, fmt.Errorf("sluice: settle: %w", ErrSettled)
+	case !r.Allowed:
+		return MultiResult{}, fmt.Errorf("sluice: settle: %w", ErrNotReserved)
+	}
+	l := r.lim
+	if r.taken.At == nil { // the error policy answered
+		r.settled = true
+		return r.settleLocal(ctx, actual)
+	}
+	refund, charge := r.split(actual, func(i int) Part { return r.parts[i] })
+	if refund == nil && charge == nil {
+		r.settled = true
+		return r.MultiResult, nil
+	}
+	rs := slices.Clone(r.Results)
+	st := l.store.(Settler)
+	for _, s := range []*settling{refund, charge} {
+		if s == nil {
+			continue
+		}
+		got, refused, err := l.settleCall(ctx, s, st, r.taken)
+		if refused {
+			return MultiResult{}, fmt.Errorf("sluice: settle: %w", err)
+		}
+		r.settled = true
+		if err != nil {
+			return MultiResult{}, fmt.Errorf("sluice: settle: %w", err)
+		}
+		s.place(rs, got)
+		if s.refund && l.deny != nil {
+			for _, p := range s.req.Parts {
+				l.deny.forget(p.Key, p.Limits)
+			}
+		}
+	}
+	return Combine(rs), nil
+}
+
+// settling is the store call of a settle: a refund of the parts that
+// cost less than reserved (and the state of those that cost what they
+// reserved), or a charge of those that cost more.
+type settling struct {
+	refund bool
+	req    Request
+	index  []int // of each part of req in the reservation's parts
+	first  []int // the index in the reservation's Results of each part's first limit
+}
+
+// split returns the refund and the charge that settle the parts (part(i)
+// is the i-th as it was taken) at actual: nil where there is none.
+func (r *Reservation) split(actual []int, part func(i int) Part) (refund, charge *settling) {
+	first := make([]int, len(r.parts)+1)
+	for i, p := range r.parts {
+		first[i+1] = first[i] + len(p.Limits)
+	}
+	needRefund := false
+	for i, a := range actual {
+		p := part(i)
+		if p.Limits == nil {
+			continue
+		}
+		s := &refund
+		switch {
+		case a > p.Cost:
+			s = &charge
+			p.Cost = min(a-p.Cost, minCapacity(p.Limits))
+		case a < p.Cost:
+			needRefund = true
+			p.Cost -= a
+		default:
+			p.Cost = 0
+		}
+		if *s == nil {
+			*s = &settling{refund: s == &refund}
+		}
+		(*s).req.Parts = append((*s).req.Parts, p)
+		(*s).index = append((*s).index, i)
+		(*s).first = append((*s).first, first[i])
+	}
+	if !needRefund {
+		refund = nil // the state of what cost as reserved needs no call
+	}
+	if now := r.lim.now; now != nil {
+		for _, s := range []*settling{refund, charge} {
+			if s != nil {
+				s.req.Now = now()
+			}
+		}
+	}
+	return refund, charge
+}
+
+// minCapacity returns the smallest Capacity of limits.
+func minCapacity(limits []Limit) int {
+	c := limits[0].Capacity()
+	for _, l := range limits[1:] {
+		c = min(c, l.Capacity())
+	}
+	return c
+}
+
+// place puts the Results of s's limits, got, at their positions in rs.
+func (s *settling) place(rs, got []Result) {
+	k := 0
+	for i, p := range s.req.Parts {
+		copy(rs[s.first[i]:], got[k:k+len(p.Limits)])
+		k += len(p.Limits)
+	}
+}
+
+// taken returns what t, of the reservation's parts, says of the parts of
+// s: nil At when t has none.
+func (s *settling) taken(t Taken) Taken {
+	if t.At == nil {
+		return Taken{}
+	}
+	var out Taken
+	for i, p := range s.req.Parts {
+		f := s.first[i]
+		out.Results = append(out.Results, t.Results[f:f+len(p.Limits)]...)
+		out.At = append(out.At, t.At[f:f+len(p.Limits)]...)
+	}
+	return out
+}
+
+// settleCall runs the refund or charge s on st, through the breakers of
+// its nodes and within the store timeout. refused reports that a breaker
+// kept it from the store: it did not run.
+func (l *Limiter) settleCall(ctx context.Context, s *settling, st Settler, t Taken) (rs []Result, refused bool, err error) {
+	req := s.req
+	var g gate
+	if l.breaker != nil && !l.enter(&g, req.Parts[0].Key, req.Parts[1:]) {
+		return nil, true, l.refused(&g, req)
+	}
+	bctx, cancel := l.bound(ctx)
+	if s.refund {
+		rs, err = st.Refund(bctx, req, s.taken(t))
+	} else {
+		rs, err = st.Charge(bctx, req)
+	}
+	cancel()
+	if err == nil && len(rs) != req.Len() {
+		err = fmt.Errorf("the store returned %d results for %d limits", len(rs), req.Len())
+	}
+	if err != nil {
+		l.failure(ctx, &g, err, req)
+		return nil, false, err
+	}
+	l.passed(&g)
+	return rs, false, nil
+}
+
+// settleLocal settles a reservation that the error policy answered: the
+// parts the local fallback decided are refunded or charged there, the
+// others (AllowOnError) consumed nothing and change nothing.
+func (r *Reservation) settleLocal(ctx context.Context, actual []int) (MultiResult, error) {
+	if len(r.local) == 0 {
+		return r.MultiResult, nil
+	}
+	byIndex := make(map[int]Part, len(r.local))
+	for _, lp := range r.local {
+		byIndex[lp.index] = lp.part
+	}
+	refund, charge := r.split(actual, func(i int) Part { return byIndex[i] })
+	rs := slices.Clone(r.Results)
+	st := r.lim.policy.fallback.(Settler) // checked by ReserveParts
+	ctx, cancel := r.lim.bound(ctx)
+	defer cancel()
+	for _, s := range []*settling{refund, charge} {
+		if s == nil {
+			continue
+		}
+		var got []Result
+		var err error
+		if s.refund {
+			got, err = st.Refund(ctx, s.req, Taken{})
+		} else {
+			got, err = st.Charge(ctx, s.req)
+		}
+		if err != nil {
+			return MultiResult{}, fmt.Errorf("sluice: settle: fallback: %w", err)
+		}
+		for i := range got {
+			got[i].Degraded = DegradedLocal
+		}
+		s.place(rs, got)
+	}
+	return Combine(rs), nil
+}

@@ -1,0 +1,91 @@
+package memory
+
+import (
+	"context"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/algo"
+)
+
+// TakeAt implements sluice.Settler: Take, and the instant it decided at
+// (req.Now, or the store's clock), for every limit.
+func (s *Store) TakeAt(ctx context.Context, req sluice.Request) (sluice.Taken, error) {
+	at := time.UnixMicro(s.micros(req.Now)).UTC()
+	req.Now = at
+	rs, err := s.Take(ctx, req)
+	if err != nil {
+		return sluice.Taken{}, err
+	}
+	t := sluice.Taken{Results: rs, At: make([]time.Time, len(rs))}
+	for i := range t.At {
+		t.At[i] = at
+	}
+	return t, nil
+}
+
+// Refund implements sluice.Settler: it gives back each part's Cost as
+// algo's Refund rules say, atomically over every key of req, and returns
+// the state after it.
+func (s *Store) Refund(_ context.Context, req sluice.Request, t sluice.Taken) ([]sluice.Result, error) {
+	return s.apply(req, func(i int, sp *algo.Spec, st algo.State, now, cost int64) (algo.State, int64, bool) {
+		taken, reset := algo.Unknown, int64(0)
+		if t.At != nil {
+			taken, reset = t.At[i].UnixMicro(), t.Results[i].ResetAfter.Microseconds()
+		}
+		return sp.Refund(st, now, taken, reset, cost)
+	}), nil
+}
+
+// Charge implements sluice.Settler: it consumes each part's Cost whatever
+// the limits hold (algo's Charge), atomically over every key of req, and
+// returns the state after it.
+func (s *Store) Charge(_ context.Context, req sluice.Request) ([]sluice.Result, error) {
+	return s.apply(req, func(_ int, sp *algo.Spec, st algo.State, now, cost int64) (algo.State, int64, bool) {
+		next, ttl := sp.Charge(st, now, cost)
+		return next, ttl, true
+	}), nil
+}
+
+// apply changes the state of every limit of req, its i-th in Results
+// order, by f (which returns the state to store for ttl µs, and whether
+// to store it), under the locks of all their shards, as Take does, and
+// returns the state after it as a request of cost 0 sees it.
+func (s *Store) apply(req sluice.Request, f func(i int, sp *algo.Spec, st algo.State, now, cost int64) (algo.State, int64, bool)) []sluice.Result {
+	now := s.micros(req.Now)
+	n := req.Len()
+	rs := make([]sluice.Result, n)
+	work := make([]decision, n)
+	var scratch [256]byte
+	keys, locked := s.lock(req.Parts, work, scratch[:0], nil)
+	defer s.unlock(locked)
+	i := 0
+	for _, p := range req.Parts {
+		for _, l := range p.Limits {
+			d := &work[i]
+			key := keys[d.k0:d.k1]
+			if d.i = d.sh.find(key, d.h); d.i != 0 {
+				if e := d.sh.at(d.i); e.expires > now {
+					d.st = d.sh.state(d.i)
+				}
+				d.sh.touch(d.i)
+			}
+			sp := algo.SpecOf(l)
+			if st, ttl, ok := sp.Convert(d.st, now); ok {
+				d.st = st
+				d.save(key, st, ttl, now)
+			}
+			if next, ttl, ok := f(i, &sp, d.st, now, int64(p.Cost)); ok {
+				d.st = next
+				d.save(key, next, ttl, now)
+			}
+			rs[i], _, _ = algo.Check(l, d.st, now, 0)
+			i++
+		}
+	}
+	for _, x := range locked {
+		sh := &s.shards[x]
+		sh.settle(max(sh.cap, n), now)
+	}
+	return rs
+}
