@@ -276,7 +276,6 @@ func (r *Reservation) SettleParts(ctx context.Context, actual ...int) (MultiResu
 type settling struct {
 	refund bool
 	req    Request
-	index  []int // of each part of req in the reservation's parts
 	first  []int // the index in the reservation's Results of each part's first limit
 }
 
@@ -308,7 +307,6 @@ func (r *Reservation) split(actual []int, part func(i int) Part) (refund, charge
 			*s = &settling{refund: s == &refund}
 		}
 		(*s).req.Parts = append((*s).req.Parts, p)
-		(*s).index = append((*s).index, i)
 		(*s).first = append((*s).first, first[i])
 	}
 	if !needRefund {

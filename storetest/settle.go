@@ -131,10 +131,11 @@ func (k *twins) drain(key string, l sluice.Limit, at time.Duration) (int, sluice
 // read them); the state's lifetime; then the same requests on both, all
 // limits at one instant before any later one (a store that evicts what
 // expired long ago, as the memory store does, would forget the state of
-// one limit while the clock visits later instants for another). With
+// one limit while the clock visits later instants for another), and so
+// the limits of more, twins whose state is read. With
 // slack(l), the subject may be behind its twin under l by up to that much
 // refill, never ahead.
-func (k *twins) compare(after []sluice.Result, at time.Duration, slack func(l sluice.Limit) time.Duration) {
+func (k *twins) compare(after []sluice.Result, at time.Duration, slack func(l sluice.Limit) time.Duration, more ...*twins) {
 	t := k.e.t
 	t.Helper()
 	if slack == nil {
@@ -147,50 +148,58 @@ func (k *twins) compare(after []sluice.Result, at time.Duration, slack func(l sl
 	}
 	var probes []probe
 	k.e.clock.Set(at) // the store's clock too, for TTL
-	for j, l := range k.limits {
-		if ttler, ok := k.e.store.(TTLer); ok {
-			ttl, err := ttler.TTL(context.Background(), k.subject, l)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// A server expires keys by its own clock, while the fake one
-			// jumps: the twin's TTL as its last request set it (which may
-			// precede at), what its state needs at at, and what the
-			// subject's lived before the refund or charge (a refund that
-			// writes nothing leaves it) bound the subject's.
-			twinTTL, err := ttler.TTL(context.Background(), k.twin, l)
-			if err != nil {
-				t.Fatal(err)
-			}
-			twinSet := twinTTL
-			if !k.twinWrote.IsZero() {
-				twinSet += time.Since(k.twinWrote)
-			}
-			need := k.one(k.twin, l, at, 0).ResetAfter
-			most := max(twinSet, need)
-			if k.lived != nil {
-				most = max(most, k.lived[j])
-			}
-			if most = (most + slack(l)).Round(time.Millisecond) + time.Millisecond; ttl > most || ttl == 0 && need > 0 {
-				t.Errorf("%s: the subject's state lives %v; the twin's %v and needs %v", l, ttl, twinTTL, need)
-			}
+	sets := append([]*twins{k}, more...)
+	for i, k := range sets {
+		if i > 0 {
+			after = nil
 		}
-		a := k.one(k.subject, l, at, 0)
-		if after != nil {
-			a = after[j]
-		}
-		probes = append(probes, probe{"the answer", l, a, k.one(k.twin, l, at, 0)})
-		sn, sr := k.drain(k.subject, l, at)
-		tn, tr := k.drain(k.twin, l, at)
-		if sn > tn || slack(l) == 0 && sn != tn {
-			t.Errorf("%s: the subject admits %d, its twin %d", l, sn, tn)
-		} else if sn == tn {
-			probes = append(probes, probe{"the denial after draining", l, sr, tr})
+		for j, l := range k.limits {
+			if ttler, ok := k.e.store.(TTLer); ok {
+				ttl, err := ttler.TTL(context.Background(), k.subject, l)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// A server expires keys by its own clock, while the fake one
+				// jumps: the twin's TTL as its last request set it (which may
+				// precede at), what its state needs at at, and what the
+				// subject's lived before the refund or charge (a refund that
+				// writes nothing leaves it) bound the subject's.
+				twinTTL, err := ttler.TTL(context.Background(), k.twin, l)
+				if err != nil {
+					t.Fatal(err)
+				}
+				twinSet := twinTTL
+				if !k.twinWrote.IsZero() {
+					twinSet += time.Since(k.twinWrote)
+				}
+				need := k.one(k.twin, l, at, 0).ResetAfter
+				most := max(twinSet, need)
+				if k.lived != nil {
+					most = max(most, k.lived[j])
+				}
+				if most = (most + slack(l)).Round(time.Millisecond) + time.Millisecond; ttl > most || ttl == 0 && need > 0 {
+					t.Errorf("%s: the subject's state lives %v; the twin's %v and needs %v", l, ttl, twinTTL, need)
+				}
+			}
+			a := k.one(k.subject, l, at, 0)
+			if after != nil {
+				a = after[j]
+			}
+			probes = append(probes, probe{"the answer", l, a, k.one(k.twin, l, at, 0)})
+			sn, sr := k.drain(k.subject, l, at)
+			tn, tr := k.drain(k.twin, l, at)
+			if sn > tn || slack(l) == 0 && sn != tn {
+				t.Errorf("%s: the subject admits %d, its twin %d", l, sn, tn)
+			} else if sn == tn {
+				probes = append(probes, probe{"the denial after draining", l, sr, tr})
+			}
 		}
 	}
 	for _, d := range []time.Duration{20 * time.Second, 61 * time.Second, 125 * time.Second} {
-		for _, l := range k.limits {
-			probes = append(probes, probe{fmt.Sprintf("the state %v later", d), l, k.one(k.subject, l, at+d, 0), k.one(k.twin, l, at+d, 0)})
+		for _, k := range sets {
+			for _, l := range k.limits {
+				probes = append(probes, probe{fmt.Sprintf("the state %v later", d), l, k.one(k.subject, l, at+d, 0), k.one(k.twin, l, at+d, 0)})
+			}
 		}
 	}
 	for _, p := range probes {
@@ -454,10 +463,16 @@ func testSettle(t *testing.T, newStore Factory) {
 				// state under the limits reserved: read it.
 				after = nil
 			}
-			k.compare(after, tt.settle.at, nil)
-			if second != nil {
-				second.compare(got.Results[len(limits):], tt.settle.at, nil)
+			if second == nil {
+				k.compare(after, tt.settle.at, nil)
+				return
 			}
+			if r := second.one(second.subject, second.limits[0], tt.settle.at, 0); got.Results[len(limits)] != r {
+				t.Errorf("Settle: %s: %+v, the state %+v", second.limits[0], got.Results[len(limits)], r)
+			}
+			// One comparison of both parts, so that the clock visits each
+			// instant once for all their keys.
+			k.compare(after, tt.settle.at, nil, second)
 		})
 	}
 }
