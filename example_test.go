@@ -139,3 +139,34 @@ func ExampleOneTaker() {
 	fmt.Println(r.Remaining, "remaining;", store.ones, "TakeOne,", store.takes, "Take")
 	// Output: 4 remaining; 3 TakeOne, 1 Take
 }
+
+// A token budget: each LLM call reserves the most it may spend, and is
+// settled at what it spent once the answer is in.
+func ExampleLimiter_Reserve() {
+	lim := sluice.New(memory.New(), sluice.WithClock(fixed))
+	ctx := context.Background()
+	budget := sluice.PerMinute(10_000).Using(sluice.FixedWindow)
+
+	for _, used := range []int{1200, 5000} {
+		r, err := lim.Reserve(ctx, "api-key-1", budget, 4096)
+		if err != nil {
+			panic(err)
+		}
+		if !r.Allowed {
+			fmt.Println("denied, retry after", r.RetryAfter)
+			continue
+		}
+		// ... the call runs, and reports the tokens it used ...
+		after, err := r.Settle(ctx, used)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("used %d: %d tokens left\n", used, after.Remaining)
+	}
+	r, _ := lim.Reserve(ctx, "api-key-1", budget, 4096)
+	fmt.Println("a third call reserving 4096 is allowed:", r.Allowed)
+	// Output:
+	// used 1200: 8800 tokens left
+	// used 5000: 3800 tokens left
+	// a third call reserving 4096 is allowed: false
+}
