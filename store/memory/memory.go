@@ -422,19 +422,7 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, 
 	for _, p := range req.Parts {
 		for _, l := range p.Limits {
 			d := &work[i]
-			key := keys[d.k0:d.k1]
-			if d.i = d.sh.find(key, d.h); d.i != 0 {
-				if e := d.sh.at(d.i); e.expires > now {
-					d.st = d.sh.state(d.i)
-				}
-				d.sh.touch(d.i)
-			}
-			if st, ttl, ok := algo.Convert(l, d.st, now); ok {
-				// State of another Limit: kept converted whatever the
-				// decision, as the Lua scripts keep it.
-				d.st = st
-				d.save(key, st, ttl, now)
-			}
+			d.read(keys[d.k0:d.k1], l, now)
 			rs[i], d.next, d.ttl = algo.Check(l, d.st, now, int64(p.Cost))
 			allowed = allowed && rs[i].Allowed
 			i++
@@ -621,6 +609,23 @@ type decision struct {
 	i        int32  // the stored entry's node, expired or not; 0 if none
 	st, next algo.State
 	ttl      int64
+}
+
+// read loads into d the state of its entry key, key, at now (none if it
+// expired), makes the entry the most recently used of its shard, and
+// converts it to l: state of another Limit is kept converted whatever the
+// decision, as the Lua scripts keep it.
+func (d *decision) read(key []byte, l sluice.Limit, now int64) {
+	if d.i = d.sh.find(key, d.h); d.i != 0 {
+		if e := d.sh.at(d.i); e.expires > now {
+			d.st = d.sh.state(d.i)
+		}
+		d.sh.touch(d.i)
+	}
+	if st, ttl, ok := algo.Convert(l, d.st, now); ok {
+		d.st = st
+		d.save(key, st, ttl, now)
+	}
 }
 
 // save stores st for ttl µs from now as the state of d, whose entry key

@@ -64,17 +64,8 @@ func (s *Store) apply(req sluice.Request, f func(i int, sp *algo.Spec, st algo.S
 		for _, l := range p.Limits {
 			d := &work[i]
 			key := keys[d.k0:d.k1]
-			if d.i = d.sh.find(key, d.h); d.i != 0 {
-				if e := d.sh.at(d.i); e.expires > now {
-					d.st = d.sh.state(d.i)
-				}
-				d.sh.touch(d.i)
-			}
+			d.read(key, l, now)
 			sp := algo.SpecOf(l)
-			if st, ttl, ok := sp.Convert(d.st, now); ok {
-				d.st = st
-				d.save(key, st, ttl, now)
-			}
 			if next, ttl, ok := f(i, &sp, d.st, now, int64(p.Cost)); ok {
 				d.st = next
 				d.save(key, next, ttl, now)
