@@ -58,6 +58,15 @@ func (k *twins) mark(at time.Duration) {
 	}
 }
 
+// newTwins returns the twins of case i, in an env of their own, under
+// limits (nil: 10 per minute under each algorithm).
+func newTwins(t *testing.T, newStore Factory, i int, limits []sluice.Limit) *twins {
+	if limits == nil {
+		limits = everyAlgorithm(10)
+	}
+	return &twins{e: newEnv(t, newStore), limits: limits, subject: fmt.Sprintf("subject-%d", i), twin: fmt.Sprintf("twin-%d", i)}
+}
+
 // take decides a request of cost at Epoch+at on key under every limit of
 // k through the store's TakeAt.
 func (k *twins) take(key string, at time.Duration, cost int) sluice.Taken {
@@ -267,12 +276,8 @@ func testRefund(t *testing.T, newStore Factory) {
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t, newStore)
-			limits := tt.limits
-			if limits == nil {
-				limits = everyAlgorithm(10)
-			}
-			k := &twins{e: e, limits: limits, subject: fmt.Sprintf("subject-%d", i), twin: fmt.Sprintf("twin-%d", i)}
+			k := newTwins(t, newStore, i, tt.limits)
+			e, limits := k.e, k.limits
 			k.both(tt.before)
 			taken := k.take(k.subject, tt.take.at, tt.take.cost)
 			for j, r := range taken.Results {
@@ -396,12 +401,8 @@ func testSettle(t *testing.T, newStore Factory) {
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t, newStore)
-			limits := tt.limits
-			if limits == nil {
-				limits = everyAlgorithm(10)
-			}
-			k := &twins{e: e, limits: limits, subject: fmt.Sprintf("subject-%d", i), twin: fmt.Sprintf("twin-%d", i)}
+			k := newTwins(t, newStore, i, tt.limits)
+			e, limits := k.e, k.limits
 			k.both(tt.before)
 			parts := []sluice.Part{{Key: k.subject, Limits: limits, Cost: tt.reserve.cost}}
 			var second *twins
