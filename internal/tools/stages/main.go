@@ -20,8 +20,11 @@
 //	<== vet: ok, 1m02s
 //
 // and after the last step a table of every stage: when it started
-// (minutes:seconds after the run began), how long it took, and whether it
-// passed, failed or never ran, then the total. A failed stage stops the
+// (minutes:seconds after the run began), how long it took, the processor
+// time (user and system) of make and every process it waited for, and
+// whether it passed, failed or never ran, then the total. The processor
+// time shows where the cores went: a stage that took 2m with 3m50s of it
+// kept two cores busy, one with 20s mostly waited. A failed stage stops the
 // run: the stages running beside it are left to end (an apt-get is never
 // cut short), but no other stage starts, and the table is printed all the
 // same, naming the stage that failed.
@@ -124,8 +127,9 @@ func parseSteps(args []string) ([]step, error) {
 // stage is one make target of the run.
 type stage struct {
 	name       string
-	start, end time.Time // zero until the stage starts, ends
-	err        error     // why it failed
+	start, end time.Time     // zero until the stage starts, ends
+	cpu        time.Duration // the processor time of make and what it waited for (user and system)
+	err        error         // why it failed
 }
 
 // runner runs the steps and reports on them.
@@ -229,6 +233,10 @@ func (r *runner) runStage(s *stage, beside bool, pad int) bool {
 		pw.flush()
 	}
 	s.end, s.err = time.Now(), err
+	if cmd.ProcessState != nil {
+		// wait4's usage counts the processes make waited for too.
+		s.cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	}
 	if err != nil {
 		r.mu.Lock()
 		if r.failed == nil {
@@ -286,22 +294,24 @@ func (r *runner) table(all []*stage) {
 	if !r.since.IsZero() {
 		t0 = r.since
 	}
-	type row struct{ name, start, took, result string }
-	rows := []row{{"stage", "start", "took", "result"}}
+	type row struct{ name, start, took, cpu, result string }
+	rows := []row{{"stage", "start", "took", "cpu", "result"}}
 	if !r.since.IsZero() {
-		rows = append(rows, row{"go run stages", clock(0), duration(r.began.Sub(r.since)), "ok"})
+		rows = append(rows, row{"go run stages", clock(0), duration(r.began.Sub(r.since)), "", "ok"})
 	}
+	var cpu time.Duration
 	for _, s := range all {
+		cpu += s.cpu
 		switch {
 		case s.start.IsZero():
-			rows = append(rows, row{s.name, "", "", "not run"})
+			rows = append(rows, row{s.name, "", "", "", "not run"})
 		case s.err != nil:
-			rows = append(rows, row{s.name, clock(s.start.Sub(t0)), duration(s.end.Sub(s.start)), fmt.Sprintf("FAILED (%v)", s.err)})
+			rows = append(rows, row{s.name, clock(s.start.Sub(t0)), duration(s.end.Sub(s.start)), duration(s.cpu), fmt.Sprintf("FAILED (%v)", s.err)})
 		default:
-			rows = append(rows, row{s.name, clock(s.start.Sub(t0)), duration(s.end.Sub(s.start)), "ok"})
+			rows = append(rows, row{s.name, clock(s.start.Sub(t0)), duration(s.end.Sub(s.start)), duration(s.cpu), "ok"})
 		}
 	}
-	total := row{"total", "", duration(time.Since(t0)), "ok"}
+	total := row{"total", "", duration(time.Since(t0)), duration(cpu), "ok"}
 	if failed := r.firstFailure(); failed != nil {
 		total.result = "FAILED at " + failed.name
 	} else if sig := r.signal(); sig != nil {
@@ -313,9 +323,9 @@ func (r *runner) table(all []*stage) {
 		pad = max(pad, len(w.name))
 	}
 	var b strings.Builder
-	b.WriteString("\nstage times (start: minutes:seconds into the run):\n")
+	b.WriteString("\nstage times (start: minutes:seconds into the run; cpu: processor time, user and system):\n")
 	for _, w := range rows {
-		fmt.Fprintf(&b, "  %-*s  %5s  %6s  %s\n", pad, w.name, w.start, w.took, w.result)
+		fmt.Fprintf(&b, "  %-*s  %5s  %6s  %6s  %s\n", pad, w.name, w.start, w.took, w.cpu, w.result)
 	}
 	r.printf("%s", b.String())
 }

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,7 +19,7 @@ import (
 // together waits for partner to have run (up to a minute, then it
 // fails): it passes only when the two run at once, whichever starts
 // first; partner waits for together's start likewise. afterone fails
-// unless one has run.
+// unless one has run. busy spins its shell for a while.
 const makefile = `
 one:
 	@touch one.ran; echo one says hi; echo one to stderr >&2
@@ -36,6 +37,8 @@ afterone:
 	@[ -f one.ran ] && touch afterone.ran
 hangs:
 	@touch hangs.started; exec sleep 60
+busy:
+	@i=0; while [ $$i -lt 300000 ]; do i=$$((i+1)); done; touch busy.ran
 `
 
 // syncBuffer is a bytes.Buffer safe for the writes of several
@@ -98,10 +101,10 @@ func TestRun(t *testing.T) {
 				`==> one`, `one says hi`, `one to stderr`, `<== one: ok, \d+\.\ds`,
 				`==> two`, `two says hi`, `<== two: ok, \d+\.\ds`,
 				`stage times .*`,
-				`  stage +start +took +result`,
-				`  one +0:00 +\d+\.\ds +ok`,
-				`  two +0:00 +\d+\.\ds +ok`,
-				`  total +\d+\.\ds +ok`,
+				`  stage +start +took +cpu +result`,
+				`  one +0:00 +\d+\.\ds +\d+\.\ds +ok`,
+				`  two +0:00 +\d+\.\ds +\d+\.\ds +ok`,
+				`  total +\d+\.\ds +\d+\.\ds +ok`,
 			},
 		},
 		{
@@ -141,10 +144,10 @@ func TestRun(t *testing.T) {
 				`<== fails: FAILED after \d+\.\ds \(exit status 2\)`,
 				`slow  \| slow ended`,
 				`<== slow: ok, \d+\.\ds`,
-				`  fails +0:00 +\d+\.\ds +FAILED \(exit status 2\)`,
-				`  slow +0:00 +\d+\.\ds +ok`,
+				`  fails +0:00 +\d+\.\ds +\d+\.\ds +FAILED \(exit status 2\)`,
+				`  slow +0:00 +\d+\.\ds +\d+\.\ds +ok`,
 				`  two +not run`,
-				`  total +\d+\.\ds +FAILED at fails`,
+				`  total +\d+\.\ds +\d+\.\ds +FAILED at fails`,
 			},
 		},
 		{
@@ -153,13 +156,13 @@ func TestRun(t *testing.T) {
 			fails:   true,
 			ran:     []string{"fails", "slow"},
 			notRan:  []string{"two"},
-			outputs: []string{`  two +not run`, `  total +\d+\.\ds +FAILED at fails`},
+			outputs: []string{`  two +not run`, `  total +\d+\.\ds +\d+\.\ds +FAILED at fails`},
 		},
 		{
 			name:  "a target make does not know",
 			steps: []string{"nonesuch", "one"},
 			fails: true, notRan: []string{"one"},
-			outputs: []string{`make(\[\d+\])?: \*\*\* No rule to make target 'nonesuch'.  Stop.`, `  total +\d+\.\ds +FAILED at nonesuch`},
+			outputs: []string{`make(\[\d+\])?: \*\*\* No rule to make target 'nonesuch'.  Stop.`, `  total +\d+\.\ds +\d+\.\ds +FAILED at nonesuch`},
 		},
 	}
 	for _, c := range cases {
@@ -213,12 +216,35 @@ func TestSince(t *testing.T) {
 	}
 	for _, want := range []string{
 		`  go run stages +0:00 +1m05s +ok`,
-		`  one +1:0\d +\d+\.\ds +ok`,
-		`  total +1m0\ds +ok`,
+		`  one +1:0\d +\d+\.\ds +\d+\.\ds +ok`,
+		`  total +1m0\ds +\d+\.\ds +ok`,
 	} {
 		if !containsMatch(strings.Split(out.String(), "\n"), regexp.MustCompile("^"+want+"$")) {
 			t.Errorf("no line of the output matches %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestCPU: a stage's processor time counts the processes make ran (the
+// shell of busy's recipe spins), and the total adds every stage's.
+func TestCPU(t *testing.T) {
+	r, _, out := newRunner(t)
+	steps, _ := parseSteps([]string{"busy & one"})
+	if err := r.run(steps); err != nil {
+		t.Fatal(err)
+	}
+	busy := regexp.MustCompile(`(?m)^  busy +0:00 +\d+\.\ds +(\d+\.\d)s +ok$`).FindStringSubmatch(out.String())
+	total := regexp.MustCompile(`(?m)^  total +\d+\.\ds +(\d+\.\d)s +ok$`).FindStringSubmatch(out.String())
+	if busy == nil || total == nil {
+		t.Fatalf("no busy or total row with a processor time:\n%s", out)
+	}
+	b, _ := strconv.ParseFloat(busy[1], 64)
+	tot, _ := strconv.ParseFloat(total[1], 64)
+	if b == 0 {
+		t.Errorf("busy's processor time is 0.0s: its recipe's shell is not counted\n%s", out)
+	}
+	if tot < b {
+		t.Errorf("total processor time %ss is below busy's %ss\n%s", total[1], busy[1], out)
 	}
 }
 
