@@ -66,10 +66,12 @@ type Metrics struct {
 	// The children of the vectors that every request touches, looked up
 	// once instead of by WithLabelValues (hashing the label values under
 	// the vector's lock) per request: sluice_decisions_total's by
-	// ruleOutcome, and the store's take, reset and peek series.
+	// ruleOutcome, and the store's take, reset, peek, refund and charge
+	// series.
 	byRule            atomic.Pointer[map[ruleOutcome]prometheus.Counter] // copied on write, read without a lock
 	byRuleMu          sync.Mutex                                         // held by writers
 	take, reset, peek opSeries
+	refund, charge    opSeries
 }
 
 // opSeries are a store operation's children of sluice_store_seconds and
@@ -180,6 +182,8 @@ func New() *Metrics {
 	m.take = opSeries{m.storeSeconds.WithLabelValues("take"), m.storeErrors.WithLabelValues("take")}
 	m.reset = opSeries{m.storeSeconds.WithLabelValues("reset"), m.storeErrors.WithLabelValues("reset")}
 	m.peek = opSeries{m.storeSeconds.WithLabelValues("peek"), m.storeErrors.WithLabelValues("peek")}
+	m.refund = opSeries{m.storeSeconds.WithLabelValues("refund"), m.storeErrors.WithLabelValues("refund")}
+	m.charge = opSeries{m.storeSeconds.WithLabelValues("charge"), m.storeErrors.WithLabelValues("charge")}
 	m.reg.MustRegister(m.decisions, m.doorSeconds, m.storeSeconds, m.storeErrors, m.fallbacks, m.reloads, m.breakerOpen, m.breakerOpens, m.breakerNode, m.unknown,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -331,10 +335,16 @@ func (m *Metrics) UnknownDomain(string) { m.unknown.Inc() }
 
 // Store returns s instrumented: the latency and errors of every call.
 // It is a sluice.Noder that forwards to s (one node if s is no Noder), so
-// that a Limiter over it keeps one breaker per node of s.
+// that a Limiter over it keeps one breaker per node of s, and a
+// sluice.Settler if s is one, so that it can Reserve (refunds and charges
+// are timed under op="refund" and op="charge").
 func (m *Metrics) Store(s sluice.Store) sluice.Store {
 	n, _ := s.(sluice.Noder)
-	return &store{s, n, m}
+	st := &store{s, n, m}
+	if set, ok := s.(sluice.Settler); ok {
+		return &settling{st, set}
+	}
+	return st
 }
 
 type store struct {

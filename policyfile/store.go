@@ -281,6 +281,35 @@ func (l *lazyRedis) Peek(ctx context.Context, req sluice.Request) ([]sluice.Resu
 	return s.Peek(ctx, req)
 }
 
+// TakeAt decides with the Redis store, reporting its instants
+// (redis.Store.TakeAt), or fails with errNotConnected while Redis has not
+// been reached yet; so do Refund and Charge, which settle a reservation.
+func (l *lazyRedis) TakeAt(ctx context.Context, req sluice.Request) (sluice.Taken, error) {
+	s := l.store.Load()
+	if s == nil {
+		return sluice.Taken{}, errNotConnected
+	}
+	return s.TakeAt(ctx, req)
+}
+
+// Refund gives back to the Redis store (redis.Store.Refund).
+func (l *lazyRedis) Refund(ctx context.Context, req sluice.Request, t sluice.Taken) ([]sluice.Result, error) {
+	s := l.store.Load()
+	if s == nil {
+		return nil, errNotConnected
+	}
+	return s.Refund(ctx, req, t)
+}
+
+// Charge charges the Redis store (redis.Store.Charge).
+func (l *lazyRedis) Charge(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	s := l.store.Load()
+	if s == nil {
+		return nil, errNotConnected
+	}
+	return s.Charge(ctx, req)
+}
+
 // Reset resets key's limits in the Redis store, or fails with
 // errNotConnected while Redis has not been reached yet.
 func (l *lazyRedis) Reset(ctx context.Context, key string, limits ...sluice.Limit) error {

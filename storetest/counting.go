@@ -8,16 +8,19 @@ import (
 	"github.com/sluice-go/sluice"
 )
 
-// Counting wraps a Store and counts the Take and Peek calls that reach
-// it, so that a test can tell how many decisions a cache or a lease
-// spared the store. It forwards sluice.Noder to the wrapped Store (one
+// Counting wraps a Store and counts the Take, Peek, Refund and Charge
+// calls that reach it (a TakeAt counts as a Take), so that a test can tell
+// how many decisions a cache or a lease spared the store, or how many
+// store calls a settle made. It forwards sluice.Noder to the wrapped Store (one
 // node if it is no Noder).
 // It is no sluice.OneTaker, so a Limiter over it sends every decision
 // through Take.
 type Counting struct {
 	sluice.Store
-	takes atomic.Int64
-	peeks atomic.Int64
+	takes   atomic.Int64
+	peeks   atomic.Int64
+	refunds atomic.Int64
+	charges atomic.Int64
 }
 
 // Take counts the call and passes it to the wrapped Store.
@@ -38,6 +41,52 @@ func (c *Counting) Peek(ctx context.Context, req sluice.Request) ([]sluice.Resul
 		return nil, fmt.Errorf("storetest: %T: %w", c.Store, sluice.ErrPeekUnsupported)
 	}
 	return pk.Peek(ctx, req)
+}
+
+// TakeAt counts the call as a Take and passes it to the wrapped Store,
+// which must be a sluice.Settler (else the error wraps
+// sluice.ErrSettleUnsupported), as must Refund's and Charge's.
+func (c *Counting) TakeAt(ctx context.Context, req sluice.Request) (sluice.Taken, error) {
+	c.takes.Add(1)
+	st, err := c.settler()
+	if err != nil {
+		return sluice.Taken{}, err
+	}
+	return st.TakeAt(ctx, req)
+}
+
+// Refund counts the call and passes it to the wrapped Store.
+func (c *Counting) Refund(ctx context.Context, req sluice.Request, t sluice.Taken) ([]sluice.Result, error) {
+	c.refunds.Add(1)
+	st, err := c.settler()
+	if err != nil {
+		return nil, err
+	}
+	return st.Refund(ctx, req, t)
+}
+
+// Charge counts the call and passes it to the wrapped Store.
+func (c *Counting) Charge(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	c.charges.Add(1)
+	st, err := c.settler()
+	if err != nil {
+		return nil, err
+	}
+	return st.Charge(ctx, req)
+}
+
+// Refunds returns how many Refund calls have reached the Counting store.
+func (c *Counting) Refunds() int64 { return c.refunds.Load() }
+
+// Charges returns how many Charge calls have reached the Counting store.
+func (c *Counting) Charges() int64 { return c.charges.Load() }
+
+func (c *Counting) settler() (sluice.Settler, error) {
+	st, ok := c.Store.(sluice.Settler)
+	if !ok {
+		return nil, fmt.Errorf("storetest: %T: %w", c.Store, sluice.ErrSettleUnsupported)
+	}
+	return st, nil
 }
 
 // Peeks returns how many Peek calls have reached the Counting store.

@@ -1,0 +1,57 @@
+package metrics_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/metrics"
+	"github.com/sluice-go/sluice/store/memory"
+)
+
+// TestSettle: the instrumented store of a Settler is one, so a Limiter
+// over it reserves and settles, the take timed under op="take", the
+// refund under op="refund" and the charge under op="charge"; that of a
+// store that is no Settler is none, and Reserve refuses it up front.
+func TestSettle(t *testing.T) {
+	m := metrics.New()
+	lim := sluice.New(m.Store(memory.New()))
+	ctx := context.Background()
+	l := sluice.PerMinute(100)
+	for _, c := range []struct {
+		actual, remaining int
+	}{
+		{4, 96},  // 10 reserved, 6 refunded
+		{25, 71}, // 10 reserved, 15 charged
+	} {
+		r, err := lim.Reserve(ctx, "k", l, 10)
+		if err != nil || !r.Allowed {
+			t.Fatalf("Reserve = %+v, %v", r, err)
+		}
+		got, err := r.Settle(ctx, c.actual)
+		if err != nil || got.Remaining != c.remaining {
+			t.Fatalf("Settle(%d) = %+v, %v; want %d remaining", c.actual, got.Result, err, c.remaining)
+		}
+	}
+	text := scrape(t, m)
+	for _, want := range []string{
+		`sluice_store_duration_seconds_count{op="take"} 2`,
+		`sluice_store_duration_seconds_count{op="refund"} 1`,
+		`sluice_store_duration_seconds_count{op="charge"} 1`,
+		`sluice_store_errors_total{op="refund"} 0`,
+		`sluice_store_errors_total{op="charge"} 0`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	hidden := m.Store(struct{ sluice.Store }{memory.New()})
+	if _, ok := hidden.(sluice.Settler); ok {
+		t.Error("the instrumented store of a store that is no Settler is one")
+	}
+	if _, err := sluice.New(hidden).Reserve(ctx, "k", l, 1); !errors.Is(err, sluice.ErrSettleUnsupported) {
+		t.Errorf("Reserve over a store that is no Settler: %v, want ErrSettleUnsupported", err)
+	}
+}
