@@ -419,3 +419,56 @@ func (r *Reservation) settleLocal(ctx context.Context, actual []int) (MultiResul
 	}
 	return Combine(rs), nil
 }
+
+// Refund gives back each part's Cost to its limits without a
+// reservation, for a caller that learns after a decision that the work
+// consumed less than it was charged (Envoy's is_negative_hits, a handler
+// whose work failed before it cost anything): a refund whose take is not
+// known. fixed_window and sliding_window give back to the current window
+// if it holds at least Cost (never to a window that has ended),
+// sliding_log removes its newest Cost live entries if it holds that many,
+// and token_bucket and gcra move back by Cost, at most to full; a limit
+// whose state holds less changes nothing. Where the take is known, a
+// Reservation's Settle is exact; Refund may give back what a later take of
+// the same key consumed rather than the one it meant.
+//
+// It returns the state after the refund, one Result per limit as a
+// request of cost 0 would see it. It goes through the breaker of each
+// part's node and the store timeout as a decision does, but no error
+// policy answers for it: a store failure, or a breaker that keeps it from
+// the store, is returned (the units stay consumed), and a store that is
+// no Settler gives an error wrapping ErrSettleUnsupported. A refund drops
+// the deny cache's entries of each key it gives back to.
+func (l *Limiter) Refund(ctx context.Context, parts ...Part) (MultiResult, error) {
+	if err := someLimits(parts, "refund"); err != nil {
+		return MultiResult{}, err
+	}
+	if err := validate(parts); err != nil {
+		return MultiResult{}, err
+	}
+	st, ok := l.store.(Settler)
+	if !ok {
+		return MultiResult{}, fmt.Errorf("sluice: refund: %w: %T", ErrSettleUnsupported, l.store)
+	}
+	s := &settling{refund: true}
+	first := 0
+	for _, p := range parts {
+		p.Limits = slices.Clone(p.Limits)
+		s.req.Parts = append(s.req.Parts, p)
+		s.first = append(s.first, first)
+		first += len(p.Limits)
+	}
+	if l.now != nil {
+		s.req.Now = l.now()
+	}
+	rs, _, err := l.settleCall(ctx, s, st, Taken{})
+	if err != nil {
+		return MultiResult{}, fmt.Errorf("sluice: refund: %w", err)
+	}
+	if l.deny != nil {
+		for _, p := range s.req.Parts {
+			l.deny.forget(p.Key, p.Limits)
+		}
+	}
+	return Combine(rs), nil
+}

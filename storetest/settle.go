@@ -560,3 +560,50 @@ func testSettleErrors(t *testing.T, newStore Factory) {
 		t.Errorf("after all that: %+v, %v; want 7 remaining", got, err)
 	}
 }
+
+// testLimiterRefund: Limiter.Refund, a refund whose take is not known,
+// gives Cost back to what the key's latest takes consumed under every
+// algorithm, across two parts at once, and changes nothing for a limit
+// whose state holds less than Cost or a key never taken.
+func testLimiterRefund(t *testing.T, newStore Factory) {
+	for _, alg := range sluice.Algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			e := newEnv(t, newStore)
+			ctx := context.Background()
+			l := sluice.PerMinute(10).Using(alg)
+			day := sluice.PerDay(100).Using(alg)
+			if r, err := e.lim.AllowParts(ctx,
+				sluice.Part{Key: "a", Limits: []sluice.Limit{l}, Cost: 5},
+				sluice.Part{Key: "b", Limits: []sluice.Limit{day}, Cost: 40}); err != nil || !r.Allowed {
+				t.Fatalf("AllowParts: %+v, %v", r, err)
+			}
+			got, err := e.lim.Refund(ctx,
+				sluice.Part{Key: "a", Limits: []sluice.Limit{l}, Cost: 3},
+				sluice.Part{Key: "b", Limits: []sluice.Limit{day}, Cost: 25})
+			if err != nil {
+				t.Fatalf("Refund: %v", err)
+			}
+			if len(got.Results) != 2 || got.Results[0].Remaining != 8 || got.Results[1].Remaining != 85 || !got.Allowed {
+				t.Errorf("Refund of 3 and 25 after takes of 5 and 40: %+v; want 8 and 85 remaining, allowed", got.Results)
+			}
+			if r, err := e.lim.AllowN(ctx, "a", l, 0); err != nil || r.Remaining != 8 {
+				t.Errorf("after the refund: %+v, %v; want 8 remaining", r, err)
+			}
+			if r, err := e.lim.Refund(ctx, sluice.Part{Key: "never", Limits: []sluice.Limit{l}, Cost: 4}); err != nil || r.Remaining != 10 {
+				t.Errorf("Refund of a key never taken: %+v, %v; want 10 remaining, nothing stored", r.Result, err)
+			}
+			if r, err := e.lim.AllowN(ctx, "never", l, 0); err != nil || r.Remaining != 10 {
+				t.Errorf("a key never taken, after a refund: %+v, %v; want 10 remaining", r, err)
+			}
+			if alg == sluice.TokenBucket || alg == sluice.GCRA {
+				return // a bucket moves back by Cost, at most to full
+			}
+			if r, err := e.lim.Refund(ctx, sluice.Part{Key: "a", Limits: []sluice.Limit{l}, Cost: 3}); err != nil || r.Remaining != 8 {
+				t.Errorf("Refund of 3 with 2 consumed: %+v, %v; want nothing given back, 8 remaining", r.Result, err)
+			}
+			if _, err := e.lim.Refund(ctx, sluice.Part{Key: "a", Limits: []sluice.Limit{l}, Cost: 11}); !errors.Is(err, sluice.ErrInvalidCost) {
+				t.Errorf("Refund above the capacity: %v, want ErrInvalidCost", err)
+			}
+		})
+	}
+}

@@ -95,6 +95,7 @@ func Run(t *testing.T, newStore Factory) {
 	t.Run("Settle", func(t *testing.T) { testSettle(t, newStore) })
 	t.Run("Debt", func(t *testing.T) { testDebt(t, newStore) })
 	t.Run("SettleErrors", func(t *testing.T) { testSettleErrors(t, newStore) })
+	t.Run("LimiterRefund", func(t *testing.T) { testLimiterRefund(t, newStore) })
 }
 
 // env is one test's store, fake clock and limiter.
