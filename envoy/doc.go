@@ -99,6 +99,9 @@
 // hits_addend when it is set, 0 included (a check that counts nothing),
 // else the request's hits_addend, where 0 means 1; a cost above the
 // limit's capacity is OVER_LIMIT without consuming anything. A descriptor
+// with is_negative_hits gives its cost back (sluice.Limiter.Refund, at
+// most the limit's capacity) and is answered OK with what remains;
+// FailedPrecondition when the store cannot give back. A descriptor
 // carrying a limit override (the "limit" field Envoy may send) is
 // enforced as a fixed window with those numbers, whether or not the
 // configuration has a matching node.
@@ -207,7 +210,8 @@
 // limit can ever admit makes the request OVER_LIMIT without spending
 // anything. Rules in shadow mode always answer OK: they are decided after
 // the others, only when those admit the request, and with a cost they
-// could never admit they only report their state.
+// could never admit they only report their state. A descriptor with
+// is_negative_hits is InvalidArgument, not yet given back.
 //
 // The Envoy guide is docs/envoy.md (https://github.com/sluice-go/sluice/blob/main/docs/envoy.md).
 package envoy

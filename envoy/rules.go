@@ -162,6 +162,10 @@ func toCheck(req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor) (poli
 	if !named {
 		return c, fmt.Errorf("no %q entry names a rule", RuleEntry)
 	}
+	if d.GetIsNegativeHits() {
+		// Counting it as hits would spend what it means to give back.
+		return c, errors.New("is_negative_hits (a refund) is not supported for sluice rules yet; a configuration written for envoyproxy/ratelimit gives back")
+	}
 	if len(client) > 1 {
 		// Each key and value length-prefixed, so that no two descriptors
 		// make one key whatever bytes their entries hold.

@@ -493,6 +493,12 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, d *co
 	box.status.CurrentLimit = currentLimit(&box.current, rl)
 	v := verdict{quota: quota, status: &box.status}
 	var res sluice.Result
+	if d.GetIsNegativeHits() {
+		// A refund of what an earlier request of this descriptor was
+		// charged (Envoy sends it once the response shows the work cost
+		// less): never limited, and not a decision.
+		return s.refund(ctx, v, box, lim, m.store, cost)
+	}
 	if lim.Limit == 0 {
 		// requests_per_unit: 0 blocks every request; a check of cost 0
 		// passes, with nothing remaining, as in envoyproxy/ratelimit. The
@@ -528,6 +534,40 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, d *co
 	if lim.Limit > 0 {
 		v.counted, v.limit, v.result = true, lim, res
 	}
+	return v, nil
+}
+
+// refund gives cost back to key under lim (is_negative_hits: a refund
+// whose take is not known, sluice.Limiter.Refund) and answers OK with the
+// state after it. A cost above the limit's capacity gives back a full
+// one; a limit of 0 holds nothing to give back. A store that cannot give
+// back (it is no sluice.Settler) is FailedPrecondition, a store failure
+// Unavailable, as for a decision.
+func (s *Service) refund(ctx context.Context, v verdict, box *statusOf, lim sluice.Limit, key string, cost int) (verdict, error) {
+	if lim.Limit == 0 {
+		return v, nil
+	}
+	n := min(cost, lim.Capacity())
+	var (
+		res sluice.Result
+		err error
+	)
+	if n == 0 {
+		res, err = s.lim.AllowN(ctx, key, lim, 0)
+	} else {
+		var mr sluice.MultiResult
+		mr, err = s.lim.Refund(ctx, sluice.Part{Key: key, Limits: []sluice.Limit{lim}, Cost: n})
+		res = mr.Result
+	}
+	switch {
+	case errors.Is(err, sluice.ErrSettleUnsupported):
+		return verdict{}, status.Errorf(codes.FailedPrecondition, "is_negative_hits: %v", err)
+	case err != nil:
+		return verdict{}, storeError(err)
+	}
+	v.status.LimitRemaining = uint32(min(max(int64(res.Remaining), 0), math.MaxUint32))
+	box.reset.Seconds = s.resetSeconds(lim, res)
+	v.status.DurationUntilReset = &box.reset
 	return v, nil
 }
 
