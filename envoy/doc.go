@@ -211,7 +211,9 @@
 // anything. Rules in shadow mode always answer OK: they are decided after
 // the others, only when those admit the request, and with a cost they
 // could never admit they only report their state. A descriptor with
-// is_negative_hits is InvalidArgument, not yet given back.
+// is_negative_hits gives its cost back under its rule
+// (policy.Engine.Refund) and is answered OK with what remains; the
+// refunds of a request come before its other descriptors are decided.
 //
 // The Envoy guide is docs/envoy.md (https://github.com/sluice-go/sluice/blob/main/docs/envoy.md).
 package envoy

@@ -61,25 +61,47 @@ func TestNegativeHits(t *testing.T) {
 	}
 }
 
-// TestRulesNegativeHits: the rules door refuses is_negative_hits, which
-// it would otherwise count as hits, as InvalidArgument, spending nothing.
+// TestRulesNegativeHits: on the rules door a descriptor with
+// is_negative_hits gives its cost back under its rule
+// (policy.Engine.Refund), at most the rule's smallest capacity, answered
+// OK with what remains; in a request that also spends, the refunds come
+// first; over a store that cannot give back it is FailedPrecondition.
 func TestRulesNegativeHits(t *testing.T) {
 	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	svc, _ := rulesService(t, sluice.New(memory.New(), sluice.WithClock(clk.Now)), `
+	const rules = `
 rules:
   - name: login
     key: ip
     limits:
       - {limit: 2, period: 1m}
-`)
+`
+	svc, _ := rulesService(t, sluice.New(memory.New(), sluice.WithClock(clk.Now)), rules)
 	fx := &fixture{client: serve(t, svc)}
-	d := desc("rule", "login", "remote_address", "192.0.2.9")
-	d.IsNegativeHits = true
-	_, err := fx.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{d}, HitsAddend: 1})
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "is_negative_hits") {
-		t.Errorf("is_negative_hits on a rule: %v, want InvalidArgument naming it", err)
+	login := func(ip string, hits uint64, negative bool) *commonv3.RateLimitDescriptor {
+		d := desc("rule", "login", "remote_address", ip)
+		d.HitsAddend, d.IsNegativeHits = wrapperspb.UInt64(hits), negative
+		return d
 	}
-	if r := fx.call(t, "edge", 2, desc("rule", "login", "remote_address", "192.0.2.9")); r.OverallCode != OK || r.Statuses[0].LimitRemaining != 0 {
-		t.Errorf("2 of 2 after the refused refund: %v, want OK, 0 remaining (it spent nothing)", r)
+	if r := fx.call(t, "edge", 0, login("192.0.2.9", 2, false)); r.OverallCode != OK || r.Statuses[0].LimitRemaining != 0 {
+		t.Fatalf("2 of 2: %v", r)
+	}
+	if r := fx.call(t, "edge", 0, login("192.0.2.9", 1, true)); r.OverallCode != OK || r.Statuses[0].Code != OK || r.Statuses[0].LimitRemaining != 1 {
+		t.Errorf("a refund of 1: %v, want OK, 1 remaining", r)
+	}
+	// Refund first, then spend: 2 of 192.0.2.9's are given back, and
+	// 192.0.2.10 spends 2 of its own.
+	r := fx.call(t, "edge", 0, login("192.0.2.10", 2, false), login("192.0.2.9", 5, true))
+	if r.OverallCode != OK || len(r.Statuses) != 2 || r.Statuses[0].LimitRemaining != 0 || r.Statuses[1].LimitRemaining != 2 {
+		t.Errorf("a spend beside a refund of 5 (capped at 2): %v, want OK, 0 and 2 remaining", r)
+	}
+	if r := fx.call(t, "edge", 0, login("192.0.2.9", 2, false)); r.OverallCode != OK {
+		t.Errorf("2 after the refunds: %v, want OK", r)
+	}
+
+	hidden, _ := rulesService(t, sluice.New(struct{ sluice.Store }{memory.New()}, sluice.WithClock(clk.Now)), rules)
+	hfx := &fixture{client: serve(t, hidden)}
+	_, err := hfx.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{login("192.0.2.9", 1, true)}})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "is_negative_hits") {
+		t.Errorf("a refund over a store without Refund: %v, want FailedPrecondition naming is_negative_hits", err)
 	}
 }

@@ -75,13 +75,64 @@ func (s *RulesService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimit
 		return nil, err
 	}
 	checks := make([]policy.Check, len(req.GetDescriptors()))
+	var hits, refunds []int // the descriptors that spend, and those that give back
 	for i, d := range req.GetDescriptors() {
 		c, err := toCheck(req, d)
 		if err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptors[%d]: %v", i, err)
 		}
 		checks[i] = c
+		if d.GetIsNegativeHits() {
+			refunds = append(refunds, i)
+		} else {
+			hits = append(hits, i)
+		}
 	}
+	if refunds == nil {
+		return s.check(ctx, checks)
+	}
+	return s.refund(ctx, checks, hits, refunds)
+}
+
+// refund answers a request with descriptors that give back
+// (is_negative_hits): those are refunded first (policy.Engine.Refund),
+// each answered OK with what remains, then the others are decided as one
+// request. In a request that holds both, an error's checks[i] counts
+// among the descriptors of its kind.
+func (s *RulesService) refund(ctx context.Context, checks []policy.Check, hits, refunds []int) (*rlsv3.RateLimitResponse, error) {
+	pick := func(idx []int) []policy.Check {
+		out := make([]policy.Check, len(idx))
+		for i, j := range idx {
+			out[i] = checks[j]
+		}
+		return out
+	}
+	dec, err := s.engine.Refund(ctx, pick(refunds)...)
+	if err != nil {
+		if errors.Is(err, sluice.ErrSettleUnsupported) {
+			return nil, status.Errorf(codes.FailedPrecondition, "is_negative_hits: %v", err)
+		}
+		return nil, checkError(err)
+	}
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(checks))}
+	for i := range dec.Applied {
+		resp.Statuses[refunds[dec.Applied[i].Check]] = descriptorStatus(&dec.Applied[i])
+	}
+	if len(hits) > 0 {
+		sub, err := s.check(ctx, pick(hits))
+		if err != nil {
+			return nil, err
+		}
+		resp.OverallCode = sub.OverallCode
+		for i, st := range sub.Statuses {
+			resp.Statuses[hits[i]] = st
+		}
+	}
+	return resp, nil
+}
+
+// check decides checks, none of which gives back, as one request.
+func (s *RulesService) check(ctx context.Context, checks []policy.Check) (*rlsv3.RateLimitResponse, error) {
 	dec, err := s.engine.Check(ctx, checks...)
 	if errors.Is(err, sluice.ErrInvalidCost) {
 		return s.impossible(ctx, checks)
@@ -161,10 +212,6 @@ func toCheck(req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor) (poli
 	}
 	if !named {
 		return c, fmt.Errorf("no %q entry names a rule", RuleEntry)
-	}
-	if d.GetIsNegativeHits() {
-		// Counting it as hits would spend what it means to give back.
-		return c, errors.New("is_negative_hits (a refund) is not supported for sluice rules yet; a configuration written for envoyproxy/ratelimit gives back")
 	}
 	if len(client) > 1 {
 		// Each key and value length-prefixed, so that no two descriptors

@@ -314,48 +314,64 @@ func (e *UnknownRuleError) Error() string {
 // are several. A rule in shadow mode given a cost it could never admit
 // reports its state and ShadowDenied, spending nothing.
 func (e *Engine) Check(ctx context.Context, checks ...Check) (*Decision, error) {
-	set := e.set.Load()
-	d := &Decision{Allowed: true, binding: -1, Applied: make([]Applied, 0, len(checks))}
-	type seen struct{ rule, key string }
-	var dup map[seen]int // only a decision of several checks can repeat one
-	if len(checks) > 1 {
-		dup = make(map[seen]int, len(checks))
+	applied, err := e.set.Load().resolve(checks)
+	if err != nil {
+		return nil, err
 	}
-	name := func(i int, err error) error {
-		if len(checks) > 1 {
-			return fmt.Errorf("checks[%d]: %w", i, err)
-		}
-		return err
-	}
-	// Every check is resolved before a cost is refused, so that a check
-	// that names no rule is reported as such whatever its neighbours cost.
+	d := &Decision{Allowed: true, binding: -1, Applied: applied}
 	var costErr error
-	for i, c := range checks {
-		a, err := set.check(c)
-		if err != nil {
-			return nil, name(i, err)
-		}
-		if dup != nil {
-			if j, ok := dup[seen{a.Rule.Name, a.stored}]; ok {
-				return nil, name(i, fmt.Errorf("%w: repeats checks[%d] (rule %q, key %q); list each rule once per key", ErrDuplicateCheck, j, a.Rule.Name, c.Key))
-			}
-			dup[seen{a.Rule.Name, a.stored}] = i
-		}
+	for i := range d.Applied {
+		a := &d.Applied[i]
 		if err := a.costError(); err != nil {
 			if !a.Rule.Shadow {
-				costErr = cmp.Or(costErr, name(i, err))
+				costErr = cmp.Or(costErr, nameCheck(len(checks), i, err))
 			}
 			// A rule in shadow mode never refuses, not even a cost it
 			// could never admit: it reports its state, and would deny.
 			a.spend, a.impossible = 0, true
 		}
-		a.Check = i
-		d.Applied = append(d.Applied, a)
 	}
 	if costErr != nil {
 		return nil, costErr
 	}
 	return d, e.decide(ctx, d)
+}
+
+// resolve resolves every check, each Applied's Check its index, or
+// returns the first error: an *UnknownRuleError, or one wrapping
+// ErrInvalidKey or ErrDuplicateCheck. Every check is resolved before a
+// caller refuses a cost, so that a check that names no rule is reported
+// as such whatever its neighbours cost.
+func (s *RuleSet) resolve(checks []Check) ([]Applied, error) {
+	type seen struct{ rule, key string }
+	var dup map[seen]int // only a decision of several checks can repeat one
+	if len(checks) > 1 {
+		dup = make(map[seen]int, len(checks))
+	}
+	applied := make([]Applied, 0, len(checks))
+	for i, c := range checks {
+		a, err := s.check(c)
+		if err != nil {
+			return nil, nameCheck(len(checks), i, err)
+		}
+		if dup != nil {
+			if j, ok := dup[seen{a.Rule.Name, a.stored}]; ok {
+				return nil, nameCheck(len(checks), i, fmt.Errorf("%w: repeats checks[%d] (rule %q, key %q); list each rule once per key", ErrDuplicateCheck, j, a.Rule.Name, c.Key))
+			}
+			dup[seen{a.Rule.Name, a.stored}] = i
+		}
+		a.Check = i
+		applied = append(applied, a)
+	}
+	return applied, nil
+}
+
+// nameCheck names check i in err when there are n > 1 checks.
+func nameCheck(n, i int, err error) error {
+	if n > 1 {
+		return fmt.Errorf("checks[%d]: %w", i, err)
+	}
+	return err
 }
 
 // check resolves c.
