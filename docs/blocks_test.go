@@ -1,6 +1,7 @@
 package docs_test
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -16,9 +17,10 @@ import (
 )
 
 // TestGoBlocks: a Go block is a whole program, which must build, or
-// shows a runnable Example (<!-- example: -->, its whole body, or
-// <!-- excerpt: -->, some of its lines), which must say what the
-// Example does, in order.
+// shows a runnable Example (<!-- example: FILE -->, its whole body, or
+// <!-- excerpt: FILE -->, some of its lines), which must say what the
+// Example does, in order. The Example is the file's func Example, or the
+// one named after the file (<!-- excerpt: FILE ExampleLimiter_Reserve -->).
 func TestGoBlocks(t *testing.T) {
 	overlay := map[string]string{}
 	var pkgs []string
@@ -30,7 +32,8 @@ func TestGoBlocks(t *testing.T) {
 		file = strings.TrimSpace(file)
 		switch {
 		case kind == "example" || kind == "excerpt":
-			checkExample(t, b, file, kind == "excerpt")
+			file, name, _ := strings.Cut(file, " ")
+			checkExample(t, b, file, cmp.Or(strings.TrimSpace(name), "Example"), kind == "excerpt")
 		case strings.HasPrefix(b.body, "package main\n"):
 			// Built as a package of its own that exists only in go
 			// build's overlay: nothing is written into the repository.
@@ -69,7 +72,10 @@ func TestGoBlocks(t *testing.T) {
 	}
 }
 
-var exampleRE = regexp.MustCompile(`(?s)\nfunc Example\(\) \{\n(.*?)\n\}\n`)
+// exampleRE matches the func named name and its body.
+func exampleRE(name string) *regexp.Regexp {
+	return regexp.MustCompile(`(?s)\nfunc ` + regexp.QuoteMeta(name) + `\(\) \{\n(.*?)\n\}\n`)
+}
 
 // checkExample holds a Go block to the Example of file: every statement
 // of the Example's body (less its fixed clock and quiet logger, the lines
@@ -77,11 +83,11 @@ var exampleRE = regexp.MustCompile(`(?s)\nfunc Example\(\) \{\n(.*?)\n\}\n`)
 // shows, and what follows "// Try it:", which prints the outcome) is in
 // the block in order; for an excerpt, every line of the block is in the
 // Example in order.
-func checkExample(t *testing.T, b block, file string, excerpt bool) {
+func checkExample(t *testing.T, b block, file, name string, excerpt bool) {
 	t.Helper()
-	m := exampleRE.FindStringSubmatch(read(t, file))
+	m := exampleRE(name).FindStringSubmatch(read(t, file))
 	if m == nil {
-		t.Errorf("%s: %s has no func Example", b, file)
+		t.Errorf("%s: %s has no func %s", b, file, name)
 		return
 	}
 	code, _, _ := strings.Cut(m[1], "// Output:")
