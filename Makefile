@@ -274,7 +274,7 @@ soak: deps
 STRESS_TESTS ?= \
 	'./cmd/sluice=Fault|^TestDashboard|^TestServeSlowBodies|^TestMaxInflight|^TestProxyProgress|^TestServeGRPCLimits|^TestServeGRPCInflight|^TestMaxHeaderBytes|^TestListenFlagErrors|^TestManyKeepAlive|^TestFloodUniqueKeys|^TestNet' \
 	'.=^TestBreaker|^TestProbeOwnsItsRequest' \
-	'./store/redis=Breaker|^TestOutage|^TestHungServer|^TestExactUnderConcurrency|^TestHarnessCatchesRace|^TestStackedExact|^TestCoalesceExact|^TestConformance|^TestLinearizable' \
+	'./store/redis=Breaker|^TestOutage|^TestHungServer|^TestExactUnderConcurrency|^TestSettleExact|^TestHarnessCatchesRace|^TestStackedExact|^TestCoalesceExact|^TestConformance|^TestLinearizable' \
 	'./admin=.'
 
 stress: deps toxiproxy

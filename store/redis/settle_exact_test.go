@@ -1,0 +1,197 @@
+package redis_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/algo"
+	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/storetest"
+)
+
+// settleReserve is what each reservation of hammerSettle reserves; its
+// actual costs run from 0 to 2×settleReserve−1, refunds and charges.
+const settleReserve = 4
+
+// TestSettleExactUnderConcurrency: 8 replicas × 32 goroutines each
+// reserve 4 units of one key and settle at what their work cost (0 to 7:
+// refunds, nothing, charges), at a frozen clock under every algorithm;
+// what the key holds consumed at the end is exactly the sum of the
+// actual costs. TestHarnessCatchesRacySettle is its control.
+func TestSettleExactUnderConcurrency(t *testing.T) {
+	srv := redistest.Start(t)
+	frozen := storetest.NewClock()
+	lims := limitersOver(serverStores(t, srv.Addr, replicas), same(sluice.WithClock(frozen.Now)))
+	for _, a := range sluice.Algorithms {
+		t.Run(string(a), func(t *testing.T) {
+			l := sluice.PerDay(10_000).Using(a)
+			consumed, want := hammerSettle(t, lims, "settle-"+string(a), l)
+			t.Logf("%s: %d replicas × %d goroutines settled %d units; the key holds %d consumed", l, len(lims), goroutines, want, consumed)
+			if consumed != want {
+				t.Errorf("%s holds %d consumed after settles that cost %d in all", l, consumed, want)
+			}
+		})
+	}
+}
+
+// TestHarnessCatchesRacySettle: the same harness over a store whose
+// refunds and charges read the state, settle it in the client and write
+// it back (racyStore's settle) finds the key's count off the sum of the
+// actual costs: updates were lost.
+func TestHarnessCatchesRacySettle(t *testing.T) {
+	srv := redistest.Start(t)
+	frozen := storetest.NewClock()
+	var lims []*sluice.Limiter
+	var racy []racyStore
+	for range replicas {
+		r := newRacyStore(newRueidis(t, srv.Addr))
+		racy = append(racy, r)
+		lims = append(lims, sluice.New(r, sluice.WithClock(frozen.Now)))
+	}
+	l := sluice.PerDay(10_000).Using(sluice.FixedWindow)
+	consumed, want := hammerSettle(t, lims, "racy-settle", l)
+	var lost int64
+	for _, r := range racy {
+		lost += r.lost.Load()
+	}
+	t.Logf("GET-then-SET settles: %d units settled, %d consumed, %d writes lost", want, consumed, lost)
+	if consumed == want {
+		t.Errorf("the racy store holds %d consumed, the sum of the settles; the harness should have caught lost updates", consumed)
+	}
+}
+
+// hammerSettle runs goroutines on each limiter, each reserving
+// settleReserve units of key under l attempts times and settling each
+// admitted reservation at an actual cost from 0 to 2×settleReserve−1. It
+// returns what the key holds consumed afterwards (capacity − remaining)
+// and the sum of the actual costs of the settled reservations. Every
+// reservation must be admitted: the limit is above any sum they reach.
+func hammerSettle(t *testing.T, lims []*sluice.Limiter, key string, l sluice.Limit) (consumed, want int) {
+	t.Helper()
+	ctx := context.Background()
+	start := make(chan struct{})
+	var (
+		wg      sync.WaitGroup
+		settled atomic.Int64
+		errOnce sync.Once
+		first   error
+	)
+	fail := func(err error) { errOnce.Do(func() { first = err }) }
+	for r, lim := range lims {
+		for g := range goroutines {
+			wg.Go(func() {
+				<-start
+				for i := range attempts {
+					res, err := lim.Reserve(ctx, key, l, settleReserve)
+					if err != nil {
+						fail(err)
+						return
+					}
+					if !res.Allowed {
+						fail(errors.New("a reservation was denied; the limit should admit them all"))
+						return
+					}
+					actual := (r*7 + g*5 + i*3) % (2 * settleReserve)
+					if _, err := res.Settle(ctx, actual); err != nil {
+						fail(err)
+						return
+					}
+					settled.Add(int64(actual))
+				}
+			})
+		}
+	}
+	close(start)
+	wg.Wait()
+	if first != nil {
+		t.Fatal(first)
+	}
+	after, err := lims[0].AllowN(ctx, key, l, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.Capacity() - after.Remaining, int(settled.Load())
+}
+
+// TakeAt makes racyStore a sluice.Settler: its Take, decided at the
+// request's instant.
+func (r racyStore) TakeAt(ctx context.Context, req sluice.Request) (sluice.Taken, error) {
+	rs, err := r.Take(ctx, req)
+	if err != nil {
+		return sluice.Taken{}, err
+	}
+	return sluice.Taken{Results: rs, At: []time.Time{req.Now}}, nil
+}
+
+// Refund reads the state, gives back in the client (internal/algo's
+// Refund, the rule every store follows) and writes it back.
+func (r racyStore) Refund(ctx context.Context, req sluice.Request, t sluice.Taken) ([]sluice.Result, error) {
+	taken, reset := algo.Unknown, int64(0)
+	if t.At != nil {
+		taken, reset = t.At[0].UnixMicro(), t.Results[0].ResetAfter.Microseconds()
+	}
+	return r.settle(ctx, req, func(sp *algo.Spec, st algo.State, now, cost int64) (algo.State, int64, bool) {
+		return sp.Refund(st, now, taken, reset, cost)
+	})
+}
+
+// Charge reads the state, charges in the client and writes it back.
+func (r racyStore) Charge(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	return r.settle(ctx, req, func(sp *algo.Spec, st algo.State, now, cost int64) (algo.State, int64, bool) {
+		next, ttl := sp.Charge(st, now, cost)
+		return next, ttl, true
+	})
+}
+
+// settle runs f on the state of req's one part and limit between a GET
+// and a SET, counting a write that replaced another state than it read.
+func (r racyStore) settle(ctx context.Context, req sluice.Request, f func(sp *algo.Spec, st algo.State, now, cost int64) (algo.State, int64, bool)) ([]sluice.Result, error) {
+	if len(req.Parts) != 1 || len(req.Parts[0].Limits) != 1 {
+		return nil, errors.New("racyStore settles one part of one limit")
+	}
+	p, l := req.Parts[0], req.Parts[0].Limits[0]
+	key := "racy:" + p.Key + ":" + string(l.Algorithm)
+	raw, err := r.c.Do(ctx, r.c.B().Get().Key(key).Build()).ToString()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return nil, err
+	}
+	var st algo.State
+	if raw != "" {
+		if err := json.Unmarshal([]byte(raw), &st); err != nil {
+			return nil, err
+		}
+	}
+	now := req.Now.UnixMicro()
+	sp := algo.SpecOf(l)
+	next, ttl, ok := f(&sp, st, now, int64(p.Cost))
+	if ok {
+		var cmd rueidis.Completed
+		if ttl <= 0 {
+			cmd = r.c.B().Getdel().Key(key).Build()
+		} else {
+			b, err := json.Marshal(next)
+			if err != nil {
+				return nil, err
+			}
+			cmd = r.c.B().Set().Key(key).Value(string(b)).Get().PxMilliseconds((ttl + 999) / 1000).Build()
+		}
+		old, err := r.c.Do(ctx, cmd).ToString()
+		if err != nil && !rueidis.IsRedisNil(err) {
+			return nil, err
+		}
+		if old != raw {
+			r.lost.Add(1)
+		}
+		st = next
+	}
+	res, _, _ := algo.Check(l, st, now, 0)
+	return []sluice.Result{res}, nil
+}
