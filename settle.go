@@ -451,12 +451,9 @@ func (l *Limiter) Refund(ctx context.Context, parts ...Part) (MultiResult, error
 		return MultiResult{}, fmt.Errorf("sluice: refund: %w: %T", ErrSettleUnsupported, l.store)
 	}
 	s := &settling{refund: true}
-	first := 0
 	for _, p := range parts {
 		p.Limits = slices.Clone(p.Limits)
 		s.req.Parts = append(s.req.Parts, p)
-		s.first = append(s.first, first)
-		first += len(p.Limits)
 	}
 	if l.now != nil {
 		s.req.Now = l.now()
