@@ -133,7 +133,8 @@ type Applied struct {
 	Binding int
 	// Outcome is what the rule made of the request.
 	Outcome Outcome
-	// Check is the index of the Check it answers, for Engine.Check.
+	// Check is the index of the Check it answers, for Engine.Check and
+	// Engine.Refund.
 	Check int
 
 	stored     string // the key in the store
