@@ -36,7 +36,7 @@ var metricNames = map[string]string{
 var labelValues = map[string][]string{
 	"outcome": {"allowed", "denied", "denied_by_other", "shadow_denied", "degraded_allowed", "degraded_denied"},
 	"door":    {"http", "grpc", "json", "proxy"},
-	"op":      {"take", "reset", "peek"},
+	"op":      {"take", "reset", "peek", "refund", "charge"},
 	"result":  {"ok", "rejected"},
 }
 
