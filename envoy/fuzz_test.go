@@ -57,6 +57,11 @@ func FuzzDescriptors(f *testing.F) {
 		{Domain: "", Descriptors: []*commonv3.RateLimitDescriptor{desc("rule", "login")}},
 		{Domain: "edge"},
 		{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{{}}},
+		{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{
+			{Entries: desc("rule", "login", "remote_address", "203.0.113.7").Entries, HitsAddend: one(3), IsNegativeHits: true},
+			desc("rule", "api", "x-key", "k"),
+		}},
+		{Domain: "mongo_cps", Descriptors: []*commonv3.RateLimitDescriptor{{Entries: desc("database", "users").Entries, HitsAddend: one(1 << 40), IsNegativeHits: true}}},
 	} {
 		b, err := proto.Marshal(req)
 		if err != nil {
