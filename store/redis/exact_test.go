@@ -99,16 +99,10 @@ func (r racyStore) Take(ctx context.Context, req sluice.Request) ([]sluice.Resul
 		return nil, errors.New("racyStore decides one part of one limit")
 	}
 	p, l := req.Parts[0], req.Parts[0].Limits[0]
-	key := "racy:" + p.Key + ":" + string(l.Algorithm)
-	raw, err := r.c.Do(ctx, r.c.B().Get().Key(key).Build()).ToString()
-	if err != nil && !rueidis.IsRedisNil(err) {
+	key := racyKey(p, l)
+	st, raw, err := r.read(ctx, key)
+	if err != nil {
 		return nil, err
-	}
-	var st algo.State
-	if raw != "" {
-		if err := json.Unmarshal([]byte(raw), &st); err != nil {
-			return nil, err
-		}
 	}
 	now := req.Now
 	if now.IsZero() {
@@ -118,24 +112,53 @@ func (r racyStore) Take(ctx context.Context, req sluice.Request) ([]sluice.Resul
 	if !res.Allowed {
 		return []sluice.Result{res}, nil
 	}
+	if err := r.write(ctx, key, raw, next, ttl); err != nil {
+		return nil, err
+	}
+	return []sluice.Result{res}, nil
+}
+
+// racyKey is the key racyStore keeps p's state under l at.
+func racyKey(p sluice.Part, l sluice.Limit) string {
+	return "racy:" + p.Key + ":" + string(l.Algorithm)
+}
+
+// read GETs the state at key, and the raw value for write.
+func (r racyStore) read(ctx context.Context, key string) (algo.State, string, error) {
+	var st algo.State
+	raw, err := r.c.Do(ctx, r.c.B().Get().Key(key).Build()).ToString()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return st, "", err
+	}
+	if raw != "" {
+		if err := json.Unmarshal([]byte(raw), &st); err != nil {
+			return st, "", err
+		}
+	}
+	return st, raw, nil
+}
+
+// write SETs next at key for ttl µs (ttl <= 0: deletes it), counting a
+// write that replaced another value than raw, the one read.
+func (r racyStore) write(ctx context.Context, key, raw string, next algo.State, ttl int64) error {
 	var cmd rueidis.Completed
 	if ttl <= 0 {
 		cmd = r.c.B().Getdel().Key(key).Build()
 	} else {
 		b, err := json.Marshal(next)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		cmd = r.c.B().Set().Key(key).Value(string(b)).Get().PxMilliseconds((ttl + 999) / 1000).Build()
 	}
 	old, err := r.c.Do(ctx, cmd).ToString()
 	if err != nil && !rueidis.IsRedisNil(err) {
-		return nil, err
+		return err
 	}
 	if old != raw {
 		r.lost.Add(1)
 	}
-	return []sluice.Result{res}, nil
+	return nil
 }
 
 func (r racyStore) Reset(context.Context, string, ...sluice.Limit) error { return nil }

@@ -2,14 +2,11 @@ package redis_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/redis/rueidis"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/algo"
@@ -151,44 +148,23 @@ func (r racyStore) Charge(ctx context.Context, req sluice.Request) ([]sluice.Res
 	})
 }
 
-// settle runs f on the state of req's one part and limit between a GET
-// and a SET, counting a write that replaced another state than it read.
+// settle runs f on the state of req's one part and limit between a read
+// and a write.
 func (r racyStore) settle(ctx context.Context, req sluice.Request, f func(sp *algo.Spec, st algo.State, now, cost int64) (algo.State, int64, bool)) ([]sluice.Result, error) {
 	if len(req.Parts) != 1 || len(req.Parts[0].Limits) != 1 {
 		return nil, errors.New("racyStore settles one part of one limit")
 	}
 	p, l := req.Parts[0], req.Parts[0].Limits[0]
-	key := "racy:" + p.Key + ":" + string(l.Algorithm)
-	raw, err := r.c.Do(ctx, r.c.B().Get().Key(key).Build()).ToString()
-	if err != nil && !rueidis.IsRedisNil(err) {
+	key := racyKey(p, l)
+	st, raw, err := r.read(ctx, key)
+	if err != nil {
 		return nil, err
-	}
-	var st algo.State
-	if raw != "" {
-		if err := json.Unmarshal([]byte(raw), &st); err != nil {
-			return nil, err
-		}
 	}
 	now := req.Now.UnixMicro()
 	sp := algo.SpecOf(l)
-	next, ttl, ok := f(&sp, st, now, int64(p.Cost))
-	if ok {
-		var cmd rueidis.Completed
-		if ttl <= 0 {
-			cmd = r.c.B().Getdel().Key(key).Build()
-		} else {
-			b, err := json.Marshal(next)
-			if err != nil {
-				return nil, err
-			}
-			cmd = r.c.B().Set().Key(key).Value(string(b)).Get().PxMilliseconds((ttl + 999) / 1000).Build()
-		}
-		old, err := r.c.Do(ctx, cmd).ToString()
-		if err != nil && !rueidis.IsRedisNil(err) {
+	if next, ttl, ok := f(&sp, st, now, int64(p.Cost)); ok {
+		if err := r.write(ctx, key, raw, next, ttl); err != nil {
 			return nil, err
-		}
-		if old != raw {
-			r.lost.Add(1)
 		}
 		st = next
 	}
