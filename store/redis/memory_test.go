@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/redistest"
 	sluiceredis "github.com/sluice-go/sluice/store/redis"
@@ -18,7 +20,8 @@ import (
 func TestValueLayout(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newRueidis(t, srv.Addr)
-	store := sluiceredis.FromRueidis(c)
+	snap := &snapshotClient{c: c}
+	store := sluiceredis.New(snap)
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // 1767225600000000µs, minute 29453760
 	lim := sluice.New(store, sluice.WithClock(func() time.Time { return now }))
 	ctx := context.Background()
@@ -44,14 +47,9 @@ func TestValueLayout(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		key := store.Key("client-123", tt.l)
-		v, err := c.Do(ctx, c.B().Get().Key(key).Build()).ToString()
-		if err != nil {
-			t.Fatal(err)
-		}
-		enc, err := c.Do(ctx, c.B().ObjectEncoding().Key(key).Build()).ToString()
-		if err != nil {
-			t.Fatal(err)
+		key, v, enc := snap.key, snap.value, snap.enc
+		if want := store.Key("client-123", tt.l); key != want {
+			t.Errorf("%s: the script wrote %q, Key returns %q", tt.l, key, want)
 		}
 		if key != tt.key || v != tt.value || enc != tt.enc {
 			t.Errorf("%s after %d requests: %q = %q (%s), want %q = %q (%s)", tt.l, tt.n, key, v, enc, tt.key, tt.value, tt.enc)
@@ -90,6 +88,39 @@ func TestValueLayout(t *testing.T) {
 	if want := "400000000" + "1500000000" + "a" + "029453762"; err != nil || v != want {
 		t.Errorf("sliding_window with a count of 10 digits: %q, %v; want %q", v, err, want)
 	}
+}
+
+// snapshotClient is a Client that runs each script in a MULTI with a GET
+// and an OBJECT ENCODING of its first key, and keeps what they read.
+// Redis reads its clock once for a whole transaction, so a state that
+// lives a millisecond (a period of 1ms) is read before it expires, however
+// slow the machine.
+type snapshotClient struct {
+	c               rueidis.Client
+	key, value, enc string
+}
+
+// EvalSha makes the store send every script with Eval.
+func (s *snapshotClient) EvalSha(context.Context, string, []string, []string) ([]int64, error) {
+	return nil, fmt.Errorf("%w: snapshotClient sends the script", sluiceredis.ErrNoScript)
+}
+
+func (s *snapshotClient) Eval(ctx context.Context, script string, keys, args []string) ([]int64, error) {
+	b := s.c.B()
+	rs := s.c.DoMulti(ctx,
+		b.Multi().Build(),
+		b.Eval().Script(script).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build(),
+		b.Get().Key(keys[0]).Build(),
+		b.ObjectEncoding().Key(keys[0]).Build(),
+		b.Exec().Build())
+	replies, err := rs[len(rs)-1].ToArray()
+	if err != nil {
+		return nil, err
+	}
+	s.key = keys[0]
+	s.value, _ = replies[1].ToString() // "" if the script stored nothing
+	s.enc, _ = replies[2].ToString()
+	return replies[0].AsIntSlice()
 }
 
 // TestMemoryUsage: what one client key's state costs Redis under each
