@@ -469,3 +469,58 @@ func (l *Limiter) Refund(ctx context.Context, parts ...Part) (MultiResult, error
 	}
 	return Combine(rs), nil
 }
+
+// Taken returns what the store took for the reservation, the parts as
+// reserved and the store's Taken, for a process that settles it elsewhere
+// (Limiter.Resume): a decision service that answers the reserve and, on
+// another replica, the settle. ok is false for a reservation there is
+// nothing to settle of elsewhere: denied, or answered by the error policy
+// (what the local fallback took is in this process's memory only).
+func (r *Reservation) Taken() (parts []Part, t Taken, ok bool) {
+	if !r.Allowed || r.taken.At == nil {
+		return nil, Taken{}, false
+	}
+	parts = make([]Part, len(r.parts))
+	for i, p := range r.parts {
+		p.Limits = slices.Clone(p.Limits)
+		parts[i] = p
+	}
+	return parts, Taken{Results: slices.Clone(r.taken.Results), At: slices.Clone(r.taken.At)}, true
+}
+
+// Resume returns the admitted Reservation of parts that the store took as
+// t (Reservation.Taken, in this process or another that shares the
+// store), to be settled with this Limiter. Each part's Cost is what it
+// reserved; t holds one Result and one instant per limit, in order, of
+// which a refund reads the instant and ResetAfter. The limits may be
+// those the caller holds now (a reloaded rule's): a limit whose Identity
+// is the reserved one's shares its state, and the caller should leave out
+// one whose Identity changed, whose state the reservation never touched.
+// The errors are ReserveParts's for invalid parts, one wrapping
+// ErrSettleUnsupported, and one for a t that does not fit the parts.
+func (l *Limiter) Resume(parts []Part, t Taken) (*Reservation, error) {
+	if err := someLimits(parts, "reservation"); err != nil {
+		return nil, err
+	}
+	if err := validate(parts); err != nil {
+		return nil, err
+	}
+	if _, ok := l.store.(Settler); !ok {
+		return nil, fmt.Errorf("sluice: resume: %w: %T", ErrSettleUnsupported, l.store)
+	}
+	n := 0
+	own := make([]Part, len(parts))
+	for i, p := range parts {
+		p.Limits = slices.Clone(p.Limits)
+		own[i] = p
+		n += len(p.Limits)
+	}
+	if len(t.Results) != n || len(t.At) != n {
+		return nil, fmt.Errorf("sluice: resume: a take of %d results and %d instants for %d limits", len(t.Results), len(t.At), n)
+	}
+	t = Taken{Results: slices.Clone(t.Results), At: slices.Clone(t.At)}
+	for i := range t.Results {
+		t.Results[i].Allowed = true // it was admitted: only admitted reservations travel
+	}
+	return &Reservation{MultiResult: Combine(t.Results), lim: l, parts: own, taken: t}, nil
+}

@@ -385,6 +385,7 @@ func testSettle(t *testing.T, newStore Factory) {
 		settle         refundStep // at, actual
 		changed        func(l sluice.Limit) sluice.Limit
 		stackedLimitOf int // > 0: reserve a second part, under this limit of the others
+		resume         bool // settle the reservation as another process would: Resume(Taken())
 	}{
 		{name: "at once", reserve: refundStep{0, 6}, settle: refundStep{0, 2}},
 		{name: "actual 0", before: []refundStep{{0, 3}}, reserve: refundStep{5 * s, 6}, settle: refundStep{5 * s, 0}},
@@ -398,6 +399,9 @@ func testSettle(t *testing.T, newStore Factory) {
 		{name: "limit changed", before: []refundStep{{0, 2}}, reserve: refundStep{10 * s, 6}, settle: refundStep{10 * s, 1},
 			changed: func(l sluice.Limit) sluice.Limit { l.Limit = 20; return l }},
 		{name: "stacked", before: []refundStep{{0, 2}}, reserve: refundStep{10 * s, 6}, settle: refundStep{12 * s, 3}, stackedLimitOf: 3},
+		{name: "resumed", before: []refundStep{{0, 1}}, reserve: refundStep{20 * s, 8}, settle: refundStep{23 * s, 3}, resume: true},
+		{name: "resumed, above the reservation", before: []refundStep{{0, 1}}, reserve: refundStep{10 * s, 2}, settle: refundStep{15 * s, 5}, resume: true},
+		{name: "resumed, stacked", before: []refundStep{{0, 2}}, reserve: refundStep{10 * s, 6}, settle: refundStep{12 * s, 3}, stackedLimitOf: 3, resume: true},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -420,6 +424,15 @@ func testSettle(t *testing.T, newStore Factory) {
 			}
 			if !r.Allowed {
 				t.Fatalf("the reservation was denied: %+v", r.MultiResult)
+			}
+			if tt.resume {
+				parts, taken, ok := r.Taken()
+				if !ok {
+					t.Fatal("Taken of an admitted reservation: not ok")
+				}
+				if r, err = e.lim.Resume(parts, taken); err != nil {
+					t.Fatal(err)
+				}
 			}
 			actual := tt.settle.cost
 			if actual <= tt.reserve.cost {
@@ -555,6 +568,17 @@ func testSettleErrors(t *testing.T, newStore Factory) {
 	}
 	if _, err := denied.Settle(ctx, 0); !errors.Is(err, sluice.ErrNotReserved) {
 		t.Errorf("Settle of a denied reservation: %v, want ErrNotReserved", err)
+	}
+	if _, _, ok := denied.Taken(); ok {
+		t.Error("Taken of a denied reservation: ok, want nothing to settle elsewhere")
+	}
+	parts, taken, ok := r.Taken()
+	if !ok {
+		t.Fatal("Taken of an admitted reservation: not ok")
+	}
+	taken.At = taken.At[:0]
+	if _, err := e.lim.Resume(parts, taken); err == nil {
+		t.Error("Resume of a take without its instants: no error")
 	}
 	if got, err := e.lim.AllowN(ctx, "k", l, 0); err != nil || got.Remaining != 7 {
 		t.Errorf("after all that: %+v, %v; want 7 remaining", got, err)
