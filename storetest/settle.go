@@ -384,7 +384,7 @@ func testSettle(t *testing.T, newStore Factory) {
 		reserve        refundStep
 		settle         refundStep // at, actual
 		changed        func(l sluice.Limit) sluice.Limit
-		stackedLimitOf int // > 0: reserve a second part, under this limit of the others
+		stackedLimitOf int  // > 0: reserve a second part, under this limit of the others
 		resume         bool // settle the reservation as another process would: Resume(Taken())
 	}{
 		{name: "at once", reserve: refundStep{0, 6}, settle: refundStep{0, 2}},
