@@ -189,6 +189,15 @@ func checkRule(r *Rule) []error {
 			bad("group %q: %s, and in no group; leave group out", r.Group, CheckedByName)
 		}
 	}
+	if st := r.Settle; st != nil {
+		if st.CostFrom.Header != "" {
+			if c, err := ParseCostSource(st.CostFrom.String()); err != nil {
+				bad("settle: %v", err)
+			} else {
+				r.Settle = &Settle{CostFrom: c, Strip: st.Strip} // canonical, and the caller's copy untouched
+			}
+		}
+	}
 	if int(r.MissingKey) >= len(MissingKeyNames) {
 		bad("missing key %v is not one of %s", r.MissingKey, strings.Join(MissingKeyNames[:], ", "))
 	}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluice-go/sluice"
 )
@@ -140,6 +141,13 @@ type Applied struct {
 	stored     string // the key in the store
 	spend      int    // what the request spends: Cost, or 0 for a look
 	impossible bool   // a rule in shadow mode given a cost it never admits
+
+	// reserved is the reservation the rule's part is in when a rule of
+	// its decision settles (Rule.Settle), part its index there; resumeAt
+	// holds a resumed part's instants until its reservation is made.
+	reserved *sluice.Reservation
+	part     int
+	resumeAt []time.Time
 }
 
 // Result returns the binding limit's Result, or the zero Result when the
@@ -428,7 +436,7 @@ func (e *Engine) decide(ctx context.Context, d *Decision) error {
 		for i, a := range d.Applied[:d.enforced] {
 			parts[i] = sluice.Part{Key: a.stored, Limits: a.Limits, Cost: a.spend, OnError: a.Rule.OnError}
 		}
-		res, err := e.lim.AllowParts(ctx, parts...)
+		res, r, err := e.allow(ctx, d.Applied[:d.enforced], parts)
 		if err != nil {
 			e.failed(ctx, d.Applied[:d.enforced], err)
 			return err
@@ -437,6 +445,7 @@ func (e *Engine) decide(ctx context.Context, d *Decision) error {
 		off := 0
 		for i := range d.Applied[:d.enforced] {
 			a := &d.Applied[i]
+			a.reserved, a.part = r, i
 			a.Results = res.Results[off : off+len(a.Limits) : off+len(a.Limits)]
 			off += len(a.Limits)
 			own := sluice.Combine(a.Results)
@@ -452,7 +461,8 @@ func (e *Engine) decide(ctx context.Context, d *Decision) error {
 	kept := d.enforced
 	for i := d.enforced; i < len(d.Applied); i++ {
 		a := &d.Applied[i]
-		res, err := e.lim.AllowParts(ctx, sluice.Part{Key: a.stored, Limits: a.Limits, Cost: a.spend, OnError: a.Rule.OnError})
+		res, r, err := e.allow(ctx, d.Applied[i:i+1], []sluice.Part{{Key: a.stored, Limits: a.Limits, Cost: a.spend, OnError: a.Rule.OnError}})
+		a.reserved = r
 		if err != nil {
 			// A shadow rule never blocks, nor fails a request: one the
 			// store could not decide is left out, as one a denied
@@ -477,6 +487,21 @@ func (e *Engine) decide(ctx context.Context, d *Decision) error {
 	}
 	d.Applied = d.Applied[:kept]
 	return nil
+}
+
+// allow decides parts, those of as: reserved (sluice.Limiter.ReserveParts)
+// when a rule of as settles and the request spends something, otherwise
+// with AllowParts.
+func (e *Engine) allow(ctx context.Context, as []Applied, parts []sluice.Part) (sluice.MultiResult, *sluice.Reservation, error) {
+	if !reserving(as) {
+		res, err := e.lim.AllowParts(ctx, parts...)
+		return res, nil, err
+	}
+	r, err := e.lim.ReserveParts(ctx, parts...)
+	if err != nil {
+		return sluice.MultiResult{}, nil, err
+	}
+	return r.MultiResult, r, nil
 }
 
 // report tells the observer of a's outcome, unless a is a look (cost 0),

@@ -30,11 +30,7 @@ func (e *Engine) Refund(ctx context.Context, checks ...Check) (*Decision, error)
 	parts := make([]sluice.Part, len(applied))
 	for i := range applied {
 		a := &applied[i]
-		c := a.Cost
-		for _, l := range a.Limits {
-			c = min(c, l.Capacity())
-		}
-		parts[i] = sluice.Part{Key: a.stored, Limits: a.Limits, Cost: c}
+		parts[i] = sluice.Part{Key: a.stored, Limits: a.Limits, Cost: min(a.Cost, minCapacity(a.Limits))}
 	}
 	res, err := e.lim.Refund(ctx, parts...)
 	if err != nil {

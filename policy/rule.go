@@ -40,6 +40,9 @@ type Rule struct {
 	Limits []sluice.Limit
 	// Cost is what one request spends; 0 means 1.
 	Cost int
+	// Settle, when not nil, makes Cost a reserve: a request is admitted
+	// at Cost and settled at what its work cost (see Settle).
+	Settle *Settle
 	// Shadow makes the rule evaluate and report but never block.
 	Shadow bool
 	// OnError, unless it is the zero ErrorPolicy, answers for the rule

@@ -1,0 +1,300 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// Settle makes a rule charge what the work of a request cost, known only
+// once its response is done (an LLM call's tokens, an export's rows, a
+// stream's bytes): the request is admitted at the rule's Cost, its
+// reserve (sluice.Limiter.Reserve), and settled at the cost its response
+// reports (Decision.Settle): the difference is given back, or charged as
+// a debt when the work cost more. A rule whose Cost is 1 is post-paid:
+// it admits a request while the client's balance holds one unit, and
+// charges the whole cost after, so that the balance overshoots by at most
+// the costs of the requests in flight.
+type Settle struct {
+	// CostFrom is where the middleware and the proxy read the cost.
+	CostFrom CostSource
+	// Strip removes the cost's header or trailer from the response before
+	// the client sees it.
+	Strip bool
+}
+
+// CostSource is where a response reports the cost of its work.
+type CostSource struct {
+	// Header is the response header, or trailer (a streamed response's
+	// cost, known at its end), that holds the cost as a decimal integer,
+	// in canonical form; "" counts the bytes of the response body, what
+	// a client that went away mid-stream was sent.
+	Header string
+}
+
+// CostSourceSpecs lists the forms ParseCostSource accepts.
+const CostSourceSpecs = "header:<name> (a response header or trailer holding the cost) or bytes (the response body's bytes)"
+
+// ParseCostSource parses "header:<name>" or "bytes".
+func ParseCostSource(s string) (CostSource, error) {
+	if s == "bytes" {
+		return CostSource{}, nil
+	}
+	name, ok := strings.CutPrefix(s, "header:")
+	if !ok || name == "" || strings.IndexFunc(name, func(r rune) bool { return r > 127 || !isTokenChar(byte(r)) }) >= 0 {
+		return CostSource{}, fmt.Errorf("%q is not a cost source; use %s", s, CostSourceSpecs)
+	}
+	return CostSource{Header: http.CanonicalHeaderKey(name)}, nil
+}
+
+// String returns the source as ParseCostSource reads it.
+func (c CostSource) String() string {
+	if c.Header == "" {
+		return "bytes"
+	}
+	return "header:" + c.Header
+}
+
+// reserving reports whether any of as holds a rule that settles and
+// spends something (a look, of cost 0, reserves nothing).
+func reserving(as []Applied) bool {
+	for i := range as {
+		if as[i].Rule.Settle != nil && as[i].spend > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Settled reports whether the decision holds a reservation to settle:
+// it was admitted, and a rule that applied settles (Rule.Settle).
+func (d *Decision) Settled() bool {
+	for i := range d.Applied {
+		if r := d.Applied[i].reserved; r != nil && r.Allowed {
+			return true
+		}
+	}
+	return false
+}
+
+// Settle settles the decision's reservations once the work is done: cost
+// returns what the work cost under each applied rule that settles, ok
+// false when it is not known (the reservation keeps what it reserved).
+// Rules that do not settle keep their cost. Each Applied's Results become
+// the state after the settle. It is sluice.Reservation.SettleParts for
+// the rules decided together, and for each rule in shadow mode, with its
+// rules: a decision is settled once (sluice.ErrSettled), a cost above the
+// reserve is a debt capped at the smallest capacity, and a failure leaves
+// the reservation its whole cost. A decision with nothing to settle
+// (Settled false) returns nil.
+func (d *Decision) Settle(ctx context.Context, cost func(a *Applied) (n int, ok bool)) error {
+	var errs []error
+	for i := 0; i < len(d.Applied); {
+		r := d.Applied[i].reserved
+		j := i + 1
+		for j < len(d.Applied) && d.Applied[j].reserved == r {
+			j++
+		}
+		if r != nil && r.Allowed {
+			if err := settleGroup(ctx, r, d.Applied[i:j], cost); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		i = j
+	}
+	return errors.Join(errs...)
+}
+
+// settleGroup settles r, the reservation of as, at the costs cost gives.
+func settleGroup(ctx context.Context, r *sluice.Reservation, as []Applied, cost func(a *Applied) (int, bool)) error {
+	actual := make([]int, len(as))
+	for k := range as {
+		a := &as[k]
+		actual[k] = a.spend
+		if a.Rule.Settle == nil {
+			continue
+		}
+		if n, ok := cost(a); ok {
+			if n < 0 {
+				return fmt.Errorf("rule %q: %w: an actual cost must not be negative, got %d", a.Rule.Name, sluice.ErrInvalidCost, n)
+			}
+			actual[k] = n
+		}
+	}
+	res, err := r.SettleParts(ctx, actual...)
+	if err != nil {
+		return err
+	}
+	off := 0
+	for k := range as {
+		a := &as[k]
+		a.Results = res.Results[off : off+len(a.Limits) : off+len(a.Limits)]
+		off += len(a.Limits)
+		a.Binding = sluice.Combine(a.Results).Binding
+	}
+	return nil
+}
+
+// A Ticket is a Decision's reservations in a form that travels: what a
+// decision service hands its client at the reserve, for any replica
+// sharing the store to settle (Engine.Resume). It names the rules and
+// keys and holds what the store took, instants included.
+type Ticket struct {
+	// Parts are the settling rules' parts of the decision.
+	Parts []TicketPart
+}
+
+// TicketPart is one rule's part of a Ticket.
+type TicketPart struct {
+	// Group tells the reservations apart: parts of one Group were decided
+	// together (the rules not in shadow mode), each rule in shadow mode
+	// alone.
+	Group int
+	// Rule is the rule's name; Key the client key (Applied.Key), which
+	// selects its plan.
+	Rule, Key string
+	// Stored is the key in the store.
+	Stored string
+	// Cost is what the part reserved.
+	Cost int
+	// Limits are what the store took of each limit.
+	Limits []TicketLimit
+}
+
+// TicketLimit is what the store took of one limit of a TicketPart: the
+// limit's identity (sluice.Limit.Identity), the instant the store decided
+// at and the ResetAfter it answered, all a refund reads.
+type TicketLimit struct {
+	Name       string
+	Algorithm  sluice.Algorithm
+	Period     time.Duration
+	At         time.Time
+	ResetAfter time.Duration
+}
+
+// Ticket returns the decision's reservations as a Ticket, ok false when
+// there is nothing another process could settle: no rule settles, the
+// decision was denied, or the error policy answered it (what a local
+// fallback took is in this process's memory only). Only the parts of
+// rules that settle are in it: the others kept their cost.
+func (d *Decision) Ticket() (t Ticket, ok bool) {
+	group := map[*sluice.Reservation]int{}
+	for i := range d.Applied {
+		a := &d.Applied[i]
+		if a.reserved == nil || a.Rule.Settle == nil {
+			continue
+		}
+		parts, taken, ok := a.reserved.Taken()
+		if !ok {
+			continue
+		}
+		g, seen := group[a.reserved]
+		if !seen {
+			g = len(group)
+			group[a.reserved] = g
+		}
+		// a's part in the reservation: its limits' offset in the take.
+		off := 0
+		for _, p := range parts[:a.part] {
+			off += len(p.Limits)
+		}
+		tp := TicketPart{Group: g, Rule: a.Rule.Name, Key: a.Key, Stored: a.stored, Cost: a.spend}
+		for k, l := range a.Limits {
+			id := l.Identity()
+			tp.Limits = append(tp.Limits, TicketLimit{Name: id.Name, Algorithm: id.Algorithm, Period: id.Period,
+				At: taken.At[off+k], ResetAfter: taken.Results[off+k].ResetAfter})
+		}
+		t.Parts = append(t.Parts, tp)
+	}
+	return t, len(t.Parts) > 0
+}
+
+// ErrTicket is wrapped by the errors of Engine.Resume for a ticket that
+// names no rule that settles now, or holds nothing to settle.
+var ErrTicket = errors.New("invalid ticket")
+
+// Resume returns the Decision a Ticket holds, to be settled (Settle) by
+// this process under the rules it holds now. A part whose rule no longer
+// exists or no longer settles is left out, and so is each limit whose
+// identity is no longer one of its rule's for the key (its state is not
+// the one the reservation took from), or whose reserve the limits left
+// could no longer admit; the rest settles as in the process that
+// reserved. The error wraps ErrTicket when nothing is left to settle,
+// or is sluice.Limiter.Resume's.
+func (e *Engine) Resume(t Ticket) (*Decision, error) {
+	set := e.set.Load()
+	d := &Decision{Allowed: true, binding: -1}
+	groups := map[int][]int{} // group → indices in d.Applied
+	var order []int
+	for _, tp := range t.Parts {
+		rule := set.byName[tp.Rule]
+		if rule == nil || rule.Settle == nil || tp.Cost < 1 {
+			continue
+		}
+		a := Applied{Rule: rule, Key: tp.Key, stored: tp.Stored, Cost: tp.Cost, spend: tp.Cost}
+		var at []time.Time
+		var rs []sluice.Result
+		for _, l := range rule.LimitsFor(tp.Key) {
+			for _, tl := range tp.Limits {
+				if id := l.Identity(); id.Name == tl.Name && id.Algorithm == tl.Algorithm && id.Period == tl.Period {
+					a.Limits = append(a.Limits, l)
+					at = append(at, tl.At)
+					rs = append(rs, sluice.Result{Allowed: true, Limit: l.Capacity(), ResetAfter: tl.ResetAfter})
+					break
+				}
+			}
+		}
+		if len(a.Limits) == 0 || tp.Cost > minCapacity(a.Limits) {
+			continue
+		}
+		a.Results = rs
+		a.resumeAt = at
+		if _, ok := groups[tp.Group]; !ok {
+			order = append(order, tp.Group)
+		}
+		groups[tp.Group] = append(groups[tp.Group], len(d.Applied))
+		d.Applied = append(d.Applied, a)
+	}
+	if len(d.Applied) == 0 {
+		return nil, fmt.Errorf("policy: resume: %w: no part of it names a rule that settles, with a limit it still has", ErrTicket)
+	}
+	out := make([]Applied, 0, len(d.Applied))
+	for _, g := range order {
+		var parts []sluice.Part
+		var taken sluice.Taken
+		first := len(out)
+		for k, i := range groups[g] {
+			a := d.Applied[i]
+			a.part = k
+			parts = append(parts, sluice.Part{Key: a.stored, Limits: a.Limits, Cost: a.spend})
+			taken.Results = append(taken.Results, a.Results...)
+			taken.At = append(taken.At, a.resumeAt...)
+			a.resumeAt = nil
+			out = append(out, a)
+		}
+		r, err := e.lim.Resume(parts, taken)
+		if err != nil {
+			return nil, fmt.Errorf("policy: resume: %w", err)
+		}
+		for i := first; i < len(out); i++ {
+			out[i].reserved = r
+		}
+	}
+	d.Applied = out
+	d.enforced = len(out)
+	return d, nil
+}
+
+// minCapacity returns the smallest Capacity of limits.
+func minCapacity(limits []sluice.Limit) int {
+	c := limits[0].Capacity()
+	for _, l := range limits[1:] {
+		c = min(c, l.Capacity())
+	}
+	return c
+}
