@@ -144,6 +144,30 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
+// TestSettle: a rule's settle section sets its cost to the reserve (1
+// when post-paid) and where the cost is read, in canonical form.
+func TestSettle(t *testing.T) {
+	tests := []struct {
+		yaml string
+		cost int
+		want policy.Settle
+	}{
+		{"{cost_from: header:x-tokens-used, reserve: 4096, strip: true}", 4096, policy.Settle{CostFrom: policy.CostSource{Header: "X-Tokens-Used"}, Strip: true}},
+		{"{cost_from: bytes, postpaid: true}", 1, policy.Settle{}},
+		{"{cost_from: header:X-Rows, reserve: 1}", 1, policy.Settle{CostFrom: policy.CostSource{Header: "X-Rows"}}},
+	}
+	for _, tt := range tests {
+		f, err := Parse("s.yaml", []byte("rules:\n  - {name: a, limit: 10000, period: 1m, settle: "+tt.yaml+"}\n"))
+		if err != nil {
+			t.Fatalf("%s: %v", tt.yaml, err)
+		}
+		r := f.Rules[0]
+		if r.Cost != tt.cost || r.Settle == nil || *r.Settle != tt.want {
+			t.Errorf("%s: cost %d, settle %+v; want %d, %+v", tt.yaml, r.Cost, r.Settle, tt.cost, tt.want)
+		}
+	}
+}
+
 func TestLimitNames(t *testing.T) {
 	const file = `
 rules:

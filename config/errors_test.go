@@ -52,6 +52,20 @@ var errorTests = []struct {
 		`redis.replicas: must be auto or at least 1, got 0 (sluice.yaml:4)`},
 	{"replicas word", rule + "redis:\n  replicas: many\n",
 		`redis.replicas: "many" is not a whole number; auto (learned from the replicas' heartbeats in Redis), or the number of replicas sharing the limits (sluice.yaml:4)`},
+	{"settle cost_from", "rules:\n  - {name: a, limit: 10, period: 1s, settle: {cost_from: X-Tokens, reserve: 5}}\n",
+		`rules "a".settle.cost_from: "X-Tokens" is not a cost source; use header:<name> (a response header or trailer holding the cost) or bytes (the response body's bytes) (sluice.yaml:2)`},
+	{"settle no reserve", "rules:\n  - {name: a, limit: 10, period: 1s, settle: {cost_from: bytes}}\n",
+		`rules "a".settle.reserve: is missing; set reserve (what a request is admitted at: the most its work may cost) or postpaid: true (admitted while the balance holds one unit, charged after) (sluice.yaml:2)`},
+	{"settle reserve and postpaid", "rules:\n  - {name: a, limit: 10, period: 1s, settle: {cost_from: bytes, reserve: 5, postpaid: true}}\n",
+		`rules "a".settle.postpaid: admits a request while the balance holds one unit, so it reserves 1; leave out reserve or postpaid (sluice.yaml:2)`},
+	{"settle reserve above capacity", "rules:\n  - {name: a, limit: 10, period: 1s, settle: {cost_from: bytes, reserve: 50}}\n",
+		`rules "a".settle.reserve: 50 exceeds the capacity 10 of limit a-1s (token_bucket 10/1s), so no request could ever be admitted; a cost is at most the smallest limit or burst of the rule and its plans (sluice.yaml:2)`},
+	{"settle and cost", "rules:\n  - {name: a, limit: 10, period: 1s, cost: 2, settle: {cost_from: bytes, reserve: 5}}\n",
+		`rules "a".cost: is the reserve of a rule that settles; leave cost out and set settle.reserve, or settle.postpaid (sluice.yaml:2)`},
+	{"settle strip bytes", "rules:\n  - {name: a, limit: 10, period: 1s, settle: {cost_from: bytes, reserve: 5, strip: true}}\n",
+		`rules "a".settle.strip: applies to a cost read from a header; cost_from bytes has none to strip (sluice.yaml:2)`},
+	{"settle misspelt", "rules:\n  - {name: a, limit: 10, period: 1s, settle: {cost_from: bytes, reserv: 5}}\n",
+		`rules "a".settle: unknown field "reserv" (did you mean "reserve"?) (sluice.yaml:2)`},
 	{"rule on_error return", "rules:\n  - {name: a, limit: 1, period: 1s, on_error: return}\n",
 		`rules "a".on_error: "return" is not one of allow, deny, local (sluice.yaml:2)`},
 	{"timeout zero", rule + "redis:\n  timeout: 0s\n",
@@ -113,7 +127,7 @@ var errorTests = []struct {
 
 	// A rule's own fields.
 	{"rule not a mapping", "rules:\n  - search\n",
-		`rules[0]: must be a mapping with the keys name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, on_error, plans, not "search" (sluice.yaml:2)`},
+		`rules[0]: must be a mapping with the keys name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, settle, shadow, on_error, plans, not "search" (sluice.yaml:2)`},
 	{"unknown rule field", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    perod: 1m\n",
 		`rules "a": unknown field "perod" (did you mean "period"?) (sluice.yaml:5)`},
 	{"missing name", "rules:\n  - limit: 1\n    period: 1s\n",
@@ -322,7 +336,7 @@ var typoTests = []struct {
 			`rules "a": unknown field "algoritm" (did you mean "algorithm"?) (sluice.yaml:4)`,
 		}},
 	{"no suggestion", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    tier: gold\n",
-		[]string{`rules "a": unknown field "tier"; a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, shadow, on_error, plans (sluice.yaml:5)`}},
+		[]string{`rules "a": unknown field "tier"; a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, settle, shadow, on_error, plans (sluice.yaml:5)`}},
 }
 
 func TestTypos(t *testing.T) {

@@ -23,7 +23,8 @@ var (
 	redisFields  = []string{"url", "on_error", "timeout", "replicas", "deny_cache", "batch", "wait_replicas", "wait_timeout"}
 	memoryFields = []string{"max_keys"}
 	httpFields   = []string{"headers", "problem_json", "policy_key", "trusted_proxies", "ipv6_prefix"}
-	ruleFields   = []string{"name", "group", "match", "key", "missing_key", "algorithm", "limit", "period", "burst", "limits", "cost", "shadow", "on_error", "plans"}
+	ruleFields   = []string{"name", "group", "match", "key", "missing_key", "algorithm", "limit", "period", "burst", "limits", "cost", "settle", "shadow", "on_error", "plans"}
+	settleFields = []string{"cost_from", "reserve", "postpaid", "strip"}
 	limitFields  = []string{"algorithm", "limit", "period", "burst"}
 	planFields   = []string{"name", "keys", "prefixes", "algorithm", "limit", "period", "burst", "limits"}
 )

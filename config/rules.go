@@ -182,6 +182,18 @@ func (p *parser) rule(f field) (policy.Rule, ruleInfo) {
 			r.Cost = n
 		}
 	}
+	if e, ok := m["settle"]; ok {
+		var reserve field
+		var reserveOK bool
+		r.Settle, r.Cost, reserve, reserveOK = p.settle(e)
+		if hasCost {
+			p.errorf(cost.key.Line, cost.path, "is the reserve of a rule that settles; leave cost out and set settle.reserve, or settle.postpaid")
+		}
+		cost, hasCost, costOK = reserve, reserveOK, reserveOK
+		if r.Cost == 0 {
+			r.Cost = 1
+		}
+	}
 	if e, ok := m["shadow"]; ok {
 		r.Shadow, _ = p.boolean(e)
 	}
@@ -269,4 +281,55 @@ func (p *parser) checkLimitNames(rules []policy.Rule, infos []ruleInfo) {
 			seen[name] = i
 		}
 	}
+}
+
+// settle returns a rule's settle section, the rule's cost (its reserve, 1
+// when post-paid) and the field that sets it, for checkCost: ok when it
+// is a reserve to check.
+func (p *parser) settle(f field) (st *policy.Settle, cost int, reserve field, ok bool) {
+	m, ok := p.mapping(f, "settle", settleFields, false)
+	if !ok {
+		return nil, 0, field{}, false
+	}
+	st = &policy.Settle{}
+	if e, ok := m["cost_from"]; ok {
+		if s, ok := p.str(e, policy.CostSourceSpecs); ok {
+			if c, err := policy.ParseCostSource(s); err != nil {
+				p.errorf(e.val.Line, e.path, "%v", err)
+			} else {
+				st.CostFrom = c
+			}
+		}
+	} else {
+		p.missing(f.val.Line, f.path, "cost_from", "is missing; say where a response reports its cost: %s", policy.CostSourceSpecs)
+	}
+	if e, ok := m["strip"]; ok {
+		st.Strip, _ = p.boolean(e)
+		if st.Strip && st.CostFrom.Header == "" && m["cost_from"].val != nil {
+			p.errorf(e.val.Line, e.path, "applies to a cost read from a header; cost_from bytes has none to strip")
+		}
+	}
+	postpaid := false
+	pe, hasPostpaid := m["postpaid"]
+	if hasPostpaid {
+		postpaid, _ = p.boolean(pe)
+	}
+	re, hasReserve := m["reserve"]
+	switch {
+	case hasReserve && postpaid:
+		p.errorf(pe.val.Line, pe.path, "admits a request while the balance holds one unit, so it reserves 1; leave out reserve or postpaid")
+	case hasReserve:
+		n, ok := p.integer(re, "reserve is what a request is admitted at and holds until settled, at least 1")
+		if !ok {
+			return st, 0, field{}, false
+		}
+		if n < 1 {
+			p.errorf(re.val.Line, re.path, "must be at least 1, got %d", n)
+			return st, 0, field{}, false
+		}
+		return st, n, re, true
+	case !postpaid:
+		p.missing(f.val.Line, f.path, "reserve", "is missing; set reserve (what a request is admitted at: the most its work may cost) or postpaid: true (admitted while the balance holds one unit, charged after)")
+	}
+	return st, 1, field{}, false
 }
