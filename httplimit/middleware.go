@@ -75,6 +75,16 @@ func FromConfig(h config.HTTP) ([]Option, error) {
 // refusal by DenyOnError is a 503 (the client exceeded nothing), a
 // LocalOnError fallback's denial a 429; under ReturnErrors the request
 // passes (the engine logs the error).
+//
+// A request under a rule that settles (policy.Settle: a policy file's
+// settle section) is admitted at the rule's reserve and, once the handler
+// has returned, settled at the cost its response reports: the rule's
+// trailer or header (cost_from header:<name>; a streamed response sets it
+// as a trailer at its end), or the body's bytes (cost_from bytes, what a
+// client that went away mid-stream was sent). A response that reports no
+// cost keeps the reserve. A rule that strips its header removes it, and
+// its trailer, before the client sees them. The settle runs before the
+// response ends, and a client gone does not cancel it.
 func New(e *policy.Engine, opts ...Option) func(http.Handler) http.Handler {
 	o := options{now: time.Now}
 	for _, opt := range opts {
@@ -94,9 +104,22 @@ func New(e *policy.Engine, opts ...Option) func(http.Handler) http.Handler {
 				}
 				return
 			}
-			if o.respond(w, d) {
-				next.ServeHTTP(w, r)
+			if !o.respond(w, d) {
+				return
 			}
+			if !d.Settled() {
+				next.ServeHTTP(w, r)
+				return
+			}
+			sw := newSettleWriter(w, d, e.Logger())
+			defer func() {
+				p := recover() // a client gone mid-stream: a proxy aborts
+				sw.settle(r.Context())
+				if p != nil {
+					panic(p)
+				}
+			}()
+			next.ServeHTTP(sw, r)
 		})
 	}
 }

@@ -77,6 +77,11 @@ func (e *Engine) Update(set *RuleSet) {
 // Rules returns the rules the engine decides under now.
 func (e *Engine) Rules() *RuleSet { return e.set.Load() }
 
+// Logger returns the logger the engine logs to (WithLogger), for the
+// doors to log what they find wrong in a decision's aftermath (a settle
+// that failed) where the engine's own messages go.
+func (e *Engine) Logger() *slog.Logger { return e.log }
+
 // Limiter returns the Limiter the engine decides with.
 func (e *Engine) Limiter() *sluice.Limiter { return e.lim }
 
