@@ -71,6 +71,17 @@ func WithClock(now func() time.Time) Option {
 	return func(l *Limiter) { l.now = now }
 }
 
+// Now returns the Limiter's clock (WithClock), or time.Now when the store
+// reads its own: the time a caller should judge the Limiter's instants
+// by (sluice.Taken's At), up to the skew between this process and the
+// store.
+func (l *Limiter) Now() time.Time {
+	if l.now != nil {
+		return l.now()
+	}
+	return time.Now()
+}
+
 // WithErrorPolicy sets what the Limiter answers when the store fails.
 func WithErrorPolicy(p ErrorPolicy) Option {
 	return func(l *Limiter) { l.policy = p }

@@ -26,7 +26,7 @@ var ErrDuplicateCheck = errors.New("duplicate check")
 // of a check naming a header, query or request rule), "fn:" for a
 // WithKey function's key, "d:" for a composite key of a check
 // (Check.Composite: an Envoy descriptor's several entries), and "global"
-// alone.
+// alone; "settled:" holds the claims of Tickets (Engine.Resume).
 // The same rule and client thus share one count through every door: the
 // middleware, the proxy, POST /v1/check and Envoy's gRPC.
 const (
@@ -35,6 +35,8 @@ const (
 	nsFunc   = "fn:"
 	nsJoined = "d:"
 	globalNS = "global"
+
+	nsSettled = "settled:"
 )
 
 // storageKey returns the stored form of client key v of source src.

@@ -2,6 +2,8 @@ package policy
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -145,6 +147,13 @@ func settleGroup(ctx context.Context, r *sluice.Reservation, as []Applied, cost 
 // sharing the store to settle (Engine.Resume). It names the rules and
 // keys and holds what the store took, instants included.
 type Ticket struct {
+	// ID tells the ticket apart from every other: it is settled once,
+	// by whichever process first resumes it.
+	ID string
+	// Expires is when the ticket can no longer be settled: its earliest
+	// take plus the longest period of its limits, after which a window's
+	// count has ended and a bucket has refilled.
+	Expires time.Time
 	// Parts are the settling rules' parts of the decision.
 	Parts []TicketPart
 }
@@ -211,22 +220,93 @@ func (d *Decision) Ticket() (t Ticket, ok bool) {
 		}
 		t.Parts = append(t.Parts, tp)
 	}
-	return t, len(t.Parts) > 0
+	if len(t.Parts) == 0 {
+		return Ticket{}, false
+	}
+	var id [16]byte
+	_, _ = rand.Read(id[:]) // never fails (crypto/rand)
+	t.ID = hex.EncodeToString(id[:])
+	t.Expires = t.expiry()
+	return t, true
 }
 
-// ErrTicket is wrapped by the errors of Engine.Resume for a ticket that
-// names no rule that settles now, or holds nothing to settle.
-var ErrTicket = errors.New("invalid ticket")
+// span returns the earliest take of t and the longest period of its
+// limits: the ticket lives from one for the other.
+func (t *Ticket) span() (first time.Time, period time.Duration) {
+	for _, p := range t.Parts {
+		for _, l := range p.Limits {
+			if first.IsZero() || l.At.Before(first) {
+				first = l.At
+			}
+			period = max(period, l.Period)
+		}
+	}
+	return first, period
+}
 
-// Resume returns the Decision a Ticket holds, to be settled (Settle) by
-// this process under the rules it holds now. A part whose rule no longer
+// expiry returns when t expires, by its takes.
+func (t *Ticket) expiry() time.Time {
+	first, period := t.span()
+	return first.Add(period)
+}
+
+// settledLimit is the limit that claims a ticket, under the key
+// nsSettled+ID: one admit per the ticket's life, so that a second claim
+// before it expires (within one life of the first claim, which came after
+// its first take) is denied.
+func (t *Ticket) settledLimit() sluice.Limit {
+	_, period := t.span()
+	return sluice.Per(1, period).Using(sluice.GCRA).Named("settled")
+}
+
+// Errors of Engine.Resume.
+var (
+	// ErrTicket is wrapped by the error of a ticket that names no rule
+	// that settles now, or holds nothing to settle.
+	ErrTicket = errors.New("invalid ticket")
+	// ErrTicketExpired is wrapped by the error of a ticket resumed after
+	// its Expires: it keeps what it reserved.
+	ErrTicketExpired = errors.New("ticket expired")
+)
+
+// Resume claims a Ticket and returns the Decision it holds, to be
+// settled (Settle) by this process under the rules it holds now. A ticket
+// is claimed once, across every process sharing the store, until it
+// expires: a second Resume of it returns an error wrapping
+// sluice.ErrSettled, so that a retried settle never refunds twice, and one
+// after Expires an error wrapping ErrTicketExpired. (A claim whose settle
+// then fails leaves the ticket claimed, keeping what it reserved.) A part whose rule no longer
 // exists or no longer settles is left out, and so is each limit whose
 // identity is no longer one of its rule's for the key (its state is not
 // the one the reservation took from), or whose reserve the limits left
 // could no longer admit; the rest settles as in the process that
 // reserved. The error wraps ErrTicket when nothing is left to settle,
 // or is sluice.Limiter.Resume's.
-func (e *Engine) Resume(t Ticket) (*Decision, error) {
+func (e *Engine) Resume(ctx context.Context, t Ticket) (*Decision, error) {
+	d, err := e.resume(t)
+	if err != nil {
+		return nil, err
+	}
+	if t.ID == "" || !t.Expires.Equal(t.expiry()) {
+		return nil, fmt.Errorf("policy: resume: %w: no ID, or an expiry its takes do not give", ErrTicket)
+	}
+	if e.lim.Now().After(t.Expires) {
+		return nil, fmt.Errorf("policy: resume: %w at %s", ErrTicketExpired, t.Expires.UTC().Format(time.RFC3339))
+	}
+	claim, err := e.lim.AllowN(ctx, nsSettled+t.ID, t.settledLimit(), 1)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("policy: resume: claiming the ticket: %w", err)
+	case claim.Degraded != sluice.NotDegraded:
+		return nil, fmt.Errorf("policy: resume: claiming the ticket: the store failed, and the error policy answered")
+	case !claim.Allowed:
+		return nil, fmt.Errorf("policy: resume: %w", sluice.ErrSettled)
+	}
+	return d, nil
+}
+
+// resume returns the Decision t holds under the rules e holds now.
+func (e *Engine) resume(t Ticket) (*Decision, error) {
 	set := e.set.Load()
 	d := &Decision{Allowed: true, binding: -1}
 	groups := map[int][]int{} // group → indices in d.Applied

@@ -149,7 +149,7 @@ func TestTicket(t *testing.T) {
 	// Another replica: its own Limiter and Engine over the same store.
 	other := newFixtureOn(t, sluice.New(store, sluice.WithClock(clock.Now)), clock, rules)
 	clock.Set(10 * time.Second)
-	resumed, err := other.e.Resume(ticket)
+	resumed, err := other.e.Resume(ctx, ticket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,6 +161,21 @@ func TestTicket(t *testing.T) {
 	}
 	if got := f.remaining("calls", "k"); !slices.Equal(got, []int{99}) {
 		t.Errorf("calls: %v, want [99]: a rule that does not settle keeps its cost", got)
+	}
+	// A retried settle, on either replica, is refused: it never refunds
+	// twice. A ticket whose expiry was changed is not one.
+	for _, e := range []*policy.Engine{other.e, f.e} {
+		if _, err := e.Resume(ctx, ticket); !errors.Is(err, sluice.ErrSettled) {
+			t.Errorf("a second Resume: %v, want ErrSettled", err)
+		}
+	}
+	forged := ticket
+	forged.ID, forged.Expires = "another", forged.Expires.Add(time.Hour)
+	if _, err := f.e.Resume(ctx, forged); !errors.Is(err, policy.ErrTicket) {
+		t.Errorf("Resume of a ticket with a later expiry: %v, want ErrTicket", err)
+	}
+	if got := f.remaining("tokens", "k"); !slices.Equal(got, []int{8500, 3500}) {
+		t.Errorf("tokens after the refused settles: %v, want [8500 3500]", got)
 	}
 
 	// A reload: the minute limit becomes a sliding window (another
@@ -179,7 +194,7 @@ func TestTicket(t *testing.T) {
 		t.Fatal(err)
 	}
 	other.e.Update(set)
-	resumed, err = other.e.Resume(ticket)
+	resumed, err = other.e.Resume(ctx, ticket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,12 +207,23 @@ func TestTicket(t *testing.T) {
 	if got := f.remaining("tokens", "k"); !slices.Equal(got, []int{8500, 5000 - 4096}) {
 		t.Errorf("tokens after a settle at 0 of the hour alone: %v, want [8500 904]", got)
 	}
+	// The ticket has expired an hour after its take.
+	clock.Set(70*time.Second + time.Hour + time.Microsecond)
+	d, err = f.e.Check(ctx, policy.Check{Rule: "tokens", Key: "k"})
+	if err != nil || !d.Allowed {
+		t.Fatalf("Check: %+v, %v", d, err)
+	}
+	late, _ := d.Ticket()
+	clock.Set(70*time.Second + 2*time.Hour + 2*time.Microsecond)
+	if _, err := f.e.Resume(ctx, late); !errors.Is(err, policy.ErrTicketExpired) {
+		t.Errorf("Resume an hour after the take: %v, want ErrTicketExpired", err)
+	}
 	changed[0].Settle = nil
 	if set, err = policy.Compile(changed); err != nil {
 		t.Fatal(err)
 	}
 	other.e.Update(set)
-	if _, err := other.e.Resume(ticket); !errors.Is(err, policy.ErrTicket) {
+	if _, err := other.e.Resume(ctx, ticket); !errors.Is(err, policy.ErrTicket) {
 		t.Errorf("Resume under a rule that no longer settles: %v, want ErrTicket", err)
 	}
 }
