@@ -14,6 +14,8 @@
 //
 //	POST /v1/check         decide one (rule, key, cost)
 //	POST /v1/check/batch   decide up to 100 of them as one request, all or nothing
+//	POST /v1/settle        settle a reservation at its work's cost, or give units back
+//	POST /v1/settle/batch  up to 100 settles, each on its own
 //	GET  /healthz          liveness: always 200 while the process serves
 //	GET  /readyz           readiness: 503 while the WithReady probe fails; the store's nodes
 //
@@ -136,6 +138,44 @@
 // Under the deny policy a degraded denial is a result with "allowed":false
 // and "degraded":true, without numbers but retry_after_ms, still in a 200. A store error under the return
 // policy answers 503 RATE_LIMITER_UNAVAILABLE for the whole batch.
+//
+// # POST /v1/settle
+//
+// A rule that settles (a policy file's settle section: cost decided by
+// the work, an LLM call's tokens) makes /v1/check reserve: the check is
+// admitted or denied at the rule's reserve (or its cost), and an admitted
+// one answers a "reservation" beside the usual fields, as does a batch
+// (one reservation for all its checks). When the work is done, the
+// client settles it at what the work cost:
+//
+//	POST /v1/settle
+//
+//	{"reservation":"eyJpIjoi...","cost":1234}
+//
+//	{"allowed":true,"limit":100000,"remaining":98766,"reset_after_ms":55000,"retry_after_ms":0,
+//	 "policies":[{"name":"tokens-1m","allowed":true,"limit":100000,"remaining":98766,"reset_after_ms":55000,"retry_after_ms":0}]}
+//
+// The difference from the reserve is given back, or charged when the work
+// cost more: a debt, never denied, after which the client's requests are
+// denied (the answer's allowed false, retry_after_ms until the debt is
+// repaid). Rules of the reservation that do not settle keep their cost.
+// The answer is the state after the settle, as a request of cost 0 sees
+// it. A reservation is opaque, and holds what the store took (a
+// policy.Ticket), so that any replica sharing the store settles it exactly.
+// It settles once: a retried settle, on any replica, answers 409
+// ALREADY_SETTLED and gives nothing back. It expires when the longest
+// period of its limits has passed since its take (410
+// RESERVATION_EXPIRED); one whose rules no longer settle, or whose limits
+// all changed since, answers 409 RESERVATION_STALE; each keeps what it
+// reserved, as a reservation never settled does. A reservation not issued
+// here answers 400 INVALID_RESERVATION.
+//
+// Without a reservation, a settle gives units back under a rule and key,
+// as a refund whose take is not known (sluice.Limiter.Refund):
+// {"rule":"search","key":"abc","cost":2}, cost defaulting to the rule's.
+// POST /v1/settle/batch takes {"settles":[...]}, 1 to 100 settles, and
+// answers {"results":[...]} in their order, each with its "status" and its
+// answer or its "error": unlike a check batch, each settle stands alone.
 //
 // # Errors
 //

@@ -133,8 +133,12 @@ func plainInt(data []byte, i int) (int, int, bool) {
 
 // appendCheckResult appends r as encoding/json marshals it, and a
 // newline, or reports false when one of its strings is not plain
-// printable ASCII that encoding/json writes as it is.
+// printable ASCII that encoding/json writes as it is, or it holds a
+// reservation (a decision that settles, left to encoding/json).
 func appendCheckResult(b []byte, r *checkResult) ([]byte, bool) {
+	if r.Reservation != "" {
+		return b, false // encoding/json's
+	}
 	b = append(b, `{"allowed":`...)
 	b = strconv.AppendBool(b, r.Allowed)
 	b = appendState(b, &r.state)

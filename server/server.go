@@ -76,6 +76,8 @@ type route struct {
 var routes = [...]route{
 	{http.MethodPost, "/v1/check", true, (*Server).check},
 	{http.MethodPost, "/v1/check/batch", true, (*Server).batch},
+	{http.MethodPost, "/v1/settle", true, (*Server).settle},
+	{http.MethodPost, "/v1/settle/batch", true, (*Server).settleBatch},
 	{http.MethodGet, "/healthz", false, func(_ *Server, w http.ResponseWriter, _ *http.Request) {
 		httpjson.Write(w, http.StatusOK, "application/json", statusBody{Status: "ok"})
 	}},
@@ -237,6 +239,9 @@ type checkResult struct {
 	ShadowDenied bool           `json:"shadow_denied,omitempty"`
 	Degraded     bool           `json:"degraded,omitempty"`
 	Policies     []policyResult `json:"policies"`
+	// Reservation is the decision's reservation, when a rule that
+	// settles admitted it: what POST /v1/settle takes with the cost.
+	Reservation string `json:"reservation,omitempty"`
 }
 
 // policyResult is one limit's part of a decision.
@@ -275,8 +280,9 @@ type stateValues struct {
 
 // batchResponse is the body of /v1/check/batch.
 type batchResponse struct {
-	Results []checkResult `json:"results"`
-	Allowed bool          `json:"allowed"`
+	Results     []checkResult `json:"results"`
+	Allowed     bool          `json:"allowed"`
+	Reservation string        `json:"reservation,omitempty"` // the batch's, as in checkResult
 }
 
 func (s *Server) check(w http.ResponseWriter, r *http.Request) {
@@ -301,6 +307,9 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 	}
 	if binding >= 0 && !body.Degraded {
 		httplimit.SetHeaders(w.Header(), httplimit.HeadersBoth, limits, results, binding, s.now(), nil)
+	}
+	if t, ok := d.Ticket(); ok {
+		body.Reservation = encodeTicket(t)
 	}
 	switch {
 	case d.Allowed:
@@ -351,6 +360,9 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 	for j := range d.Applied {
 		a := &d.Applied[j]
 		out.Results[a.Check] = result(d, a)
+	}
+	if t, ok := d.Ticket(); ok {
+		out.Reservation = encodeTicket(t)
 	}
 	httpjson.Write(w, http.StatusOK, "application/json", out)
 }

@@ -1,0 +1,244 @@
+package server
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/httpjson"
+	"github.com/sluice-go/sluice/policy"
+)
+
+// MaxBatchSettles is the most settles one POST /v1/settle/batch may hold.
+const MaxBatchSettles = 100
+
+// A reservation, as /v1/check answers it and /v1/settle takes it, is a
+// policy.Ticket as base64url (no padding) of compact JSON: opaque to the
+// client, and settled by whichever replica receives it, since it holds
+// what the store took. It is not signed: a caller of this API may give
+// units back under any rule already (a settle by rule and key), so a
+// forged reservation can do nothing a caller could not.
+type ticketWire struct {
+	ID      string     `json:"i"`
+	Expires int64      `json:"e"` // Unix microseconds
+	Parts   []partWire `json:"p"`
+}
+
+type partWire struct {
+	Group  int         `json:"g,omitempty"`
+	Rule   string      `json:"r"`
+	Key    string      `json:"k"`
+	Stored string      `json:"s"`
+	Cost   int         `json:"c"`
+	Limits []limitWire `json:"l"`
+}
+
+type limitWire struct {
+	Name       string `json:"n"`
+	Algorithm  string `json:"a"`
+	Period     int64  `json:"p"`  // microseconds
+	At         int64  `json:"t"`  // Unix microseconds
+	ResetAfter int64  `json:"ra"` // microseconds
+}
+
+// encodeTicket returns t as a reservation.
+func encodeTicket(t policy.Ticket) string {
+	w := ticketWire{ID: t.ID, Expires: t.Expires.UnixMicro(), Parts: make([]partWire, len(t.Parts))}
+	for i, p := range t.Parts {
+		pw := partWire{Group: p.Group, Rule: p.Rule, Key: p.Key, Stored: p.Stored, Cost: p.Cost, Limits: make([]limitWire, len(p.Limits))}
+		for j, l := range p.Limits {
+			pw.Limits[j] = limitWire{Name: l.Name, Algorithm: string(l.Algorithm), Period: l.Period.Microseconds(),
+				At: l.At.UnixMicro(), ResetAfter: l.ResetAfter.Microseconds()}
+		}
+		w.Parts[i] = pw
+	}
+	b, _ := json.Marshal(w) // strings and integers: never fails
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// errReservation is the error of a reservation this API did not issue.
+var errReservation = errors.New(`"reservation" is not one that POST /v1/check issued`)
+
+// decodeTicket returns the ticket of a reservation, or errReservation.
+func decodeTicket(s string) (policy.Ticket, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return policy.Ticket{}, errReservation
+	}
+	var w ticketWire
+	if err := json.Unmarshal(b, &w); err != nil || w.ID == "" || len(w.Parts) == 0 {
+		return policy.Ticket{}, errReservation
+	}
+	t := policy.Ticket{ID: w.ID, Expires: time.UnixMicro(w.Expires), Parts: make([]policy.TicketPart, len(w.Parts))}
+	for i, pw := range w.Parts {
+		p := policy.TicketPart{Group: pw.Group, Rule: pw.Rule, Key: pw.Key, Stored: pw.Stored, Cost: pw.Cost, Limits: make([]policy.TicketLimit, len(pw.Limits))}
+		for j, lw := range pw.Limits {
+			alg, err := sluice.ParseAlgorithm(lw.Algorithm)
+			if err != nil {
+				return policy.Ticket{}, errReservation
+			}
+			p.Limits[j] = policy.TicketLimit{Name: lw.Name, Algorithm: alg, Period: time.Duration(lw.Period) * time.Microsecond,
+				At: time.UnixMicro(lw.At), ResetAfter: time.Duration(lw.ResetAfter) * time.Microsecond}
+		}
+		t.Parts[i] = p
+	}
+	return t, nil
+}
+
+// settleRequest is the body of /v1/settle and one settle of a batch:
+// a reservation and what its work cost, or units to give back under a
+// rule and key.
+type settleRequest struct {
+	Reservation string `json:"reservation"`
+	Rule        string `json:"rule"`
+	Key         string `json:"key"`
+	Cost        *int   `json:"cost"`
+}
+
+// settleFields lists the fields of a settle, for messages.
+const settleFields = `"reservation" and "cost", or "rule", "key" and "cost"`
+
+// settleResult is the body of /v1/settle and one result of a batch: the
+// state after the settle, as a request of cost 0 would see it (allowed
+// false while the client is in debt).
+type settleResult struct {
+	Allowed bool `json:"allowed"`
+	state
+	RetryAfterMS int64          `json:"retry_after_ms"`
+	Policies     []policyResult `json:"policies"`
+}
+
+// settleError is a settle that failed: its status, code and message.
+type settleError struct {
+	status    int
+	code, msg string
+}
+
+// settleBatchRequest is the body of /v1/settle/batch.
+type settleBatchRequest struct {
+	Settles []settleRequest `json:"settles"`
+}
+
+// settleBatchItem is one result of /v1/settle/batch: the settle's
+// status, and its result or its error.
+type settleBatchItem struct {
+	Status int `json:"status"`
+	*settleResult
+	Error *httpjson.ErrorDetail `json:"error,omitempty"`
+}
+
+func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
+	var req settleRequest
+	if !httpjson.Decode(w, r, MaxBodyBytes, &req, "accepted fields: "+settleFields) {
+		return
+	}
+	res, fail := s.settleOne(r, req)
+	switch {
+	case fail != nil:
+		if fail.status != 0 {
+			httpjson.Error(w, fail.status, fail.code, fail.msg)
+		}
+	default:
+		httpjson.Write(w, http.StatusOK, "application/json", res)
+	}
+}
+
+// settleBatch settles each settle of the body on its own: one that fails
+// leaves the others settled.
+func (s *Server) settleBatch(w http.ResponseWriter, r *http.Request) {
+	var req settleBatchRequest
+	if !httpjson.Decode(w, r, MaxBodyBytes, &req, `accepted fields: "settles", and in each settle `+settleFields) {
+		return
+	}
+	if n := len(req.Settles); n < 1 || n > MaxBatchSettles {
+		httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST",
+			fmt.Sprintf(`"settles" must hold 1 to %d settles, got %d`, MaxBatchSettles, n))
+		return
+	}
+	out := struct {
+		Results []settleBatchItem `json:"results"`
+	}{make([]settleBatchItem, len(req.Settles))}
+	for i, sr := range req.Settles {
+		res, fail := s.settleOne(r, sr)
+		switch {
+		case fail == nil:
+			out.Results[i] = settleBatchItem{Status: http.StatusOK, settleResult: res}
+		case fail.status == 0:
+			return // the client is gone
+		default:
+			out.Results[i] = settleBatchItem{Status: fail.status, Error: &httpjson.ErrorDetail{Code: fail.code, Message: fail.msg}}
+		}
+	}
+	httpjson.Write(w, http.StatusOK, "application/json", out)
+}
+
+// settleOne settles req: a fail of status 0 when the client is gone.
+func (s *Server) settleOne(r *http.Request, req settleRequest) (*settleResult, *settleError) {
+	bad := func(msg string) *settleError { return &settleError{http.StatusBadRequest, "BAD_REQUEST", msg} }
+	switch {
+	case req.Cost != nil && *req.Cost < 0:
+		return nil, bad(fmt.Sprintf(`"cost" must not be negative, got %d`, *req.Cost))
+	case req.Reservation != "" && (req.Rule != "" || req.Key != ""):
+		return nil, bad(`a settle names a "reservation", or a "rule" and "key" to give units back under, not both`)
+	case req.Reservation == "" && req.Rule == "":
+		return nil, bad(`a settle needs a "reservation" (and its "cost"), or a "rule" (and "key" and "cost" to give back)`)
+	case req.Reservation != "" && req.Cost == nil:
+		return nil, bad(`"cost", what the reserved work cost, is required`)
+	}
+	ctx := r.Context()
+	var d *policy.Decision
+	var err error
+	if req.Reservation != "" {
+		t, terr := decodeTicket(req.Reservation)
+		if terr != nil {
+			return nil, &settleError{http.StatusBadRequest, "INVALID_RESERVATION", terr.Error()}
+		}
+		d, err = s.engine.Resume(ctx, t)
+		if err == nil {
+			cost := *req.Cost
+			err = d.Settle(ctx, func(*policy.Applied) (int, bool) { return cost, true })
+		}
+	} else {
+		d, err = s.engine.Refund(ctx, policy.Check{Rule: req.Rule, Key: req.Key, Cost: req.Cost})
+	}
+	_, unknown := errors.AsType[*policy.UnknownRuleError](err)
+	switch {
+	case err == nil:
+		return settled(d), nil
+	case ctx.Err() != nil:
+		return nil, &settleError{}
+	case errors.Is(err, sluice.ErrSettled):
+		return nil, &settleError{http.StatusConflict, "ALREADY_SETTLED", "the reservation was settled already; a settle is never applied twice"}
+	case errors.Is(err, policy.ErrTicketExpired):
+		return nil, &settleError{http.StatusGone, "RESERVATION_EXPIRED", err.Error() + "; it keeps what it reserved"}
+	case errors.Is(err, policy.ErrTicket):
+		return nil, &settleError{http.StatusConflict, "RESERVATION_STALE", err.Error() + "; the rules changed since the reservation, which keeps what it reserved"}
+	case unknown, errors.Is(err, sluice.ErrInvalidCost), errors.Is(err, policy.ErrInvalidKey):
+		return nil, bad(err.Error())
+	}
+	s.engine.Logger().Error("sluice: settle failed", "err", err)
+	return nil, &settleError{http.StatusServiceUnavailable, "UNAVAILABLE", "the store failed; the units stay as they were"}
+}
+
+// settled returns the body of a settled decision: the state of its rules
+// together.
+func settled(d *policy.Decision) *settleResult {
+	out := &settleResult{Allowed: true, Policies: []policyResult{}}
+	var rs []sluice.Result
+	for i := range d.Applied {
+		a := &d.Applied[i]
+		for k, r := range a.Results {
+			rs = append(rs, r)
+			out.Policies = append(out.Policies, policyResult{Name: a.Limits[k].Name, Allowed: r.Allowed, state: stateOf(r), RetryAfterMS: httpjson.Millis(r.RetryAfter)})
+		}
+	}
+	if len(rs) > 0 {
+		m := sluice.Combine(rs)
+		out.Allowed, out.state, out.RetryAfterMS = m.Allowed, stateOf(m.Result), httpjson.Millis(m.RetryAfter)
+	}
+	return out
+}
