@@ -29,6 +29,7 @@ var metricNames = map[string]string{
 	"sluice_memory_capacity":            "gauge",
 	"sluice_memory_evictions_total":     "counter",
 	"sluice_envoy_unknown_domain_total": "counter",
+	"sluice_settled_units_total":        "counter", // {rule, kind}
 }
 
 // labelValues are the values the alerts and the dashboard may match each
@@ -38,6 +39,7 @@ var labelValues = map[string][]string{
 	"door":    {"http", "grpc", "json", "proxy"},
 	"op":      {"take", "reset", "peek", "refund", "charge"},
 	"result":  {"ok", "rejected"},
+	"kind":    {"refunded", "charged"},
 }
 
 // Standard series of the Prometheus client and of Prometheus itself.

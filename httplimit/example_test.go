@@ -106,3 +106,45 @@ rules:
 // fixed is a clock stopped at a round instant, so that the example prints
 // the same numbers on every run.
 func fixed() time.Time { return time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) }
+
+// Example_settle limits an LLM endpoint to 100,000 tokens a minute per
+// API key: each call is admitted at its reserve, 4096 tokens, and settled
+// when its response ends at the tokens it reports in X-Tokens-Used, which
+// the client never sees.
+func Example_settle() {
+	file, err := config.Parse("sluice.yaml", []byte(`
+rules:
+  - name: tokens
+    match: POST /v1/chat
+    key: header:X-API-Key
+    algorithm: fixed_window
+    limit: 100000
+    period: 1m
+    settle: {cost_from: "header:X-Tokens-Used", reserve: 4096, strip: true}
+`))
+	if err != nil {
+		panic(err)
+	}
+	rules, err := file.Compile()
+	if err != nil {
+		panic(err)
+	}
+	engine := policy.New(sluice.New(memory.New(), sluice.WithClock(fixed)), rules)
+	llm := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// ... the model answers, and says what the answer cost ...
+		w.Header().Set("X-Tokens-Used", "1200")
+		fmt.Fprintln(w, "the answer")
+	})
+	h := httplimit.New(engine, httplimit.WithClock(fixed))(llm)
+
+	for range 2 {
+		r := httptest.NewRequest("POST", "/v1/chat", nil)
+		r.Header.Set("X-API-Key", "key-1")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Println(w.Code, "remaining at the reserve:", w.Header().Get("X-RateLimit-Remaining"), "| X-Tokens-Used seen:", w.Header().Get("X-Tokens-Used") != "")
+	}
+	// Output:
+	// 200 remaining at the reserve: 95904 | X-Tokens-Used seen: false
+	// 200 remaining at the reserve: 94704 | X-Tokens-Used seen: false
+}

@@ -2,8 +2,9 @@
 // Prometheus metrics:
 //
 //	sluice_decisions_total{rule, outcome}   allowed | denied | denied_by_other | shadow_denied | degraded_allowed | degraded_denied
+//	sluice_settled_units_total{rule, kind}  units settles and refunds gave back (refunded) or charged beyond a reserve (charged)
 //	sluice_decision_duration_seconds{door}  latency of a decision as its door serves it: http | grpc | json | proxy
-//	sluice_store_duration_seconds{op}       latency of store calls (take, reset, peek)
+//	sluice_store_duration_seconds{op}       latency of store calls (take, reset, peek, refund, charge)
 //	sluice_store_errors_total{op}           failed store calls
 //	sluice_fallbacks_total                  decisions the error policy made while the store failed
 //	sluice_config_reloads_total{result}     ok | rejected
@@ -20,7 +21,8 @@
 //
 // Every series is there from the first scrape, at zero until its first
 // event: every door's latency, every store operation's, both reload
-// results, and, once Rules names them, every rule's outcomes, so that a
+// results, and, once Rules names them, every rule's outcomes and settled
+// units, so that a
 // rate() or an alert over a series that has not happened yet reads 0
 // rather than nothing. The labels are rule names, outcomes, doors and
 // operations, and the store's nodes (a Cluster's masters, as they
@@ -60,6 +62,7 @@ type Metrics struct {
 	nodesMu      sync.Mutex          // held by Breaker
 	nodes        map[int]nodeBreaker // the last change of each node's breaker
 	unknown      prometheus.Counter
+	settled      *prometheus.CounterVec
 	doorSeconds  *prometheus.HistogramVec
 	doors        [len(Doors)]prometheus.Observer
 	rules        atomic.Pointer[func() []string] // the rules whose series are shown from the start
@@ -168,6 +171,10 @@ func New() *Metrics {
 			Help: "Envoy rate limit requests for a domain the configuration does not have, answered OK as envoyproxy/ratelimit answers them.",
 		}),
 	}
+	m.settled = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_settled_units_total",
+		Help: "Units that settles of reservations and refunds gave back (kind refunded) or charged beyond the reserve, a debt (kind charged), by rule: the units asked (a window that ended since the take gives back none).",
+	}, []string{"rule", "kind"})
 	m.doorSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "sluice_decision_duration_seconds",
 		Help:    "Latency of decisions as each door serves them, from the request read to the answer written (the reverse proxy: until it forwards or refuses).",
@@ -184,7 +191,7 @@ func New() *Metrics {
 	m.peek = opSeries{m.storeSeconds.WithLabelValues("peek"), m.storeErrors.WithLabelValues("peek")}
 	m.refund = opSeries{m.storeSeconds.WithLabelValues("refund"), m.storeErrors.WithLabelValues("refund")}
 	m.charge = opSeries{m.storeSeconds.WithLabelValues("charge"), m.storeErrors.WithLabelValues("charge")}
-	m.reg.MustRegister(m.decisions, m.doorSeconds, m.storeSeconds, m.storeErrors, m.fallbacks, m.reloads, m.breakerOpen, m.breakerOpens, m.breakerNode, m.unknown,
+	m.reg.MustRegister(m.decisions, m.doorSeconds, m.storeSeconds, m.storeErrors, m.fallbacks, m.reloads, m.breakerOpen, m.breakerOpens, m.breakerNode, m.unknown, m.settled,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -203,6 +210,9 @@ func (m *Metrics) Gatherer() prometheus.Gatherer {
 			for _, rule := range (*f)() {
 				for _, o := range policy.Outcomes {
 					m.counter(ruleOutcome{rule, o})
+				}
+				for _, kind := range settleKinds {
+					m.settled.WithLabelValues(rule, kind)
 				}
 			}
 		}
@@ -250,6 +260,20 @@ func (m *Metrics) Decision(rule, _ string, o policy.Outcome) {
 		}
 	}
 	m.counter(k).Inc()
+}
+
+// settleKinds are the values of sluice_settled_units_total's kind label.
+var settleKinds = [...]string{"refunded", "charged"}
+
+// Settled counts the units one rule's settle or refund gave back and
+// charged: a policy.SettleObserver.
+func (m *Metrics) Settled(rule string, refunded, charged int) {
+	if refunded > 0 {
+		m.settled.WithLabelValues(rule, settleKinds[0]).Add(float64(refunded))
+	}
+	if charged > 0 {
+		m.settled.WithLabelValues(rule, settleKinds[1]).Add(float64(charged))
+	}
 }
 
 // counter adds k's child to m.byRule. The rules are the configuration's,

@@ -40,6 +40,7 @@ func TestSeriesFromStart(t *testing.T) {
 			for _, o := range policy.Outcomes {
 				out = append(out, `sluice_decisions_total{outcome="`+o.String()+`",rule="`+r+`"} 0`)
 			}
+			out = append(out, `sluice_settled_units_total{kind="refunded",rule="`+r+`"} 0`, `sluice_settled_units_total{kind="charged",rule="`+r+`"} 0`)
 		}
 		return out
 	}

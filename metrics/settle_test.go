@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/metrics"
+	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/store/memory"
 )
 
@@ -53,5 +54,40 @@ func TestSettle(t *testing.T) {
 	}
 	if _, err := sluice.New(hidden).Reserve(ctx, "k", l, 1); !errors.Is(err, sluice.ErrSettleUnsupported) {
 		t.Errorf("Reserve over a store that is no Settler: %v, want ErrSettleUnsupported", err)
+	}
+}
+
+// TestSettledUnits: an engine told to report to Settled counts, by rule,
+// the units its settles gave back and charged and its refunds gave back.
+func TestSettledUnits(t *testing.T) {
+	m := metrics.New()
+	set, err := policy.Compile([]policy.Rule{{Name: "budget", Key: policy.Key{Source: policy.KeyRequest}, Limits: []sluice.Limit{sluice.PerHour(10_000)},
+		Cost: 100, Settle: &policy.Settle{CostFrom: policy.CostSource{Header: "X-Tokens-Used"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := policy.New(sluice.New(m.Store(memory.New())), set, policy.WithSettleObserver(m.Settled))
+	ctx := context.Background()
+	for _, n := range []int{30, 250} {
+		d, err := e.Check(ctx, policy.Check{Rule: "budget", Key: "k"})
+		if err != nil || !d.Allowed {
+			t.Fatalf("Check: %+v, %v", d, err)
+		}
+		if err := d.Settle(ctx, func(*policy.Applied) (int, bool) { return n, true }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	five := 5
+	if _, err := e.Refund(ctx, policy.Check{Rule: "budget", Key: "k", Cost: &five}); err != nil {
+		t.Fatal(err)
+	}
+	text := scrape(t, m)
+	for _, want := range []string{
+		`sluice_settled_units_total{kind="refunded",rule="budget"} 75`,
+		`sluice_settled_units_total{kind="charged",rule="budget"} 150`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("metrics lack %s", want)
+		}
 	}
 }

@@ -24,10 +24,11 @@ import (
 // atomically (a reload) while decisions in flight finish under the rules
 // they started with. Create it with New.
 type Engine struct {
-	lim *sluice.Limiter
-	set atomic.Pointer[RuleSet]
-	obs Observer
-	log *slog.Logger
+	lim     *sluice.Limiter
+	set     atomic.Pointer[RuleSet]
+	obs     Observer
+	settled SettleObserver
+	log     *slog.Logger
 
 	denials   float64 // the share of denials logged (WithDenialLog)
 	plainKeys bool    // the denial log shows client keys unmasked (WithPlainKeys)
@@ -47,6 +48,16 @@ type Observer func(rule, key string, o Outcome)
 // WithObserver registers f to be told of every rule's outcome.
 func WithObserver(f Observer) EngineOption { return func(e *Engine) { e.obs = f } }
 
+// SettleObserver is told of the units each rule gave back (refunded:
+// a settle below the reserve, Engine.Refund) and charged (a settle above
+// it) for metrics: the units asked, which a window that has ended since
+// the take gives back none of. It must be safe for concurrent use and
+// quick.
+type SettleObserver func(rule string, refunded, charged int)
+
+// WithSettleObserver registers f to be told of every settle and refund.
+func WithSettleObserver(f SettleObserver) EngineOption { return func(e *Engine) { e.settled = f } }
+
 // WithLogger sets where the engine logs store failures and the denials
 // that WithDenialLog samples (default slog.Default()).
 func WithLogger(l *slog.Logger) EngineOption { return func(e *Engine) { e.log = l } }
@@ -55,7 +66,7 @@ func WithLogger(l *slog.Logger) EngineOption { return func(e *Engine) { e.log = 
 // rules: every request passes unlimited and every Check names an unknown
 // rule, until Update supplies some.
 func New(lim *sluice.Limiter, set *RuleSet, opts ...EngineOption) *Engine {
-	e := &Engine{lim: lim, obs: func(string, string, Outcome) {}, log: slog.Default(), denials: DefaultDenialLogRate}
+	e := &Engine{lim: lim, obs: func(string, string, Outcome) {}, settled: func(string, int, int) {}, log: slog.Default(), denials: DefaultDenialLogRate}
 	for _, o := range opts {
 		o(e)
 	}
@@ -186,6 +197,8 @@ type Decision struct {
 
 	enforced int // Applied[:enforced] are the rules not in shadow mode
 	binding  int // index of the binding limit among those rules', flattened; -1 if none
+
+	settled SettleObserver // the engine's, told of Settle's units
 }
 
 // Limited reports whether rules not in shadow mode decided the request:
@@ -424,6 +437,7 @@ func (a *Applied) costError() error {
 // decide decides d.Applied: the rules not in shadow mode together, then,
 // if they admit the request, each rule in shadow mode alone.
 func (e *Engine) decide(ctx context.Context, d *Decision) error {
+	d.settled = e.settled
 	slices.SortStableFunc(d.Applied, func(a, b Applied) int {
 		switch {
 		case a.Rule.Shadow == b.Rule.Shadow:

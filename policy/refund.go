@@ -17,7 +17,8 @@ import (
 //
 // The Decision is allowed, each Applied holding the state after the
 // refund (Outcome Allowed); nothing is told to the Observer, since a
-// refund decides nothing. The errors are Check's for a check that names
+// refund decides nothing, and the SettleObserver is told of the units
+// given back. The errors are Check's for a check that names
 // no rule, a key its rule refuses or a repeated check, and Limiter.Refund's
 // (a store failure, or sluice.ErrSettleUnsupported): no error policy
 // answers for a refund.
@@ -43,6 +44,9 @@ func (e *Engine) Refund(ctx context.Context, checks ...Check) (*Decision, error)
 		off += len(a.Limits)
 		a.Binding = sluice.Combine(a.Results).Binding
 		a.Outcome = Allowed
+		if parts[i].Cost > 0 {
+			e.settled(a.Rule.Name, parts[i].Cost, 0)
+		}
 	}
 	return d, nil
 }

@@ -103,7 +103,7 @@ func (d *Decision) Settle(ctx context.Context, cost func(a *Applied) (n int, ok 
 			j++
 		}
 		if r != nil && r.Allowed {
-			if err := settleGroup(ctx, r, d.Applied[i:j], cost); err != nil {
+			if err := d.settleGroup(ctx, r, d.Applied[i:j], cost); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -112,8 +112,9 @@ func (d *Decision) Settle(ctx context.Context, cost func(a *Applied) (n int, ok 
 	return errors.Join(errs...)
 }
 
-// settleGroup settles r, the reservation of as, at the costs cost gives.
-func settleGroup(ctx context.Context, r *sluice.Reservation, as []Applied, cost func(a *Applied) (int, bool)) error {
+// settleGroup settles r, the reservation of as, at the costs cost gives,
+// and tells d's SettleObserver of each rule's units.
+func (d *Decision) settleGroup(ctx context.Context, r *sluice.Reservation, as []Applied, cost func(a *Applied) (int, bool)) error {
 	actual := make([]int, len(as))
 	for k := range as {
 		a := &as[k]
@@ -135,6 +136,9 @@ func settleGroup(ctx context.Context, r *sluice.Reservation, as []Applied, cost 
 	off := 0
 	for k := range as {
 		a := &as[k]
+		if d.settled != nil && actual[k] != a.spend {
+			d.settled(a.Rule.Name, max(a.spend-actual[k], 0), min(max(actual[k]-a.spend, 0), minCapacity(a.Limits)))
+		}
 		a.Results = res.Results[off : off+len(a.Limits) : off+len(a.Limits)]
 		off += len(a.Limits)
 		a.Binding = sluice.Combine(a.Results).Binding
@@ -367,6 +371,7 @@ func (e *Engine) resume(t Ticket) (*Decision, error) {
 	}
 	d.Applied = out
 	d.enforced = len(out)
+	d.settled = e.settled
 	return d, nil
 }
 

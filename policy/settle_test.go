@@ -3,6 +3,7 @@ package policy_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -225,5 +226,37 @@ func TestTicket(t *testing.T) {
 	other.e.Update(set)
 	if _, err := other.e.Resume(ctx, ticket); !errors.Is(err, policy.ErrTicket) {
 		t.Errorf("Resume under a rule that no longer settles: %v, want ErrTicket", err)
+	}
+}
+
+// TestSettleObserver: the engine tells its SettleObserver of the units
+// each settle gave back or charged, and each refund gave back.
+func TestSettleObserver(t *testing.T) {
+	clock := storetest.NewClock()
+	set, err := policy.Compile([]policy.Rule{{Name: "budget", Key: policy.Key{Source: policy.KeyRequest}, Limits: perHour(10_000), Cost: 100, Settle: tokens}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	e := policy.New(sluice.New(memory.New(memory.WithClock(clock.Now)), sluice.WithClock(clock.Now)), set,
+		policy.WithSettleObserver(func(rule string, refunded, charged int) {
+			seen = append(seen, fmt.Sprintf("%s -%d +%d", rule, refunded, charged))
+		}))
+	ctx := context.Background()
+	for _, n := range []int{30, 100, 250} {
+		d, err := e.Check(ctx, policy.Check{Rule: "budget", Key: "k"})
+		if err != nil || !d.Allowed {
+			t.Fatalf("Check: %+v, %v", d, err)
+		}
+		if err := d.Settle(ctx, used(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seven := 7
+	if _, err := e.Refund(ctx, policy.Check{Rule: "budget", Key: "k", Cost: &seven}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"budget -70 +0", "budget -0 +150", "budget -7 +0"}; !slices.Equal(seen, want) {
+		t.Errorf("observed %q, want %q (a settle at the reserve is none)", seen, want)
 	}
 }

@@ -70,7 +70,8 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	opts := []policyfile.Option{policyfile.WithLogger(log), policyfile.WithRedis(df.storeSettings), policyfile.WithReloadReport(forwarding), df.engineOptions()}
 	if *metricsListen != "" {
 		m = metrics.New()
-		opts = append(opts, policyfile.WithStore(m.Store), policyfile.WithObserver(m.Decision), policyfile.WithBreakerReport(m.Breaker), policyfile.WithMemoryStore(m.MemoryStore))
+		opts = append(opts, policyfile.WithStore(m.Store), policyfile.WithObserver(m.Decision), policyfile.WithBreakerReport(m.Breaker), policyfile.WithMemoryStore(m.MemoryStore),
+			policyfile.WithEngineOptions(policy.WithSettleObserver(m.Settled)))
 	}
 	p, err = policyfile.Open(*df.path, opts...)
 	if err != nil {
