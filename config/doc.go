@@ -47,6 +47,8 @@
 //	    period: 1s               # required: Go duration (500ms, 1s, 1m, 1h, 1h30m)
 //	    burst: 20                # token_bucket and gcra only; default = limit
 //	    cost: 1                  # what one request spends (default 1)
+//	    # settle: {cost_from: "header:X-Tokens-Used", reserve: 4096, strip: true}  # instead of cost: admitted at reserve
+//	                             # (or postpaid: true), settled at the cost the response reports (header:<Name> | bytes); see docs/cost.md
 //	    shadow: false            # evaluate and report, never block
 //	    on_error: deny           # allow | deny | local: this rule's answer while the store fails; absent: redis.on_error
 //	    plans:                   # per-key overrides, first match wins
