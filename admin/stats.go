@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"maps"
 	"math"
 	"sort"
 	"sync"
@@ -18,6 +19,7 @@ const (
 	familyStoreTime = "sluice_store_duration_seconds"
 	familyStoreErrs = "sluice_store_errors_total"
 	familyFallbacks = "sluice_fallbacks_total"
+	familySettled   = "sluice_settled_units_total"
 )
 
 // The sampler's bounds.
@@ -59,6 +61,8 @@ type sampler struct {
 	index  map[seriesKey]int
 	keys   []seriesKey // by index
 	bounds []float64   // take's bucket upper bounds, +Inf excluded
+
+	settled map[string]map[string]float64 // rule → kind → units, as last sampled
 }
 
 func newSampler(g prometheus.Gatherer, history int) *sampler {
@@ -132,6 +136,20 @@ func (s *sampler) sample(now time.Time) {
 			for _, m := range f.GetMetric() {
 				slot.fallbacks += m.GetCounter().GetValue()
 			}
+		case familySettled:
+			for _, m := range f.GetMetric() {
+				rule, v := label(m, "rule"), m.GetCounter().GetValue()
+				if v == 0 || len(s.settled) >= maxSeries {
+					continue
+				}
+				if s.settled == nil {
+					s.settled = map[string]map[string]float64{}
+				}
+				if s.settled[rule] == nil {
+					s.settled[rule] = map[string]float64{}
+				}
+				s.settled[rule][label(m, "kind")] = v
+			}
 		}
 	}
 	s.head = (s.head + 1) % len(s.ring)
@@ -170,6 +188,11 @@ type RuleSeries struct {
 	Window map[string]float64 `json:"window"`
 	// Total holds, by outcome name, the decisions since the start.
 	Total map[string]float64 `json:"total"`
+	// Settled holds, for a rule that settles, the units its settles
+	// gave back (refunded) and charged beyond the reserve (charged)
+	// since the start (sluice_settled_units_total); absent for a rule
+	// that has settled nothing.
+	Settled map[string]float64 `json:"settled,omitempty"`
 }
 
 // Series is the per-second history of Stats.
@@ -261,6 +284,9 @@ func (s *sampler) series(steps int) (Series, Latency) {
 		rs.Total[name] = get(last)
 	}
 	for _, rs := range byRule {
+		if u := s.settled[rs.Rule]; len(u) > 0 {
+			rs.Settled = maps.Clone(u)
+		}
 		out.Rules = append(out.Rules, *rs)
 	}
 	sort.Slice(out.Rules, func(i, j int) bool { return out.Rules[i].Rule < out.Rules[j].Rule })

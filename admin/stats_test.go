@@ -94,9 +94,18 @@ func TestSamplerSeries(t *testing.T) {
 	if series, _ = s.series(1); series.Degraded[0] != 5 || series.Rules[0].PerSecond["degraded_denied"][0] != 5 {
 		t.Errorf("degraded %v, login %v, want 5/s each", series.Degraded, series.Rules[0].PerSecond)
 	}
+	// A rule's settled units since the start; none for a rule that
+	// settled nothing.
+	m.Settled("login", 3096, 0)
+	m.Settled("login", 0, 150)
+	s.sample(t0.Add(5 * time.Second))
+	series, _ = s.series(1)
+	if got := series.Rules[0].Settled; got["refunded"] != 3096 || got["charged"] != 150 || series.Rules[1].Settled != nil {
+		t.Errorf("settled %v and %v, want login's 3096 refunded and 150 charged, search's none", got, series.Rules[1].Settled)
+	}
 	// The ring holds 11 samples: older ones are gone.
 	for i := range 20 {
-		s.sample(t0.Add(time.Duration(5+i) * time.Second))
+		s.sample(t0.Add(time.Duration(6+i) * time.Second))
 	}
 	if series, _ = s.series(1000); series.Steps != 10 || series.Rules[0].Window["denied"] != 0 {
 		t.Errorf("after 20 more samples: %d steps, window %v; want 10 and nothing", series.Steps, series.Rules[0].Window)

@@ -50,8 +50,13 @@
     for (const r of st.rules) {
       const s = byRule[r.name] || { per_second: {}, window: {} };
       const tr = el("tr", { "data-rule": r.name });
-      tr.append(el("td", {}, r.name), el("td", {}, r.match || (r.key === "request" ? "(by name: /v1/check, gRPC)" : "(every request)")), el("td", {}, r.key),
-        el("td", {}, limits(r)));
+      const lim = el("td", {}, limits(r));
+      if (s.settled) {
+        // A rule that settles: what its settles gave back and charged.
+        lim.append(el("div", { class: "settled", "data-field": "settled" },
+          "settled: " + count(s.settled.refunded || 0) + " back, " + count(s.settled.charged || 0) + " charged"));
+      }
+      tr.append(el("td", {}, r.name), el("td", {}, r.match || (r.key === "request" ? "(by name: /v1/check, gRPC)" : "(every request)")), el("td", {}, r.key), lim);
       const mode = el("td");
       if (r.shadow) mode.append(el("span", { class: "tag" }, "shadow")); else mode.textContent = "enforce";
       tr.append(mode);
