@@ -221,7 +221,7 @@ func (s *Server) settleOne(r *http.Request, req settleRequest) (*settleResult, *
 		return nil, bad(err.Error())
 	}
 	s.engine.Logger().Error("sluice: settle failed", "err", err)
-	return nil, &settleError{http.StatusServiceUnavailable, "UNAVAILABLE", "the store failed; the units stay as they were"}
+	return nil, &settleError{http.StatusServiceUnavailable, "RATE_LIMITER_UNAVAILABLE", "the rate limiter's store failed; nothing was settled, retry later"}
 }
 
 // settled returns the body of a settled decision: the state of its rules
