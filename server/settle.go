@@ -192,6 +192,7 @@ func (s *Server) settleOne(r *http.Request, req settleRequest) (*settleResult, *
 	ctx := r.Context()
 	var d *policy.Decision
 	var err error
+	claimed := false // a failure after the claim cannot be retried
 	if req.Reservation != "" {
 		t, terr := decodeTicket(req.Reservation)
 		if terr != nil {
@@ -199,6 +200,7 @@ func (s *Server) settleOne(r *http.Request, req settleRequest) (*settleResult, *
 		}
 		d, err = s.engine.Resume(ctx, t)
 		if err == nil {
+			claimed = true
 			cost := *req.Cost
 			err = d.Settle(ctx, func(*policy.Applied) (int, bool) { return cost, true })
 		}
@@ -221,7 +223,11 @@ func (s *Server) settleOne(r *http.Request, req settleRequest) (*settleResult, *
 		return nil, bad(err.Error())
 	}
 	s.engine.Logger().Error("sluice: settle failed", "err", err)
-	return nil, &settleError{http.StatusServiceUnavailable, "RATE_LIMITER_UNAVAILABLE", "the rate limiter's store failed; nothing was settled, retry later"}
+	msg := "the rate limiter's store failed; nothing was settled, retry later"
+	if claimed {
+		msg = "the rate limiter's store failed after the reservation was claimed; it keeps what it reserved, and a retry is refused (a settle is never applied twice)"
+	}
+	return nil, &settleError{http.StatusServiceUnavailable, "RATE_LIMITER_UNAVAILABLE", msg}
 }
 
 // settled returns the body of a settled decision: the state of its rules

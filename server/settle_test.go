@@ -4,12 +4,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/store/memory"
+	sluiceredis "github.com/sluice-go/sluice/store/redis"
 	"github.com/sluice-go/sluice/storetest"
 )
 
@@ -132,5 +135,31 @@ func TestSettle(t *testing.T) {
 		if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), tt.want) {
 			t.Errorf("settle %s: %d %s, want 400 with %s", tt.body, w.Code, w.Body, tt.want)
 		}
+	}
+}
+
+// TestSettleStoreDown: a settle while Redis is down answers 503 and
+// settles nothing; once Redis is back, the same settle succeeds, once.
+func TestSettleStoreDown(t *testing.T) {
+	srv := redistest.Start(t)
+	store, err := sluiceredis.Open("redis://" + srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	clock := storetest.NewClock()
+	f := setupWith(t, sluice.New(store, sluice.WithClock(clock.Now), sluice.WithErrorPolicy(sluice.ReturnErrors), sluice.WithStoreTimeout(2*time.Second)), clock, settleYAML)
+	id := f.reserve(`{"rule":"tokens","key":"k"}`)
+	srv.Stop()
+	settle := func() *httptest.ResponseRecorder { return f.post("/v1/settle", fmt.Sprintf(`{"reservation":%q,"cost":96}`, id)) }
+	if w := settle(); w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "nothing was settled, retry later") {
+		t.Errorf("a settle with Redis down: %d %s, want 503, nothing settled", w.Code, w.Body)
+	}
+	srv = srv.Restart(t) // empty: the reservation's take is gone with it
+	if w := settle(); w.Code != http.StatusOK {
+		t.Errorf("the settle retried once Redis is back: %d %s, want 200", w.Code, w.Body)
+	}
+	if w := settle(); w.Code != http.StatusConflict {
+		t.Errorf("a second settle: %d %s, want 409", w.Code, w.Body)
 	}
 }
