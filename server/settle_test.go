@@ -151,7 +151,9 @@ func TestSettleStoreDown(t *testing.T) {
 	f := setupWith(t, sluice.New(store, sluice.WithClock(clock.Now), sluice.WithErrorPolicy(sluice.ReturnErrors), sluice.WithStoreTimeout(2*time.Second)), clock, settleYAML)
 	id := f.reserve(`{"rule":"tokens","key":"k"}`)
 	srv.Stop()
-	settle := func() *httptest.ResponseRecorder { return f.post("/v1/settle", fmt.Sprintf(`{"reservation":%q,"cost":96}`, id)) }
+	settle := func() *httptest.ResponseRecorder {
+		return f.post("/v1/settle", fmt.Sprintf(`{"reservation":%q,"cost":96}`, id))
+	}
 	if w := settle(); w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "nothing was settled, retry later") {
 		t.Errorf("a settle with Redis down: %d %s, want 503, nothing settled", w.Code, w.Body)
 	}
