@@ -233,7 +233,8 @@ func (r *apiRun) runBusy(t *testing.T, d *daemon, c apiCase) {
 // Policy files of the servers.
 const (
 	// openAPIRules is the main server's: a rule per key source and
-	// algorithm family, one of several limits, one in shadow mode.
+	// algorithm family, one of several limits, one in shadow mode, and
+	// two that settle (brief's reservations expire within a second).
 	openAPIRules = `
 rules:
   - {name: search, match: GET /api/search, key: header:X-API-Key, algorithm: token_bucket, limit: 5, period: 1s, burst: 2}
@@ -244,6 +245,8 @@ rules:
       - {algorithm: sliding_window, limit: 2, period: 1m}
       - {algorithm: fixed_window, limit: 20, period: 1h}
   - {name: export, match: GET /api/export, key: header:X-API-Key, limit: 1, period: 1m, shadow: true}
+  - {name: tokens, key: request, algorithm: fixed_window, limit: 100000, period: 1m, settle: {cost_from: "header:X-Tokens-Used", reserve: 4096}}
+  - {name: brief, key: request, algorithm: fixed_window, limit: 100, period: 1s, settle: {cost_from: bytes, reserve: 10}}
 `
 	// openAPIDownRules is the server's whose Redis is down: deny by
 	// default, allow and the local fallback for a rule each.
@@ -385,7 +388,98 @@ func (r *apiRun) mainServer(t *testing.T) {
 	}
 	rebinding = append(rebinding, apiCase{name: "rebinding reset", method: "POST", target: "/admin/v1/reset", header: addHeader(bearer(tokenMain), "Host", "evil.example"), body: loginCheck, status: 421, code: "HOST_NOT_ALLOWED"})
 	r.run(t, main, rebinding)
+	r.settleCases(t, main)
 	r.methodsAndPaths(t, main)
+}
+
+// reservation returns the reservation that the answer of the case name
+// holds.
+func (r *apiRun) reservation(t *testing.T, name string) string {
+	t.Helper()
+	var body struct {
+		Reservation string `json:"reservation"`
+	}
+	x := r.kept[name]
+	if x == nil || json.Unmarshal(x.body, &body) != nil || body.Reservation == "" {
+		t.Fatalf("%s: no reservation in the answer", name)
+	}
+	return body.Reservation
+}
+
+// wantStatuses checks the statuses of the results of the settle batch
+// the case name sent, if it was answered 200 (else the case failed).
+func (r *apiRun) wantStatuses(t *testing.T, name string, want ...int) {
+	t.Helper()
+	x := r.kept[name]
+	if x == nil || x.status != 200 {
+		return
+	}
+	var body struct {
+		Results []struct {
+			Status int `json:"status"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(x.body, &body); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	var got []int
+	for _, res := range body.Results {
+		got = append(got, res.Status)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("%s: statuses %v, want %v: %s", name, got, want, x.body)
+	}
+}
+
+// settleCases runs the cases of POST /v1/settle and its batch on d, the
+// main server: checks under the rules that settle answer reservations,
+// which the settles that follow take.
+func (r *apiRun) settleCases(t *testing.T, d *daemon) {
+	t.Helper()
+	r.run(t, d, []apiCase{
+		{name: "check reserving, brief", method: "POST", target: "/v1/check", body: `{"rule":"brief","key":"t1"}`, status: 200},
+		{name: "check reserving", method: "POST", target: "/v1/check", body: `{"rule":"tokens","key":"t1"}`, status: 200},
+		{name: "batch reserving", method: "POST", target: "/v1/check/batch", body: `{"checks":[{"rule":"tokens","key":"t2"},{"rule":"search","key":"t2"}]}`, status: 200},
+	})
+	// brief's reservation expires a second after its take, which came
+	// before its answer.
+	expires := time.Now().Add(time.Second)
+	id, brief, batch := r.reservation(t, "check reserving"), r.reservation(t, "check reserving, brief"), r.reservation(t, "batch reserving")
+	settleOf := func(reservation string, cost int) string {
+		return fmt.Sprintf(`{"reservation":%q,"cost":%d}`, reservation, cost)
+	}
+	r.run(t, d, []apiCase{
+		{name: "settle", method: "POST", target: "/v1/settle", body: settleOf(id, 1234), status: 200},
+		{name: "settle again", method: "POST", target: "/v1/settle", body: settleOf(id, 0), status: 409, code: "ALREADY_SETTLED"},
+		{name: "settle by rule and key", method: "POST", target: "/v1/settle", body: `{"rule":"tokens","key":"t1","cost":1000}`, status: 200},
+		{name: "settle by rule and key, the rule's cost", method: "POST", target: "/v1/settle", body: `{"rule":"login","key":"203.0.113.7"}`, status: 200},
+		{name: "settle invalid reservation", method: "POST", target: "/v1/settle", body: settleOf("not-one", 1), status: 400, code: "INVALID_RESERVATION"},
+		{name: "settle no cost", method: "POST", target: "/v1/settle", body: fmt.Sprintf(`{"reservation":%q}`, brief), status: 400, code: "BAD_REQUEST", invalid: true},
+		{name: "settle both", method: "POST", target: "/v1/settle", body: `{"reservation":"x","rule":"tokens","key":"t1","cost":1}`, status: 400, code: "BAD_REQUEST", invalid: true},
+		{name: "settle neither", method: "POST", target: "/v1/settle", body: `{"cost":1}`, status: 400, code: "BAD_REQUEST", invalid: true},
+		{name: "settle negative cost", method: "POST", target: "/v1/settle", body: `{"rule":"tokens","key":"t1","cost":-1}`, status: 400, code: "BAD_REQUEST", invalid: true},
+		{name: "settle unknown rule", method: "POST", target: "/v1/settle", body: `{"rule":"nope","key":"t1","cost":1}`, status: 400, code: "BAD_REQUEST"},
+		{name: "settle no key", method: "POST", target: "/v1/settle", body: `{"rule":"tokens","cost":1}`, status: 400, code: "BAD_REQUEST"},
+		{name: "settle unknown field", method: "POST", target: "/v1/settle", body: `{"reservaton":"x","cost":1}`, status: 400, code: "BAD_REQUEST", invalid: true},
+		{name: "settle malformed", method: "POST", target: "/v1/settle", body: `{"reservation":`, status: 400, code: "BAD_REQUEST", invalid: true},
+		{name: "settle too large", method: "POST", target: "/v1/settle", body: `{"rule":"tokens","key":"` + strings.Repeat("k", 65<<10) + `"}`, status: 413, code: "TOO_LARGE"},
+		{name: "settle text", method: "POST", target: "/v1/settle", header: map[string]string{"Content-Type": "text/plain"}, body: `{"rule":"tokens","key":"t1","cost":1}`, status: 415, code: "UNSUPPORTED_MEDIA_TYPE", invalid: true},
+
+		{name: "settle batch", method: "POST", target: "/v1/settle/batch", status: 200,
+			body: fmt.Sprintf(`{"settles":[%s,%s,%s,{"rule":"tokens","key":"t2","cost":100}]}`, settleOf(batch, 100), settleOf(batch, 1), settleOf("not-one", 1))},
+		{name: "settle batch empty", method: "POST", target: "/v1/settle/batch", body: `{"settles":[]}`, status: 400, code: "BAD_REQUEST", invalid: true},
+		{name: "settle batch of 101", method: "POST", target: "/v1/settle/batch", body: `{"settles":[` + strings.Repeat(`{"rule":"tokens","key":"t1","cost":1},`, 100) + `{"rule":"tokens","key":"t1","cost":1}]}`, status: 400, code: "BAD_REQUEST", invalid: true},
+		{name: "settle batch unknown field", method: "POST", target: "/v1/settle/batch", body: `{"settles":[{"rule":"tokens","key":"t1","cost":1}],"all":true}`, status: 400, code: "BAD_REQUEST", invalid: true},
+		{name: "settle batch too large", method: "POST", target: "/v1/settle/batch", body: `{"settles":[{"rule":"tokens","key":"` + strings.Repeat("k", 65<<10) + `"}]}`, status: 413, code: "TOO_LARGE"},
+		{name: "settle batch text", method: "POST", target: "/v1/settle/batch", header: map[string]string{"Content-Type": "text/plain"}, body: `{"settles":[{"rule":"tokens","key":"t1","cost":1}]}`, status: 415, code: "UNSUPPORTED_MEDIA_TYPE", invalid: true},
+	})
+	// Each settle of the batch stands alone: the reservation settles
+	// once, the one not issued fails, the refund is made.
+	r.wantStatuses(t, "settle batch", 200, 409, 400, 200)
+	time.Sleep(time.Until(expires.Add(100 * time.Millisecond)))
+	r.run(t, d, []apiCase{
+		{name: "settle expired", method: "POST", target: "/v1/settle", body: settleOf(brief, 1), status: 410, code: "RESERVATION_EXPIRED"},
+	})
 }
 
 // downServer runs the cases of a server whose Redis is down (nothing
@@ -402,6 +496,8 @@ func (r *apiRun) downServer(t *testing.T) {
 		{name: "check under local, the last", method: "POST", target: "/v1/check", body: `{"rule":"near","key":"192.0.2.1"}`, status: 200, without: noRateLimit},
 		{name: "check under local, denied", method: "POST", target: "/v1/check", body: `{"rule":"near","key":"192.0.2.1"}`, status: 429, without: noRateLimit},
 		{name: "batch degraded", method: "POST", target: "/v1/check/batch", body: `{"checks":[{"rule":"login","key":"192.0.2.1"},{"rule":"open","key":"192.0.2.1"}]}`, status: 200},
+		{name: "settle down", method: "POST", target: "/v1/settle", body: `{"rule":"login","key":"192.0.2.1","cost":1}`, status: 503, code: "UNAVAILABLE", without: []string{"Retry-After"}},
+		{name: "settle batch down", method: "POST", target: "/v1/settle/batch", body: `{"settles":[{"rule":"login","key":"192.0.2.1","cost":1}]}`, status: 200},
 		{name: "readyz down", method: "GET", target: "/readyz", status: 503},
 		{name: "healthcheck down", method: "GET", target: "/healthcheck", status: 500},
 		{name: "json down", method: "POST", target: "/json", body: `{"domain":"edge","descriptors":[{"entries":[{"key":"rule","value":"login"},{"key":"remote_address","value":"192.0.2.1"}]}]}`, status: 429},
@@ -411,9 +507,12 @@ func (r *apiRun) downServer(t *testing.T) {
 		{name: "reset down", method: "POST", target: "/admin/v1/reset", header: bearer(tokenDown), body: `{"rule":"login","key":"192.0.2.1"}`, status: 503, code: "STORE_UNAVAILABLE", without: []string{"Retry-After"}},
 		{name: "stats no token", method: "GET", target: "/admin/v1/stats", status: 401, code: "UNAUTHORIZED"},
 	})
+	r.wantStatuses(t, "settle batch down", 503) // the store's failure, in the batch's 200
 	for _, c := range []apiCase{
 		{name: "check timeout", method: "POST", target: "/v1/check", body: `{"rule"`, status: 408, code: "REQUEST_TIMEOUT", invalid: true},
 		{name: "batch timeout", method: "POST", target: "/v1/check/batch", body: `{"checks"`, status: 408, code: "REQUEST_TIMEOUT", invalid: true},
+		{name: "settle timeout", method: "POST", target: "/v1/settle", body: `{"reservation"`, status: 408, code: "REQUEST_TIMEOUT", invalid: true},
+		{name: "settle batch timeout", method: "POST", target: "/v1/settle/batch", body: `{"settles"`, status: 408, code: "REQUEST_TIMEOUT", invalid: true},
 	} {
 		r.runTimeout(t, down, c)
 	}
@@ -422,6 +521,8 @@ func (r *apiRun) downServer(t *testing.T) {
 	for _, c := range []apiCase{
 		{method: "POST", target: "/v1/check", body: `{"rule":"open","key":"192.0.2.1"}`},
 		{method: "POST", target: "/v1/check/batch", body: `{"checks":[{"rule":"open","key":"192.0.2.1"}]}`},
+		{method: "POST", target: "/v1/settle", body: `{"rule":"open","key":"192.0.2.1","cost":1}`},
+		{method: "POST", target: "/v1/settle/batch", body: `{"settles":[{"rule":"open","key":"192.0.2.1","cost":1}]}`},
 		{method: "POST", target: "/json", body: `{"domain":"edge","descriptors":[{"entries":[{"key":"rule","value":"open"},{"key":"remote_address","value":"192.0.2.1"}]}]}`},
 		{method: "GET", target: "/"},
 		{method: "GET", target: "/admin/ui/app.js"},
@@ -539,7 +640,8 @@ func (r *apiRun) methodsAndPaths(t *testing.T, d *daemon) {
 // document made wrong, must fail, and the real ones pass.
 func (r *apiRun) control(t *testing.T) {
 	admitted, denied, stats := r.kept["check admitted"], r.kept["check denied"], r.kept["stats"]
-	if admitted == nil || denied == nil || stats == nil {
+	reserved, settled, settledAgain, settleBatch := r.kept["check reserving"], r.kept["settle"], r.kept["settle again"], r.kept["settle batch"]
+	if admitted == nil || denied == nil || stats == nil || reserved == nil || settled == nil || settledAgain == nil || settleBatch == nil {
 		t.Fatal("the cases the control needs did not run")
 	}
 	edit := func(x *exchange, f func(m map[string]any)) *exchange {
@@ -563,6 +665,9 @@ func (r *apiRun) control(t *testing.T) {
 		return &y
 	}
 	withStatus := func(x *exchange, status int) *exchange { y := *x; y.status = status; return &y }
+	withBody := func(x *exchange, body string) *exchange { y := *x; y.body = []byte(body); return &y }
+	// item returns the settle i of a settle batch's answer m.
+	item := func(m map[string]any, i int) map[string]any { return m["results"].([]any)[i].(map[string]any) }
 	// A document whose CheckResult says remaining is a string.
 	mutated := loadSpec(t)
 	mutated.Components.Schemas["CheckResult"].Value.Properties["remaining"].Value.Type = &openapi3.Types{"string"}
@@ -589,6 +694,17 @@ func (r *apiRun) control(t *testing.T) {
 		{"an error body for a 200", r.doc, &exchange{method: "POST", path: "/v1/check", header: admitted.header, reqBody: admitted.reqBody,
 			status: 200, respHeader: admitted.respHeader, body: []byte(`{"error":{"code":"BAD_REQUEST","message":"no"}}`)}, false},
 		{"text for JSON", r.doc, withHeader(admitted, "Content-Type", "text/plain"), false},
+		{"the real reservation", r.doc, reserved, true},
+		{"an empty reservation", r.doc, edit(reserved, func(m map[string]any) { m["reservation"] = "" }), false},
+		{"the real settle", r.doc, settled, true},
+		{"the real settle batch", r.doc, settleBatch, true},
+		{"a settle without its limit", r.doc, edit(settled, func(m map[string]any) { delete(m, "limit") }), false},
+		{"a settle with a reservation", r.doc, edit(settled, func(m map[string]any) { m["reservation"] = "x" }), false},
+		{"a settle error code the document does not list", r.doc, withBody(settledAgain, `{"error":{"code":"OOPS","message":"no"}}`), false},
+		{"a settle of a batch without its status", r.doc, edit(settleBatch, func(m map[string]any) { delete(item(m, 0), "status") }), false},
+		{"a settle of a batch, settled, of status 409", r.doc, edit(settleBatch, func(m map[string]any) { item(m, 0)["status"] = 409 }), false},
+		{"a failed settle of a batch with an answer too", r.doc, edit(settleBatch, func(m map[string]any) { item(m, 1)["allowed"] = false }), false},
+		{"a failed settle of a batch of status 200", r.doc, edit(settleBatch, func(m map[string]any) { item(m, 1)["status"] = 200 }), false},
 		{"a document that says remaining is a string", mutated, admitted, false},
 	} {
 		rt, err := specRoute(tt.doc, tt.x.method, tt.x.path)
