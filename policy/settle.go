@@ -265,9 +265,13 @@ func (t *Ticket) settledLimit() sluice.Limit {
 
 // Errors of Engine.Resume.
 var (
-	// ErrTicket is wrapped by the error of a ticket that names no rule
-	// that settles now, or holds nothing to settle.
+	// ErrTicket is wrapped by the error of a ticket no Decision made: no
+	// ID, or an expiry its takes do not give.
 	ErrTicket = errors.New("invalid ticket")
+	// ErrTicketStale is wrapped by the error of a ticket that names no
+	// rule that settles now with a limit it still has: the rules changed
+	// since it was reserved, and it keeps what it reserved.
+	ErrTicketStale = errors.New("ticket stale: the rules changed since it was reserved")
 	// ErrTicketExpired is wrapped by the error of a ticket resumed after
 	// its Expires: it keeps what it reserved.
 	ErrTicketExpired = errors.New("ticket expired")
@@ -284,18 +288,19 @@ var (
 // identity is no longer one of its rule's for the key (its state is not
 // the one the reservation took from), or whose reserve the limits left
 // could no longer admit; the rest settles as in the process that
-// reserved. The error wraps ErrTicket when nothing is left to settle,
-// or is sluice.Limiter.Resume's.
+// reserved. The error wraps ErrTicket for a ticket no Decision made,
+// ErrTicketStale when nothing of it is left to settle, or is
+// sluice.Limiter.Resume's.
 func (e *Engine) Resume(ctx context.Context, t Ticket) (*Decision, error) {
-	d, err := e.resume(t)
-	if err != nil {
-		return nil, err
-	}
 	if t.ID == "" || !t.Expires.Equal(t.expiry()) {
 		return nil, fmt.Errorf("policy: resume: %w: no ID, or an expiry its takes do not give", ErrTicket)
 	}
 	if e.lim.Now().After(t.Expires) {
 		return nil, fmt.Errorf("policy: resume: %w at %s", ErrTicketExpired, t.Expires.UTC().Format(time.RFC3339))
+	}
+	d, err := e.resume(t)
+	if err != nil {
+		return nil, err
 	}
 	claim, err := e.lim.AllowN(ctx, nsSettled+t.ID, t.settledLimit(), 1)
 	switch {
@@ -345,7 +350,7 @@ func (e *Engine) resume(t Ticket) (*Decision, error) {
 		d.Applied = append(d.Applied, a)
 	}
 	if len(d.Applied) == 0 {
-		return nil, fmt.Errorf("policy: resume: %w: no part of it names a rule that settles, with a limit it still has", ErrTicket)
+		return nil, fmt.Errorf("policy: resume: %w", ErrTicketStale)
 	}
 	out := make([]Applied, 0, len(d.Applied))
 	for _, g := range order {

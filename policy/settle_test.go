@@ -208,6 +208,14 @@ func TestTicket(t *testing.T) {
 	if got := f.remaining("tokens", "k"); !slices.Equal(got, []int{8500, 5000 - 4096}) {
 		t.Errorf("tokens after a settle at 0 of the hour alone: %v, want [8500 904]", got)
 	}
+	changed[0].Settle = nil
+	if set, err = policy.Compile(changed); err != nil {
+		t.Fatal(err)
+	}
+	other.e.Update(set)
+	if _, err := other.e.Resume(ctx, ticket); !errors.Is(err, policy.ErrTicketStale) {
+		t.Errorf("Resume under a rule that no longer settles: %v, want ErrTicketStale", err)
+	}
 	// The ticket has expired an hour after its take.
 	clock.Set(70*time.Second + time.Hour + time.Microsecond)
 	d, err = f.e.Check(ctx, policy.Check{Rule: "tokens", Key: "k"})
@@ -218,14 +226,6 @@ func TestTicket(t *testing.T) {
 	clock.Set(70*time.Second + 2*time.Hour + 2*time.Microsecond)
 	if _, err := f.e.Resume(ctx, late); !errors.Is(err, policy.ErrTicketExpired) {
 		t.Errorf("Resume an hour after the take: %v, want ErrTicketExpired", err)
-	}
-	changed[0].Settle = nil
-	if set, err = policy.Compile(changed); err != nil {
-		t.Fatal(err)
-	}
-	other.e.Update(set)
-	if _, err := other.e.Resume(ctx, ticket); !errors.Is(err, policy.ErrTicket) {
-		t.Errorf("Resume under a rule that no longer settles: %v, want ErrTicket", err)
 	}
 }
 

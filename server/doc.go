@@ -168,7 +168,10 @@
 // RESERVATION_EXPIRED); one whose rules no longer settle, or whose limits
 // all changed since, answers 409 RESERVATION_STALE; each keeps what it
 // reserved, as a reservation never settled does. A reservation not issued
-// here answers 400 INVALID_RESERVATION.
+// here answers 400 INVALID_RESERVATION. A reservation is not encrypted: it
+// shows the rule and the client key, which its holder knows already; nor
+// signed, since a caller of this API may give units back under any rule
+// anyway (a settle by rule and key).
 //
 // Without a reservation, a settle gives units back under a rule and key,
 // as a refund whose take is not known (sluice.Limiter.Refund):
@@ -198,6 +201,15 @@
 //	413 TOO_LARGE              a body over 64 KiB
 //	415 UNSUPPORTED_MEDIA_TYPE a Content-Type other than application/json
 //	503 RATE_LIMITER_UNAVAILABLE
+//
+// and, of a settle (each result of a settle batch holds its own):
+//
+//	400 INVALID_RESERVATION    a reservation /v1/check did not issue
+//	409 ALREADY_SETTLED        settled already, on this replica or another
+//	409 RESERVATION_STALE      none of its rules settles now with a limit it still has
+//	410 RESERVATION_EXPIRED    its longest period has passed since its take
+//	503 STORE_UNAVAILABLE      the store failed (no error policy answers a settle): nothing
+//	                           settled, retry; or claimed, then failed: it keeps its reserve
 //
 // # Readiness and reload
 //

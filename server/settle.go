@@ -61,7 +61,7 @@ func encodeTicket(t policy.Ticket) string {
 }
 
 // errReservation is the error of a reservation this API did not issue.
-var errReservation = errors.New(`"reservation" is not one that POST /v1/check issued`)
+var errReservation = errors.New(`"reservation" is not one that POST /v1/check or /v1/check/batch issued`)
 
 // decodeTicket returns the ticket of a reservation, or errReservation.
 func decodeTicket(s string) (policy.Ticket, error) {
@@ -215,10 +215,12 @@ func (s *Server) settleOne(r *http.Request, req settleRequest) (*settleResult, *
 		return nil, &settleError{}
 	case errors.Is(err, sluice.ErrSettled):
 		return nil, &settleError{http.StatusConflict, "ALREADY_SETTLED", "the reservation was settled already; a settle is never applied twice"}
-	case errors.Is(err, policy.ErrTicketExpired):
-		return nil, &settleError{http.StatusGone, "RESERVATION_EXPIRED", err.Error() + "; it keeps what it reserved"}
 	case errors.Is(err, policy.ErrTicket):
-		return nil, &settleError{http.StatusConflict, "RESERVATION_STALE", err.Error() + "; the rules changed since the reservation, which keeps what it reserved"}
+		return nil, &settleError{http.StatusBadRequest, "INVALID_RESERVATION", errReservation.Error()}
+	case errors.Is(err, policy.ErrTicketExpired):
+		return nil, &settleError{http.StatusGone, "RESERVATION_EXPIRED", "the reservation expired (the longest period of its limits has passed since its take); it keeps what it reserved"}
+	case errors.Is(err, policy.ErrTicketStale):
+		return nil, &settleError{http.StatusConflict, "RESERVATION_STALE", "the rules changed since the reservation: none of its rules settles now with a limit it still has; it keeps what it reserved"}
 	case unknown, errors.Is(err, sluice.ErrInvalidCost), errors.Is(err, policy.ErrInvalidKey):
 		return nil, bad(err.Error())
 	}
@@ -227,7 +229,7 @@ func (s *Server) settleOne(r *http.Request, req settleRequest) (*settleResult, *
 	if claimed {
 		msg = "the rate limiter's store failed after the reservation was claimed; it keeps what it reserved, and a retry is refused (a settle is never applied twice)"
 	}
-	return nil, &settleError{http.StatusServiceUnavailable, "RATE_LIMITER_UNAVAILABLE", msg}
+	return nil, &settleError{http.StatusServiceUnavailable, "STORE_UNAVAILABLE", msg}
 }
 
 // settled returns the body of a settled decision: the state of its rules

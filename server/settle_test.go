@@ -118,6 +118,16 @@ func TestSettle(t *testing.T) {
 	if w := f.post("/v1/settle", fmt.Sprintf(`{"reservation":%q,"cost":1}`, id)); w.Code != http.StatusGone || !strings.Contains(w.Body.String(), `"RESERVATION_EXPIRED"`) {
 		t.Errorf("a settle after the reservation expired: %d %s, want 410 RESERVATION_EXPIRED", w.Code, w.Body)
 	}
+	// A reservation whose expiry was moved is none this API issued.
+	id = f.reserve(`{"rule":"tokens","key":"k3"}`)
+	forged, err := decodeTicket(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged.Expires = forged.Expires.Add(time.Hour)
+	if w := f.post("/v1/settle", fmt.Sprintf(`{"reservation":%q,"cost":1}`, encodeTicket(forged))); w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), `"INVALID_RESERVATION"`) {
+		t.Errorf("a settle of a reservation with a later expiry: %d %s, want 400 INVALID_RESERVATION", w.Code, w.Body)
+	}
 	// A check of a rule that does not settle holds no reservation.
 	if w := f.post("/v1/check", `{"rule":"calls","key":"k"}`); strings.Contains(w.Body.String(), "reservation") {
 		t.Errorf("a check of calls: %s, want no reservation", w.Body)

@@ -496,7 +496,7 @@ func (r *apiRun) downServer(t *testing.T) {
 		{name: "check under local, the last", method: "POST", target: "/v1/check", body: `{"rule":"near","key":"192.0.2.1"}`, status: 200, without: noRateLimit},
 		{name: "check under local, denied", method: "POST", target: "/v1/check", body: `{"rule":"near","key":"192.0.2.1"}`, status: 429, without: noRateLimit},
 		{name: "batch degraded", method: "POST", target: "/v1/check/batch", body: `{"checks":[{"rule":"login","key":"192.0.2.1"},{"rule":"open","key":"192.0.2.1"}]}`, status: 200},
-		{name: "settle down", method: "POST", target: "/v1/settle", body: `{"rule":"login","key":"192.0.2.1","cost":1}`, status: 503, code: "UNAVAILABLE", without: []string{"Retry-After"}},
+		{name: "settle down", method: "POST", target: "/v1/settle", body: `{"rule":"login","key":"192.0.2.1","cost":1}`, status: 503, code: "STORE_UNAVAILABLE", without: []string{"Retry-After"}},
 		{name: "settle batch down", method: "POST", target: "/v1/settle/batch", body: `{"settles":[{"rule":"login","key":"192.0.2.1","cost":1}]}`, status: 200},
 		{name: "readyz down", method: "GET", target: "/readyz", status: 503},
 		{name: "healthcheck down", method: "GET", target: "/healthcheck", status: 500},
