@@ -115,7 +115,8 @@ type entry struct {
 // New returns a Store leasing blocks of quota from backing. It returns an
 // error naming the option when Block, MaxAge or MaxLeases is out of range
 // or backing is nil. Over a backing store that is a sluice.Settler the
-// Store gives unspent units back (see the package documentation).
+// Store gives unspent units back (see the package documentation);
+// NewSettling makes it a sluice.Settler too, for Limiter.Reserve.
 func New(backing sluice.Store, opts ...Option) (*Store, error) {
 	if backing == nil {
 		return nil, fmt.Errorf("lease: the backing store is nil")
