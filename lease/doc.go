@@ -9,7 +9,14 @@
 // Take of cost B) and answers the next requests from that block in
 // process, until it is spent or the lease ends. Backing-store calls per
 // admitted decision fall by about B, and a key hotter than one Redis shard
-// can serve is spread over the replicas' memory.
+// can serve is spread over the replicas' memory. Over a backing store that
+// is a sluice.Settler (the memory and Redis stores), a lease gives back
+// the units it did not spend, and
+//
+//	leased, err := lease.NewSettling(redisStore, lease.Block(10))
+//
+// is a Settler too, so that Limiter.Reserve, Reservation.Settle and
+// Limiter.Refund work over leases.
 //
 // # What is leased
 //
@@ -47,7 +54,9 @@
 //     (too little for this cost: it is topped up to a block, as its units
 //     were counted in the same state; an ended lease's rest is dropped,
 //     k = 0). If admitted, the lease holds k + n − cost units, ends no
-//     later than the old one, and the request is admitted.
+//     later than the old one, and the request is admitted. Over a Settler
+//     the old lease's rest is given back instead (see Giving back unspent
+//     units), k = 0, and the new lease is a block of its own take.
 //  2. If n is denied but the denial's Remaining r still fits the request
 //     (cost − k ≤ r < n), take r: the last units of a window are leased
 //     too, so that exactly the limit is admitted whatever the costs.
@@ -80,27 +89,6 @@
 // [t0, t0+L): a unit is never spent before it was counted, nor after the
 // state it was counted in has ended.
 //
-// Unused units are lost when the lease ends, is replaced or is evicted:
-// that is under-admission, never over-admission, and it is bounded the
-// same way as the overshoot: the units lost from one backing state (a
-// window, say) are those left in leases when the demand stopped reaching
-// their replicas, at most B per replica, so a fleet whose clients ask for
-// more than the limit on every replica admits exactly the limit, and one
-// whose demand moves between replicas at least Limit − N × B (for cost 1;
-// larger costs also lose the rest of a lease whose top-up the store
-// denied, step 3, when fewer units than the cost were left anyway). The Store interface has no
-// way to give units back; a return (a refund of the unspent units at the
-// lease's end, say a Store capability taking a negative cost within the
-// same state) is the next step. It would remove the under-admission: the
-// backing store's C(I) below would count only the units kept, so that
-// A(I) ≤ C(I) + N × B tightens towards what was really admitted, and a
-// fixed window admits exactly its limit however unevenly the demand falls
-// on the replicas (without returns, exactly the limit only when each
-// replica's demand spends its leases). The N × B term itself stays: it
-// counts units spent after they were counted, which a return at the
-// lease's end does not undo; fixed_window and sliding_window already have
-// no overshoot without returns, as below.
-//
 // Results answered from a lease are honest: Allowed true, Limit the
 // limit's Capacity, Remaining what the lease has left after this request
 // (no more than the store reported before the block was taken; the
@@ -110,30 +98,110 @@
 // said), RetryAfter 0. Remaining therefore falls from B−1 to 0 within each
 // block.
 //
+// # Giving back unspent units
+//
+// Over a backing store that is no Settler, the units a lease did not spend
+// are lost when it ends, is replaced or is evicted: that is
+// under-admission, never over-admission, and it is bounded the same way
+// as the overshoot: the units lost from one backing state (a window, say)
+// are those left in leases when the demand stopped reaching their
+// replicas, at most B per replica, so a fleet whose clients ask for more
+// than the limit on every replica admits exactly the limit, and one whose
+// demand moves between replicas at least Limit − N × B (for cost 1; larger
+// costs also lose the rest of a lease whose top-up the store denied, step
+// 3, when fewer units than the cost were left anyway).
+//
+// Over a Settler, a lease gives its rest back with the backing store's
+// Refund, to the take of its block (the take's instant and ResetAfter,
+// which make the refund exact), so that other replicas can use it:
+//
+//   - when it is replaced: a lease too little for a request is given back
+//     before the next block is taken, rather than topped up, so that every
+//     unit of a lease comes from its own block's take;
+//   - when a request finds it ended while the state it was counted in
+//     still holds it (MaxAge; a sliding_window lease, ended with its
+//     window, whose units still weigh in the next one), or evicts it
+//     (MaxLeases);
+//   - when Store.Release ends every lease, as the process stops.
+//
+// A lease ended with its state (a window over, a log or bucket that no
+// longer remembers the block) has nothing to give back to: it is dropped
+// without a call. A give-back is made by the request that found the lease
+// ended, before its refill, within its context; one that fails loses its
+// units, as without a Settler. What stays unused is a lease left unspent
+// until its state ends, or that nothing on its replica touches again
+// before then (a lease ended by MaxAge is given back when its replica
+// next decides the key, evicts it or is released). A give-back does not
+// undo the N × B term of the bound below: it counts units spent after
+// they were counted, and fixed_window and sliding_window have no
+// overshoot with or without give-backs.
+//
+// # Reserving and settling
+//
+// NewSettling returns a Store that is a sluice.Settler. Requests that are
+// not leased go to the backing store's TakeAt, Refund and Charge
+// unchanged. For a leased request:
+//
+//   - TakeAt answers as Take does, and reports as the take's instant the
+//     instant the backing store took the lease's block at: the take that
+//     consumed what the request spent.
+//   - Refund of such a take goes back into the lease the units came from,
+//     in process and without a call, while that lease runs (on the
+//     request's clock, its block taken at the take's instant) and would
+//     then hold no more than a block; a later request spends them. Once
+//     the lease has ended, been replaced or evicted, the refund goes to the
+//     backing store as it is, to the block's take, which consumed those
+//     units: since every unit of a lease comes from its block's take and
+//     each is spent, given back or refunded once, a refund never gives
+//     back more than the take consumed, nor to a state that no longer
+//     holds it. (The take's ResetAfter is the lease's answer's, the block's
+//     less the time since, so a token_bucket or gcra refund made after the
+//     lease ended may give back a little less than exactly, never more.) A
+//     refund without a take (Limiter.Refund) is the backing store's.
+//   - Charge spends from the running lease first, whose units the store
+//     has counted already, and charges the backing store only what the
+//     lease does not hold, which leaves the lease spent: the key's next
+//     request refills it and meets the debt, so a lease never admits
+//     beyond it.
+//
+// Reserving and settling over Settling stores counts exactly: with every
+// lease released, the backing store holds consumed what the work cost
+// (the bucket refunds above aside; the package tests count it with 4
+// replicas on a real redis-server, and check that a refund goes to the
+// block that consumed its units).
+//
 // # The overshoot bound, and its proof
 //
 // Fix one key and limit, N replicas each with a lease Store over one
 // backing store, and block B. For an interval I = [a, b) of real time let
-// A(I) be the units the replicas admitted with decision instants in I
-// (spent from leases, or admitted by a pass-through Take) and C(I) the
-// units the backing store consumed with decision instants in I. Then
+// A(I) be the units the replicas admitted or charged with decision
+// instants in I (spent from leases, admitted or charged by the backing
+// store) less what refunds of those takes gave back, and C(I) the units
+// the backing store consumed with decision instants in I (takes and
+// charges) less what was given back to those takes (refunds, leases'
+// rests). Then
 //
 //	A(I) ≤ C(I) + N × B.
 //
-// Proof. A pass-through admit is consumed at its own instant, in I. A unit
-// spent from a lease at s ∈ I was consumed by the lease's Take at ts ≤ s
-// (leases are used only from t0 ≤ ts on). If ts ∈ I it is in C(I);
-// otherwise ts < a and the unit was outstanding at a: consumed, not yet
-// spent. Per replica and key at most B units are outstanding at any
-// instant: a lease holds at most B (a refill takes B − k to top up the
-// k units it keeps, or fewer), no lease is spent while its refill is in
-// flight, and only one refill per key is in flight. So at most N × B
-// units spent in I were consumed before a. ∎
+// Proof. What the backing store admits or charges itself is consumed at
+// its own instant, in I, and a refund of it to the store leaves both
+// sides. A unit spent from a lease at s ∈ I, and not refunded, was
+// consumed at ts ≤ s by the lease's block take (leases are used only from
+// t0 ≤ ts on; a refund into a lease returns units of a take at the
+// block's instant), and was not given back since: a lease gives back only
+// units it holds, unspent. If ts ∈ I it is in C(I); otherwise ts < a and
+// the unit was outstanding at a: consumed, not yet spent. Per replica and
+// key at most B units are outstanding at any instant: a lease holds at
+// most B (a refill takes B − k to top up the k units it keeps, or fewer;
+// over a Settler it gives them back first; a refund into a lease never
+// raises it above B), no lease is spent while its refill is in flight,
+// and only one refill per key is in flight. So at most N × B units spent
+// in I were consumed before a. ∎
 //
-// C(I) obeys the backing algorithm (the conformance suite's business), so
-// in any period P of real time the fleet admits at most what the algorithm
-// alone admits in P plus N × B: for token_bucket and gcra Burst + Limit
-// + N × B, for sliding_log Limit + N × B.
+// C(I) obeys the backing algorithm and its refunds (the conformance
+// suite's business), so in any period P of real time the fleet admits at
+// most what the algorithm alone admits in P plus N × B: for token_bucket
+// and gcra Burst + Limit + N × B, for sliding_log Limit + N × B.
 //
 // When leases never outlive the state they were taken from, the N × B term
 // is 0 for that state's own measure:
@@ -163,19 +231,28 @@
 // estimate over real admits within the limit, and a lease made to outlive
 // its window (a test-only hook) is caught admitting more. On the stores'
 // own clocks (the Redis server's TIME) every algorithm admits exactly its
-// limit.
+// limit. The bound is also measured over Settlers, whose leases give
+// back; other tests count the give-backs (the rests of leases replaced,
+// ended early, evicted and released) in the backing store, against a
+// control whose leases keep their rests.
 //
 // # Reset, memory, concurrency
 //
 // Reset drops the replica's leases for the key under the given limits,
 // before and after resetting the backing store (a refill racing with the
-// reset is dropped as well; its units are lost). Other replicas keep their
-// leases until they end: resetting a leased key bounds what they admit
-// after the reset by N × B as above. A Store holds at most MaxLeases
-// leases (default DefaultMaxLeases); a full shard evicts ended or spent
-// leases first, then any lease not being refilled (its units are lost),
-// and passes a request through when every lease is being refilled. A
-// Store is safe for concurrent use.
+// reset is dropped as well; its units are lost), and gives nothing back:
+// the reset gives back everything, and a lease refilled from the state
+// before it must not give back to the state after. (A rest that a refill
+// racing with the reset was giving back may still reach the state after
+// it: at most the block that lease held, as a lease of another replica
+// would, within the N × B that follows.) Release drops every lease of the
+// replica, giving back their rests. Other replicas keep their leases until
+// they end: resetting a leased key bounds what they admit after the reset
+// by N × B as above. A Store holds at most MaxLeases leases (default
+// DefaultMaxLeases); a full shard evicts ended or spent leases first, then
+// any lease not being refilled (its units are lost, or given back over a
+// Settler), and passes a request through when every lease is being
+// refilled. A Store is safe for concurrent use.
 //
 // When the backing store fails, the refill's error goes to the request
 // that asked for it and to every request waiting for it (none asks the

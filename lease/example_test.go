@@ -51,3 +51,47 @@ func Example() {
 	// request 7: allowed true, remaining 3, reset after 30s
 	// backing store remaining: 90
 }
+
+// A reservation answered from a lease settles in it: what the work did
+// not use goes back into the lease, with no store call, for the replica's
+// next requests. Release, as the process stops, gives the lease's unspent
+// units back to the store, for the other replicas.
+func ExampleNewSettling() {
+	backing := memory.New() // redis.Open("redis://...") in production
+	leased, err := lease.NewSettling(backing, lease.Block(10))
+	if err != nil {
+		log.Fatal(err)
+	}
+	clock := func() time.Time { return time.Date(2026, 1, 1, 12, 0, 30, 0, time.UTC) }
+	lim := sluice.New(leased, sluice.WithClock(clock))
+	hot := sluice.PerMinute(100).Using(sluice.FixedWindow)
+	ctx := context.Background()
+	stored := func() int {
+		rs, err := backing.Peek(ctx, sluice.Request{Parts: []sluice.Part{{Key: "tenant-42", Limits: []sluice.Limit{hot}}}, Now: clock()})
+		if err != nil {
+			log.Fatal(err)
+		}
+		return rs[0].Remaining
+	}
+
+	r, err := lim.Reserve(ctx, "tenant-42", hot, 8)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("reserved 8: remaining", r.Remaining)
+	after, err := r.Settle(ctx, 3) // the work cost 3
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("settled at 3: remaining", after.Remaining)
+	fmt.Println("backing store remaining:", stored())
+	if err := leased.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("after Release, backing store remaining:", stored())
+	// Output:
+	// reserved 8: remaining 2
+	// settled at 3: remaining 7
+	// backing store remaining: 90
+	// after Release, backing store remaining: 97
+}

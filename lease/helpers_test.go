@@ -14,8 +14,9 @@ import (
 // admitted take (its instant and cost) in rec when rec is set.
 type counting struct {
 	sluice.Store
-	takes atomic.Int64
-	rec   *recorder
+	takes   atomic.Int64
+	refunds atomic.Int64 // settlingCounting's
+	rec     *recorder
 }
 
 func (c *counting) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
@@ -25,6 +26,32 @@ func (c *counting) Take(ctx context.Context, req sluice.Request) ([]sluice.Resul
 		c.rec.add(req.Now, req.Parts[0].Cost)
 	}
 	return rs, err
+}
+
+// settlingCounting is counting over a backing store that is a Settler,
+// and one itself, so that a lease Store over it gives back: TakeAt counts
+// and records as Take does; Refund and Charge are the backing store's.
+type settlingCounting struct {
+	*counting
+	st sluice.Settler
+}
+
+func (c settlingCounting) TakeAt(ctx context.Context, req sluice.Request) (sluice.Taken, error) {
+	c.takes.Add(1)
+	t, err := c.st.TakeAt(ctx, req)
+	if err == nil && c.rec != nil && t.Results[0].Allowed {
+		c.rec.add(req.Now, req.Parts[0].Cost)
+	}
+	return t, err
+}
+
+func (c settlingCounting) Refund(ctx context.Context, req sluice.Request, t sluice.Taken) ([]sluice.Result, error) {
+	c.refunds.Add(1)
+	return c.st.Refund(ctx, req, t)
+}
+
+func (c settlingCounting) Charge(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	return c.st.Charge(ctx, req)
 }
 
 // recorder collects units by instant, safe for concurrent use.

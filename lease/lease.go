@@ -16,7 +16,7 @@ import (
 const DefaultBlock = 10
 
 // DefaultMaxLeases is the most leases a Store holds without a MaxLeases
-// option: 1<<16, about 22 MB at the 340 bytes a lease takes with a key of
+// option: 1<<16, about 24 MB at the 360 bytes a lease takes with a key of
 // 16 bytes (BenchmarkLeaseMemory), far more keys than are hot at once.
 const DefaultMaxLeases = 1 << 16
 
@@ -70,6 +70,7 @@ func MaxLeases(n int) Option { return func(c *config) { c.maxLeases = n } }
 // New.
 type Store struct {
 	backing sluice.Store
+	settler sluice.Settler // backing's, nil if it is none: no give-backs
 	block   int
 	minCap  int
 	maxAge  time.Duration
@@ -77,12 +78,17 @@ type Store struct {
 	shards  []shard
 	perCap  int
 
-	outlive time.Duration // test hook: leases end this much later than allowed
+	outlive   time.Duration // test hook: leases end this much later than allowed
+	keepRests bool          // test hook: nothing is given back (as without a Settler)
 }
 
 type shard struct {
 	mu sync.Mutex
 	m  map[leaseKey]*entry
+	// last is the latest Now of a request of the shard's keys on the
+	// caller's clock: the instant a lease on that clock is given back at
+	// when no request gives one (Release, eviction by the other clock).
+	last time.Time
 }
 
 type leaseKey struct {
@@ -98,14 +104,19 @@ type entry struct {
 	end    time.Time     // the lease is usable in [start, end)
 	reset  time.Duration // the block's ResetAfter, from start
 	own    bool          // start and end are on this process's clock, not the caller's
+	at     time.Time     // the backing store's instant of the block's take (zero: no Settler)
+	limit  int           // the block's Limit: with the key's identity, the limit to give back to
+	burst  int           // and its Burst
 	refill *flight       // non-nil while a refill is in flight
-	dead   bool          // removed by Reset or eviction: a refill must not install
+	dead   bool          // removed by Reset, eviction or Release: a refill must not install
 	short  bool          // the last refill found no block: ask for the cost alone
 }
 
 // New returns a Store leasing blocks of quota from backing. It returns an
 // error naming the option when Block, MaxAge or MaxLeases is out of range
-// or backing is nil.
+// or backing is nil. Over a backing store that is a sluice.Settler the
+// Store gives unspent units back (see the package documentation);
+// NewSettling makes it a sluice.Settler too, for Limiter.Reserve.
 func New(backing sluice.Store, opts ...Option) (*Store, error) {
 	if backing == nil {
 		return nil, fmt.Errorf("lease: the backing store is nil")
@@ -130,8 +141,10 @@ func New(backing sluice.Store, opts ...Option) (*Store, error) {
 		c.minCap = DefaultMinCapacityBlocks * c.block
 	}
 	n := min(maxShards, c.maxLeases)
+	settler, _ := backing.(sluice.Settler)
 	s := &Store{
 		backing: backing,
+		settler: settler,
 		block:   c.block,
 		minCap:  c.minCap,
 		maxAge:  c.maxAge,
@@ -184,6 +197,14 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, 
 	if !s.leasable(req) {
 		return s.backing.Take(ctx, req)
 	}
+	rs, _, err := s.decide(ctx, req)
+	return rs, err
+}
+
+// decide is Take of a leasable req. It also returns the instant the
+// backing store consumed the units the request spent at: its lease's block
+// take, or its own take (zero when the backing store is no Settler).
+func (s *Store) decide(ctx context.Context, req sluice.Request) ([]sluice.Result, time.Time, error) {
 	p := req.Parts[0]
 	lim := p.Limits[0]
 	k := leaseKey{key: p.Key, id: lim.Identity()}
@@ -191,12 +212,7 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, 
 	sh := s.shard(p.Key)
 	for {
 		sh.mu.Lock()
-		now := req.Now
-		if own {
-			// Under the lock: this replica's decision instants for the key
-			// are in lock order, and none precedes its lease's start.
-			now = time.Now()
-		}
+		now := sh.now(req)
 		e := sh.m[k]
 		if e != nil && e.refill != nil {
 			f := e.refill
@@ -208,34 +224,36 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, 
 					// The store failed the refill this request waited
 					// for: it fails too, rather than each waiter asking
 					// a failing store in turn.
-					return nil, fmt.Errorf("lease: the refill of %q this request waited for: %w", p.Key, f.err)
+					return nil, time.Time{}, fmt.Errorf("lease: the refill of %q this request waited for: %w", p.Key, f.err)
 				}
 				continue
 			case <-ctx.Done():
-				return nil, fmt.Errorf("lease: waiting for the lease of %q: %w", p.Key, ctx.Err())
+				return nil, time.Time{}, fmt.Errorf("lease: waiting for the lease of %q: %w", p.Key, ctx.Err())
 			}
 		}
 		if e != nil && e.usable(now, own, p.Cost) {
 			e.units -= p.Cost
 			r := e.result(now, lim)
+			at := e.at
 			sh.mu.Unlock()
-			return []sluice.Result{r}, nil
+			return []sluice.Result{r}, at, nil
 		}
+		var back []rest // given back before the refill
 		if e == nil {
-			e = sh.add(k, now, own, s.perCap)
+			var evicted rest
+			e, evicted = sh.add(k, now, own, s.perCap)
+			if evicted.units > 0 {
+				back = append(back, evicted)
+			}
 			if e == nil {
 				// Every lease of the shard is being refilled.
 				sh.mu.Unlock()
-				return s.backing.Take(ctx, req)
+				return s.takeAt(ctx, req)
 			}
 		}
-		// What is left of a lease still running is topped up to a block
-		// (it was counted in the same state); otherwise it is dropped. The
-		// refill holds it meanwhile: at most one block per key is
-		// outstanding.
-		var keep held
-		if e.own == own && !now.Before(e.start) && now.Before(e.end) {
-			keep = held{units: e.units, end: e.end}
+		keep, r := s.leftover(sh, k, e, req, now)
+		if r.units > 0 {
+			back = append(back, r)
 		}
 		e.units = 0
 		f := &flight{done: make(chan struct{})}
@@ -243,6 +261,11 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, 
 		short := e.short
 		sh.mu.Unlock()
 
+		if back != nil {
+			// A give-back that fails loses its units, as without a
+			// Settler: the request is not failed for it.
+			_ = s.giveBack(ctx, back)
+		}
 		rs, got, short, err := s.refill(ctx, req, now, keep, short)
 
 		sh.mu.Lock()
@@ -254,11 +277,29 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, 
 		close(f.done)
 		e.short = short
 		if got != nil && !e.dead {
-			e.units, e.start, e.end, e.reset, e.own = got.units, got.start, got.end, got.reset, own
+			e.install(got, own, lim)
 		}
 		sh.mu.Unlock()
-		return rs, err
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		return rs.results, rs.at, nil
 	}
+}
+
+// now returns the instant of req on the clock its lease would be on: its
+// Now, which becomes the shard's last if later, or this process's
+// monotonic clock when it has none. sh.mu is held: this replica's decision
+// instants for a key are in lock order, and none precedes its lease's
+// start.
+func (sh *shard) now(req sluice.Request) time.Time {
+	if req.Now.IsZero() {
+		return time.Now()
+	}
+	if req.Now.After(sh.last) {
+		sh.last = req.Now
+	}
+	return req.Now
 }
 
 // usable reports whether e answers a request of cost at now.
@@ -285,8 +326,9 @@ func (e *entry) expired(now time.Time, own bool) bool {
 // add inserts an empty entry for k, evicting one when the shard holds
 // limit entries: an expired one among the first evictScan looked at, or
 // else the first of them not being refilled. It returns nil when there is
-// no room. sh.mu is held.
-func (sh *shard) add(k leaseKey, now time.Time, own bool, limit int) *entry {
+// no room, and what the evicted lease has to give back. sh.mu is held.
+func (sh *shard) add(k leaseKey, now time.Time, own bool, limit int) (*entry, rest) {
+	var evicted rest
 	if len(sh.m) >= limit {
 		var victim *leaseKey
 		seen := 0
@@ -305,114 +347,25 @@ func (sh *shard) add(k leaseKey, now time.Time, own bool, limit int) *entry {
 			}
 		}
 		if victim == nil {
-			return nil
+			return nil, rest{}
 		}
-		sh.m[*victim].dead = true
+		v := sh.m[*victim]
+		var callerNow time.Time
+		if !own {
+			callerNow = now
+		}
+		evicted = sh.rest(*victim, v, callerNow)
+		v.dead, v.units = true, 0
 		delete(sh.m, *victim)
 	}
 	e := &entry{}
 	sh.m[k] = e
-	return e
-}
-
-// flight is a refill in flight: done is closed when it ends, and err is
-// then its backing store's error, if any.
-type flight struct {
-	done    chan struct{}
-	err     error
-	waiters int // requests waiting for it (guarded by the shard's mutex)
-}
-
-// granted is a lease a refill took.
-type granted struct {
-	units      int
-	start, end time.Time
-	reset      time.Duration
-}
-
-// held is what a refill keeps of the lease it replaces: units counted in
-// a state that lasts until end.
-type held struct {
-	units int
-	end   time.Time
-}
-
-// refill asks the backing store for a block for req (leasable) at t0,
-// topping up keep, and returns the request's Results, the lease to
-// install, if any, and whether the next refill should skip the block
-// (short: this one found none, or skipped it and was denied).
-func (s *Store) refill(ctx context.Context, req sluice.Request, t0 time.Time, keep held, short bool) ([]sluice.Result, *granted, bool, error) {
-	p := req.Parts[0]
-	if !short || keep.units > 0 {
-		n := s.blockFor(p.Limits[0]) - keep.units // >= Cost - keep.units >= 1
-		rs, err := s.takeN(ctx, req, n)
-		if err != nil {
-			return nil, nil, short, err
-		}
-		if r := rs[0]; r.Allowed {
-			out, g := s.grant(r, n, req, t0, keep)
-			return out, g, false, nil
-		} else if need := p.Cost - keep.units; r.Remaining >= need && r.Remaining < n {
-			// The last units of the state: lease what is left.
-			n = r.Remaining
-			if rs, err = s.takeN(ctx, req, n); err != nil {
-				return nil, nil, short, err
-			}
-			if rs[0].Allowed {
-				out, g := s.grant(rs[0], n, req, t0, keep)
-				return out, g, false, nil
-			}
-		}
-	}
-	// Too little for a block: the request itself, the store's answer
-	// (what was kept is dropped). While the store denies, the next refill
-	// asks for the cost alone, one call per denial; once it admits, for a
-	// block again.
-	rs, err := s.backing.Take(ctx, req)
-	if err != nil {
-		return nil, nil, short, err
-	}
-	return rs, nil, !rs[0].Allowed, nil
-}
-
-// takeN takes n units of req's key and limit from the backing store.
-func (s *Store) takeN(ctx context.Context, req sluice.Request, n int) ([]sluice.Result, error) {
-	p := req.Parts[0]
-	p.Cost = n
-	return s.backing.Take(ctx, sluice.Request{Parts: []sluice.Part{p}, Now: req.Now})
-}
-
-// grant turns r, an admitted take of n units for req at t0, and keep into
-// req's Result (its cost spent from them) and the lease of the rest, which
-// ends no later than keep's state.
-func (s *Store) grant(r sluice.Result, n int, req sluice.Request, t0 time.Time, keep held) ([]sluice.Result, *granted) {
-	g := &granted{units: keep.units + n - req.Parts[0].Cost, start: t0, reset: r.ResetAfter}
-	g.end = t0.Add(s.length(r, req.Parts[0].Limits[0]) + s.outlive)
-	if keep.units > 0 && keep.end.Before(g.end) {
-		g.end = keep.end
-	}
-	out := sluice.Result{Allowed: true, Limit: r.Limit, Remaining: g.units, ResetAfter: r.ResetAfter}
-	return []sluice.Result{out}, g
-}
-
-// length is how long a lease of the admitted take r may live: no longer
-// than the backing state it was counted in, and MaxAge.
-func (s *Store) length(r sluice.Result, lim sluice.Limit) time.Duration {
-	d := r.ResetAfter
-	if lim.Normalized().Algorithm == sluice.SlidingWindow {
-		// After an admit the count is in the current window and ResetAfter
-		// runs to the end of the next one: the current one ends a Period
-		// sooner.
-		d -= lim.Period
-	}
-	if s.maxAge > 0 {
-		d = min(d, s.maxAge)
-	}
-	return max(d, 0)
+	return e, evicted
 }
 
 // Reset drops this replica's leases for key under each of limits and
 // resets the backing store. Other replicas' leases are theirs to drop.
+// The leases' units are not given back: the reset gives back everything.
 func (s *Store) Reset(ctx context.Context, key string, limits ...sluice.Limit) error {
 	s.drop(key, limits)
 	if err := s.backing.Reset(ctx, key, limits...); err != nil {

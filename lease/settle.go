@@ -1,0 +1,145 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// Settling is a Store over a backing store that is a sluice.Settler, and
+// a sluice.Settler itself, so that a Limiter over it can Reserve, Settle
+// and Refund (Limiter.Reserve, Reservation.Settle, Limiter.Refund). A
+// request answered from a lease is settled in the lease while it runs,
+// with no backing-store call (see the package documentation). Create it
+// with NewSettling; a Store made by New is no Settler, even over one.
+type Settling struct {
+	*Store
+}
+
+// NewSettling returns a Settling store leasing blocks of quota from
+// backing, as New does. It returns an error wrapping
+// sluice.ErrSettleUnsupported when backing is no sluice.Settler, and New's
+// errors.
+func NewSettling(backing sluice.Store, opts ...Option) (*Settling, error) {
+	if _, ok := backing.(sluice.Settler); backing != nil && !ok {
+		return nil, fmt.Errorf("lease: the backing store %T: %w", backing, sluice.ErrSettleUnsupported)
+	}
+	s, err := New(backing, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &Settling{s}, nil
+}
+
+// TakeAt implements sluice.Settler: Take, and the instant the backing
+// store consumed what the request spent at. For a request answered from a
+// lease that is the instant of the lease's block take, which the lease
+// remembers, so that Refund knows the take as the lease's; for any other
+// request, the backing store's TakeAt.
+func (s *Settling) TakeAt(ctx context.Context, req sluice.Request) (sluice.Taken, error) {
+	if !s.leasable(req) {
+		return s.settler.TakeAt(ctx, req)
+	}
+	rs, at, err := s.decide(ctx, req)
+	if err != nil {
+		return sluice.Taken{}, err
+	}
+	return sluice.Taken{Results: rs, At: []time.Time{at}}, nil
+}
+
+// Refund implements sluice.Settler. A refund of a take answered from the
+// replica's running lease for its key (t's instant is the lease's block
+// take) goes back into that lease, in process, as long as the lease then
+// holds no more than a block: it returns the lease's Result after it, as a
+// request spending nothing from it would see it. Every other refund goes
+// to the backing store as it is: a take whose lease has ended or been
+// replaced is refunded at the instant of its block's take, which consumed
+// what it spent; a refund without a take (t's At nil, Limiter.Refund) is
+// the backing store's refund of the latest consumption.
+func (s *Settling) Refund(ctx context.Context, req sluice.Request, t sluice.Taken) ([]sluice.Result, error) {
+	if r, ok := s.refundLease(req, t); ok {
+		return []sluice.Result{r}, nil
+	}
+	return s.settler.Refund(ctx, req, t)
+}
+
+// Charge implements sluice.Settler. A charge of a leased limit is spent
+// first from the replica's running lease for its key, whose units the
+// backing store has counted already, and what the lease does not hold is
+// charged to the backing store, which leaves the lease spent: the key's
+// next request refills it and meets the debt. A charge the lease holds
+// whole costs no backing-store call and returns the lease's Result after
+// it. Every other charge is the backing store's.
+func (s *Settling) Charge(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	if left, r, ok := s.chargeLease(req); ok {
+		if left == 0 {
+			return []sluice.Result{r}, nil
+		}
+		p := req.Parts[0]
+		p.Cost = left
+		req.Parts = []sluice.Part{p}
+	}
+	return s.settler.Charge(ctx, req)
+}
+
+// running returns the lease of req's one part and limit if it runs at
+// req's instant, on req's clock, with no refill in flight, and the
+// instant; nil if there is none or req is not of one leased limit. sh.mu
+// is held.
+func (s *Store) running(sh *shard, req sluice.Request) (*entry, time.Time) {
+	if len(req.Parts) != 1 || len(req.Parts[0].Limits) != 1 || req.Parts[0].Cost < 1 {
+		return nil, time.Time{}
+	}
+	p := req.Parts[0]
+	lim := p.Limits[0]
+	if lim.Capacity() < s.minCap {
+		return nil, time.Time{}
+	}
+	now := sh.now(req)
+	e := sh.m[leaseKey{key: p.Key, id: lim.Identity()}]
+	if e == nil || e.refill != nil || !e.usable(now, req.Now.IsZero(), 0) {
+		return nil, now
+	}
+	return e, now
+}
+
+// refundLease gives req's cost back to the running lease t was answered
+// from, and returns the lease's Result after it; ok is false when the
+// refund is not the lease's to take.
+func (s *Store) refundLease(req sluice.Request, t sluice.Taken) (r sluice.Result, ok bool) {
+	if len(t.At) != 1 || len(req.Parts) != 1 {
+		return sluice.Result{}, false
+	}
+	sh := s.shard(req.Parts[0].Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, now := s.running(sh, req)
+	p := req.Parts[0]
+	if e == nil || !e.at.Equal(t.At[0]) || e.units+p.Cost > s.blockFor(p.Limits[0]) {
+		return sluice.Result{}, false
+	}
+	e.units += p.Cost
+	return e.result(now, p.Limits[0]), true
+}
+
+// chargeLease spends what it can of req's cost from its running lease,
+// and returns the cost left to charge and the lease's Result after it; ok
+// is false when there is no lease to spend from.
+func (s *Store) chargeLease(req sluice.Request) (left int, r sluice.Result, ok bool) {
+	if len(req.Parts) != 1 {
+		return 0, sluice.Result{}, false
+	}
+	sh := s.shard(req.Parts[0].Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, now := s.running(sh, req)
+	if e == nil || e.units == 0 {
+		return 0, sluice.Result{}, false
+	}
+	p := req.Parts[0]
+	spent := min(e.units, p.Cost)
+	e.units -= spent
+	return p.Cost - spent, e.result(now, p.Limits[0]), true
+}
