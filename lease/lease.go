@@ -32,6 +32,7 @@ type Option func(*config)
 
 type config struct {
 	block     int
+	blocks    func(sluice.Limit) int // per limit (BlockFor); nil: block for every limit of minCap
 	maxAge    time.Duration
 	maxLeases int
 	minCap    int // 0: DefaultMinCapacityBlocks × block
@@ -41,6 +42,14 @@ type config struct {
 // DefaultBlock, at least 1). The fleet's overshoot bound is B × replicas;
 // B is clamped to each limit's Capacity.
 func Block(n int) Option { return func(c *config) { c.block = n } }
+
+// BlockFor makes B a limit's own: f returns the block of each limit, 0
+// for a limit not leased (its requests go to the backing store), and
+// replaces Block and MinCapacity. f is called for every decision of one
+// part and one limit: it must be quick and safe for concurrent use, and
+// may change its answers over time (a reloaded policy file's lease
+// settings). A policy file's lease sections use it.
+func BlockFor(f func(sluice.Limit) int) Option { return func(c *config) { c.blocks = f } }
 
 // MaxAge caps how long a lease lives after it was taken, below what the
 // backing state allows (0, the default: no cap beyond the backing state).
@@ -71,6 +80,7 @@ func MaxLeases(n int) Option { return func(c *config) { c.maxLeases = n } }
 type Store struct {
 	backing sluice.Store
 	settler sluice.Settler // backing's, nil if it is none: no give-backs
+	blocks  func(sluice.Limit) int
 	block   int
 	minCap  int
 	maxAge  time.Duration
@@ -145,6 +155,7 @@ func New(backing sluice.Store, opts ...Option) (*Store, error) {
 	s := &Store{
 		backing: backing,
 		settler: settler,
+		blocks:  c.blocks,
 		block:   c.block,
 		minCap:  c.minCap,
 		maxAge:  c.maxAge,
@@ -179,16 +190,31 @@ func (s *Store) shard(key string) *shard {
 }
 
 // leasable reports whether req is decided from a lease: one part, one
-// limit of at least minCap, cost from 1 to the block.
+// limit that is leased, cost from 1 to its block.
 func (s *Store) leasable(req sluice.Request) bool {
 	if len(req.Parts) != 1 {
 		return false
 	}
 	p := req.Parts[0]
-	return len(p.Limits) == 1 && p.Cost >= 1 && p.Cost <= s.blockFor(p.Limits[0]) && p.Limits[0].Capacity() >= s.minCap
+	return len(p.Limits) == 1 && p.Cost >= 1 && s.leases(p.Limits[0]) && p.Cost <= s.blockFor(p.Limits[0])
 }
 
-func (s *Store) blockFor(l sluice.Limit) int { return min(s.block, l.Capacity()) }
+// leases reports whether l is leased: a block of its own (BlockFor), or a
+// Capacity of at least minCap.
+func (s *Store) leases(l sluice.Limit) bool {
+	if s.blocks != nil {
+		return s.blocks(l) >= 1
+	}
+	return l.Capacity() >= s.minCap
+}
+
+// blockFor returns l's block, clamped to its Capacity.
+func (s *Store) blockFor(l sluice.Limit) int {
+	if s.blocks != nil {
+		return min(s.blocks(l), l.Capacity())
+	}
+	return min(s.block, l.Capacity())
+}
 
 // Take decides req: from the replica's lease for its key when req is
 // leasable (see the package documentation), otherwise by the backing

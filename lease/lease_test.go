@@ -421,3 +421,47 @@ func TestConcurrentResets(t *testing.T) {
 		t.Fatalf("%d leases held, cap 2", s.Len())
 	}
 }
+
+// TestBlockFor: with BlockFor, each limit leases blocks of its own size
+// (clamped to its capacity), a limit of block 0 is not leased whatever
+// its capacity, and a change of f's answers applies to the next refill.
+func TestBlockFor(t *testing.T) {
+	var blocks sync.Map // limit name → block
+	blocks.Store("search", 5)
+	blocks.Store("tiny", 50)
+	s, c := newLeased(t, lease.BlockFor(func(l sluice.Limit) int {
+		n, _ := blocks.Load(l.Name)
+		b, _ := n.(int)
+		return b
+	}))
+	now := storetest.Epoch.Add(time.Second)
+	search := sluice.PerMinute(1000).Using(sluice.FixedWindow).Named("search")
+	other := sluice.PerMinute(1000).Using(sluice.FixedWindow).Named("other")
+	tiny := sluice.PerMinute(3).Using(sluice.FixedWindow).Named("tiny")
+	for range 5 {
+		take(t, s, one("k", search, 1, now))
+	}
+	if n := c.takes.Load(); n != 1 {
+		t.Errorf("5 requests under a block of 5: %d backing takes, want 1", n)
+	}
+	for range 3 {
+		take(t, s, one("k", other, 1, now))
+	}
+	if n := c.takes.Load(); n != 4 {
+		t.Errorf("3 requests under a limit of block 0: %d backing takes in all, want 1+3", n)
+	}
+	if r := take(t, s, one("k", tiny, 1, now)); !r.Allowed || r.Remaining != 2 {
+		t.Errorf("a block of 50 of a limit of 3: %+v, want a lease of 3 (clamped), 2 left", r)
+	}
+	if r := take(t, c.Store, one("k", tiny, 0, now)); r.Remaining != 0 {
+		t.Errorf("backing remaining %d, want 0: the block was clamped to the capacity", r.Remaining)
+	}
+	blocks.Store("search", 0) // a reload stops leasing search
+	before := c.takes.Load()
+	for range 2 {
+		take(t, s, one("k", search, 1, now))
+	}
+	if n := c.takes.Load() - before; n != 2 {
+		t.Errorf("2 requests after search's block became 0: %d backing takes, want 2", n)
+	}
+}

@@ -94,7 +94,7 @@ func (s *Store) running(sh *shard, req sluice.Request) (*entry, time.Time) {
 	}
 	p := req.Parts[0]
 	lim := p.Limits[0]
-	if lim.Capacity() < s.minCap {
+	if !s.leases(lim) {
 		return nil, time.Time{}
 	}
 	now := sh.now(req)
