@@ -29,6 +29,11 @@ type File struct {
 	Rules []policy.Rule
 	// Lines holds the line where each rule starts, for messages.
 	Lines []int
+	// Leases holds, by limit name, the block of each limit of a rule
+	// with a lease section (lease.BlockFor): a replica takes that many
+	// units of a key's quota at once and answers from them in process.
+	// nil when no rule leases.
+	Leases map[string]int
 }
 
 // Compile returns the file's rules compiled, with the key settings of its

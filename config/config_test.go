@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"io/fs"
+	"maps"
 	"net/http/httptest"
 	"net/netip"
 	"reflect"
@@ -165,6 +166,27 @@ func TestSettle(t *testing.T) {
 		if r.Cost != tt.cost || r.Settle == nil || *r.Settle != tt.want {
 			t.Errorf("%s: cost %d, settle %+v; want %d, %+v", tt.yaml, r.Cost, r.Settle, tt.cost, tt.want)
 		}
+	}
+}
+
+// TestLeases: a rule's lease section gives the block of its limit and of
+// each of its plans' limits, by name.
+func TestLeases(t *testing.T) {
+	f, err := Parse("l.yaml", []byte(`
+rules:
+  - name: search
+    limit: 1000
+    period: 1s
+    lease: {block: 20}
+    plans:
+      - {name: pro, keys: [k1], limit: 5000, period: 1s}
+  - {name: login, match: POST /login, limit: 5, period: 1m}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]int{"search-1s": 20, "search-pro-1s": 20}; !maps.Equal(f.Leases, want) {
+		t.Errorf("Leases %v, want %v", f.Leases, want)
 	}
 }
 

@@ -49,6 +49,8 @@
 //	    cost: 1                  # what one request spends (default 1)
 //	    # settle: {cost_from: "header:X-Tokens-Used", reserve: 4096, strip: true}  # instead of cost: admitted at reserve
 //	                             # (or postpaid: true), settled at the cost the response reports (header:<Name> | bytes); see docs/cost.md
+//	    # lease: {block: 10}     # Redis only: a replica takes 10 units of a key's quota at once and answers from them in process
+//	                             # (one limit, capacity >= 10 blocks); the fleet admits at most limit + replicas x block per window
 //	    shadow: false            # evaluate and report, never block
 //	    on_error: deny           # allow | deny | local: this rule's answer while the store fails; absent: redis.on_error
 //	    plans:                   # per-key overrides, first match wins

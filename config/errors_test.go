@@ -66,6 +66,14 @@ var errorTests = []struct {
 		`rules "a".settle.strip: applies to a cost read from a header; cost_from bytes has none to strip (sluice.yaml:2)`},
 	{"settle misspelt", "rules:\n  - {name: a, limit: 10, period: 1s, settle: {cost_from: bytes, reserv: 5}}\n",
 		`rules "a".settle: unknown field "reserv" (did you mean "reserve"?) (sluice.yaml:2)`},
+	{"lease two limits", "rules:\n  - {name: a, limits: [{limit: 1000, period: 1s}, {limit: 9000, period: 1h}], lease: {block: 10}}\n",
+		`rules "a".lease.block: leases a rule of one limit, and this rule (or a plan) has 2: a request under several limits is decided all or nothing in the store (sluice.yaml:2)`},
+	{"lease block too large", "rules:\n  - {name: a, limit: 50, period: 1s, lease: {block: 10}}\n",
+		`rules "a".lease.block: 10 is more than a tenth of the capacity 50 of limit a-1s: a block so large hands most of the limit to one replica; use a block of at most 5 (sluice.yaml:2)`},
+	{"lease no block", "rules:\n  - {name: a, limit: 50, period: 1s, lease: {}}\n",
+		`rules "a".lease.block: is missing; a lease takes block units of a key's quota at once, at least 1 (sluice.yaml:2)`},
+	{"lease block zero", "rules:\n  - {name: a, limit: 50, period: 1s, lease: {block: 0}}\n",
+		`rules "a".lease.block: must be at least 1, got 0 (sluice.yaml:2)`},
 	{"rule on_error return", "rules:\n  - {name: a, limit: 1, period: 1s, on_error: return}\n",
 		`rules "a".on_error: "return" is not one of allow, deny, local (sluice.yaml:2)`},
 	{"timeout zero", rule + "redis:\n  timeout: 0s\n",
@@ -127,7 +135,7 @@ var errorTests = []struct {
 
 	// A rule's own fields.
 	{"rule not a mapping", "rules:\n  - search\n",
-		`rules[0]: must be a mapping with the keys name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, settle, shadow, on_error, plans, not "search" (sluice.yaml:2)`},
+		`rules[0]: must be a mapping with the keys name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, settle, lease, shadow, on_error, plans, not "search" (sluice.yaml:2)`},
 	{"unknown rule field", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    perod: 1m\n",
 		`rules "a": unknown field "perod" (did you mean "period"?) (sluice.yaml:5)`},
 	{"missing name", "rules:\n  - limit: 1\n    period: 1s\n",
@@ -336,7 +344,7 @@ var typoTests = []struct {
 			`rules "a": unknown field "algoritm" (did you mean "algorithm"?) (sluice.yaml:4)`,
 		}},
 	{"no suggestion", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    tier: gold\n",
-		[]string{`rules "a": unknown field "tier"; a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, settle, shadow, on_error, plans (sluice.yaml:5)`}},
+		[]string{`rules "a": unknown field "tier"; a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, settle, lease, shadow, on_error, plans (sluice.yaml:5)`}},
 }
 
 func TestTypos(t *testing.T) {

@@ -23,8 +23,9 @@ var (
 	redisFields  = []string{"url", "on_error", "timeout", "replicas", "deny_cache", "batch", "wait_replicas", "wait_timeout"}
 	memoryFields = []string{"max_keys"}
 	httpFields   = []string{"headers", "problem_json", "policy_key", "trusted_proxies", "ipv6_prefix"}
-	ruleFields   = []string{"name", "group", "match", "key", "missing_key", "algorithm", "limit", "period", "burst", "limits", "cost", "settle", "shadow", "on_error", "plans"}
+	ruleFields   = []string{"name", "group", "match", "key", "missing_key", "algorithm", "limit", "period", "burst", "limits", "cost", "settle", "lease", "shadow", "on_error", "plans"}
 	settleFields = []string{"cost_from", "reserve", "postpaid", "strip"}
+	leaseFields  = []string{"block"}
 	limitFields  = []string{"algorithm", "limit", "period", "burst"}
 	planFields   = []string{"name", "keys", "prefixes", "algorithm", "limit", "period", "burst", "limits"}
 )
@@ -43,6 +44,9 @@ type parser struct {
 	// their mapping is a near-miss of: reported as "did you mean", so not
 	// again as missing (see missing).
 	typos map[string]bool
+	// leases holds the block of each limit (by name) of a rule with a
+	// lease section: File.Leases.
+	leases map[string]int
 }
 
 // spent stands for every node once the budget is spent: an empty value,
@@ -112,6 +116,7 @@ func (p *parser) parse(data []byte) *File {
 	}
 	if e, ok := m["rules"]; ok {
 		f.Rules, f.Lines = p.rules(e)
+		f.Leases = p.leases
 	} else {
 		p.missing(root.Line, "", "rules", "is missing: a policy file needs at least one rule")
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/lease"
 	"github.com/sluice-go/sluice/policy"
 )
 
@@ -194,6 +195,10 @@ func (p *parser) rule(f field) (policy.Rule, ruleInfo) {
 			r.Cost = 1
 		}
 	}
+	leaseBlock, leaseAt := 0, field{}
+	if e, ok := m["lease"]; ok {
+		leaseBlock, leaseAt = p.lease(e)
+	}
 	if e, ok := m["shadow"]; ok {
 		r.Shadow, _ = p.boolean(e)
 	}
@@ -218,6 +223,18 @@ func (p *parser) rule(f field) (policy.Rule, ruleInfo) {
 	// Names come last: they use the rule's name, and only valid limits
 	// have a compact period.
 	r = r.WithLimitNames()
+	if leaseBlock > 0 {
+		lists := [][]sluice.Limit{}
+		if limitsOK {
+			lists = append(lists, r.Limits)
+		}
+		for i, pl := range plans {
+			if pl.limitsOK {
+				lists = append(lists, r.Plans[i].Limits)
+			}
+		}
+		p.addLease(leaseAt, leaseBlock, lists)
+	}
 	if hasCost && costOK {
 		// Against the limits that are valid, and named.
 		var valid [][]sluice.Limit
@@ -332,4 +349,49 @@ func (p *parser) settle(f field) (st *policy.Settle, cost int, reserve field, ok
 		p.missing(f.val.Line, f.path, "reserve", "is missing; set reserve (what a request is admitted at: the most its work may cost) or postpaid: true (admitted while the balance holds one unit, charged after)")
 	}
 	return st, 1, field{}, false
+}
+
+// lease returns a rule's lease block, 0 when the section is invalid, and
+// the field of the block for messages.
+func (p *parser) lease(f field) (int, field) {
+	m, ok := p.mapping(f, "lease", leaseFields, false)
+	if !ok {
+		return 0, field{}
+	}
+	e, ok := m["block"]
+	if !ok {
+		p.missing(f.val.Line, f.path, "block", "is missing; a lease takes block units of a key's quota at once, at least 1")
+		return 0, field{}
+	}
+	n, ok := p.integer(e, "block is how many units a replica takes at once, at least 1")
+	if !ok {
+		return 0, field{}
+	}
+	if n < 1 {
+		p.errorf(e.val.Line, e.path, "must be at least 1, got %d", n)
+		return 0, field{}
+	}
+	return n, e
+}
+
+// addLease records block for the limit of each of lists (the rule's and
+// each plan's), each of which must be one limit of a capacity of at
+// least lease.DefaultMinCapacityBlocks blocks.
+func (p *parser) addLease(f field, block int, lists [][]sluice.Limit) {
+	for _, ls := range lists {
+		if len(ls) != 1 {
+			p.errorf(f.val.Line, f.path, "leases a rule of one limit, and this rule (or a plan) has %d: a request under several limits is decided all or nothing in the store", len(ls))
+			return
+		}
+		if c := ls[0].Capacity(); block*lease.DefaultMinCapacityBlocks > c {
+			p.errorf(f.val.Line, f.path, "%d is more than a tenth of the capacity %d of limit %s: a block so large hands most of the limit to one replica; use a block of at most %d", block, c, ls[0].Name, c/lease.DefaultMinCapacityBlocks)
+			return
+		}
+	}
+	if p.leases == nil {
+		p.leases = map[string]int{}
+	}
+	for _, ls := range lists {
+		p.leases[ls[0].Name] = block
+	}
 }

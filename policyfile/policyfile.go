@@ -111,6 +111,7 @@ type Policy struct {
 	engine  *policy.Engine
 	running config.Redis  // the redis section the store was opened with
 	memory  config.Memory // the memory section it was opened with
+	leasing bool          // the file had lease sections when the store was opened
 
 	mu   sync.Mutex  // serializes reloads
 	read fingerprint // the version of the file last read, for Watch; under mu
@@ -153,11 +154,16 @@ func newPolicy(f *config.File, fp fingerprint, opts []Option) (*Policy, error) {
 	}
 	p.running = p.set.redis(f.Redis)
 	p.memory = f.Memory
-	if p.back, err = openBackend(p.running, p.memory, p.set); err != nil {
+	var blocks func(sluice.Limit) int
+	if f.Leases != nil {
+		p.leasing = true
+		blocks = func(l sluice.Limit) int { return p.file.Load().Leases[l.Name] } // the file as last loaded: reloads apply
+	}
+	p.file.Store(f)
+	if p.back, err = openBackend(p.running, p.memory, p.set, blocks); err != nil {
 		return nil, err
 	}
 	p.engine = policy.New(p.back.Limiter, set, append(p.set.engine, policy.WithObserver(p.set.obs), policy.WithLogger(p.set.log))...)
-	p.file.Store(f)
 	p.resp.Store(&resp)
 	return p, nil
 }
@@ -240,6 +246,9 @@ func (p *Policy) Reload() error {
 			if p.set.redis(f.Redis) != p.running {
 				// Never log the URLs: they may hold a password.
 				p.set.log.Warn("the redis section changed; the store keeps its old settings until a restart", "config", p.path)
+			}
+			if f.Leases != nil && !p.leasing {
+				p.set.log.Warn("lease sections added by a reload apply after a restart (the store was opened without leases)", "config", p.path)
 			}
 			if f.Memory != p.memory {
 				p.set.log.Warn("the memory section changed; the store keeps its old settings until a restart", "config", p.path)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/config"
+	"github.com/sluice-go/sluice/lease"
 	"github.com/sluice-go/sluice/store/memory"
 	"github.com/sluice-go/sluice/store/redis"
 )
@@ -38,7 +39,7 @@ func OpenBackend(r config.Redis, opts ...Option) (*Backend, error) {
 	for _, o := range opts {
 		o(&st)
 	}
-	return openBackend(r, config.Memory{MaxKeys: memory.DefaultCapacity}, st)
+	return openBackend(r, config.Memory{MaxKeys: memory.DefaultCapacity}, st, nil)
 }
 
 // sweepEvery is how often an in-memory store drops expired state even
@@ -49,7 +50,10 @@ const sweepEvery = time.Minute
 // sharing the limits; it beats three times as often.
 const fleetTTL = 3 * time.Second
 
-func openBackend(r config.Redis, m config.Memory, st settings) (*Backend, error) {
+// openBackend builds the Backend of r and m. blocks, when not nil, is
+// the lease block of each limit (lease.BlockFor): the Redis store is then
+// behind a lease store, whose rests Close gives back.
+func openBackend(r config.Redis, m config.Memory, st settings, blocks func(sluice.Limit) int) (*Backend, error) {
 	wrap, log := st.wrap, st.log
 	if wrap == nil {
 		wrap = func(s sluice.Store) sluice.Store { return s }
@@ -65,6 +69,9 @@ func openBackend(r config.Redis, m config.Memory, st settings) (*Backend, error)
 		log.Warn("no Redis configured: using the in-memory store, whose limits hold per process (N replicas admit N x the limit)", "max_keys", m.MaxKeys)
 		if r.WaitReplicas > 0 {
 			log.Warn("redis.wait_replicas applies to Redis only: the in-memory store has no replicas to wait for", "wait_replicas", r.WaitReplicas)
+		}
+		if blocks != nil {
+			log.Info("lease sections apply to Redis only: the in-memory store decides in process already")
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		return &Backend{
@@ -99,7 +106,13 @@ func openBackend(r config.Redis, m config.Memory, st settings) (*Backend, error)
 	if r.DenyCache {
 		opts = append(opts, sluice.WithDenyCache(0))
 	}
-	lim := sluice.New(wrap(store), append(opts,
+	base, release, err := leased(wrap(store), blocks)
+	if err != nil {
+		cancel()
+		store.Close()
+		return nil, err
+	}
+	lim := sluice.New(base, append(opts,
 		sluice.WithBreakerHandler(func(ch sluice.BreakerChange) {
 			// Once per change of a node's state, not per failed decision.
 			if ch.State == sluice.BreakerOpen {
@@ -123,7 +136,37 @@ func openBackend(r config.Redis, m config.Memory, st settings) (*Backend, error)
 			return store.Ready(ctx)
 		}
 	}
-	return &Backend{Limiter: lim, Ready: ready, Close: func() { cancel(); store.Close() }}, nil
+	closeAll := func() {
+		ctx, stop := context.WithTimeout(context.Background(), r.Timeout)
+		if err := release(ctx); err != nil {
+			log.Warn("leases not given back: their units stay spent until their windows end", "err", err)
+		}
+		stop()
+		cancel()
+		store.Close()
+	}
+	return &Backend{Limiter: lim, Ready: ready, Close: closeAll}, nil
+}
+
+// leased returns s behind a lease store leasing blocks (a Settling one
+// when s is a sluice.Settler, so that rules that settle still do), and
+// what gives the leases' rests back; s itself when blocks is nil.
+func leased(s sluice.Store, blocks func(sluice.Limit) int) (sluice.Store, func(context.Context) error, error) {
+	if blocks == nil {
+		return s, func(context.Context) error { return nil }, nil
+	}
+	if _, ok := s.(sluice.Settler); ok {
+		l, err := lease.NewSettling(s, lease.BlockFor(blocks))
+		if err != nil {
+			return nil, nil, err
+		}
+		return l, l.Release, nil
+	}
+	l, err := lease.New(s, lease.BlockFor(blocks))
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, l.Release, nil
 }
 
 // nodeAttr is how the log shows a breaker's node: the Redis master's

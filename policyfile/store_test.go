@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/policyfile"
 	"github.com/sluice-go/sluice/store/memory"
+	"github.com/sluice-go/sluice/storetest"
 )
 
 // TestOpenBackend: OpenBackend builds the store of a redis section, in
@@ -271,5 +272,63 @@ func TestOpenBackendWaitReplicas(t *testing.T) {
 	}
 	if res, err := plain.Limiter.Allow(ctx, "k", l); err != nil || !res.Allowed || res.Degraded != sluice.NotDegraded {
 		t.Errorf("replica stopped, no wait_replicas: %+v, %v; want admitted by the store", res, err)
+	}
+}
+
+// TestLeaseSection: a rule's lease section puts the Redis store behind
+// leases of its block, for that rule's limit only; Close gives the rests
+// back; a reload that removes the section stops the leasing.
+func TestLeaseSection(t *testing.T) {
+	srv := redistest.Start(t)
+	const rules = `
+redis: {url: "redis://%s"}
+rules:
+  - {name: search, key: request, algorithm: fixed_window, limit: 1000, period: 1h%s}
+  - {name: login, key: request, algorithm: fixed_window, limit: 1000, period: 1h}
+`
+	path := writeFile(t, fmt.Sprintf(rules, srv.Addr, ", lease: {block: 10}"))
+	counted := &storetest.Counting{}
+	p := open(t, path, nil, policyfile.WithStore(func(s sluice.Store) sluice.Store { counted.Store = s; return counted }))
+	for range 3 {
+		if d := check(t, p, "search", "k"); !d.Allowed {
+			t.Fatal("search denied")
+		}
+		if d := check(t, p, "login", "k"); !d.Allowed {
+			t.Fatal("login denied")
+		}
+	}
+	if got := counted.Takes(); got != 1+3 {
+		t.Errorf("3 searches and 3 logins: %d takes reached Redis, want 1 block of search and 3 logins", got)
+	}
+	// What another replica sees in Redis: the block of 10 spent.
+	other, err := policyfile.OpenBackend(config.Redis{URL: "redis://" + srv.Addr, OnError: "deny", Timeout: sluice.DefaultStoreTimeout}, policyfile.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	search := p.File().Rules[0].Limits[0]
+	left := func() int {
+		t.Helper()
+		r, err := other.Limiter.Peek(context.Background(), sluice.Part{Key: "k:k", Limits: []sluice.Limit{search}, Cost: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Remaining + 1 // Peek of cost 1 reports what is left after it
+	}
+	if got := left(); got != 990 {
+		t.Errorf("search left in Redis: %d, want 990 (one block leased)", got)
+	}
+	rewrite(t, path, fmt.Sprintf(rules, srv.Addr, ""))
+	if err := p.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	before := counted.Takes()
+	check(t, p, "search", "k")
+	if got := counted.Takes() - before; got != 1 {
+		t.Errorf("a search after the reload removed the lease: %d takes, want 1", got)
+	}
+	p.Close()
+	if got := left(); got != 1000-4 {
+		t.Errorf("search left in Redis after Close: %d, want %d: the lease's rest of 7 given back", got, 1000-4)
 	}
 }
