@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,7 +21,9 @@ import (
 // sluice serve of example/sluice.yaml. Three logins from one address in a
 // minute pass and the fourth is refused with the rate-limit headers and
 // Retry-After; a search without its API key is refused 401, and with one
-// it passes, its pages spending that key's count.
+// it passes, its pages spending that key's count; a completion reserves
+// 4096 tokens and is settled at the 1200 it used, from a header the
+// client never sees.
 func TestExpressExample(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipped under -short: this test needs node, Debian's node-express and a sluice serve (run go test without -short, or make test)")
@@ -128,5 +131,52 @@ func TestExpressExample(t *testing.T) {
 	}
 	if got := resp.Header.Get("X-RateLimit-Remaining"); got != "15" {
 		t.Errorf("search of 5 pages: X-RateLimit-Remaining %q, want 15 of the burst of 20", got)
+	}
+
+	resp, body = do("POST", "/api/complete", http.Header{"X-Api-Key": {"team-a"}})
+	if resp.StatusCode != http.StatusOK || body != `{"text":"Hello!"}` {
+		t.Fatalf("completion: %d %s, want 200 {\"text\":\"Hello!\"}", resp.StatusCode, body)
+	}
+	if got := resp.Header.Get("X-Tokens-Used"); got != "" {
+		t.Errorf("completion: X-Tokens-Used %q reached the client; the middleware strips it", got)
+	}
+	if got := resp.Header.Get("X-RateLimit-Remaining"); got != "95904" {
+		t.Errorf("completion: X-RateLimit-Remaining %q, want 95904: admitted at the reserve of 4096", got)
+	}
+	settledAt(t, s.url, "tokens", "team-a", 100000, 1200)
+}
+
+// settledAt waits, for up to 10s, until sluice at url reports limit-used
+// left under rule for key: the middleware settles once the response has
+// finished, so after the client has it. The rule is a fixed window: a
+// window that turned in between has all its limit left, which tells
+// nothing (a settle in the new window gives nothing back) and passes.
+func settledAt(t *testing.T, url, rule, key string, limit, used int) {
+	t.Helper()
+	want := limit - used
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Post(url+"/v1/check", "application/json", strings.NewReader(fmt.Sprintf(`{"rule":%q,"key":%q,"cost":0}`, rule, key)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			Remaining int `json:"remaining"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&got)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case got.Remaining == want:
+			return
+		case got.Remaining == limit:
+			t.Logf("%s for %s: the window turned before the check; the settle cannot be told", rule, key)
+			return
+		case time.Now().After(deadline):
+			t.Fatalf("%s for %s: %d left after 10s, want %d: a reservation settled at %d", rule, key, got.Remaining, want, used)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -35,10 +35,11 @@ const debianNodePath = "/usr/share/nodejs"
 const minNode = 18
 
 // TestNode starts sluice serve with test/sluice.yaml and runs the Node.js
-// tests: test/live.test.js while it serves, then test/unreachable.test.js
-// while it is stopped by SIGSTOP (it accepts connections and never
-// answers: the client's timeout decides) and once it has exited
-// (connections are refused); then test/degraded.test.js against a sluice
+// tests: test/live.test.js and test/settle.test.js (reserve and settle, by
+// the client and by the Express middleware) while it serves, then
+// test/unreachable.test.js while it is stopped by SIGSTOP (it accepts
+// connections and never answers: the client's timeout decides) and once
+// it has exited (connections are refused); then test/degraded.test.js against a sluice
 // serve whose Redis is down under on_error deny; then test/tls.test.js
 // against a sluice serve on mutual TLS. The 429s that live.test.js saw
 // must be httplimit's, byte for byte.
@@ -56,6 +57,9 @@ func TestNode(t *testing.T) {
 	t.Run("live", func(t *testing.T) {
 		runNode(t, node, []string{"SLUICE_URL=" + s.url, "SLUICE_RESULT_FILE=" + result}, "test/live.test.js")
 		same429(t, result)
+	})
+	t.Run("settle", func(t *testing.T) {
+		runNode(t, node, []string{"SLUICE_URL=" + s.url}, "test/settle.test.js")
 	})
 	t.Run("hung", func(t *testing.T) {
 		if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {

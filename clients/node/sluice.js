@@ -14,6 +14,17 @@
 //     sluice.express({ url: 'http://127.0.0.1:8080', rule: 'login', onError: 'deny' }),
 //     login);
 //
+// A rule that settles (a policy file's settle section: an LLM call's
+// tokens, known once the work is done) is reserved and then settled at
+// what the work cost:
+//
+//   const d = await limiter.reserve({ rule: 'tokens', key: apiKey });
+//   ... the work ...
+//   if (d.reservation) await limiter.settle(d.reservation, used);
+//
+// and the middleware settles from the response (costFrom: a header or
+// trailer, the body's bytes, or a function of the response).
+//
 // The middleware asks sluice about every request, copies the rate-limit
 // header fields sluice answers (RateLimit-Policy, RateLimit,
 // X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset and, on a
@@ -74,7 +85,7 @@ class SluiceError extends Error {
  *
  * options:
  *   url      sluice's HTTP address, such as 'http://127.0.0.1:8080' (required)
- *   timeout  how long a check waits for the answer, in ms (default 100)
+ *   timeout  how long a check or a settle waits for the answer, in ms (default 100)
  *   onError  'allow' (default) or 'deny': the decision when sluice cannot be asked
  *   onFailure(err)  told of each check sluice could not answer; by default a
  *            warning on the console, at most one every 10 seconds
@@ -100,6 +111,8 @@ function client(options = {}) {
   const transport = base.protocol === 'https:' ? https : http;
   const agent = new transport.Agent({ keepAlive: true, ...tls });
   const endpoint = new URL('v1/check', base);
+  const settleEndpoint = new URL('v1/settle', base);
+  const settleBatchEndpoint = new URL('v1/settle/batch', base);
 
   /**
    * check asks sluice whether one request fits in rule for key, spending
@@ -114,6 +127,8 @@ function client(options = {}) {
    *   raw           sluice's answer as it came (text), '' when none
    *   shadowDenied  a rule in shadow mode would have denied it
    *   degraded      sluice's store failed, or sluice could not be asked
+   *   reservation   what settle takes, when a rule that settles admitted the
+   *                 request (see reserve); else null
    *   error         why sluice could not be asked (a SluiceError), when it could not
    *
    * It rejects with a SluiceError, whatever onError says, when sluice
@@ -122,12 +137,7 @@ function client(options = {}) {
    * checkOptions.onError overrides the client's for this check.
    */
   async function check({ rule, key, cost } = {}, checkOptions = {}) {
-    if (typeof rule !== 'string' || rule === '') {
-      throw new TypeError(`sluice: check needs a rule name (a non-empty string), got ${describe(rule)}`);
-    }
-    if (key !== undefined && typeof key !== 'string') {
-      throw new TypeError(`sluice: the key of rule "${rule}" must be a string, got ${describe(key)}`);
-    }
+    checkRuleKey(rule, key, 'check');
     if (cost !== undefined && !(Number.isSafeInteger(cost) && cost >= 0)) {
       throw new TypeError(`sluice: the cost of rule "${rule}" must be a whole number >= 0, got ${describe(cost)}`);
     }
@@ -160,6 +170,7 @@ function client(options = {}) {
         raw: res.text,
         shadowDenied: body.shadow_denied === true,
         degraded: body.degraded === true,
+        reservation: res.status === 200 && typeof body.reservation === 'string' && body.reservation !== '' ? body.reservation : null,
       };
     }
     if (res.status === 503 && code === 'RATE_LIMITER_UNAVAILABLE') {
@@ -174,6 +185,7 @@ function client(options = {}) {
         raw: res.text,
         shadowDenied: false,
         degraded: true,
+        reservation: null,
       };
     }
     if (res.status >= 400 && res.status < 500 && code) {
@@ -204,12 +216,159 @@ function client(options = {}) {
       raw: '',
       shadowDenied: false,
       degraded: true,
+      reservation: null,
       error,
     };
   }
 
+  /**
+   * reserve is check for a rule that settles (a policy file's settle
+   * section): the request is admitted or denied at cost (default: the
+   * rule's reserve, 1 for a post-paid rule), which it holds until settled,
+   * and an admitted one's decision carries d.reservation, for settle once
+   * the work is done. A reservation never settled keeps what it reserved.
+   * d.reservation is null when nothing was reserved: denied, the rule does
+   * not settle, or sluice's error policy or this client's onError decided.
+   * A cost of 0 would reserve nothing, and is an error.
+   */
+  async function reserve(args = {}, checkOptions = {}) {
+    checkRuleKey(args.rule, args.key, 'reserve');
+    if (args.cost === 0) {
+      throw new TypeError(`sluice: a reserve of rule "${args.rule}" needs a cost of at least 1 (or none: the rule's reserve); a cost of 0 reserves nothing`);
+    }
+    return check(args, checkOptions);
+  }
+
+  /**
+   * settle settles a reservation (a decision's d.reservation) at cost,
+   * what the work actually cost: the difference from the reserve is given
+   * back, or charged as a debt when the work cost more (never denied; the
+   * key's next requests are denied until it is repaid). It resolves to the
+   * state after the settle, as a request of cost 0 sees it:
+   *
+   *   allowed     false while the key is in debt
+   *   cost        the cost settled at
+   *   retryAfter  the seconds until the debt is repaid when not allowed, else 0
+   *   body        sluice's answer (limit, remaining, reset_after_ms, policies, ...)
+   *   raw         sluice's answer as it came (text)
+   *
+   * A reservation settles once, on whichever replica of sluice: a retry
+   * rejects with a SluiceError of code ALREADY_SETTLED (409), and gives
+   * nothing back, so a settle whose answer was lost may be retried safely.
+   * It rejects with code RESERVATION_EXPIRED (410) once the longest period
+   * of its limits has passed, RESERVATION_STALE (409) when its rules no
+   * longer settle or their limits changed, INVALID_RESERVATION (400) for a
+   * string sluice did not issue; each keeps what it reserved. A sluice that
+   * cannot be asked rejects too (TIMEOUT, UNAVAILABLE, ECONNREFUSED, ...):
+   * onError decides checks, not settles.
+   */
+  async function settle(reservation, cost) {
+    if (typeof reservation !== 'string' || reservation === '') {
+      throw new TypeError(`sluice: settle needs a reservation (a decision's d.reservation, a non-empty string), got ${describe(reservation)}`);
+    }
+    checkSettleCost(cost, 'the cost of a settle', false);
+    const { body, raw } = await ask(settleEndpoint, { reservation, cost }, 'settle');
+    return settlement(body, cost, raw);
+  }
+
+  /**
+   * refund gives units back under rule for key without a reservation (a
+   * caller that learns later that a request cost less than it spent): cost
+   * units (default: the rule's cost), the current window's if it holds
+   * that many, a bucket's at most to full. It resolves and rejects as
+   * settle does; an unknown rule, a key the rule cannot use or a negative
+   * cost reject with BAD_REQUEST.
+   */
+  async function refund({ rule, key, cost } = {}) {
+    checkRuleKey(rule, key, 'refund');
+    checkSettleCost(cost, `the cost of a refund of rule "${rule}"`, true);
+    const req = { rule };
+    if (key !== undefined) req.key = key;
+    if (cost !== undefined) req.cost = cost;
+    const { body, raw } = await ask(settleEndpoint, req, `refund of rule "${rule}"`);
+    return settlement(body, cost === undefined ? null : cost, raw);
+  }
+
+  /**
+   * settleBatch settles up to 100 settles in one request, each
+   * { reservation, cost } (as settle) or { rule, key, cost } (as refund),
+   * each on its own: one that fails leaves the others settled. It resolves
+   * to one result per settle, in their order: a settlement (as settle's)
+   * with status 200, or { status, error }, error a SluiceError of the
+   * settle's code (ALREADY_SETTLED, ...). It rejects when the batch itself
+   * fails: no settles, more than 100, a bad field, sluice not asked.
+   */
+  async function settleBatch(settles) {
+    if (!Array.isArray(settles)) {
+      throw new TypeError(`sluice: settleBatch needs an array of settles, got ${describe(settles)}`);
+    }
+    const wire = settles.map((s, i) => {
+      if (typeof s !== 'object' || s === null) {
+        throw new TypeError(`sluice: settles[${i}] must be { reservation, cost } or { rule, key, cost }, got ${describe(s)}`);
+      }
+      if (s.reservation !== undefined) {
+        if (typeof s.reservation !== 'string' || s.reservation === '') {
+          throw new TypeError(`sluice: settles[${i}].reservation must be a non-empty string, got ${describe(s.reservation)}`);
+        }
+        checkSettleCost(s.cost, `settles[${i}].cost`, false);
+        return { reservation: s.reservation, cost: s.cost };
+      }
+      checkRuleKey(s.rule, s.key, `settles[${i}]`);
+      checkSettleCost(s.cost, `settles[${i}].cost`, true);
+      const w = { rule: s.rule };
+      if (s.key !== undefined) w.key = s.key;
+      if (s.cost !== undefined) w.cost = s.cost;
+      return w;
+    });
+    const { body } = await ask(settleBatchEndpoint, { settles: wire }, 'settle batch');
+    if (!Array.isArray(body.results) || body.results.length !== wire.length) {
+      throw new SluiceError(`sluice answered a settle batch of ${wire.length} with ${JSON.stringify(body).slice(0, 200)}`, { code: 'UNAVAILABLE', status: 200 });
+    }
+    return body.results.map((r, i) => {
+      if (r.status === 200) {
+        const { status, ...rest } = r;
+        return { status, ...settlement(rest, wire[i].cost === undefined ? null : wire[i].cost, '') };
+      }
+      const code = (r.error && r.error.code) || 'UNAVAILABLE';
+      const message = (r.error && r.error.message) || `status ${r.status}`;
+      return { status: r.status, error: new SluiceError(`sluice: settles[${i}]: ${message}`, { code, status: r.status }) };
+    });
+  }
+
+  // ask posts request to url and resolves to sluice's 200 answer, parsed
+  // (body) and as it came (raw); it rejects with a SluiceError of sluice's
+  // code, or of TIMEOUT, UNAVAILABLE or Node's when sluice could not be
+  // asked.
+  async function ask(url, request, what) {
+    let res;
+    try {
+      res = await post(transport, agent, url, JSON.stringify(request), timeout);
+    } catch (err) {
+      if (err instanceof SluiceError) throw err;
+      throw new SluiceError(`sluice at ${base.origin} cannot be asked (${what}): ${err.message}`, { code: err.code || 'UNAVAILABLE', cause: err });
+    }
+    let body = null;
+    try {
+      body = JSON.parse(res.text);
+    } catch {
+      // not sluice's JSON: said below
+    }
+    if (res.status === 200 && body && typeof body === 'object') {
+      return { body, raw: res.text };
+    }
+    const code = body && body.error && body.error.code;
+    if (code) {
+      throw new SluiceError(`sluice: ${what}: ${body.error.message}`, { code, status: res.status });
+    }
+    throw new SluiceError(`sluice answered ${res.status} to a ${what} (${JSON.stringify(res.text.slice(0, 200))})`, { code: 'UNAVAILABLE', status: res.status });
+  }
+
   return {
     check,
+    reserve,
+    settle,
+    refund,
+    settleBatch,
     url: base.href,
     timeout,
     onError,
@@ -218,6 +377,38 @@ function client(options = {}) {
       agent.destroy();
     },
   };
+}
+
+// settlement returns the result of a settle of cost whose answer is body,
+// raw as it came ('' for one of a batch).
+function settlement(body, cost, raw) {
+  const allowed = body.allowed === true;
+  return {
+    allowed,
+    cost,
+    retryAfter: allowed ? 0 : Math.max(1, Math.ceil((Number(body.retry_after_ms) || 0) / 1000)),
+    body,
+    raw,
+  };
+}
+
+// checkRuleKey checks the rule and key of a check or a refund.
+function checkRuleKey(rule, key, what) {
+  if (typeof rule !== 'string' || rule === '') {
+    throw new TypeError(`sluice: ${what} needs a rule name (a non-empty string), got ${describe(rule)}`);
+  }
+  if (key !== undefined && typeof key !== 'string') {
+    throw new TypeError(`sluice: the key of rule "${rule}" must be a string, got ${describe(key)}`);
+  }
+}
+
+// checkSettleCost checks the cost of a settle (required) or a refund
+// (optional: the rule's cost).
+function checkSettleCost(cost, what, optional) {
+  if (optional && cost === undefined) return;
+  if (!(Number.isSafeInteger(cost) && cost >= 0)) {
+    throw new TypeError(`sluice: ${what} must be a whole number >= 0, got ${describe(cost)}`);
+  }
 }
 
 /**
@@ -243,6 +434,32 @@ function client(options = {}) {
  *   client   a client() to share; else one is made of url, timeout,
  *            onFailure and tls
  *
+ * For a rule that settles (a policy file's settle section), where the
+ * response reports what its work cost (sluice's check does not say: the
+ * policy file's cost_from is for sluice's own middleware and proxy):
+ *
+ *   costFrom  'header:<Name>': the response's header or trailer (a streamed
+ *            response's cost, known at its end: res.addTrailers), a whole
+ *            number; 'bytes': the body's bytes, what was written before the
+ *            client went away mid-stream; or (req, res) => a number, or a
+ *            promise of one (undefined or null: none)
+ *   strip    with 'header:<Name>', true removes the header, and the
+ *            trailer and its announcement (Trailer), before the client
+ *            sees them
+ *   onSettle (err, settlement, req, res) => ..., told of each settle: the
+ *            settlement (client's settle) or the SluiceError it failed with
+ *            (ALREADY_SETTLED, TIMEOUT, ..., or INVALID_COST for a cost that
+ *            is not a whole number); by default a failure is a console
+ *            warning, at most one every 10 s
+ *
+ * An admitted request's reservation is then settled once its response
+ * has finished, or once its client has gone ('close' before 'finish'),
+ * at that cost; a response that reports none keeps the reserve, with no
+ * settle. A settle that fails never fails the request, which has been
+ * answered: the reservation keeps what it reserved. Without costFrom, the
+ * handler may settle res.locals.sluice.reservation itself (client's
+ * settle); it keeps its reserve otherwise.
+ *
  * Errors, a key function that throws and a check that sluice says is
  * wrong (an unknown rule), go to next(err): Express answers 500.
  * res.locals.sluice holds the decision, where res.locals exists.
@@ -264,6 +481,7 @@ function express(options = {}) {
   const { onError } = options;
   if (onError !== undefined) checkOnError(onError);
   const c = options.client || client({ url: options.url, timeout: options.timeout, onError, onFailure: options.onFailure, ...tlsOf(options.tls) });
+  const settler = responseSettler(rule, c, options);
 
   return function sluiceMiddleware(req, res, next) {
     decide(req, res).then((admitted) => { if (admitted) next(); }, next);
@@ -280,7 +498,10 @@ function express(options = {}) {
     for (const [name, value] of Object.entries(d.headers)) {
       res.setHeader(name, value);
     }
-    if (d.allowed) return true;
+    if (d.allowed) {
+      if (settler && d.reservation) settler(req, res, d.reservation);
+      return true;
+    }
     if (d.status === 429) {
       writeTooManyRequests(res, d.retryAfter);
     } else if (d.status === 503) {
@@ -290,6 +511,187 @@ function express(options = {}) {
     }
     return false;
   }
+}
+
+// responseSettler returns the function that settles a reservation of
+// rule, with client c, at the cost its response reports by options
+// (express's costFrom, strip and onSettle), or null without costFrom.
+function responseSettler(rule, c, options) {
+  const from = costSource(rule, options.costFrom);
+  const { strip = false } = options;
+  if (typeof strip !== 'boolean') {
+    throw new TypeError(`sluice: strip of rule "${rule}" must be true or false, got ${describe(strip)}`);
+  }
+  if (strip && !(from && from.header)) {
+    throw new TypeError(`sluice: strip of rule "${rule}" applies to a cost read from a header (costFrom 'header:<Name>'), which it removes`);
+  }
+  const warn = throttledWarning('settle', 'each keeps what it reserved');
+  const onSettle = options.onSettle === undefined ? (err) => { if (err) warn(err); } : options.onSettle;
+  if (typeof onSettle !== 'function') {
+    throw new TypeError(`sluice: onSettle of rule "${rule}" must be a function, got ${describe(onSettle)}`);
+  }
+  if (from === null) return null;
+
+  return function settleResponse(req, res, reservation) {
+    const read = from.header ? readCostHeader(res, from.header, strip) : null;
+    const bytes = from.bytes ? countBytes(res) : null;
+    let done = false;
+    const end = async () => {
+      if (done) return;
+      done = true;
+      let settled = null;
+      let error = null;
+      try {
+        const cost = read ? read() : bytes ? bytes() : await from.fn(req, res);
+        if (cost === undefined || cost === null) return; // no cost: the reserve stays
+        if (!(Number.isSafeInteger(cost) && cost >= 0)) {
+          throw new SluiceError(`sluice: rule "${rule}": the response reports a cost that is no whole number >= 0 (${from.name ? `${from.name}: ` : ''}${JSON.stringify(cost)}); the reservation keeps what it reserved`, { code: 'INVALID_COST' });
+        }
+        settled = await c.settle(reservation, cost);
+      } catch (err) {
+        error = err;
+      }
+      try {
+        onSettle(error, settled, req, res);
+      } catch {
+        // a failing logger is no reason to fail the process
+      }
+    };
+    res.once('finish', end);
+    res.once('close', end); // the client gone mid-response: settled at what it reports so far
+  };
+}
+
+// costSource parses express's costFrom: { header (lower case), name (as
+// given) }, { bytes }, { fn }, or null when it is undefined.
+function costSource(rule, costFrom) {
+  if (costFrom === undefined) return null;
+  if (typeof costFrom === 'function') return { fn: costFrom };
+  if (costFrom === 'bytes') return { bytes: true };
+  if (typeof costFrom === 'string') {
+    const name = costFrom.startsWith('header:') ? costFrom.slice('header:'.length) : '';
+    if (TOKEN_RE.test(name)) return { header: name.toLowerCase(), name };
+    if (TOKEN_RE.test(costFrom)) {
+      throw new TypeError(`sluice: costFrom of rule "${rule}" is ${JSON.stringify(costFrom)}; for a header or trailer, write 'header:${costFrom}'`);
+    }
+  }
+  throw new TypeError(`sluice: costFrom of rule "${rule}" must be 'header:<Name>' (a response header or trailer holding the cost), 'bytes' (the body's bytes) or (req, res) => cost, got ${describe(costFrom)}`);
+}
+
+// TOKEN_RE matches a header field name (RFC 9110 token).
+const TOKEN_RE = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+
+// readCostHeader watches res for the header or trailer name (lower case),
+// stripping both (and the trailer's announcement) when strip says so, and
+// returns the function that reads the cost they report: the trailer's,
+// else the header's, as a number; undefined when there is none; the text
+// when it is not a whole number.
+function readCostHeader(res, name, strip) {
+  let header;
+  let trailer;
+  const { writeHead, addTrailers } = res;
+  res.writeHead = function sluiceWriteHead(statusCode, ...rest) {
+    if (!res.headersSent) {
+      // writeHead(status[, reason][, headers]): headers given here are
+      // merged over those set before, and may never be in res's own.
+      const at = typeof rest[0] === 'string' ? 1 : 0;
+      const own = res.getHeader(name);
+      const given = rest[at] === undefined ? undefined : fieldOf(rest[at], name);
+      header = given !== undefined ? given : own;
+      if (strip) {
+        if (own !== undefined) res.removeHeader(name);
+        const announced = res.getHeader('trailer');
+        if (announced !== undefined) {
+          const keep = withoutName(announced, name);
+          if (keep === '') res.removeHeader('trailer');
+          else res.setHeader('Trailer', keep);
+        }
+        if (rest[at] !== undefined) rest[at] = withoutField(rest[at], name);
+      }
+    }
+    return writeHead.call(this, statusCode, ...rest);
+  };
+  res.addTrailers = function sluiceAddTrailers(headers) {
+    const v = fieldOf(headers, name);
+    if (v !== undefined) trailer = v;
+    return addTrailers.call(this, strip ? withoutField(headers, name) : headers);
+  };
+  return () => {
+    let v = trailer !== undefined ? trailer : header !== undefined ? header : res.getHeader(name);
+    if (Array.isArray(v)) v = v[0];
+    if (v === undefined || v === null || String(v).trim() === '') return undefined;
+    const text = String(v).trim();
+    return /^[0-9]+$/.test(text) && Number.isSafeInteger(Number(text)) ? Number(text) : text;
+  };
+}
+
+// fieldOf returns the value of the field name (lower case) in headers, an
+// object, an array of [name, value] pairs or a flat [name, value, ...]
+// array, as writeHead and addTrailers take them; undefined when absent.
+function fieldOf(headers, name) {
+  for (const [k, v] of fields(headers)) {
+    if (String(k).toLowerCase() === name) return v;
+  }
+  return undefined;
+}
+
+// withoutField returns headers, in their own shape, without the field
+// name (lower case), and without name in an announcement of trailers.
+function withoutField(headers, name) {
+  const keep = [];
+  for (const [k, v] of fields(headers)) {
+    const lower = String(k).toLowerCase();
+    if (lower === name) continue;
+    if (lower === 'trailer') {
+      const rest = withoutName(v, name);
+      if (rest !== '') keep.push([k, rest]);
+      continue;
+    }
+    keep.push([k, v]);
+  }
+  if (!Array.isArray(headers)) return Object.fromEntries(keep);
+  return headers.length > 0 && !Array.isArray(headers[0]) ? keep.flat() : keep;
+}
+
+// fields returns the [name, value] pairs of headers (see fieldOf).
+function fields(headers) {
+  if (headers === null || typeof headers !== 'object') return [];
+  if (!Array.isArray(headers)) return Object.entries(headers);
+  if (headers.length > 0 && Array.isArray(headers[0])) return headers;
+  const out = [];
+  for (let i = 0; i + 1 < headers.length; i += 2) out.push([headers[i], headers[i + 1]]);
+  return out;
+}
+
+// withoutName returns a Trailer announcement (a list of names, a string
+// or an array) without name (lower case), '' when none is left.
+function withoutName(announced, name) {
+  return [].concat(announced).join(',').split(',')
+    .map((f) => f.trim())
+    .filter((f) => f !== '' && f.toLowerCase() !== name)
+    .join(', ');
+}
+
+// countBytes counts the body's bytes that res writes from now on, while
+// its client is there to be sent them, and returns the function that
+// reads the count.
+function countBytes(res) {
+  let n = 0;
+  const size = (chunk, encoding) => {
+    if (res.destroyed || res.writableEnded || chunk === undefined || chunk === null || typeof chunk === 'function') return 0;
+    if (typeof chunk === 'string') return Buffer.byteLength(chunk, typeof encoding === 'string' ? encoding : 'utf8');
+    return chunk.byteLength || 0;
+  };
+  const { write, end } = res;
+  res.write = function sluiceWrite(chunk, encoding, ...rest) {
+    n += size(chunk, encoding);
+    return write.call(this, chunk, encoding, ...rest);
+  };
+  res.end = function sluiceEnd(chunk, encoding, ...rest) {
+    n += size(chunk, encoding);
+    return end.call(this, chunk, encoding, ...rest);
+  };
+  return () => n;
 }
 
 // clientAddress is express's default key: Express's req.ip, else (a plain
@@ -470,16 +872,18 @@ function describe(v) {
   return typeof v === 'string' ? JSON.stringify(v) : typeof v === 'object' && v !== null ? 'an object' : String(v);
 }
 
-// throttledWarning returns the default onFailure: a console warning, at
-// most one every FAILURE_LOG_INTERVAL_MS, counting the failures between.
-function throttledWarning() {
+// throttledWarning returns the default onFailure (of checks: decided by
+// onError) and onSettle (of settles: each keeps what it reserved): a
+// console warning, at most one every FAILURE_LOG_INTERVAL_MS, counting
+// the failures between.
+function throttledWarning(what = 'check', outcome = 'decided by onError') {
   let last = 0;
   let since = 0;
   return (err) => {
     since++;
     const now = Date.now();
     if (now - last >= FAILURE_LOG_INTERVAL_MS) {
-      console.warn(`${err.message} (${since} check${since === 1 ? '' : 's'} failed since the last warning; decided by onError)`);
+      console.warn(`${err.message} (${since} ${what}${since === 1 ? '' : 's'} failed since the last warning; ${outcome})`);
       last = now;
       since = 0;
     }

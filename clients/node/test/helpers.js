@@ -28,13 +28,13 @@ async function listen(t, app) {
 }
 
 // request sends one request, on a connection of its own, and resolves to
-// its status, header fields (lower-case names) and body.
+// its status, header fields and trailers (lower-case names) and body.
 function request(method, url, headers = {}) {
   return new Promise((resolve, reject) => {
     const req = http.request(url, { method, headers, agent: false }, (res) => {
       const chunks = [];
       res.on('data', (c) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks).toString('utf8') }));
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, trailers: res.trailers, body: Buffer.concat(chunks).toString('utf8') }));
       res.on('error', reject);
     });
     req.setTimeout(10000, () => req.destroy(new Error(`${method} ${url}: no answer within 10s`)));

@@ -99,3 +99,24 @@ test(`${state}: the middleware follows a shared client's onError when it names n
   assert.equal(through.status, 200, through.body);
   assert.deepEqual(handled, ['/opened']);
 });
+
+test(`${state}: settle, refund and settleBatch reject with why sluice could not be asked`, async (t) => {
+  // onError decides checks, not settles: a settle that cannot be made
+  // rejects, and onFailure is not told (the rejection tells).
+  const failures = [];
+  const c = sluice.client({ url, timeout, onFailure: (err) => failures.push(err) });
+  t.after(() => c.close());
+  for (const [what, call] of [
+    ['settle', () => c.settle('a-reservation', 1)],
+    ['refund', () => c.refund({ rule: 'tokens', key: 'k', cost: 1 })],
+    ['settleBatch', () => c.settleBatch([{ reservation: 'a-reservation', cost: 1 }])],
+  ]) {
+    await assert.rejects(call(), (err) => {
+      assert.ok(err instanceof sluice.SluiceError, `${what}: ${err}`);
+      assert.equal(err.code, code, `${what}: ${err.message}`);
+      assert.equal(err.status, 0);
+      return true;
+    });
+  }
+  assert.deepEqual(failures, []);
+});
