@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
@@ -47,13 +48,19 @@ type impl struct {
 	name string
 	// algo is sluice's algorithm, or "" for a peer.
 	algo sluice.Algorithm
+	// settle marks sluice's reserve+settle path under algo: each call
+	// reserves and settles (settleReserve, settleActual) instead of
+	// deciding once. Its rows stand beside the plain decision's; it has
+	// the settle goals (settle.go) instead of the decision goals.
+	settle bool
 	// open returns a new limiter under r with clients of its own, on
 	// keys under prefix ("": the library's default), and what closes it.
 	open func(ctx context.Context, addr, prefix string, r rate) (allowFunc, func(), error)
 }
 
-// sluiceOpts are the Limiter options of a sluice implementation.
-type sluiceOpts struct{ denyCache bool }
+// sluiceOpts are the Limiter options of a sluice implementation, and
+// whether its call reserves and settles.
+type sluiceOpts struct{ denyCache, settle bool }
 
 // openSluice is the one place the harness builds sluice's Redis store:
 // the way sluice serve does (store/redis.Open of a redis:// URL), with
@@ -73,6 +80,9 @@ func openSluice(a sluice.Algorithm, o sluiceOpts) func(ctx context.Context, addr
 			lopts = append(lopts, sluice.WithDenyCache(0))
 		}
 		lim := sluice.New(store, lopts...)
+		if o.settle {
+			return peers.SluiceReserveSettle(lim, sluiceLimit(a, r), settleReserve, settleActual), store.Close, nil
+		}
 		return peers.Sluice(lim, sluiceLimit(a, r)), store.Close, nil
 	}
 }
@@ -145,11 +155,15 @@ func openThrottled(ctx context.Context, addr, prefix string, r rate) (allowFunc,
 }
 
 // redisImpls are the implementations over Redis, side by side: sluice's
-// five algorithms, then the peers.
+// five algorithms, each of settleAlgorithms followed by its reserve+settle
+// (next to it in every round), then the peers.
 func redisImpls() []impl {
 	var is []impl
 	for _, a := range sluice.Algorithms {
 		is = append(is, impl{name: "sluice " + string(a), algo: a, open: openSluice(a, sluiceOpts{})})
+		if slices.Contains(settleAlgorithms, a) {
+			is = append(is, impl{name: settleName(a), algo: a, settle: true, open: openSluice(a, sluiceOpts{settle: true})})
+		}
 	}
 	return append(is,
 		impl{name: "redis_rate", open: openRedisRate},

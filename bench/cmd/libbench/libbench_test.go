@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/bench/internal/section"
 	"github.com/sluice-go/sluice/internal/redistest"
 )
@@ -175,7 +176,7 @@ func TestRun(t *testing.T) {
 			t.Errorf("goal %q is not met and says nothing of what limits it", g.Goal)
 		}
 	}
-	want := map[string]int{"Redis CPU": 5, "decisions/s": 5, "one caller": 5, "Redis memory": 5, "deny cache": 1, "memory store": 4}
+	want := map[string]int{"Redis CPU": 5, "decisions/s": 5, "one caller": 5, "settle Redis CPU": 2, "reserve+settle": 2, "Redis memory": 5, "deny cache": 1, "memory store": 4}
 	for p, n := range want {
 		if count[p] != n {
 			t.Errorf("%d goals starting %q, want %d", count[p], p, n)
@@ -205,6 +206,27 @@ func TestRun(t *testing.T) {
 	for _, r := range concurrent.Rows {
 		if r[1] == "0/s" {
 			t.Errorf("%s decided nothing", r[0])
+		}
+	}
+	for _, a := range settleAlgorithms {
+		for _, g := range []string{"settle Redis CPU, " + string(a) + ", 16 callers", "reserve+settle time per call, " + string(a) + ", 16 callers"} {
+			if _, ok := goals[g]; !ok {
+				t.Errorf("no goal %q", g)
+			}
+		}
+	}
+	var settled *section.Table
+	for i := range sec.Tables {
+		if strings.HasPrefix(sec.Tables[i].Caption, "Reserve and settle") {
+			settled = &sec.Tables[i]
+		}
+	}
+	if settled == nil || len(settled.Rows) != 2*len(settleAlgorithms) {
+		t.Fatalf("no reserve-and-settle table with two rows per algorithm: %+v", settled)
+	}
+	for _, r := range settled.Rows {
+		if r[2] == "0/s" || r[3] == "0/s" {
+			t.Errorf("%s at %s callers: %s decisions, %s reserve+settle pairs per second", r[0], r[1], r[2], r[3])
 		}
 	}
 	if len(sec.Charts) < 5 {
@@ -238,15 +260,91 @@ Showing nodes accounting for 1.20s, 92.31% of 1.30s total
 }
 
 func TestOrderGoals(t *testing.T) {
-	goals := []section.Goal{{Goal: "memory store x"}, {Goal: "Redis memory a"}, {Goal: "Redis CPU gcra"}, {Goal: "Redis memory b"}, {Goal: "other"}, {Goal: "decisions/s gcra"}}
+	goals := []section.Goal{{Goal: "memory store x"}, {Goal: "reserve+settle gcra"}, {Goal: "Redis memory a"}, {Goal: "settle Redis CPU gcra"}, {Goal: "Redis CPU gcra"}, {Goal: "Redis memory b"}, {Goal: "other"}, {Goal: "decisions/s gcra"}}
 	orderGoals(goals)
 	var got []string
 	for _, g := range goals {
 		got = append(got, g.Goal)
 	}
-	want := "Redis CPU gcra|decisions/s gcra|Redis memory a|Redis memory b|memory store x|other"
+	want := "Redis CPU gcra|decisions/s gcra|settle Redis CPU gcra|reserve+settle gcra|Redis memory a|Redis memory b|memory store x|other"
 	if strings.Join(got, "|") != want {
 		t.Errorf("order %v, want %s", got, want)
+	}
+}
+
+// TestSettleGoals judges the two goals of reserve and settle from made-up
+// rounds of a decision and of its reserve+settle: the settle's Redis CPU
+// is the pair's minus the decision's, and both goals take the median of
+// each round's ratio.
+func TestSettleGoals(t *testing.T) {
+	// round is a sample of a concurrent run (calls/s, Redis µs per call)
+	// and of a one-caller run.
+	round := func(rate, cpu, rate1, cpu1 float64) sample {
+		return sample{rate: rate, redisCPU: cpu, scriptCalls: 0.5, rate1: rate1, redisCPU1: cpu1, scriptCalls1: 1}
+	}
+	dec := &stats{impl: impl{name: "sluice gcra", algo: sluice.GCRA},
+		samples: []sample{round(100e3, 4, 10e3, 20), round(80e3, 5, 10e3, 20), round(120e3, 4, 10e3, 20)}}
+	tests := []struct {
+		name                    string
+		pair                    []sample
+		cpuMet, timeMet         bool
+		cpuMeasured, tmMeasured string // in the goals' Measured
+	}{
+		{
+			name:   "within both",
+			pair:   []sample{round(50e3, 7, 6e3, 36), round(40e3, 9, 6e3, 36), round(60e3, 6, 6e3, 36)},
+			cpuMet: true, timeMet: true,
+			cpuMeasured: "settle 3.00 µs vs decision 4.00 µs (median ratio over 3 rounds 0.75×); reserve+settle 7.00 µs per call; 1 caller: settle 16.0 µs vs decision 20.0 µs (0.80×)",
+			tmMeasured:  "20.0 µs per call (50.0k/s) vs decision 10.0 µs (100.0k/s): median ratio over 3 rounds 2.00×",
+		},
+		{
+			name:   "a settle that costs a decision, at the bound",
+			pair:   []sample{round(50e3, 8, 6e3, 40), round(40e3, 10, 6e3, 40), round(60e3, 8, 6e3, 40)},
+			cpuMet: true, timeMet: true,
+			cpuMeasured: "median ratio over 3 rounds 1.00×",
+			tmMeasured:  "median ratio over 3 rounds 2.00×",
+		},
+		{
+			name:        "neither",
+			pair:        []sample{round(40e3, 10, 6e3, 36), round(30e3, 12, 6e3, 36), round(50e3, 9, 6e3, 36)},
+			cpuMeasured: "settle 6.00 µs vs decision 4.00 µs (median ratio over 3 rounds 1.40×)",
+			tmMeasured:  "median ratio over 3 rounds 2.50×",
+		},
+		{
+			name:   "one stalled round does not decide",
+			pair:   []sample{round(50e3, 7, 6e3, 36), round(10e3, 30, 1e3, 200), round(60e3, 6, 6e3, 36)},
+			cpuMet: true, timeMet: true,
+			cpuMeasured: "median ratio over 3 rounds 0.75×",
+			tmMeasured:  "median ratio over 3 rounds 2.00×",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pair := &stats{impl: impl{name: settleName(sluice.GCRA), algo: sluice.GCRA, settle: true}, samples: tt.pair}
+			gs := newSettleCost(pair, dec, 256).goals()
+			if len(gs) != 2 {
+				t.Fatalf("%d goals, want 2", len(gs))
+			}
+			cpu, tm := gs[0], gs[1]
+			for _, c := range []struct {
+				g              section.Goal
+				name, measured string
+				met            bool
+			}{
+				{cpu, "settle Redis CPU, gcra, 256 callers", tt.cpuMeasured, tt.cpuMet},
+				{tm, "reserve+settle time per call, gcra, 256 callers", tt.tmMeasured, tt.timeMet},
+			} {
+				if c.g.Goal != c.name {
+					t.Errorf("goal %q, want %q", c.g.Goal, c.name)
+				}
+				if c.g.Met != c.met || (c.g.Limit == "") != c.met {
+					t.Errorf("%s: met %v, limit %q; want met %v, and a limit when not met", c.name, c.g.Met, c.g.Limit, c.met)
+				}
+				if !strings.Contains(c.g.Measured, c.measured) {
+					t.Errorf("%s: measured %q, want it to contain %q", c.name, c.g.Measured, c.measured)
+				}
+			}
+		})
 	}
 }
 

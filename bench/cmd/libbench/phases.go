@@ -44,6 +44,7 @@ type sample struct {
 	p99one                float64
 	clientCores           float64
 	clientCPU1, redisCPU1 float64 // 1 caller, µs per decision
+	scriptCalls1          float64 // 1 caller, per decision
 }
 
 // stats are an implementation's samples over the rounds.
@@ -142,6 +143,9 @@ func throughput(ctx context.Context, c config, srv *server, prof *profiler, sec 
 			profile := ""
 			if round == c.rounds-1 && im.algo != "" {
 				profile = "concurrent-" + string(im.algo)
+				if im.settle {
+					profile += "-settle"
+				}
 			}
 			o, err := timedRun(ctx, srv, im, keys, admitAll, c.callers, c.d256, true, prof, profile)
 			if err != nil {
@@ -190,6 +194,7 @@ func throughput(ctx context.Context, c config, srv *server, prof *profiler, sec 
 			n1 := float64(res1.decisions)
 			s.rate1, s.p50one, s.p90one, s.p99one = res1.rate(), us(res1.quantile(0.5)), us(res1.quantile(0.9)), us(res1.quantile(0.99))
 			s.clientCPU1, s.redisCPU1 = us(res1.clientCPU)/n1, us(cpu1)/n1
+			s.scriptCalls1 = float64(scriptRuns(o1.calls)) / n1
 			st.samples = append(st.samples, s)
 			slog.Info("measured", "round", round+1, "impl", im.name,
 				"callers", c.callers, "rate", int(s.rate), "p50_us", s.p50, "redis_us_per_decision", s.redisCPU,
@@ -225,12 +230,12 @@ func throughput(ctx context.Context, c config, srv *server, prof *profiler, sec 
 	}
 	sec.Tables = append(sec.Tables,
 		section.Table{
-			Caption: fmt.Sprintf("Redis store, %d callers, %d keys, every call admitted (medians of %d rounds)", c.callers, keySpace, c.rounds),
+			Caption: fmt.Sprintf("Redis store, %d callers, %d keys, every call admitted (medians of %d rounds; a reserve+settle row's call, its decision, is a Reserve of cost %d and its Settle at %d)", c.callers, keySpace, c.rounds, settleReserve, settleActual),
 			Header:  []string{"implementation", "decisions/s", "p50", "p99", "Redis CPU per decision (process)", "script time per decision (commandstats)", "script calls per decision", "other commands' time per decision (commandstats)", "Redis cores", "client CPU per decision"},
 			Rows:    rows,
 		},
 		section.Table{
-			Caption: fmt.Sprintf("Redis store, 1 caller, %d keys, every call admitted (medians of %d interleaved rounds; one-caller latency on a VM moves between runs, compare within the table)", keySpace, c.rounds),
+			Caption: fmt.Sprintf("Redis store, 1 caller, %d keys, every call admitted (medians of %d interleaved rounds; one-caller latency on a VM moves between runs, compare within the table; a reserve+settle row's call is a Reserve and its Settle)", keySpace, c.rounds),
 			Header:  []string{"implementation", "decisions/s", "p50", "p90", "p99", "Redis CPU per decision (process)", "client CPU per decision"},
 			Rows:    rows1,
 		})
@@ -252,8 +257,8 @@ func throughput(ctx context.Context, c config, srv *server, prof *profiler, sec 
 	base := all[slices.IndexFunc(all, func(s *stats) bool { return s.impl.name == "redis_rate" })]
 	for _, st := range all {
 		a := st.impl.algo
-		if a == "" {
-			continue
+		if a == "" || st.impl.settle {
+			continue // a peer; a reserve+settle, whose goals settleCosts adds
 		}
 		// Redis CPU per decision.
 		target := 0.25
@@ -313,7 +318,19 @@ func throughput(ctx context.Context, c config, srv *server, prof *profiler, sec 
 		}
 		sec.Goals = append(sec.Goals, g)
 	}
+	settleCosts(c, all, sec)
 	return nil
+}
+
+// scriptRuns counts the script runs among commandstats calls.
+func scriptRuns(calls map[string]int64) int64 {
+	var n int64
+	for cmd, k := range calls {
+		if isScript(cmd) {
+			n += k
+		}
+	}
+	return n
 }
 
 // isScript reports whether a commandstats command runs a script (whose
@@ -450,6 +467,9 @@ func memoryUsage(ctx context.Context, srv *server, sec *section.Section) error {
 	var bars []section.Bar
 	targets := map[sluice.Algorithm]float64{sluice.FixedWindow: 56, sluice.GCRA: 56, sluice.TokenBucket: 72, sluice.SlidingWindow: 72}
 	for _, im := range redisImpls() {
+		if im.settle {
+			continue // its state is a decision's
+		}
 		m, err := measure(im, 1)
 		if err != nil {
 			return err

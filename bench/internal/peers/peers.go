@@ -46,6 +46,23 @@ func Sluice(l *sluice.Limiter, limit sluice.Limit) Allow {
 	}
 }
 
+// SluiceReserveSettle reserves max by key under limit with l
+// (Limiter.Reserve) and settles the reservation at actual
+// (Reservation.Settle): one call of sluice's reserve-and-settle path,
+// admitted when the reservation was. A denied reservation is not settled.
+func SluiceReserveSettle(l *sluice.Limiter, limit sluice.Limit, max, actual int) Allow {
+	return func(ctx context.Context, key string) (bool, error) {
+		r, err := l.Reserve(ctx, key, limit, max)
+		if err != nil || !r.Allowed {
+			return false, err
+		}
+		if _, err := r.Settle(ctx, actual); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+}
+
 // Ulule decides with github.com/ulule/limiter over store: a fixed window
 // of n per period.
 func Ulule(store limiter.Store, n int, period time.Duration) Allow {
