@@ -73,8 +73,10 @@ type coalescer struct {
 	lanes []atomic.Pointer[lane] // one, or one per Cluster slot, made when first used
 
 	// For tests: batch calls sent (of 2 decisions or more), the decisions
-	// they carried and the most in one.
+	// they carried and the most in one; and settle batch calls (of 2
+	// settles or more).
 	batches, decisions, largest atomic.Int64
+	settleBatches               atomic.Int64
 }
 
 // lane is the queue of decisions waiting for one set of keys.
@@ -89,11 +91,14 @@ type lane struct {
 	timer   *time.Timer
 }
 
-// call is one decision in a lane's queue.
+// call is one decision in a lane's queue, or one refund or charge (a
+// settle: sc is its script, args its arguments after now).
 type call struct {
 	ctx   context.Context
 	now   string
 	g     *group
+	sc    *script        // nil: a decision
+	args  []string       // a settle's arguments of g's limits
 	lims  []sluice.Limit // the call's copy of g.limits, kept when recycled
 	state callState      // under the lane's mu
 	done  chan struct{}  // buffered: receives once t and err are set
@@ -162,6 +167,31 @@ func (c *coalescer) laneOf(g *group) *lane {
 // take decides g at now (clockArg) as Store.take does, in a batch when
 // other decisions of its lane are in flight.
 func (c *coalescer) take(ctx context.Context, now string, g *group) (taken, error) {
+	return c.do(ctx, now, g, nil, nil)
+}
+
+// settle runs the refund or charge script sc over g at now, args the
+// arguments of g's limits (settleArgs), as Store.runSettle does, in one
+// call with the other settles by sc at now of its lane when calls are in
+// flight: refund.lua and charge.lua decide nothing, key after key, so
+// settles concatenate into one run.
+func (c *coalescer) settle(ctx context.Context, sc *script, now string, g *group, args []string) ([]sluice.Result, error) {
+	t, err := c.do(ctx, now, g, sc, args)
+	return t.results, err
+}
+
+// direct runs the decision (sc nil) or settle of g alone.
+func (c *coalescer) direct(ctx context.Context, now string, g *group, sc *script, args []string) (taken, error) {
+	if sc == nil {
+		return c.s.take(ctx, now, g, false)
+	}
+	rs, err := c.s.runSettle(ctx, *sc, now, g, args)
+	return taken{results: rs}, err
+}
+
+// do decides or settles g (see take and settle), in a batch when other
+// calls of its lane are in flight.
+func (c *coalescer) do(ctx context.Context, now string, g *group, sc *script, args []string) (taken, error) {
 	l := c.laneOf(g)
 	l.mu.Lock()
 	if l.busy < maxInFlight {
@@ -174,7 +204,7 @@ func (c *coalescer) take(ctx context.Context, now string, g *group) (taken, erro
 				go c.run(l, b)
 			}
 		}()
-		return c.s.take(ctx, now, g, false)
+		return c.direct(ctx, now, g, sc, args)
 	}
 	cl := calls.Get().(*call)
 	// The caller may leave (its context ending) once its call is sent,
@@ -183,7 +213,7 @@ func (c *coalescer) take(ctx context.Context, now string, g *group) (taken, erro
 	// queued decision does not allocate one). g is this Take's own.
 	cl.lims = append(cl.lims[:0], g.limits...)
 	g.limits = cl.lims
-	cl.ctx, cl.now, cl.g = ctx, now, g
+	cl.ctx, cl.now, cl.g, cl.sc, cl.args = ctx, now, g, sc, args
 	l.queue = append(l.queue, cl)
 	if dl, ok := ctx.Deadline(); ok {
 		at := time.Now()
@@ -308,8 +338,39 @@ func (c *coalescer) run(l *lane, b []*call) {
 	}
 }
 
-// send decides the decisions of b, in one script call, and answers each.
+// send runs the calls of b, the decisions in one script call and the
+// settles in one per script and now, and answers each.
 func (c *coalescer) send(b []*call) {
+	takes := b
+	if slices.ContainsFunc(b, func(cl *call) bool { return cl.sc != nil }) {
+		takes = nil
+		type kind struct {
+			sc  *script
+			now string
+		}
+		var order []kind
+		settles := map[kind][]*call{}
+		for _, cl := range b {
+			if cl.sc == nil {
+				takes = append(takes, cl)
+				continue
+			}
+			k := kind{cl.sc, cl.now}
+			if _, ok := settles[k]; !ok {
+				order = append(order, k)
+			}
+			settles[k] = append(settles[k], cl)
+		}
+		for _, k := range order {
+			c.sendSettles(settles[k])
+		}
+	}
+	c.sendTakes(takes)
+}
+
+// sendTakes decides the decisions of b, in one script call, and answers
+// each.
+func (c *coalescer) sendTakes(b []*call) {
 	switch len(b) {
 	case 0:
 		return
@@ -347,6 +408,58 @@ func (c *coalescer) send(b []*call) {
 			cl.err = err
 		} else {
 			cl.t, cl.err = ts[i], ts[i].err
+		}
+		cl.answer()
+	}
+}
+
+// sendSettles runs the settles of b, of one script and now, in one
+// call, and answers each. Like a batch of decisions, a settle batch that a
+// Cluster refuses during a migration goes again settle by settle.
+func (c *coalescer) sendSettles(b []*call) {
+	if len(b) == 1 {
+		cl := b[0]
+		cl.t, cl.err = c.direct(cl.ctx, cl.now, cl.g, cl.sc, cl.args)
+		cl.answer()
+		return
+	}
+	ctx, cancel := batchContext(b)
+	defer cancel()
+	n := 0
+	for _, cl := range b {
+		n += len(cl.g.limits)
+	}
+	keys := make([]string, 0, n)
+	args := make([]string, 1, 1+len(b[0].args)*len(b)) // about: the args of each limit
+	args[0] = b[0].now
+	for _, cl := range b {
+		keys = append(keys, cl.g.keys...)
+		args = append(args, cl.args...)
+	}
+	reply, err := c.s.eval(ctx, *b[0].sc, keys, args)
+	if errors.Is(err, ErrTryAgain) {
+		var wg sync.WaitGroup
+		for _, cl := range b {
+			wg.Go(func() {
+				cl.t, cl.err = c.direct(ctx, cl.now, cl.g, cl.sc, cl.args)
+				cl.answer()
+			})
+		}
+		wg.Wait()
+		return
+	}
+	if err == nil && len(reply) != 4*n {
+		err = fmt.Errorf("settle script replied %d integers to a batch of %d limits, want %d", len(reply), n, 4*n)
+	}
+	c.settleBatches.Add(1)
+	off := 0
+	for _, cl := range b {
+		if err != nil {
+			cl.err = err
+		} else {
+			k := 4 * len(cl.g.limits)
+			cl.t.results, cl.err = results(cl.g.limits, reply[off:off+k], 0)
+			off += k
 		}
 		cl.answer()
 	}

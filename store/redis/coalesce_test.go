@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-go/sluice/internal/redistest"
 	sluiceredis "github.com/sluice-go/sluice/store/redis"
 	"github.com/sluice-go/sluice/store/redis/goredis"
+	"github.com/sluice-go/sluice/storetest"
 )
 
 // eventually waits, up to 10 seconds, for cond.
@@ -570,4 +571,84 @@ func clusterCoalesce(t *testing.T, c *redistest.Cluster) {
 			t.Errorf("remaining %d, %d, %d; want 8 and 7 (in either order) for the first limit, 8 for the second", rs[0][0].Remaining, rs[2][0].Remaining, rs[1][0].Remaining)
 		}
 	})
+}
+
+// TestCoalesceSettles: many goroutines reserving and settling at once
+// share script calls for their refunds and charges too (settle batches,
+// far fewer calls than reserve+settle pairs), and the counts end exact:
+// each key holds what its settles say, refunds and debts alike; with
+// WithBatch(1) each settle is its own call.
+func TestCoalesceSettles(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := newRueidis(t, srv.Addr)
+	const workers, each = 64, 20
+	for _, tc := range []struct {
+		name  string
+		batch int
+		alg   sluice.Algorithm
+	}{
+		{"fixed_window", 0, sluice.FixedWindow},
+		{"gcra", 0, sluice.GCRA},
+		{"sliding_log", 0, sluice.SlidingLog},
+		{"off", 1, sluice.FixedWindow},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := []sluiceredis.Option{prefix()}
+			if tc.batch > 0 {
+				opts = append(opts, sluiceredis.WithBatch(tc.batch))
+			}
+			store := sluiceredis.FromRueidis(newRueidis(t, srv.Addr), opts...)
+			// One instant for every call: no refill and no window's end
+			// to make the counts anything but the settles' sum.
+			at := storetest.Epoch.Add(time.Minute)
+			lim := sluice.New(store, sluice.WithClock(func() time.Time { return at }))
+			l := sluice.PerHour(1000).Using(tc.alg)
+			if err := admin.Do(context.Background(), admin.B().ConfigResetstat().Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			for w := range workers {
+				wg.Go(func() {
+					key := "k" + strconv.Itoa(w%16) // 4 workers per key
+					for i := range each {
+						r, err := lim.Reserve(context.Background(), key, l, 10)
+						if err != nil || !r.Allowed {
+							t.Errorf("%s: %+v, %v; want admitted", key, r.MultiResult, err)
+							return
+						}
+						actual := 2 + (w+i)%3*6 // 2, 8 or 14: refunds, and charges beyond 10
+						if _, err := r.Settle(context.Background(), actual); err != nil {
+							t.Errorf("%s: settle: %v", key, err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			calls := scriptCalls(t, admin)
+			for k := range 16 {
+				want := 0
+				for w := k; w < workers; w += 16 {
+					for i := range each {
+						want += 2 + (w+i)%3*6
+					}
+				}
+				r, err := lim.AllowN(context.Background(), "k"+strconv.Itoa(k), l, 0)
+				if err != nil || 1000-r.Remaining != want {
+					t.Errorf("k%d: %d spent (%v), want %d: the settles are not exact", k, 1000-r.Remaining, err, want)
+				}
+			}
+			pairs := workers * each
+			t.Logf("%d reserve+settle pairs in %d script calls, %d settle batches", pairs, calls, store.SettleBatches())
+			if tc.batch == 1 {
+				if calls != 2*pairs || store.SettleBatches() != 0 {
+					t.Errorf("coalescing off: %d script calls, %d settle batches; want %d, none", calls, store.SettleBatches(), 2*pairs)
+				}
+				return
+			}
+			if calls > pairs || store.SettleBatches() == 0 {
+				t.Errorf("%d script calls for %d reserve+settle pairs (%d settle batches); want at most one call per pair", calls, pairs, store.SettleBatches())
+			}
+		})
+	}
 }

@@ -33,6 +33,15 @@ var ParseURL = parseURL
 // MaxInFlight is how many script calls of a lane go before decisions queue.
 const MaxInFlight = maxInFlight
 
+// SettleBatches returns the settle batch calls the store sent (of 2
+// refunds or charges or more).
+func (s *Store) SettleBatches() int64 {
+	if s.co == nil {
+		return 0
+	}
+	return s.co.settleBatches.Load()
+}
+
 // Coalesced returns how many batch calls of two decisions or more s sent,
 // how many decisions they carried and the most one carried.
 func (s *Store) Coalesced() (batches, decisions, largest int64) {

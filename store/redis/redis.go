@@ -154,6 +154,13 @@
 // one that some sequential order of the callers would give: limits stay
 // exact.
 //
+// Refunds and charges (a reservation's settle, sluice.Settler) coalesce
+// in the same lanes: those that wait go, with the decisions of their
+// batch, as one call of refund.lua or charge.lua per instant (those
+// without their own Now share the server's TIME), which give back and
+// charge key after key, deciding nothing, so that a settle costs about
+// what a decision costs at any concurrency.
+//
 // A lane is what one script may touch: the server (standalone, Sentinel),
 // or one hash slot on a Cluster. A store sharded on the client side
 // (WithSharding) does not coalesce, nor do decisions split over slots,

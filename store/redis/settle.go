@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -28,14 +29,51 @@ func (s *Store) TakeAt(ctx context.Context, req sluice.Request) (sluice.Taken, e
 // which errs towards denying.
 func (s *Store) Refund(ctx context.Context, req sluice.Request, t sluice.Taken) ([]sluice.Result, error) {
 	return s.eachGroup(ctx, req, func(ctx context.Context, now string, g *group) ([]sluice.Result, error) {
-		return s.refundGroup(ctx, now, g, func(i int) (string, string) {
+		args := refundArgs(g, func(i int) (string, string) {
 			if t.At == nil {
 				return "", ""
 			}
 			k := g.index[i]
 			return strconv.FormatInt(t.Results[k].ResetAfter.Microseconds(), 10), strconv.FormatInt(t.At[k].UnixMicro(), 10)
 		})
+		rs, err := s.settleVia(ctx, &refundScript, now, g, args)
+		if err != nil {
+			return nil, fmt.Errorf("refund: %w", err)
+		}
+		return rs, nil
 	})
+}
+
+// settleVia runs the settle script sc over g at now (args: refundArgs or
+// chargeArgs) through the coalescer, which sends concurrent settles of a
+// lane in one call (see "Coalescing"), or alone.
+func (s *Store) settleVia(ctx context.Context, sc *script, now string, g *group, args []string) ([]sluice.Result, error) {
+	if s.co != nil {
+		return s.co.settle(ctx, sc, now, g, args)
+	}
+	return s.runSettle(ctx, *sc, now, g, args)
+}
+
+// runSettle runs the settle script sc over g at now, alone.
+func (s *Store) runSettle(ctx context.Context, sc script, now string, g *group, args []string) ([]sluice.Result, error) {
+	reply, err := s.run(ctx, sc, g.keys, append([]string{now}, args...))
+	if err != nil {
+		return nil, err
+	}
+	return results(g.limits, reply, 0)
+}
+
+// refundArgs returns refund.lua's arguments of g's limits, after now:
+// each one's parameters, cost, and the reset after and instant of its
+// take (took), "" and "" for a take not known.
+func refundArgs(g *group, took func(i int) (reset, at string)) []string {
+	args := make([]string, 0, 6*len(g.limits))
+	for i, l := range g.limits {
+		args = appendParams(args, l, g.costOf(i))
+		reset, at := took(i)
+		args = append(args, reset, at)
+	}
+	return args
 }
 
 // Charge implements sluice.Settler: one run of charge.lua per slot, as
@@ -43,11 +81,7 @@ func (s *Store) Refund(ctx context.Context, req sluice.Request, t sluice.Taken) 
 // it loses the debt.
 func (s *Store) Charge(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
 	return s.eachGroup(ctx, req, func(ctx context.Context, now string, g *group) ([]sluice.Result, error) {
-		reply, err := s.run(ctx, chargeScript, g.keys, groupArgs(now, g, false))
-		if err != nil {
-			return nil, err
-		}
-		return results(g.limits, reply, 0)
+		return s.settleVia(ctx, &chargeScript, now, g, groupArgs(now, g, false)[1:])
 	})
 }
 

@@ -179,18 +179,11 @@ func (s *Store) refund(ctx context.Context, now string, g *group, t taken) ([]sl
 // cost; took(i) returns the reset after (µs) and the instant (µs) of the
 // take of g's i-th limit, or "" and "" for a take not known.
 func (s *Store) refundGroup(ctx context.Context, now string, g *group, took func(i int) (reset, at string)) ([]sluice.Result, error) {
-	args := make([]string, 1, 1+6*len(g.limits))
-	args[0] = now
-	for i, l := range g.limits {
-		args = appendParams(args, l, g.costOf(i))
-		reset, at := took(i)
-		args = append(args, reset, at)
-	}
-	reply, err := s.run(ctx, refundScript, g.keys, args)
+	rs, err := s.runSettle(ctx, refundScript, now, g, refundArgs(g, took))
 	if err != nil {
 		return nil, fmt.Errorf("refund: %w", err)
 	}
-	return results(g.limits, reply, 0)
+	return rs, nil
 }
 
 // place puts the Results of g's limits at their positions in rs.
