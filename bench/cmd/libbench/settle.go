@@ -138,7 +138,7 @@ func (s settleCost) goals() []section.Goal {
 		Met: m.cpuRatio <= 1,
 	}
 	if !cpu.Met {
-		cpu.Limit = fmt.Sprintf("script calls per call: decision %.2f, reserve+settle %.2f (1 caller: %.2f and %.2f): a settle is a refund.lua call of its own (store/redis's Refund does not coalesce, and its script holds all five algorithms where a decision's holds its own), while %d callers' decisions share calls (lua/batch.lua); redis-server system time (socket I/O) per call: decision %s, reserve+settle %s; by command per reserve+settle (commandstats): %s",
+		cpu.Limit = fmt.Sprintf("script calls per call: decision %.2f, reserve+settle %.2f (1 caller: %.2f and %.2f), at %d callers settles sharing refund.lua calls as decisions share batch.lua's; a refund reads its key twice (to give back, then to report the state after) and its script holds all five algorithms where a decision's holds its own; redis-server system time (socket I/O) per call: decision %s, reserve+settle %s; by command per reserve+settle (commandstats): %s",
 			m.decCalls, m.pairCalls, o.decCalls, o.pairCalls, m.callers, fmtUs(s.decSys), fmtUs(s.pairSys), s.commands)
 	}
 	tm := section.Goal{
