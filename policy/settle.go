@@ -183,10 +183,13 @@ type TicketPart struct {
 // limit's identity (sluice.Limit.Identity), the instant the store decided
 // at and the ResetAfter it answered, all a refund reads.
 type TicketLimit struct {
-	Name       string
-	Algorithm  sluice.Algorithm
-	Period     time.Duration
-	At         time.Time
+	// Name, Algorithm and Period are the limit's identity.
+	Name      string
+	Algorithm sluice.Algorithm
+	Period    time.Duration
+	// At is the instant the store decided the limit at.
+	At time.Time
+	// ResetAfter is the Result.ResetAfter the store answered.
 	ResetAfter time.Duration
 }
 
