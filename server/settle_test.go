@@ -167,7 +167,7 @@ func TestSettleStoreDown(t *testing.T) {
 	if w := settle(); w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "nothing was settled, retry later") {
 		t.Errorf("a settle with Redis down: %d %s, want 503, nothing settled", w.Code, w.Body)
 	}
-	srv = srv.Restart(t) // empty: the reservation's take is gone with it
+	srv.Restart(t) // empty: the reservation's take is gone with it
 	if w := settle(); w.Code != http.StatusOK {
 		t.Errorf("the settle retried once Redis is back: %d %s, want 200", w.Code, w.Body)
 	}
