@@ -136,6 +136,7 @@ func (sw *settleWriter) settle(ctx context.Context) {
 	for _, name := range sw.strip {
 		h.Del(name)
 		h.Del(http.TrailerPrefix + name)
+		dropTrailer(h, name) // a handler that wrote nothing: its header is not sent yet
 	}
 	if err != nil {
 		sw.log.Error("sluice: settle failed; the reservation keeps its cost", "err", err)
