@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -236,7 +237,38 @@ func (b *syncBuffer) String() string {
 // env (no variable of the test's own leaks in), waits until healthz
 // (a URL) answers 200, and stops the process by its pid with SIGTERM
 // when t ends (SIGKILL if it has not drained within 20s).
+//
+// A listen address of env (from freeAddr) that another process bound
+// first, between freeAddr's probe and sluice's bind, makes sluice exit
+// with "bind: address already in use": startSluice then gives that
+// variable a fresh address, in env itself, and starts sluice again, up to
+// 5 times. Callers read their addresses from env after it returns.
 func startSluice(t *testing.T, args []string, env map[string]string, healthz string) *process {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		p, taken := trySluice(t, args, env, healthz)
+		if p != nil {
+			return p
+		}
+		if attempt == 5 {
+			t.Fatalf("sluice %s: %s was taken by another process 5 times in a row", strings.Join(args, " "), taken)
+		}
+		fresh := freeAddr(t)
+		for k, v := range env {
+			if v == taken {
+				env[k] = fresh
+			}
+		}
+		healthz = strings.Replace(healthz, taken, fresh, 1)
+	}
+}
+
+// bindTaken is sluice's error for a listen address another process holds.
+var bindTaken = regexp.MustCompile(`listen tcp (127\.0\.0\.1:\d+): bind: address already in use`)
+
+// trySluice is one try of startSluice: the process, or the address that
+// another process had bound first.
+func trySluice(t *testing.T, args []string, env map[string]string, healthz string) (*process, string) {
 	t.Helper()
 	cmd := exec.Command(sluiceBin, args...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
@@ -255,11 +287,14 @@ func startSluice(t *testing.T, args []string, env map[string]string, healthz str
 		select {
 		case err := <-p.done:
 			p.done <- err
+			if m := bindTaken.FindStringSubmatch(p.out.String()); m != nil {
+				return nil, m[1]
+			}
 			t.Fatalf("sluice %s exited before %s answered: %v\n%s", strings.Join(args, " "), healthz, err, p.out)
 		default:
 		}
 		if code, _ := get(healthz); code == http.StatusOK {
-			return p
+			return p, ""
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s did not answer 200 within 15s:\n%s", healthz, p.out)
@@ -433,5 +468,29 @@ func TestRunErrBounded(t *testing.T) {
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatal("runErr did not return within 60s of its 500ms bound: it waits for the killed command's child")
+	}
+}
+
+// TestStartSluiceTakenPort: a listen address another process holds when
+// sluice starts is replaced by a fresh one, in env, and sluice serves
+// there: the race between freeAddr's probe and sluice's bind never fails a
+// test.
+func TestStartSluiceTakenPort(t *testing.T) {
+	p := loadKube(t).sluicePod(t)
+	vol := newConfigMapVolume(t, p.cm.Data)
+	env, _, _ := p.podEnv(t, vol.dir)
+	held, err := net.Listen("tcp", "127.0.0.1:0") // another process's, in effect
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	taken := held.Addr().String()
+	env["SLUICE_LISTEN"] = taken
+	startSluice(t, p.c.Args, env, "http://"+taken+"/healthz")
+	if env["SLUICE_LISTEN"] == taken {
+		t.Fatalf("SLUICE_LISTEN is still %s, which another listener holds", taken)
+	}
+	if code, body := get("http://" + env["SLUICE_LISTEN"] + "/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz at the new address %s: %d %s", env["SLUICE_LISTEN"], code, body)
 	}
 }

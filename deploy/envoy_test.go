@@ -52,8 +52,9 @@ func TestEnvoyConfig(t *testing.T) {
 
 	// The routes' descriptors, decided by sluice with the ConfigMap's rules.
 	vol := newConfigMapVolume(t, p.cm.Data)
-	env, httpAddr, grpcAddr := p.podEnv(t, vol.dir)
+	env, httpAddr, _ := p.podEnv(t, vol.dir)
 	startSluice(t, p.c.Args, env, "http://"+httpAddr+"/healthz")
+	grpcAddr := env["SLUICE_GRPC_LISTEN"] // moved if taken
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

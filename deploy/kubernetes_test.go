@@ -711,9 +711,11 @@ func TestKubernetesPod(t *testing.T) {
 	k := loadKube(t)
 	p := k.sluicePod(t)
 	vol := newConfigMapVolume(t, p.cm.Data)
-	env, httpAddr, grpcAddr := p.podEnv(t, vol.dir)
+	env, httpAddr, _ := p.podEnv(t, vol.dir)
 	base := "http://" + httpAddr
 	proc := startSluice(t, p.c.Args, env, base+p.c.LivenessProbe.HTTPGet.Path)
+	httpAddr, grpcAddr := env["SLUICE_LISTEN"], env["SLUICE_GRPC_LISTEN"] // moved if taken
+	base = "http://" + httpAddr
 
 	for _, path := range []string{p.c.ReadinessProbe.HTTPGet.Path, p.c.LivenessProbe.HTTPGet.Path, p.c.StartupProbe.HTTPGet.Path} {
 		if code, body := get(base + path); code != http.StatusOK {
@@ -810,7 +812,7 @@ func TestKubernetesRedisSecret(t *testing.T) {
 		env["SLUICE_REDIS_URL"] = "redis://" + redis.Addr + "/0"
 		base := "http://" + httpAddr
 		startSluice(t, p.c.Args, env, base+p.c.ReadinessProbe.HTTPGet.Path)
-		bases = append(bases, base)
+		bases = append(bases, "http://"+env["SLUICE_LISTEN"]) // moved if taken
 	}
 	var codes []int
 	for i := range 8 {

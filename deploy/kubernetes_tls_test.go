@@ -148,6 +148,8 @@ func TestKubernetesTLS(t *testing.T) {
 	}
 	base := "https://" + httpAddr
 	startSluice(t, p.c.Args, podEnv, base+p.c.LivenessProbe.HTTPGet.Path)
+	httpAddr = podEnv["SLUICE_LISTEN"] // moved if taken
+	base = "https://" + httpAddr
 
 	for _, probe := range []string{p.c.ReadinessProbe.HTTPGet.Path, p.c.LivenessProbe.HTTPGet.Path, p.c.StartupProbe.HTTPGet.Path} {
 		if code, body := get(base + probe); code != http.StatusOK {

@@ -323,6 +323,7 @@ func TestMetricNamesServed(t *testing.T) {
 	env, httpAddr, _ := p.podEnv(t, vol.dir)
 	base := "http://" + httpAddr
 	startSluice(t, p.c.Args, env, base+"/healthz")
+	base = "http://" + env["SLUICE_LISTEN"] // moved if taken
 	code, body := get(base + "/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("/metrics: %d", code)

@@ -180,6 +180,8 @@ func TestSystemdService(t *testing.T) {
 	env["SLUICE_RELOAD_INTERVAL"] = "0"
 	base := "http://" + httpAddr
 	proc := startSluice(t, exec[1:], env, base+"/healthz")
+	httpAddr = env["SLUICE_LISTEN"] // moved if taken
+	base = "http://" + httpAddr
 	if code, body := get(base + "/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz: %d %s", code, body)
 	}
