@@ -20,7 +20,8 @@ var benchKeys = func() []string {
 // BenchmarkLimiter measures what the Limiter adds to a store's decision,
 // over the memory store: direct (ReturnErrors, no breaker: nothing between
 // the Limiter and the store), breaker (an error policy, hence the default
-// circuit breaker and store timeout), and a request of two parts:
+// circuit breaker and store timeout), a request of two parts, and a
+// reservation of cost 2 settled at 1:
 //
 //	go test -run '^$' -bench Limiter -benchmem .
 func BenchmarkLimiter(b *testing.B) {
@@ -52,6 +53,18 @@ func BenchmarkLimiter(b *testing.B) {
 					}
 				}
 			})
+		})
+		b.Run(bc.name+"/reserve+settle", func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				r, err := lim.Reserve(ctx, benchKeys[i%len(benchKeys)], limit, 2)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := r.Settle(ctx, 1); err != nil {
+					b.Fatal(err)
+				}
+			}
 		})
 		b.Run(bc.name+"/parts", func(b *testing.B) {
 			b.ReportAllocs()
