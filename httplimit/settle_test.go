@@ -221,3 +221,62 @@ func TestSettleStream(t *testing.T) {
 		t.Errorf("the client that left after 3 events cost %d, want the %d bytes the handler sent (at least 3 events)", got, sent.Load())
 	}
 }
+
+// TestSettleProxiedDisconnect: a client that leaves a stream proxied by a
+// reverse proxy, which aborts its handler (a panic of
+// http.ErrAbortHandler), is settled all the same, at the bytes it was
+// sent through the middleware.
+func TestSettleProxiedDisconnect(t *testing.T) {
+	var sent atomic.Int64
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := 0; r.Context().Err() == nil; i++ {
+			if _, err := fmt.Fprintf(w, "data: event %06d\n\n", i); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			time.Sleep(20 * time.Millisecond)
+		}
+	}))
+	t.Cleanup(upstream.Close)
+	u, _ := url.Parse(upstream.URL)
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	proxy.FlushInterval = -1
+	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		proxy.ServeHTTP(countingWriter{w, &sent}, r)
+	})
+	srv, done, left := settled(t, budgetYAML("bytes", false), counted)
+	r, _ := http.NewRequest("GET", srv.URL, nil)
+	r.Header.Set("X-API-Key", "k")
+	res, err := http.DefaultClient.Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(res.Body)
+	for range 6 { // 3 events of two lines
+		if _, err := br.ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res.Body.Close()
+	<-done
+	if got := 100_000 - left(); got != int(sent.Load()) || got < 3*len("data: event 000000\n\n") {
+		t.Errorf("the client that left the proxied stream after 3 events cost %d, want the %d bytes the proxy wrote (at least 3 events)", got, sent.Load())
+	}
+}
+
+// countingWriter counts the body bytes written through it.
+type countingWriter struct {
+	http.ResponseWriter
+	n *atomic.Int64
+}
+
+func (c countingWriter) Write(b []byte) (int, error) {
+	n, err := c.ResponseWriter.Write(b)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+func (c countingWriter) Flush() { _ = http.NewResponseController(c.ResponseWriter).Flush() }
+
+func (c countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
