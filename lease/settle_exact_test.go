@@ -2,9 +2,6 @@ package lease_test
 
 import (
 	"context"
-	"errors"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/sluice-go/sluice"
@@ -80,7 +77,7 @@ func TestSettleExact(t *testing.T) {
 					l := sluice.PerDay(10_000).Using(a)
 					key := "settle-" + name
 					const attempts = 40
-					want := hammerSettle(t, lims, key, l, attempts)
+					want := storetest.HammerSettle(t, lims, key, l, workers, attempts, reserveCost)
 					release(t, stores)
 					// Each replica leases again and keeps a rest of 10×4−1,
 					// which only a give-back returns.
@@ -128,52 +125,4 @@ func release(t *testing.T, stores []*lease.Settling) {
 			t.Fatal(err)
 		}
 	}
-}
-
-// hammerSettle runs workers goroutines on each limiter, each reserving
-// reserveCost units of key under l attempts times and settling each at an
-// actual cost from 0 to 2×reserveCost−1, and returns the sum of the
-// actual costs. Every reservation must be admitted: the limit is above any
-// sum they reach.
-func hammerSettle(t *testing.T, lims []*sluice.Limiter, key string, l sluice.Limit, attempts int) int {
-	t.Helper()
-	ctx := context.Background()
-	start := make(chan struct{})
-	var (
-		wg      sync.WaitGroup
-		settled atomic.Int64
-		errOnce sync.Once
-		first   error
-	)
-	fail := func(err error) { errOnce.Do(func() { first = err }) }
-	for r, lim := range lims {
-		for g := range workers {
-			wg.Go(func() {
-				<-start
-				for i := range attempts {
-					res, err := lim.Reserve(ctx, key, l, reserveCost)
-					if err != nil {
-						fail(err)
-						return
-					}
-					if !res.Allowed {
-						fail(errors.New("a reservation was denied; the limit should admit them all"))
-						return
-					}
-					actual := (r*7 + g*5 + i*3) % (2 * reserveCost)
-					if _, err := res.Settle(ctx, actual); err != nil {
-						fail(err)
-						return
-					}
-					settled.Add(int64(actual))
-				}
-			})
-		}
-	}
-	close(start)
-	wg.Wait()
-	if first != nil {
-		t.Fatal(first)
-	}
-	return int(settled.Load())
 }

@@ -2,8 +2,11 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"math"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -333,4 +336,53 @@ func Hammer(t testing.TB, lims []*sluice.Limiter, key string, workers, attempts 
 		t.Fatalf("Hammer: %v", err)
 	}
 	return total
+}
+
+// HammerSettle reserves reserve units of key under l attempts times from
+// each of workers goroutines per limiter, all released at once, settles
+// each reservation at an actual cost from 0 to 2×reserve−1 (refunds and
+// charges alike), and returns the sum of the actual costs: what the key
+// must hold consumed afterwards. Every reservation must be admitted (the
+// limit is above any sum they reach); a denial or any error fails t.
+func HammerSettle(t testing.TB, lims []*sluice.Limiter, key string, l sluice.Limit, workers, attempts, reserve int) int {
+	t.Helper()
+	ctx := context.Background()
+	start := make(chan struct{})
+	var (
+		wg      sync.WaitGroup
+		settled atomic.Int64
+		errOnce sync.Once
+		first   error
+	)
+	fail := func(err error) { errOnce.Do(func() { first = err }) }
+	for r, lim := range lims {
+		for g := range workers {
+			wg.Go(func() {
+				<-start
+				for i := range attempts {
+					res, err := lim.Reserve(ctx, key, l, reserve)
+					if err != nil {
+						fail(err)
+						return
+					}
+					if !res.Allowed {
+						fail(errors.New("a reservation was denied; the limit should admit them all"))
+						return
+					}
+					actual := (r*7 + g*5 + i*3) % (2 * reserve)
+					if _, err := res.Settle(ctx, actual); err != nil {
+						fail(err)
+						return
+					}
+					settled.Add(int64(actual))
+				}
+			})
+		}
+	}
+	close(start)
+	wg.Wait()
+	if first != nil {
+		t.Fatalf("HammerSettle: %v", first)
+	}
+	return int(settled.Load())
 }

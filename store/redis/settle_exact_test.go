@@ -3,8 +3,6 @@ package redis_test
 import (
 	"context"
 	"errors"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -65,57 +63,17 @@ func TestHarnessCatchesRacySettle(t *testing.T) {
 	}
 }
 
-// hammerSettle runs goroutines on each limiter, each reserving
-// settleReserve units of key under l attempts times and settling each
-// admitted reservation at an actual cost from 0 to 2×settleReserve−1. It
-// returns what the key holds consumed afterwards (capacity − remaining)
-// and the sum of the actual costs of the settled reservations. Every
-// reservation must be admitted: the limit is above any sum they reach.
+// hammerSettle runs storetest.HammerSettle of settleReserve and returns
+// what the key holds consumed afterwards (capacity − remaining) and the
+// sum of the actual costs of the settles.
 func hammerSettle(t *testing.T, lims []*sluice.Limiter, key string, l sluice.Limit) (consumed, want int) {
 	t.Helper()
-	ctx := context.Background()
-	start := make(chan struct{})
-	var (
-		wg      sync.WaitGroup
-		settled atomic.Int64
-		errOnce sync.Once
-		first   error
-	)
-	fail := func(err error) { errOnce.Do(func() { first = err }) }
-	for r, lim := range lims {
-		for g := range goroutines {
-			wg.Go(func() {
-				<-start
-				for i := range attempts {
-					res, err := lim.Reserve(ctx, key, l, settleReserve)
-					if err != nil {
-						fail(err)
-						return
-					}
-					if !res.Allowed {
-						fail(errors.New("a reservation was denied; the limit should admit them all"))
-						return
-					}
-					actual := (r*7 + g*5 + i*3) % (2 * settleReserve)
-					if _, err := res.Settle(ctx, actual); err != nil {
-						fail(err)
-						return
-					}
-					settled.Add(int64(actual))
-				}
-			})
-		}
-	}
-	close(start)
-	wg.Wait()
-	if first != nil {
-		t.Fatal(first)
-	}
-	after, err := lims[0].AllowN(ctx, key, l, 0)
+	want = storetest.HammerSettle(t, lims, key, l, goroutines, attempts, settleReserve)
+	after, err := lims[0].AllowN(context.Background(), key, l, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return l.Capacity() - after.Remaining, int(settled.Load())
+	return l.Capacity() - after.Remaining, want
 }
 
 // TakeAt makes racyStore a sluice.Settler: its Take, decided at the
