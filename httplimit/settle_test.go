@@ -189,11 +189,24 @@ func TestSettleStream(t *testing.T) {
 	// A client that reads 3 events and goes away: the stream's bytes
 	// that reached the middleware's writer are what it is settled at.
 	var sent atomic.Int64
-	endless := func(w http.ResponseWriter, r *http.Request) {
+	srv, done, left = settled(t, budgetYAML("bytes", false), endless(&sent))
+	leaveAfter3(t, srv.URL)
+	<-done
+	if got := 100_000 - left(); got != int(sent.Load()) || got < 3*len("data: event 000000\n\n") {
+		t.Errorf("the client that left after 3 events cost %d, want the %d bytes the handler sent (at least 3 events)", got, sent.Load())
+	}
+}
+
+// endless streams an event every 20ms until its client goes away,
+// counting in sent (when not nil) the bytes its writer took.
+func endless(sent *atomic.Int64) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		for i := 0; r.Context().Err() == nil; i++ {
 			n, err := fmt.Fprintf(w, "data: event %06d\n\n", i)
-			sent.Add(int64(n))
+			if sent != nil {
+				sent.Add(int64(n))
+			}
 			if err != nil {
 				return
 			}
@@ -201,24 +214,24 @@ func TestSettleStream(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	srv, done, left = settled(t, budgetYAML("bytes", false), http.HandlerFunc(endless))
-	r, _ := http.NewRequest("GET", srv.URL, nil)
+}
+
+// leaveAfter3 reads 3 events of the stream at url, with the API key k,
+// and goes away.
+func leaveAfter3(t *testing.T, url string) {
+	t.Helper()
+	r, _ := http.NewRequest("GET", url, nil)
 	r.Header.Set("X-API-Key", "k")
 	res, err := http.DefaultClient.Do(r)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer res.Body.Close()
 	br := bufio.NewReader(res.Body)
 	for range 6 { // 3 events of two lines
 		if _, err := br.ReadString('\n'); err != nil {
 			t.Fatal(err)
 		}
-	}
-	res.Body.Close()
-	<-done
-	got := 100_000 - left()
-	if got != int(sent.Load()) || got < 3*len("data: event 000000\n\n") {
-		t.Errorf("the client that left after 3 events cost %d, want the %d bytes the handler sent (at least 3 events)", got, sent.Load())
 	}
 }
 
@@ -227,38 +240,17 @@ func TestSettleStream(t *testing.T) {
 // http.ErrAbortHandler), is settled all the same, at the bytes it was
 // sent through the middleware.
 func TestSettleProxiedDisconnect(t *testing.T) {
-	var sent atomic.Int64
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		for i := 0; r.Context().Err() == nil; i++ {
-			if _, err := fmt.Fprintf(w, "data: event %06d\n\n", i); err != nil {
-				return
-			}
-			w.(http.Flusher).Flush()
-			time.Sleep(20 * time.Millisecond)
-		}
-	}))
+	upstream := httptest.NewServer(endless(nil))
 	t.Cleanup(upstream.Close)
 	u, _ := url.Parse(upstream.URL)
 	proxy := httputil.NewSingleHostReverseProxy(u)
 	proxy.FlushInterval = -1
+	var sent atomic.Int64
 	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		proxy.ServeHTTP(countingWriter{w, &sent}, r)
 	})
 	srv, done, left := settled(t, budgetYAML("bytes", false), counted)
-	r, _ := http.NewRequest("GET", srv.URL, nil)
-	r.Header.Set("X-API-Key", "k")
-	res, err := http.DefaultClient.Do(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(res.Body)
-	for range 6 { // 3 events of two lines
-		if _, err := br.ReadString('\n'); err != nil {
-			t.Fatal(err)
-		}
-	}
-	res.Body.Close()
+	leaveAfter3(t, srv.URL)
 	<-done
 	if got := 100_000 - left(); got != int(sent.Load()) || got < 3*len("data: event 000000\n\n") {
 		t.Errorf("the client that left the proxied stream after 3 events cost %d, want the %d bytes the proxy wrote (at least 3 events)", got, sent.Load())
