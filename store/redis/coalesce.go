@@ -170,8 +170,8 @@ func (c *coalescer) take(ctx context.Context, now string, g *group) (taken, erro
 	return c.do(ctx, now, g, nil, nil)
 }
 
-// settle runs the refund or charge script sc over g at now, args the
-// arguments of g's limits (settleArgs), as Store.runSettle does, in one
+// settle runs the refund or charge script sc over g at now, args its
+// arguments (now first), as Store.runSettle does, in one
 // call with the other settles by sc at now of its lane when calls are in
 // flight: refund.lua and charge.lua decide nothing, key after key, so
 // settles concatenate into one run.
@@ -430,11 +430,11 @@ func (c *coalescer) sendSettles(b []*call) {
 		n += len(cl.g.limits)
 	}
 	keys := make([]string, 0, n)
-	args := make([]string, 1, 1+len(b[0].args)*len(b)) // about: the args of each limit
+	args := make([]string, 1, 1+(len(b[0].args)-1)*len(b)) // about: each one's, now once
 	args[0] = b[0].now
 	for _, cl := range b {
 		keys = append(keys, cl.g.keys...)
-		args = append(args, cl.args...)
+		args = append(args, cl.args[1:]...)
 	}
 	reply, err := c.s.eval(ctx, *b[0].sc, keys, args)
 	if errors.Is(err, ErrTryAgain) {

@@ -29,7 +29,7 @@ func (s *Store) TakeAt(ctx context.Context, req sluice.Request) (sluice.Taken, e
 // which errs towards denying.
 func (s *Store) Refund(ctx context.Context, req sluice.Request, t sluice.Taken) ([]sluice.Result, error) {
 	return s.eachGroup(ctx, req, func(ctx context.Context, now string, g *group) ([]sluice.Result, error) {
-		args := refundArgs(g, func(i int) (string, string) {
+		args := refundArgs(now, g, func(i int) (string, string) {
 			if t.At == nil {
 				return "", ""
 			}
@@ -45,7 +45,7 @@ func (s *Store) Refund(ctx context.Context, req sluice.Request, t sluice.Taken) 
 }
 
 // settleVia runs the settle script sc over g at now (args: refundArgs or
-// chargeArgs) through the coalescer, which sends concurrent settles of a
+// groupArgs, now first) through the coalescer, which sends concurrent settles of a
 // lane in one call (see "Coalescing"), or alone.
 func (s *Store) settleVia(ctx context.Context, sc *script, now string, g *group, args []string) ([]sluice.Result, error) {
 	if s.co != nil {
@@ -56,18 +56,19 @@ func (s *Store) settleVia(ctx context.Context, sc *script, now string, g *group,
 
 // runSettle runs the settle script sc over g at now, alone.
 func (s *Store) runSettle(ctx context.Context, sc script, now string, g *group, args []string) ([]sluice.Result, error) {
-	reply, err := s.run(ctx, sc, g.keys, append([]string{now}, args...))
+	reply, err := s.run(ctx, sc, g.keys, args)
 	if err != nil {
 		return nil, err
 	}
 	return results(g.limits, reply, 0)
 }
 
-// refundArgs returns refund.lua's arguments of g's limits, after now:
-// each one's parameters, cost, and the reset after and instant of its
+// refundArgs returns refund.lua's arguments over g at now: now, then for
+// each limit its parameters, cost, and the reset after and instant of its
 // take (took), "" and "" for a take not known.
-func refundArgs(g *group, took func(i int) (reset, at string)) []string {
-	args := make([]string, 0, 6*len(g.limits))
+func refundArgs(now string, g *group, took func(i int) (reset, at string)) []string {
+	args := make([]string, 1, 1+6*len(g.limits))
+	args[0] = now
 	for i, l := range g.limits {
 		args = appendParams(args, l, g.costOf(i))
 		reset, at := took(i)
@@ -81,7 +82,7 @@ func refundArgs(g *group, took func(i int) (reset, at string)) []string {
 // it loses the debt.
 func (s *Store) Charge(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
 	return s.eachGroup(ctx, req, func(ctx context.Context, now string, g *group) ([]sluice.Result, error) {
-		return s.settleVia(ctx, &chargeScript, now, g, groupArgs(now, g, false)[1:])
+		return s.settleVia(ctx, &chargeScript, now, g, groupArgs(now, g, false))
 	})
 }
 

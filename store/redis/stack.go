@@ -179,7 +179,7 @@ func (s *Store) refund(ctx context.Context, now string, g *group, t taken) ([]sl
 // cost; took(i) returns the reset after (µs) and the instant (µs) of the
 // take of g's i-th limit, or "" and "" for a take not known.
 func (s *Store) refundGroup(ctx context.Context, now string, g *group, took func(i int) (reset, at string)) ([]sluice.Result, error) {
-	rs, err := s.runSettle(ctx, refundScript, now, g, refundArgs(g, took))
+	rs, err := s.runSettle(ctx, refundScript, now, g, refundArgs(now, g, took))
 	if err != nil {
 		return nil, fmt.Errorf("refund: %w", err)
 	}
