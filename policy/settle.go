@@ -199,6 +199,9 @@ type TicketLimit struct {
 // fallback took is in this process's memory only). Only the parts of
 // rules that settle are in it: the others kept their cost.
 func (d *Decision) Ticket() (t Ticket, ok bool) {
+	if !d.Settled() {
+		return Ticket{}, false // every check of a rule that does not settle: no work
+	}
 	group := map[*sluice.Reservation]int{}
 	for i := range d.Applied {
 		a := &d.Applied[i]
