@@ -168,9 +168,10 @@ func localIndex(parts []Part, l *Limiter, i int) int {
 // Settle settles the reservation at actual, the work's cost, for every
 // part: SettleParts with actual for each.
 func (r *Reservation) Settle(ctx context.Context, actual int) (MultiResult, error) {
-	actuals := make([]int, len(r.parts))
-	for i := range actuals {
-		actuals[i] = actual
+	var buf [1]int // a reservation of one part, most: no allocation
+	actuals := buf[:0]
+	for range r.parts {
+		actuals = append(actuals, actual)
 	}
 	return r.SettleParts(ctx, actuals...)
 }
@@ -246,7 +247,7 @@ func (r *Reservation) SettleParts(ctx context.Context, actual ...int) (MultiResu
 		r.settled = true
 		return r.MultiResult, nil
 	}
-	rs := slices.Clone(r.Results)
+	var rs []Result
 	st := l.store.(Settler)
 	for _, s := range []*settling{refund, charge} {
 		if s == nil {
@@ -260,7 +261,14 @@ func (r *Reservation) SettleParts(ctx context.Context, actual ...int) (MultiResu
 		if err != nil {
 			return MultiResult{}, fmt.Errorf("sluice: settle: %w", err)
 		}
-		s.place(rs, got)
+		if len(got) == len(r.Results) {
+			rs = got // every limit, in order
+		} else {
+			if rs == nil {
+				rs = slices.Clone(r.Results)
+			}
+			s.place(rs, got)
+		}
 		if s.refund && l.deny != nil {
 			for _, p := range s.req.Parts {
 				l.deny.forget(p.Key, p.Limits)
@@ -282,9 +290,10 @@ type settling struct {
 // split returns the refund and the charge that settle the parts (part(i)
 // is the i-th as it was taken) at actual: nil where there is none.
 func (r *Reservation) split(actual []int, part func(i int) Part) (refund, charge *settling) {
-	first := make([]int, len(r.parts)+1)
-	for i, p := range r.parts {
-		first[i+1] = first[i] + len(p.Limits)
+	var buf [4]int // the first limit of each part, and the end
+	first := append(buf[:0], 0)
+	for _, p := range r.parts {
+		first = append(first, first[len(first)-1]+len(p.Limits))
 	}
 	needRefund := false
 	for i, a := range actual {
@@ -345,6 +354,9 @@ func (s *settling) place(rs, got []Result) {
 func (s *settling) taken(t Taken) Taken {
 	if t.At == nil {
 		return Taken{}
+	}
+	if s.req.Len() == len(t.Results) {
+		return t // every part, in order
 	}
 	var out Taken
 	for i, p := range s.req.Parts {

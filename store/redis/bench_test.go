@@ -288,6 +288,56 @@ func BenchmarkCoalesce(b *testing.B) {
 	}
 }
 
+// BenchmarkSettle compares a reserve and its settle (Limiter.Reserve of
+// cost 2, Reservation.Settle at 1, one call) with one decision (Allow) on
+// the same store, fixed_window (whose refund writes) and gcra (whose
+// refund, under a limit that refills 2 in 2µs, gives back nothing), 1000
+// keys, 256 callers: ns/op (wall time per call), the Redis server's
+// script CPU per call (redis-µs/call) and script calls per call. The
+// sub-benchmarks alternate, so -count interleaves them; make bench
+// measures the same pair as whole processes (bench/cmd/libbench):
+//
+//	go test -run '^$' -bench Settle -benchtime 40000x -count 6 ./store/redis/
+func BenchmarkSettle(b *testing.B) {
+	srv := redistest.Start(b)
+	admin := newRueidis(b, srv.Addr)
+	ctx := context.Background()
+	for _, a := range []sluice.Algorithm{sluice.FixedWindow, sluice.GCRA} {
+		l := benchLimit(a)
+		for _, mode := range []string{"allow", "reserve+settle"} {
+			lim := sluice.New(sluiceredis.FromRueidis(newRueidis(b, srv.Addr)))
+			call := func(i int) error {
+				_, err := lim.Allow(ctx, benchKeyNames[i%benchKeys], l)
+				return err
+			}
+			if mode != "allow" {
+				call = func(i int) error {
+					r, err := lim.Reserve(ctx, benchKeyNames[i%benchKeys], l, 2)
+					if err != nil {
+						return err
+					}
+					_, err = r.Settle(ctx, 1)
+					return err
+				}
+			}
+			b.Run(string(a)+"/"+mode, func(b *testing.B) {
+				if err := call(0); err != nil { // load the scripts
+					b.Fatal(err)
+				}
+				if err := admin.Do(ctx, admin.B().ConfigResetstat().Build()).Error(); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportAllocs()
+				b.SetParallelism(256 / runtime.GOMAXPROCS(0))
+				runParallel(b, call)
+				b.StopTimer()
+				b.ReportMetric(scriptUsec(b, admin)/float64(b.N), "redis-µs/call")
+				b.ReportMetric(float64(scriptCallCount(b, admin))/float64(b.N), "calls/call")
+			})
+		}
+	}
+}
+
 // BenchmarkBatchScriptCPU reports the Redis server's CPU per decision of
 // batch.lua calls of each size, sent one after another (no contention
 // from the client), for gcra and sliding_log, beside take.lua's one

@@ -92,13 +92,13 @@ type lane struct {
 }
 
 // call is one decision in a lane's queue, or one refund or charge (a
-// settle: sc is its script, args its arguments after now).
+// settle: sc is its script, tails its limits' arguments).
 type call struct {
 	ctx   context.Context
 	now   string
 	g     *group
 	sc    *script        // nil: a decision
-	args  []string       // a settle's arguments of g's limits
+	tails []string       // a settle's, of g's limits (see "Settle arguments")
 	lims  []sluice.Limit // the call's copy of g.limits, kept when recycled
 	state callState      // under the lane's mu
 	done  chan struct{}  // buffered: receives once t and err are set
@@ -170,28 +170,28 @@ func (c *coalescer) take(ctx context.Context, now string, g *group) (taken, erro
 	return c.do(ctx, now, g, nil, nil)
 }
 
-// settle runs the refund or charge script sc over g at now, args its
-// arguments (now first), as Store.runSettle does, in one
+// settle runs the refund or charge script sc over g at now, tails its
+// limits' arguments, as Store.runSettle does, in one
 // call with the other settles by sc at now of its lane when calls are in
 // flight: refund.lua and charge.lua decide nothing, key after key, so
 // settles concatenate into one run.
-func (c *coalescer) settle(ctx context.Context, sc *script, now string, g *group, args []string) ([]sluice.Result, error) {
-	t, err := c.do(ctx, now, g, sc, args)
+func (c *coalescer) settle(ctx context.Context, sc *script, now string, g *group, tails []string) ([]sluice.Result, error) {
+	t, err := c.do(ctx, now, g, sc, tails)
 	return t.results, err
 }
 
 // direct runs the decision (sc nil) or settle of g alone.
-func (c *coalescer) direct(ctx context.Context, now string, g *group, sc *script, args []string) (taken, error) {
+func (c *coalescer) direct(ctx context.Context, now string, g *group, sc *script, tails []string) (taken, error) {
 	if sc == nil {
 		return c.s.take(ctx, now, g, false)
 	}
-	rs, err := c.s.runSettle(ctx, *sc, now, g, args)
+	rs, err := c.s.runSettle(ctx, *sc, now, g, tails)
 	return taken{results: rs}, err
 }
 
 // do decides or settles g (see take and settle), in a batch when other
 // calls of its lane are in flight.
-func (c *coalescer) do(ctx context.Context, now string, g *group, sc *script, args []string) (taken, error) {
+func (c *coalescer) do(ctx context.Context, now string, g *group, sc *script, tails []string) (taken, error) {
 	l := c.laneOf(g)
 	l.mu.Lock()
 	if l.busy < maxInFlight {
@@ -204,7 +204,7 @@ func (c *coalescer) do(ctx context.Context, now string, g *group, sc *script, ar
 				go c.run(l, b)
 			}
 		}()
-		return c.direct(ctx, now, g, sc, args)
+		return c.direct(ctx, now, g, sc, tails)
 	}
 	cl := calls.Get().(*call)
 	// The caller may leave (its context ending) once its call is sent,
@@ -213,7 +213,7 @@ func (c *coalescer) do(ctx context.Context, now string, g *group, sc *script, ar
 	// queued decision does not allocate one). g is this Take's own.
 	cl.lims = append(cl.lims[:0], g.limits...)
 	g.limits = cl.lims
-	cl.ctx, cl.now, cl.g, cl.sc, cl.args = ctx, now, g, sc, args
+	cl.ctx, cl.now, cl.g, cl.sc, cl.tails = ctx, now, g, sc, tails
 	l.queue = append(l.queue, cl)
 	if dl, ok := ctx.Deadline(); ok {
 		at := time.Now()
@@ -339,7 +339,11 @@ func (c *coalescer) run(l *lane, b []*call) {
 }
 
 // send runs the calls of b, the decisions in one script call and the
-// settles in one per script and now, and answers each.
+// settles in one per script and now, and answers each. The script calls
+// go at once (the client pipelines them on its connection), so that a
+// batch mixing decisions and settles costs one round trip, not one per
+// call: its calls were all waiting at once, so that no order among them
+// is owed.
 func (c *coalescer) send(b []*call) {
 	takes := b
 	if slices.ContainsFunc(b, func(cl *call) bool { return cl.sc != nil }) {
@@ -361,8 +365,14 @@ func (c *coalescer) send(b []*call) {
 			}
 			settles[k] = append(settles[k], cl)
 		}
-		for _, k := range order {
-			c.sendSettles(settles[k])
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		for i, k := range order {
+			if i == len(order)-1 && len(takes) == 0 {
+				c.sendSettles(settles[k]) // the last call: here
+				break
+			}
+			wg.Go(func() { c.sendSettles(settles[k]) })
 		}
 	}
 	c.sendTakes(takes)
@@ -419,7 +429,7 @@ func (c *coalescer) sendTakes(b []*call) {
 func (c *coalescer) sendSettles(b []*call) {
 	if len(b) == 1 {
 		cl := b[0]
-		cl.t, cl.err = c.direct(cl.ctx, cl.now, cl.g, cl.sc, cl.args)
+		cl.t, cl.err = c.direct(cl.ctx, cl.now, cl.g, cl.sc, cl.tails)
 		cl.answer()
 		return
 	}
@@ -430,18 +440,19 @@ func (c *coalescer) sendSettles(b []*call) {
 		n += len(cl.g.limits)
 	}
 	keys := make([]string, 0, n)
-	args := make([]string, 1, 1+(len(b[0].args)-1)*len(b)) // about: each one's, now once
-	args[0] = b[0].now
+	r := runs{args: make([]string, 1, 1+4+len(b[0].tails)*len(b))} // about: now, a run, each one's tails
+	r.args[0] = b[0].now
 	for _, cl := range b {
 		keys = append(keys, cl.g.keys...)
-		args = append(args, cl.args[1:]...)
+		r.add(cl.g, cl.tails)
 	}
-	reply, err := c.s.eval(ctx, *b[0].sc, keys, args)
+	r.end()
+	reply, err := c.s.eval(ctx, *b[0].sc, keys, r.args)
 	if errors.Is(err, ErrTryAgain) {
 		var wg sync.WaitGroup
 		for _, cl := range b {
 			wg.Go(func() {
-				cl.t, cl.err = c.direct(ctx, cl.now, cl.g, cl.sc, cl.args)
+				cl.t, cl.err = c.direct(ctx, cl.now, cl.g, cl.sc, cl.tails)
 				cl.answer()
 			})
 		}

@@ -585,12 +585,14 @@ func TestCoalesceSettles(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		batch int
-		alg   sluice.Algorithm
+		algs  []sluice.Algorithm // key k's is algs[k % len(algs)]
 	}{
-		{"fixed_window", 0, sluice.FixedWindow},
-		{"gcra", 0, sluice.GCRA},
-		{"sliding_log", 0, sluice.SlidingLog},
-		{"off", 1, sluice.FixedWindow},
+		{"fixed_window", 0, []sluice.Algorithm{sluice.FixedWindow}},
+		{"gcra", 0, []sluice.Algorithm{sluice.GCRA}},
+		{"sliding_log", 0, []sluice.Algorithm{sluice.SlidingLog}},
+		// Settles under different limits in one call: runs of one key.
+		{"mixed", 0, []sluice.Algorithm{sluice.FixedWindow, sluice.GCRA, sluice.SlidingWindow}},
+		{"off", 1, []sluice.Algorithm{sluice.FixedWindow}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opts := []sluiceredis.Option{prefix()}
@@ -602,14 +604,14 @@ func TestCoalesceSettles(t *testing.T) {
 			// to make the counts anything but the settles' sum.
 			at := storetest.Epoch.Add(time.Minute)
 			lim := sluice.New(store, sluice.WithClock(func() time.Time { return at }))
-			l := sluice.PerHour(1000).Using(tc.alg)
+			limit := func(k int) sluice.Limit { return sluice.PerHour(1000).Using(tc.algs[k%len(tc.algs)]) }
 			if err := admin.Do(context.Background(), admin.B().ConfigResetstat().Build()).Error(); err != nil {
 				t.Fatal(err)
 			}
 			var wg sync.WaitGroup
 			for w := range workers {
 				wg.Go(func() {
-					key := "k" + strconv.Itoa(w%16) // 4 workers per key
+					key, l := "k"+strconv.Itoa(w%16), limit(w%16) // 4 workers per key
 					for i := range each {
 						r, err := lim.Reserve(context.Background(), key, l, 10)
 						if err != nil || !r.Allowed {
@@ -633,7 +635,7 @@ func TestCoalesceSettles(t *testing.T) {
 						want += 2 + (w+i)%3*6
 					}
 				}
-				r, err := lim.AllowN(context.Background(), "k"+strconv.Itoa(k), l, 0)
+				r, err := lim.AllowN(context.Background(), "k"+strconv.Itoa(k), limit(k), 0)
 				if err != nil || 1000-r.Remaining != want {
 					t.Errorf("k%d: %d spent (%v), want %d: the settles are not exact", k, 1000-r.Remaining, err, want)
 				}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/algo"
 )
 
 // TakeAt implements sluice.Settler: Take, and the instant each limit was
@@ -29,14 +30,17 @@ func (s *Store) TakeAt(ctx context.Context, req sluice.Request) (sluice.Taken, e
 // which errs towards denying.
 func (s *Store) Refund(ctx context.Context, req sluice.Request, t sluice.Taken) ([]sluice.Result, error) {
 	return s.eachGroup(ctx, req, func(ctx context.Context, now string, g *group) ([]sluice.Result, error) {
-		args := refundArgs(now, g, func(i int) (string, string) {
+		tails := refundTails(g, func(i int) (string, string) {
 			if t.At == nil {
 				return "", ""
 			}
-			k := g.index[i]
+			k := i // a group of one part: the request's order
+			if g.index != nil {
+				k = g.index[i]
+			}
 			return strconv.FormatInt(t.Results[k].ResetAfter.Microseconds(), 10), strconv.FormatInt(t.At[k].UnixMicro(), 10)
 		})
-		rs, err := s.settleVia(ctx, &refundScript, now, g, args)
+		rs, err := s.settleVia(ctx, &refundScript, now, g, tails)
 		if err != nil {
 			return nil, fmt.Errorf("refund: %w", err)
 		}
@@ -44,37 +48,80 @@ func (s *Store) Refund(ctx context.Context, req sluice.Request, t sluice.Taken) 
 	})
 }
 
-// settleVia runs the settle script sc over g at now (args: refundArgs or
-// groupArgs, now first) through the coalescer, which sends concurrent settles of a
-// lane in one call (see "Coalescing"), or alone.
-func (s *Store) settleVia(ctx context.Context, sc *script, now string, g *group, args []string) ([]sluice.Result, error) {
-	if s.co != nil {
-		return s.co.settle(ctx, sc, now, g, args)
+// Settle arguments. refund.lua and charge.lua take now, then the limits
+// of their keys in runs: an algorithm code and its two parameters once,
+// the number n of keys in a row under that limit, then n tails, each
+// key's own strings (a refund's cost, the reset after and the instant of
+// its take; a charge's cost). A batch of settles under one rule, the
+// usual case, sends its limit once and three strings per refund, where
+// each key's own limit would take six.
+
+// runs builds a settle script's arguments (see "Settle arguments").
+type runs struct {
+	args   []string
+	code   string
+	p1, p2 int64
+	count  int // the index in args of the open run's count; 0: none open
+	n      int // the keys of the open run
+}
+
+// add appends the limits of g, each with its tail: tails holds the same
+// number of strings for each.
+func (r *runs) add(g *group, tails []string) {
+	w := len(tails) / len(g.limits)
+	for i, l := range g.limits {
+		code := algo.Code(l.Algorithm)
+		p1, p2 := algo.Params(l)
+		if r.count == 0 || code != r.code || p1 != r.p1 || p2 != r.p2 {
+			r.end()
+			r.args = append(r.args, code, strconv.FormatInt(p1, 10), strconv.FormatInt(p2, 10), "")
+			r.code, r.p1, r.p2, r.count, r.n = code, p1, p2, len(r.args)-1, 0
+		}
+		r.args = append(r.args, tails[w*i:w*i+w]...)
+		r.n++
 	}
-	return s.runSettle(ctx, *sc, now, g, args)
+}
+
+// end writes the open run's count; the arguments are then complete.
+func (r *runs) end() {
+	if r.count > 0 {
+		r.args[r.count] = strconv.Itoa(r.n)
+	}
+}
+
+// settleVia runs the settle script sc over g at now (tails: refundTails or
+// chargeTails) through the coalescer, which sends concurrent settles of a
+// lane in one call (see "Coalescing"), or alone.
+func (s *Store) settleVia(ctx context.Context, sc *script, now string, g *group, tails []string) ([]sluice.Result, error) {
+	if s.co != nil {
+		return s.co.settle(ctx, sc, now, g, tails)
+	}
+	return s.runSettle(ctx, *sc, now, g, tails)
 }
 
 // runSettle runs the settle script sc over g at now, alone.
-func (s *Store) runSettle(ctx context.Context, sc script, now string, g *group, args []string) ([]sluice.Result, error) {
-	reply, err := s.run(ctx, sc, g.keys, args)
+func (s *Store) runSettle(ctx context.Context, sc script, now string, g *group, tails []string) ([]sluice.Result, error) {
+	r := runs{args: make([]string, 1, 1+4+len(tails))}
+	r.args[0] = now
+	r.add(g, tails)
+	r.end()
+	reply, err := s.run(ctx, sc, g.keys, r.args)
 	if err != nil {
 		return nil, err
 	}
 	return results(g.limits, reply, 0)
 }
 
-// refundArgs returns refund.lua's arguments over g at now: now, then for
-// each limit its parameters, cost, and the reset after and instant of its
-// take (took), "" and "" for a take not known.
-func refundArgs(now string, g *group, took func(i int) (reset, at string)) []string {
-	args := make([]string, 1, 1+6*len(g.limits))
-	args[0] = now
-	for i, l := range g.limits {
-		args = appendParams(args, l, g.costOf(i))
+// refundTails returns the tails of refund.lua's arguments over g: for
+// each limit its cost, and the reset after and instant of its take
+// (took), "" and "" for a take not known.
+func refundTails(g *group, took func(i int) (reset, at string)) []string {
+	tails := make([]string, 0, 3*len(g.limits))
+	for i := range g.limits {
 		reset, at := took(i)
-		args = append(args, reset, at)
+		tails = append(tails, strconv.Itoa(g.costOf(i)), reset, at)
 	}
-	return args
+	return tails
 }
 
 // Charge implements sluice.Settler: one run of charge.lua per slot, as
@@ -82,7 +129,11 @@ func refundArgs(now string, g *group, took func(i int) (reset, at string)) []str
 // it loses the debt.
 func (s *Store) Charge(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
 	return s.eachGroup(ctx, req, func(ctx context.Context, now string, g *group) ([]sluice.Result, error) {
-		return s.settleVia(ctx, &chargeScript, now, g, groupArgs(now, g, false))
+		tails := make([]string, len(g.limits)) // each limit's cost
+		for i := range tails {
+			tails[i] = strconv.Itoa(g.costOf(i))
+		}
+		return s.settleVia(ctx, &chargeScript, now, g, tails)
 	})
 }
 
@@ -94,6 +145,17 @@ func (s *Store) eachGroup(ctx context.Context, req sluice.Request, f func(ctx co
 		s.topo.tick()
 	}
 	now := clockArg(req.Now)
+	if len(req.Parts) == 1 {
+		// One part, most settles: one group in the request's order (as
+		// takeAt's), whose index is not needed.
+		p := req.Parts[0]
+		g := &group{keys: s.keys(p.Key, p.Limits), limits: p.Limits, cost: p.Cost}
+		got, err := f(ctx, now, g)
+		if err != nil {
+			return nil, s.failed(g, nil, err)
+		}
+		return got, nil
+	}
 	gs := s.groups(req)
 	rs := make([]sluice.Result, req.Len())
 	errs := make([]error, len(gs))

@@ -14,7 +14,8 @@ import (
 
 // group is the limits of a decision whose keys share one Cluster slot,
 // decided by one script; index holds the position of each limit in the
-// decision's Results.
+// decision's Results (nil in a group of one part's limits alone, which
+// takeAt and eachGroup make without groups: their order).
 type group struct {
 	shard  string // the slot, or the hash tag, that all its keys share
 	keys   []string
@@ -179,7 +180,7 @@ func (s *Store) refund(ctx context.Context, now string, g *group, t taken) ([]sl
 // cost; took(i) returns the reset after (µs) and the instant (µs) of the
 // take of g's i-th limit, or "" and "" for a take not known.
 func (s *Store) refundGroup(ctx context.Context, now string, g *group, took func(i int) (reset, at string)) ([]sluice.Result, error) {
-	rs, err := s.runSettle(ctx, refundScript, now, g, refundArgs(now, g, took))
+	rs, err := s.runSettle(ctx, refundScript, now, g, refundTails(g, took))
 	if err != nil {
 		return nil, fmt.Errorf("refund: %w", err)
 	}

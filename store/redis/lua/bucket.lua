@@ -64,7 +64,7 @@ end
 -- changed limit) is converted and stored so at once, whatever the
 -- decision (unless read_only: a peek).
 local function bucket_debt(key, now, interval)
-  local v = redis.call('GET', key)
+  local v = stored(key)
   if not v then
     return 0
   end

@@ -4,12 +4,16 @@
 -- the limit, a bucket's debt its capacity (up to max_debt); the next
 -- requests are denied until it is repaid. Then it returns four integers
 -- per key as take.lua does, for a request of cost 0: the state after the
--- charge (denied while in debt). It mirrors Spec.Charge in
+-- charge (denied while in debt), decided on the value the charge returns
+-- it left at the key (false: none; nil: not a string, a log) without
+-- reading it again (common.lua's stored). It mirrors Spec.Charge in
 -- internal/algo/settle.go.
 --
 -- ARGV[1]   now in µs, or '' to use the server's clock (TIME)
--- ARGV[4i-2], ARGV[4i-1], ARGV[4i], ARGV[4i+1]   for KEYS[i]: algorithm
---           code, its two parameters as take.lua takes them, and the cost
+-- then the limits of KEYS in runs (store/redis's "Settle arguments"):
+--   algorithm code, its two parameters as take.lua has them, and n, the
+--   number of keys in a row under that limit (the next n of KEYS); then
+--   the cost of each of them
 
 local function fixed_window_charge(key, now, _, period, cost)
   local wd, d = window_width(period)
@@ -26,9 +30,11 @@ local function fixed_window_charge(key, now, _, period, cost)
   end
   if count == 0 then
     save(key, '', 0)
-    return
+    return false
   end
-  window_write(key, fw_state(w, count, wd), (w + 1) * period - now, now)
+  local s = fw_state(w, count, wd)
+  window_write(key, s, (w + 1) * period - now, now)
+  return s
 end
 
 local function sliding_window_charge(key, now, _, period, cost)
@@ -41,11 +47,13 @@ local function sliding_window_charge(key, now, _, period, cost)
   local prev, cur = sw_counts(sw, a, b, w)
   cur = cur + cost
   local reset = sw_reset(prev, cur, w, now, period)
-  if reset > 0 then
-    window_write(key, sw_state(w, prev, cur, wd), reset, now)
-  else
+  if reset <= 0 then
     save(key, '', 0)
+    return false
   end
+  local s = sw_state(w, prev, cur, wd)
+  window_write(key, s, reset, now)
+  return s
 end
 
 local function sliding_log_charge(key, now, _, period, cost)
@@ -70,7 +78,9 @@ local function bucket_charge(key, now, interval, _, cost)
   if debt > max_debt then
     debt = max_debt
   end
-  save(key, bucket_state(debt, now, interval), debt)
+  local s = bucket_state(debt, now, interval)
+  save(key, s, debt)
+  return debt > 0 and s
 end
 
 -- charges maps each algorithm code (algo.Code, as the generated table
@@ -84,16 +94,26 @@ local charges = {
 }
 
 local now = clock(ARGV[1])
-local out = {}
-for i = 1, #KEYS do
-  local j = 4 * i - 2
-  local charge, alg = charges[ARGV[j]], algorithms[ARGV[j]]
+local out, k, a = {}, 0, 2
+local last = #ARGV
+while a <= last do
+  local code = ARGV[a]
+  local charge, alg = charges[code], algorithms[code]
   if not charge or not alg then
-    return redis.error_reply('sluice: unknown algorithm ' .. tostring(ARGV[j]))
+    return redis.error_reply('sluice: unknown algorithm ' .. tostring(code))
   end
-  local p1, p2 = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
-  charge(KEYS[i], now, p1, p2, tonumber(ARGV[j + 3]))
-  local ok, rem, reset, retry = alg[1](KEYS[i], now, p1, p2, 0)
-  out[4 * i - 3], out[4 * i - 2], out[4 * i - 1], out[4 * i] = ok, rem, reset, retry
+  local p1, p2 = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  a = a + 4
+  for _ = 1, tonumber(ARGV[a - 1]) do
+    k = k + 1
+    local key = KEYS[k]
+    kept_key, kept_value = key, charge(key, now, p1, p2, tonumber(ARGV[a]))
+    if kept_value == nil then
+      kept_key = nil
+    end
+    local ok, rem, reset, retry = alg[1](key, now, p1, p2, 0)
+    out[4 * k - 3], out[4 * k - 2], out[4 * k - 1], out[4 * k] = ok, rem, reset, retry
+    a = a + 1
+  end
 end
 return out

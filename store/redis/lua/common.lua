@@ -45,6 +45,20 @@ local function save(key, value, ttl)
   end
 end
 
+-- stored returns the value at key as GET does (false: none), or, once,
+-- kept_value when kept_key is key: refund.lua and charge.lua set them to
+-- the value they have just left at a key, so that the decision reporting
+-- the state after reads it without a second GET. Every algorithm that
+-- keeps a string reads it through here.
+local kept_key, kept_value
+local function stored(key)
+  if key == kept_key then
+    kept_key = nil
+    return kept_value
+  end
+  return redis.call('GET', key)
+end
+
 -- read_only is set by peek.lua: a decision function then writes nothing
 -- (bucket_debt converts state without storing it), nor does take.lua
 -- commit the decision, so that the script reads the state as take.lua

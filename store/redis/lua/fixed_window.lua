@@ -42,7 +42,7 @@ local function fixed_window(key, now, limit, period, cost)
   local wd, d = window_width(period)
   local w = floor(now / period)
   local count = 0
-  local sw, c = fw_read(redis.call('GET', key), wd, d)
+  local sw, c = fw_read(stored(key), wd, d)
   if sw then
     if sw > w then
       w = sw -- never back to an older window

@@ -3,16 +3,21 @@
 -- decision split over Cluster slots denied by a later slot (see "Stacked
 -- decisions on a Cluster" in redis.go), so that each key's state is as if
 -- the take had consumed cost less. Then it returns four integers per key
--- as take.lua does, for a request of cost 0: the state after the refund.
+-- as take.lua does, for a request of cost 0: the state after the refund,
+-- decided on the value the refund returns it left at the key (false:
+-- none; nil: not known, read again) rather than reading it twice
+-- (common.lua's stored).
 -- It mirrors Spec.Refund in internal/algo/settle.go.
 --
 -- ARGV[1]   now in µs, or '' to use the server's clock (TIME)
--- ARGV[6i-4] .. ARGV[6i+1]   for KEYS[i]: algorithm code, its two
---           parameters as take.lua had them, the cost to give back, and
---           the reset after (µs) and now (µs, take.lua's last reply
---           integer) of the take, or '' and '' for a take not known: the
---           refund then gives back to the latest consumption (the window
---           of now, the newest entries of a log, a bucket up to full)
+-- then the limits of KEYS in runs (store/redis's "Settle arguments"):
+--   algorithm code, its two parameters as take.lua has them, and n, the
+--   number of keys in a row under that limit (the next n of KEYS); then,
+--   for each of them, the cost to give back, and the reset after (µs) and
+--   now (µs, take.lua's last reply integer) of the take, or '' and '' for
+--   a take not known: the refund then gives back to the latest
+--   consumption (the window of now, the newest entries of a log, a bucket
+--   up to full)
 --
 -- A refund never gives back more than the take consumed: where it cannot
 -- tell (the state was reset, or its window already replaced), it gives
@@ -50,27 +55,39 @@
 
 local function fixed_window_refund(key, now, taken, _, period, cost)
   local wd, d = window_width(period)
-  local sw, c = fw_read(redis.call('GET', key), wd, d)
+  local v = redis.call('GET', key)
+  local sw, c = fw_read(v, wd, d)
   if not sw or c < cost or (taken and sw ~= floor(taken / period)) or (not taken and sw < floor(now / period)) then
-    return -- the window ended: what it counted no longer matters
+    return v -- the window ended: what it counted no longer matters
   end
   c = c - cost
-  if c > 0 then
-    window_write(key, fw_state(sw, c, wd), (sw + 1) * period - now, now)
-  else
-    save(key, '', 0)
+  local reset = (sw + 1) * period - now
+  if c <= 0 or reset <= 0 then
+    redis.call('DEL', key)
+    return false
   end
+  if #v <= 15 then
+    -- Take the units off the count in place: INCRBY keeps the key's TTL,
+    -- which the write of this window's value set to last the window at
+    -- least (window_write).
+    redis.call('INCRBY', key, fmt('%d', -cost * wd))
+    return fmt('%d', tonumber(v) - cost * wd)
+  end
+  local s = fw_state(sw, c, wd)
+  window_write(key, s, reset, now)
+  return s
 end
 
 local function sliding_window_refund(key, now, taken, _, period, cost)
   local wd, d = window_width(period)
-  local sw, a, b = sw_read(redis.call('GET', key), wd, d)
+  local v = redis.call('GET', key)
+  local sw, a, b = sw_read(v, wd, d)
   if not sw then
-    return
+    return v
   end
   if not taken then
     if sw < floor(now / period) or b < cost then
-      return
+      return v
     end
     b = b - cost
   else
@@ -80,15 +97,17 @@ local function sliding_window_refund(key, now, taken, _, period, cost)
     elseif sw == w + 1 and a >= cost then
       a = a - cost
     else
-      return
+      return v
     end
   end
   local reset = sw_reset(a, b, sw, now, period)
-  if reset > 0 then
-    window_write(key, sw_state(sw, a, b, wd), reset, now)
-  else
-    save(key, '', 0)
+  if reset <= 0 then
+    redis.call('DEL', key)
+    return false
   end
+  local s = sw_state(sw, a, b, wd)
+  window_write(key, s, reset, now)
+  return s
 end
 
 -- sl_remove removes the cost highest-numbered members at stamp, of the n
@@ -152,7 +171,9 @@ local function bucket_refund(key, now, taken, interval, _, cost, reset)
     return -- no state is a full bucket
   end
   debt = math.max(debt - give, 0)
-  save(key, bucket_state(debt, now, interval), debt)
+  local s = bucket_state(debt, now, interval)
+  save(key, s, debt)
+  return debt > 0 and s
 end
 
 -- refunds maps each algorithm code (algo.Code, as the generated table
@@ -166,18 +187,28 @@ local refunds = {
 }
 
 local now = clock(ARGV[1])
-local out = {}
-for i = 1, #KEYS do
-  local j = 6 * i - 4
-  local refund, alg = refunds[ARGV[j]], algorithms[ARGV[j]]
+local out, k, a = {}, 0, 2
+local last = #ARGV
+while a <= last do
+  local code = ARGV[a]
+  local refund, alg = refunds[code], algorithms[code]
   if not refund or not alg then
-    return redis.error_reply('sluice: unknown algorithm ' .. tostring(ARGV[j]))
+    return redis.error_reply('sluice: unknown algorithm ' .. tostring(code))
   end
-  local p1, p2, cost = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3])
-  if cost > 0 then
-    refund(KEYS[i], now, tonumber(ARGV[j + 5]), p1, p2, cost, tonumber(ARGV[j + 4]))
+  local p1, p2 = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  a = a + 4
+  for _ = 1, tonumber(ARGV[a - 1]) do
+    k = k + 1
+    local key, cost = KEYS[k], tonumber(ARGV[a])
+    if cost > 0 then
+      kept_key, kept_value = key, refund(key, now, tonumber(ARGV[a + 2]), p1, p2, cost, tonumber(ARGV[a + 1]))
+      if kept_value == nil then
+        kept_key = nil
+      end
+    end
+    local ok, rem, reset, retry = alg[1](key, now, p1, p2, 0)
+    out[4 * k - 3], out[4 * k - 2], out[4 * k - 1], out[4 * k] = ok, rem, reset, retry
+    a = a + 3
   end
-  local ok, rem, reset, retry = alg[1](KEYS[i], now, p1, p2, 0)
-  out[4 * i - 3], out[4 * i - 2], out[4 * i - 1], out[4 * i] = ok, rem, reset, retry
 end
 return out

@@ -121,7 +121,7 @@ end
 
 local function sliding_window(key, now, limit, period, cost)
   local wd, d = window_width(period)
-  local sw, a, b = sw_read(redis.call('GET', key), wd, d)
+  local sw, a, b = sw_read(stored(key), wd, d)
   if not sw then
     sw, a, b = false, 0, 0
   end
