@@ -90,6 +90,78 @@ func TestValueLayout(t *testing.T) {
 	}
 }
 
+// TestRefundLayout: a fixed_window refund leaves the value a take of the
+// settled cost would have, as an integer, with the window's TTL kept:
+// counts in exact arithmetic go through one INCRBY, longer values (a 1ms
+// window's 13 digits beyond a count of 900) through the string path; a
+// refund of the whole count, or after its window ended, removes the key,
+// and one to a window replaced since, or to a key gone, leaves it as it
+// is.
+func TestRefundLayout(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newRueidis(t, srv.Addr)
+	snap := &snapshotClient{c: c}
+	store := sluiceredis.New(snap)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // minute 29453760
+	lim := sluice.New(store, sluice.WithClock(func() time.Time { return now }))
+	ctx := context.Background()
+	minute := sluice.PerMinute(100).Using(sluice.FixedWindow)
+	milli := sluice.Per(5000, time.Millisecond).Using(sluice.FixedWindow)
+	tests := []struct {
+		name            string
+		l               sluice.Limit
+		before          int // taken before the reservation
+		reserve, actual int
+		later           time.Duration // from the reservation to the settle
+		between         int           // taken just before the settle
+		value, enc      string        // after the settle; "" for no key
+	}{
+		{"in place", minute, 3, 5, 2, 0, 0, "5" + "029453760", "int"},
+		{"a long value", milli, 0, 3000, 1000, 0, 0, "1000" + "1767225600000", "int"},
+		{"the whole count", minute, 0, 5, 0, 0, 0, "", ""},
+		{"after its window", minute, 0, 5, 1, time.Minute, 0, "", ""},
+		{"a window replaced", minute, 0, 5, 1, time.Minute, 2, "2" + "029453761", "int"},
+		{"a key gone", minute, 0, 5, 1, 2 * time.Minute, 0, "", ""},
+	}
+	for i, tt := range tests {
+		key := fmt.Sprintf("refund-%d", i)
+		at := now
+		if tt.before > 0 {
+			if _, err := lim.AllowN(ctx, key, tt.l, tt.before); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r, err := lim.Reserve(ctx, key, tt.l, tt.reserve)
+		if err != nil || !r.Allowed {
+			t.Fatalf("%s: reserve: %+v, %v", tt.name, r, err)
+		}
+		if tt.later >= 2*time.Minute { // the window's state expired
+			if err := c.Do(ctx, c.B().Del().Key(store.Key(key, tt.l)).Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		now = now.Add(tt.later)
+		if tt.between > 0 {
+			if _, err := lim.AllowN(ctx, key, tt.l, tt.between); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := r.Settle(ctx, tt.actual); err != nil {
+			t.Fatalf("%s: settle: %v", tt.name, err)
+		}
+		now = at
+		if snap.value != tt.value || snap.enc != tt.enc {
+			t.Errorf("%s: after the settle %q (%s), want %q (%s)", tt.name, snap.value, snap.enc, tt.value, tt.enc)
+		}
+		if tt.l == minute && tt.value != "" && tt.later == 0 { // a 1ms window expires at once
+			ttl, err := c.Do(ctx, c.B().Pttl().Key(store.Key(key, tt.l)).Build()).AsInt64()
+			if err != nil || ttl <= 0 {
+				t.Errorf("%s: PTTL %d, %v after the settle; want the window's TTL kept", tt.name, ttl, err)
+			}
+		}
+	}
+}
+
 // snapshotClient is a Client that runs each script in a MULTI with a GET
 // and an OBJECT ENCODING of its first key, and keeps what they read.
 // Redis reads its clock once for a whole transaction, so a state that

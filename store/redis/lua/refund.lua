@@ -53,25 +53,64 @@
 -- or, for a take not known, the window a take at now counts in: the stored
 -- one, unless it is older.
 
+-- fw_gives reports whether the window w of count c holds the take's cost
+-- (see fixed_window_refund).
+local function fw_gives(w, c, now, taken, period, cost)
+  if c < cost then
+    return false
+  end
+  if taken then
+    return w == floor(taken / period)
+  end
+  return w >= floor(now / period)
+end
+
+-- fixed_window_refund takes the units off the count in one INCRBY, which
+-- keeps the key's TTL (set by the write of this window's value to last
+-- the window at least, window_write): a value below 2^53 is count * W +
+-- window in arithmetic (fw_state's string form spells the same number).
+-- When the count it took them from was not the take's window holding
+-- them, a second INCRBY puts them back (or a DEL removes the key the first
+-- created): within the script nothing sees the difference. A value that
+-- INCRBY refuses, or too long for exact arithmetic, is read and written
+-- as a string.
 local function fixed_window_refund(key, now, taken, _, period, cost)
   local wd, d = window_width(period)
+  local give = cost * wd
+  if give < exact then
+    local x = redis.pcall('INCRBY', key, fmt('%d', -give))
+    if type(x) == 'number' then
+      local old = x + give
+      if old < exact then
+        local w = old % wd
+        local c = (old - w) / wd
+        if old < wd or not fw_gives(w, c, now, taken, period, cost) then
+          if old == 0 then
+            redis.call('DEL', key) -- none was there: none is
+            return false
+          end
+          redis.call('INCRBY', key, fmt('%d', give))
+          return fmt('%d', old) -- the window ended: what it counted no longer matters
+        end
+        if c == cost or (w + 1) * period <= now then
+          redis.call('DEL', key)
+          return false
+        end
+        return fmt('%d', x)
+      end
+      redis.call('INCRBY', key, fmt('%d', give))
+    end
+  end
   local v = redis.call('GET', key)
   local sw, c = fw_read(v, wd, d)
-  if not sw or c < cost or (taken and sw ~= floor(taken / period)) or (not taken and sw < floor(now / period)) then
-    return v -- the window ended: what it counted no longer matters
+  if not sw or not fw_gives(sw, c, now, taken, period, cost) then
+    return v
   end
   c = c - cost
   local reset = (sw + 1) * period - now
   if c <= 0 or reset <= 0 then
     redis.call('DEL', key)
     return false
-  end
-  if #v <= 15 then
-    -- Take the units off the count in place: INCRBY keeps the key's TTL,
-    -- which the write of this window's value set to last the window at
-    -- least (window_write).
-    redis.call('INCRBY', key, fmt('%d', -cost * wd))
-    return fmt('%d', tonumber(v) - cost * wd)
   end
   local s = fw_state(sw, c, wd)
   window_write(key, s, reset, now)
