@@ -63,6 +63,7 @@ func TestCluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	t.Run("Conformance", func(t *testing.T) { clusterConformance(t, c) })
 	t.Run("Exact", func(t *testing.T) { exactSuite(t, clusterStores(t, c, replicas)) })
+	t.Run("SettleExact", func(t *testing.T) { clusterSettleExact(t, c) })
 	t.Run("Spread", func(t *testing.T) { clusterSpread(t, c) })
 	t.Run("SlotMigration", func(t *testing.T) { clusterSlotMigration(t, c) })
 	t.Run("TryAgain", func(t *testing.T) { clusterTryAgain(t, c) })
@@ -507,6 +508,24 @@ func clusterMoved(t *testing.T, c *redistest.Cluster) {
 			}
 			if r.err != nil || len(r.rs) != 1 || !r.rs[0].Allowed || r.rs[0].Remaining != 4 {
 				t.Errorf("Take while the target answered MOVED = %+v, %v; want it sent again until the slot was stable, then admitted with 4 remaining", r.rs, r.err)
+			}
+		})
+	}
+}
+
+// clusterSettleExact is TestSettleExactUnderConcurrency on the Cluster:
+// reserves and settles of one key, coalesced in its slot's lane (refunds
+// in the decisions' script calls), leave it holding exactly the sum of
+// the actual costs, under every algorithm.
+func clusterSettleExact(t *testing.T, c *redistest.Cluster) {
+	frozen := storetest.NewClock()
+	lims := limitersOver(clusterStores(t, c, replicas, prefix()), same(sluice.WithClock(frozen.Now)))
+	for _, a := range sluice.Algorithms {
+		t.Run(string(a), func(t *testing.T) {
+			l := sluice.PerDay(10_000).Using(a)
+			consumed, want := hammerSettle(t, lims, "settle-"+string(a), l)
+			if consumed != want {
+				t.Errorf("%s holds %d consumed after settles that cost %d in all", l, consumed, want)
 			}
 		})
 	}

@@ -73,10 +73,10 @@ type coalescer struct {
 	lanes []atomic.Pointer[lane] // one, or one per Cluster slot, made when first used
 
 	// For tests: batch calls sent (of 2 decisions or more), the decisions
-	// they carried and the most in one; and settle batch calls (of 2
-	// settles or more).
+	// they carried and the most in one; settle batch calls (of 2 settles
+	// or more); and batch calls of decisions that carried refunds.
 	batches, decisions, largest atomic.Int64
-	settleBatches               atomic.Int64
+	settleBatches, mixed        atomic.Int64
 }
 
 // lane is the queue of decisions waiting for one set of keys.
@@ -339,13 +339,15 @@ func (c *coalescer) run(l *lane, b []*call) {
 }
 
 // send runs the calls of b, the decisions in one script call and the
-// settles in one per script and now, and answers each. The script calls
-// go at once (the client pipelines them on its connection), so that a
-// batch mixing decisions and settles costs one round trip, not one per
-// call: its calls were all waiting at once, so that no order among them
-// is owed.
+// settles in one per script and now, and answers each; the refunds of one
+// now go in the decisions' call (refund_first.lua), as one script call.
+// The script calls go at once (the client pipelines them on its
+// connection), so that a batch costs one round trip, not one per call:
+// its calls were all waiting at once, so that no order among them is
+// owed.
 func (c *coalescer) send(b []*call) {
 	takes := b
+	var with []*call // refunds sent with the decisions
 	if slices.ContainsFunc(b, func(cl *call) bool { return cl.sc != nil }) {
 		takes = nil
 		type kind struct {
@@ -368,40 +370,48 @@ func (c *coalescer) send(b []*call) {
 		var wg sync.WaitGroup
 		defer wg.Wait()
 		for i, k := range order {
-			if i == len(order)-1 && len(takes) == 0 {
+			switch {
+			case with == nil && k.sc == &refundScript && len(takes) > 0 && c.s.wait.replicas == 0:
+				with = settles[k]
+			case i == len(order)-1 && len(takes) == 0:
 				c.sendSettles(settles[k]) // the last call: here
-				break
+			default:
+				wg.Go(func() { c.sendSettles(settles[k]) })
 			}
-			wg.Go(func() { c.sendSettles(settles[k]) })
 		}
 	}
-	c.sendTakes(takes)
+	c.sendTakes(takes, with)
 }
 
-// sendTakes decides the decisions of b, in one script call, and answers
-// each.
-func (c *coalescer) sendTakes(b []*call) {
-	switch len(b) {
-	case 0:
+// sendTakes decides the decisions of b, and gives back the refunds of
+// with (of one now; none when b holds no decision), in one script call,
+// and answers each.
+func (c *coalescer) sendTakes(b, with []*call) {
+	switch {
+	case len(b) == 0:
 		return
-	case 1:
+	case len(b) == 1 && len(with) == 0:
 		cl := b[0]
 		cl.t, cl.err = c.s.take(cl.ctx, cl.now, cl.g, false)
 		cl.answer()
 		return
 	}
-	ctx, cancel := batchContext(b)
+	ctx, cancel := batchContext(append(b[:len(b):len(b)], with...))
 	defer cancel()
-	ts, err := c.s.takeBatch(ctx, b)
+	ts, err := c.s.takeBatch(ctx, b, with)
 	if errors.Is(err, ErrTryAgain) {
 		// A Cluster refused the batch (not run) during a migration: each
-		// decision goes again by itself, and follows ASK or retries.
+		// decision goes again by itself, and follows ASK or retries, and
+		// the refunds go as a settle batch.
 		var wg sync.WaitGroup
 		for _, cl := range b {
 			wg.Go(func() {
 				cl.t, cl.err = c.s.take(ctx, cl.now, cl.g, false)
 				cl.answer()
 			})
+		}
+		if len(with) > 0 {
+			wg.Go(func() { c.sendSettles(with) })
 		}
 		wg.Wait()
 		return
@@ -413,7 +423,13 @@ func (c *coalescer) sendTakes(b []*call) {
 			break
 		}
 	}
-	for i, cl := range b {
+	if len(with) > 0 {
+		c.mixed.Add(1)
+	}
+	if len(with) > 1 {
+		c.settleBatches.Add(1)
+	}
+	for i, cl := range append(b[:len(b):len(b)], with...) {
 		if err != nil {
 			cl.err = err
 		} else {
@@ -496,9 +512,27 @@ func batchContext(b []*call) (context.Context, context.CancelFunc) {
 }
 
 // takeBatch runs batch.lua over the groups of b, in order, and returns
-// what each took.
-func (s *Store) takeBatch(ctx context.Context, b []*call) ([]taken, error) {
+// what each took; with refunds (with, of one now), it runs refund_first.lua
+// and batch.lua in one call, and returns the decisions' then the
+// refunds'.
+func (s *Store) takeBatch(ctx context.Context, b, with []*call) ([]taken, error) {
 	sc, keys, args := batchArgs(b)
+	nw := 0 // the refunds' limits
+	if len(with) > 0 {
+		// ARGV: the refunds' now, the number of their runs' arguments,
+		// their runs, then the decisions'.
+		r := runs{args: make([]string, 2, 2+4+len(with[0].tails)*len(with)+len(args))}
+		r.args[0] = with[0].now
+		var wkeys []string
+		for _, cl := range with {
+			wkeys = append(wkeys, cl.g.keys...)
+			r.add(cl.g, cl.tails)
+			nw += len(cl.g.limits)
+		}
+		r.end()
+		r.args[1] = strconv.Itoa(len(r.args) - 2)
+		sc, keys, args = refundBatch, append(wkeys, keys...), append(r.args, args...)
+	}
 	// eval, not run: a batch that a Cluster refuses is split (send), not
 	// retried whole. One WAIT after the batch covers every write in it.
 	var reply []int64
@@ -513,8 +547,11 @@ func (s *Store) takeBatch(ctx context.Context, b []*call) ([]taken, error) {
 	if err != nil {
 		return nil, err
 	}
-	ts := make([]taken, len(b))
-	off := 0
+	if len(reply) < 4*nw {
+		return nil, fmt.Errorf("batch script replied %d integers to %d refunds, want more", len(reply), nw)
+	}
+	ts := make([]taken, len(b), len(b)+len(with))
+	off := 4 * nw
 	for i, cl := range b {
 		n := 4*len(cl.g.limits) + 1
 		if off+n > len(reply) {
@@ -532,6 +569,16 @@ func (s *Store) takeBatch(ctx context.Context, b []*call) ([]taken, error) {
 	}
 	if off != len(reply) {
 		return nil, fmt.Errorf("batch script replied %d integers, want %d", len(reply), off)
+	}
+	off = 0
+	for _, cl := range with {
+		k := 4 * len(cl.g.limits)
+		rs, err := results(cl.g.limits, reply[off:off+k], 0)
+		if err != nil {
+			return nil, err
+		}
+		ts = append(ts, taken{results: rs})
+		off += k
 	}
 	return ts, nil
 }

@@ -648,8 +648,8 @@ func TestCoalesceSettles(t *testing.T) {
 				}
 				return
 			}
-			if calls > pairs || store.SettleBatches() == 0 {
-				t.Errorf("%d script calls for %d reserve+settle pairs (%d settle batches); want at most one call per pair", calls, pairs, store.SettleBatches())
+			if calls > pairs || store.SettleBatches() == 0 || store.RefundsWithDecisions() == 0 {
+				t.Errorf("%d script calls for %d reserve+settle pairs (%d settle batches, %d with decisions); want at most one call per pair, refunds sent with decisions", calls, pairs, store.SettleBatches(), store.RefundsWithDecisions())
 			}
 		})
 	}

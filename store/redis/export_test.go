@@ -42,6 +42,15 @@ func (s *Store) SettleBatches() int64 {
 	return s.co.settleBatches.Load()
 }
 
+// RefundsWithDecisions returns the batch calls of decisions that carried
+// refunds too (refund_first.lua).
+func (s *Store) RefundsWithDecisions() int64 {
+	if s.co == nil {
+		return 0
+	}
+	return s.co.mixed.Load()
+}
+
 // Coalesced returns how many batch calls of two decisions or more s sent,
 // how many decisions they carried and the most one carried.
 func (s *Store) Coalesced() (batches, decisions, largest int64) {
@@ -80,7 +89,7 @@ func (s *Store) TakeBatch(ctx context.Context, reqs []sluice.Request) ([][]sluic
 		}
 		b[i] = &call{ctx: ctx, now: clockArg(req.Now), g: gs[0]}
 	}
-	ts, err := s.takeBatch(ctx, b)
+	ts, err := s.takeBatch(ctx, b, nil)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -155,11 +155,13 @@
 // exact.
 //
 // Refunds and charges (a reservation's settle, sluice.Settler) coalesce
-// in the same lanes: those that wait go, with the decisions of their
-// batch, as one call of refund.lua or charge.lua per instant (those
-// without their own Now share the server's TIME), which give back and
-// charge key after key, deciding nothing, so that a settle costs about
-// what a decision costs at any concurrency.
+// in the same lanes. Those that wait go with the decisions of their
+// batch: the refunds of one instant (those without their own Now share
+// the server's TIME) in the decisions' own call (lua/refund_first.lua
+// before lua/batch.lua), the others as one call of refund.lua or
+// charge.lua per instant, sent at once beside it. Refunds and charges
+// give back and charge key after key, deciding nothing, so that a settle
+// costs no more than a decision at any concurrency.
 //
 // A lane is what one script may touch: the server (standalone, Sentinel),
 // or one hash slot on a Cluster. A store sharded on the client side
@@ -394,14 +396,18 @@ func newScript(src string) script {
 // A decision whose limits share one algorithm runs that algorithm's script,
 // the cheapest; a decision mixing algorithms runs the script of all five,
 // so that it is still one atomic call. A refund (of a decision split over
-// Cluster slots, or a settle) runs refund.lua after all five, a charge
-// charge.lua.
+// Cluster slots, or a settle) runs refund.lua after all five, then
+// refund_main.lua (or, in a batch of decisions, refund_first.lua and
+// batch.lua), a charge charge.lua.
 var (
 	// algScripts holds each algorithm's script by its algo.Code, under
 	// which the default ("") is token_bucket's.
 	algScripts   = byAlgorithm("take")
 	allScript    = compose("take", sluice.Algorithms...)
-	refundScript = compose("refund", sluice.Algorithms...)
+	refundScript = compose("refund+refund_main", sluice.Algorithms...)
+	// refundBatch runs a coalesced batch of decisions and refunds
+	// (coalesce.go's send).
+	refundBatch  = compose("refund+refund_first+batch", sluice.Algorithms...)
 	chargeScript = compose("charge", sluice.Algorithms...)
 )
 

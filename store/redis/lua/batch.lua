@@ -6,7 +6,8 @@
 -- at (µs). The client coalesces concurrent decisions into it
 -- (coalesce.go).
 --
--- Two forms of ARGV. The compact one, for requests of one limit each:
+-- Two forms of ARGV (after those of refund_first.lua, in a batch that
+-- carries refunds too). The compact one, for requests of one limit each:
 -- ARGV[1]   -L, the number of distinct limits of the batch, negated
 -- then, for each of them: algorithm code, its two parameters
 -- then, for each request in turn: r = cost * L + i, its cost and the index
@@ -25,22 +26,26 @@
 -- algorithms, generated before this file, maps each algorithm code to its
 -- decision function and its writer.
 
+-- A batch that also carries refunds (refund_first.lua, run before this
+-- file) finds them done: its own ARGV start after before_args of them,
+-- its keys after before_keys, its integers in before_out after theirs.
 local server_now
-local out, n, k, a = {}, 0, 0, 2
+local A, k = before_args, before_keys
+local out, n, a = before_out, 4 * k, A + 2
 
-local nl = -tonumber(ARGV[1])
+local nl = -tonumber(ARGV[A + 1])
 if nl > 0 then
   -- The compact form: each limit's numbers are read once.
   local algs, p1s, p2s = {}, {}, {}
   for i = 1, nl do
-    local j = 3 * i - 1
+    local j = A + 3 * i - 1
     algs[i] = algorithms[ARGV[j]]
     if not algs[i] then
       return redis.error_reply('sluice: unknown algorithm ' .. tostring(ARGV[j]))
     end
     p1s[i], p2s[i] = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
   end
-  a = 3 * nl + 2
+  a = A + 3 * nl + 2
   local last = #ARGV
   while a <= last do
     local r, now = tonumber(ARGV[a])
@@ -72,7 +77,7 @@ if nl > 0 then
 end
 
 local states = {} -- reused by every request of several limits
-for _ = 1, tonumber(ARGV[1]) do
+for _ = 1, tonumber(ARGV[A + 1]) do
   local now = ARGV[a]
   local m = tonumber(ARGV[a + 1])
   a = a + 2

@@ -59,6 +59,11 @@ local function stored(key)
   return redis.call('GET', key)
 end
 
+-- before_args, before_keys and before_out are the arguments, keys and
+-- reply integers that refund_first.lua used before batch.lua's, in a batch
+-- of decisions that carries refunds: none in any other script.
+local before_args, before_keys, before_out = 0, 0, {}
+
 -- read_only is set by peek.lua: a decision function then writes nothing
 -- (bucket_debt converts state without storing it), nor does take.lua
 -- commit the decision, so that the script reads the state as take.lua

@@ -9,6 +9,9 @@
 -- (common.lua's stored).
 -- It mirrors Spec.Refund in internal/algo/settle.go.
 --
+-- refund_main.lua runs it over ARGV and KEYS, refund_first.lua over
+-- their first part, before batch.lua's. Its ARGV:
+--
 -- ARGV[1]   now in µs, or '' to use the server's clock (TIME)
 -- then the limits of KEYS in runs (store/redis's "Settle arguments"):
 --   algorithm code, its two parameters as take.lua has them, and n, the
@@ -225,29 +228,33 @@ local refunds = {
   g = bucket_refund,
 }
 
-local now = clock(ARGV[1])
-local out, k, a = {}, 0, 2
-local last = #ARGV
-while a <= last do
-  local code = ARGV[a]
-  local refund, alg = refunds[code], algorithms[code]
-  if not refund or not alg then
-    return redis.error_reply('sluice: unknown algorithm ' .. tostring(code))
-  end
-  local p1, p2 = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  a = a + 4
-  for _ = 1, tonumber(ARGV[a - 1]) do
-    k = k + 1
-    local key, cost = KEYS[k], tonumber(ARGV[a])
-    if cost > 0 then
-      kept_key, kept_value = key, refund(key, now, tonumber(ARGV[a + 2]), p1, p2, cost, tonumber(ARGV[a + 1]))
-      if kept_value == nil then
-        kept_key = nil
-      end
+-- refund_runs gives back, at now, to the keys after the first k of KEYS,
+-- the runs of ARGV[from .. to] (see ARGV above), and puts their four
+-- integers each in out after the first 4k; it returns k and the keys it
+-- gave back to, or an error reply.
+local function refund_runs(now, from, to, k, out)
+  local a = from
+  while a <= to do
+    local code = ARGV[a]
+    local refund, alg = refunds[code], algorithms[code]
+    if not refund or not alg then
+      return nil, redis.error_reply('sluice: unknown algorithm ' .. tostring(code))
     end
-    local ok, rem, reset, retry = alg[1](key, now, p1, p2, 0)
-    out[4 * k - 3], out[4 * k - 2], out[4 * k - 1], out[4 * k] = ok, rem, reset, retry
-    a = a + 3
+    local p1, p2 = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+    a = a + 4
+    for _ = 1, tonumber(ARGV[a - 1]) do
+      k = k + 1
+      local key, cost = KEYS[k], tonumber(ARGV[a])
+      if cost > 0 then
+        kept_key, kept_value = key, refund(key, now, tonumber(ARGV[a + 2]), p1, p2, cost, tonumber(ARGV[a + 1]))
+        if kept_value == nil then
+          kept_key = nil
+        end
+      end
+      local ok, rem, reset, retry = alg[1](key, now, p1, p2, 0)
+      out[4 * k - 3], out[4 * k - 2], out[4 * k - 1], out[4 * k] = ok, rem, reset, retry
+      a = a + 3
+    end
   end
+  return k
 end
-return out
