@@ -38,11 +38,11 @@ local function fw_read(v, wd, d)
   return w, c
 end
 
-local function fixed_window(key, now, limit, period, cost)
-  local wd, d = window_width(period)
+-- fw_decide is fixed_window's decision on the stored window sw (nil or
+-- false: none) of count c, in windows of width wd.
+local function fw_decide(sw, c, wd, now, limit, period, cost)
   local w = floor(now / period)
   local count = 0
-  local sw, c = fw_read(stored(key), wd, d)
   if sw then
     if sw > w then
       w = sw -- never back to an older window
@@ -67,5 +67,11 @@ local function fixed_window(key, now, limit, period, cost)
     return 1, limit - count, reset, 0, cost * wd -- add to the stored count
   end
   return 1, limit - count, reset, 0, fw_state(w, count, wd)
+end
+
+local function fixed_window(key, now, limit, period, cost)
+  local wd, d = window_width(period)
+  local sw, c = fw_read(stored(key), wd, d)
+  return fw_decide(sw, c, wd, now, limit, period, cost)
 end
 local fixed_window_write = window_write

@@ -6,7 +6,8 @@
 -- as take.lua does, for a request of cost 0: the state after the refund,
 -- decided on the value the refund returns it left at the key (false:
 -- none; nil: not known, read again) rather than reading it twice
--- (common.lua's stored).
+-- (common.lua's stored), or those the refund returns after the value,
+-- when it decided them itself.
 -- It mirrors Spec.Refund in internal/algo/settle.go.
 --
 -- refund_main.lua runs it over ARGV and KEYS, refund_first.lua over
@@ -77,7 +78,7 @@ end
 -- created): within the script nothing sees the difference. A value that
 -- INCRBY refuses, or too long for exact arithmetic, is read and written
 -- as a string.
-local function fixed_window_refund(key, now, taken, _, period, cost)
+local function fixed_window_refund(key, now, taken, limit, period, cost)
   local wd, d = window_width(period)
   local give = cost * wd
   if give < exact then
@@ -97,9 +98,9 @@ local function fixed_window_refund(key, now, taken, _, period, cost)
         end
         if c == cost or (w + 1) * period <= now then
           redis.call('DEL', key)
-          return false
+          return false, fw_decide(false, 0, wd, now, limit, period, 0)
         end
-        return fmt('%d', x)
+        return fmt('%d', x), fw_decide(w, c - cost, wd, now, limit, period, 0)
       end
       redis.call('INCRBY', key, fmt('%d', give))
     end
@@ -245,13 +246,17 @@ local function refund_runs(now, from, to, k, out)
     for _ = 1, tonumber(ARGV[a - 1]) do
       k = k + 1
       local key, cost = KEYS[k], tonumber(ARGV[a])
+      local ok, rem, reset, retry
       if cost > 0 then
-        kept_key, kept_value = key, refund(key, now, tonumber(ARGV[a + 2]), p1, p2, cost, tonumber(ARGV[a + 1]))
-        if kept_value == nil then
-          kept_key = nil
+        local left
+        left, ok, rem, reset, retry = refund(key, now, tonumber(ARGV[a + 2]), p1, p2, cost, tonumber(ARGV[a + 1]))
+        if left ~= nil and not ok then
+          kept_key, kept_value = key, left
         end
       end
-      local ok, rem, reset, retry = alg[1](key, now, p1, p2, 0)
+      if not ok then
+        ok, rem, reset, retry = alg[1](key, now, p1, p2, 0)
+      end
       out[4 * k - 3], out[4 * k - 2], out[4 * k - 1], out[4 * k] = ok, rem, reset, retry
       a = a + 3
     end
