@@ -396,13 +396,22 @@ func (s *Store) micros(t time.Time) int64 {
 
 // Take implements sluice.Store. A request of several parts locks the
 // shards of all their keys, in shard order, so it is atomic too.
-func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, error) {
+	rs, _ := s.take(req)
+	return rs, nil
+}
+
+// take is Take, and returns the instant it decided at: req.Now, or the
+// store's clock read once the shards are locked, so that the decisions of
+// a key run at instants in the order they run in (a clock read before
+// waiting for a lock could be older than the instant of a decision that
+// took the lock first).
+func (s *Store) take(req sluice.Request) ([]sluice.Result, int64) {
 	if len(req.Parts) == 1 && len(req.Parts[0].Limits) == 1 {
 		p := req.Parts[0]
-		r, err := s.TakeOne(ctx, p.Key, p.Limits[0], p.Cost, req.Now)
-		return []sluice.Result{r}, err
+		r, now := s.takeOne(p.Key, p.Limits[0], p.Cost, req.Now)
+		return []sluice.Result{r}, now
 	}
-	now := s.micros(req.Now)
 	n := req.Len()
 	rs := make([]sluice.Result, n)
 	var buf [4]decision // most decisions have a limit or two: no allocation
@@ -416,6 +425,7 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, 
 	var scratch [256]byte
 	keys, locked := s.lock(req.Parts, work, scratch[:0], shards[:0])
 	defer s.unlock(locked)
+	now := s.micros(req.Now)
 
 	allowed := true
 	i := 0
@@ -458,18 +468,24 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, 
 		}
 		sh.settle(keep, now)
 	}
-	return rs, nil
+	return rs, now
 }
 
 // TakeOne implements sluice.OneTaker: Take of a request of one key under
 // one limit, without allocating (unless a new key needs an entry).
 // It decides in one shard, that of key.
 func (s *Store) TakeOne(_ context.Context, key string, l sluice.Limit, cost int, at time.Time) (sluice.Result, error) {
-	now := s.micros(at)
+	r, _ := s.takeOne(key, l, cost, at)
+	return r, nil
+}
+
+// takeOne is TakeOne, and returns the instant it decided at (see take).
+func (s *Store) takeOne(key string, l sluice.Limit, cost int, at time.Time) (sluice.Result, int64) {
 	ck := newClientKey(key)
 	hc := maphash.String(s.seed, ck.key)
 	sh := &s.shards[s.shardOf(hc)]
 	sh.mu.Lock()
+	now := s.micros(at)
 	m := &sh.last
 	if len(m.prefix) == 0 || m.limit != l {
 		p := appendEntryKey(m.prefix[:0], clientKey{}, l)
@@ -507,7 +523,7 @@ func (s *Store) TakeOne(_ context.Context, key string, l sluice.Limit, cost int,
 	// keeps it (see Take).
 	sh.settle(sh.cap, now)
 	sh.mu.Unlock()
-	return out.R, nil
+	return out.R, now
 }
 
 // put stores st for ttl µs from now as the state of entry key k, whose

@@ -17,7 +17,6 @@ import (
 // for eviction, so that an operator's look at a key can neither keep it
 // in a full store nor push another key out.
 func (s *Store) Peek(_ context.Context, req sluice.Request) ([]sluice.Result, error) {
-	now := s.micros(req.Now)
 	n := req.Len()
 	rs := make([]sluice.Result, n)
 	var buf [4]decision
@@ -31,6 +30,7 @@ func (s *Store) Peek(_ context.Context, req sluice.Request) ([]sluice.Result, er
 	var scratch [256]byte
 	keys, locked := s.lock(req.Parts, work, scratch[:0], shards[:0])
 	defer s.unlock(locked)
+	now := s.micros(req.Now) // once locked, as take reads it
 
 	allowed := true
 	i := 0

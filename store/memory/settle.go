@@ -10,13 +10,9 @@ import (
 
 // TakeAt implements sluice.Settler: Take, and the instant it decided at
 // (req.Now, or the store's clock), for every limit.
-func (s *Store) TakeAt(ctx context.Context, req sluice.Request) (sluice.Taken, error) {
-	at := time.UnixMicro(s.micros(req.Now)).UTC()
-	req.Now = at
-	rs, err := s.Take(ctx, req)
-	if err != nil {
-		return sluice.Taken{}, err
-	}
+func (s *Store) TakeAt(_ context.Context, req sluice.Request) (sluice.Taken, error) {
+	rs, now := s.take(req)
+	at := time.UnixMicro(now).UTC()
 	t := sluice.Taken{Results: rs, At: make([]time.Time, len(rs))}
 	for i := range t.At {
 		t.At[i] = at
@@ -52,12 +48,12 @@ func (s *Store) Charge(_ context.Context, req sluice.Request) ([]sluice.Result, 
 // to store it), under the locks of all their shards, as Take does, and
 // returns the state after it as a request of cost 0 sees it.
 func (s *Store) apply(req sluice.Request, f func(i int, sp *algo.Spec, st algo.State, now, cost int64) (algo.State, int64, bool)) []sluice.Result {
-	now := s.micros(req.Now)
 	n := req.Len()
 	rs := make([]sluice.Result, n)
 	work := make([]decision, n)
 	var scratch [256]byte
 	keys, locked := s.lock(req.Parts, work, scratch[:0], nil)
+	now := s.micros(req.Now) // once locked, as take reads it
 	defer s.unlock(locked)
 	i := 0
 	for _, p := range req.Parts {
