@@ -569,8 +569,7 @@ func (s *Store) takeAt(ctx context.Context, req sluice.Request, at []time.Time) 
 	var one group // a decision of one part, most of them: no grouping to do
 	g := &one
 	if len(req.Parts) == 1 {
-		p := req.Parts[0]
-		one = group{keys: s.keys(p.Key, p.Limits), limits: p.Limits, cost: p.Cost}
+		one = s.partGroup(req.Parts[0])
 	} else if gs := s.groups(req); len(gs) > 1 {
 		return s.takeStacked(ctx, clockArg(req.Now), gs, req.Len(), at)
 	} else {

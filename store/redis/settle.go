@@ -148,11 +148,10 @@ func (s *Store) eachGroup(ctx context.Context, req sluice.Request, f func(ctx co
 	if len(req.Parts) == 1 {
 		// One part, most settles: one group in the request's order (as
 		// takeAt's), whose index is not needed.
-		p := req.Parts[0]
-		g := &group{keys: s.keys(p.Key, p.Limits), limits: p.Limits, cost: p.Cost}
-		got, err := f(ctx, now, g)
+		g := s.partGroup(req.Parts[0])
+		got, err := f(ctx, now, &g)
 		if err != nil {
-			return nil, s.failed(g, nil, err)
+			return nil, s.failed(&g, nil, err)
 		}
 		return got, nil
 	}

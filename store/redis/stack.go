@@ -82,6 +82,12 @@ func (s *Store) groups(req sluice.Request) []*group {
 	return gs
 }
 
+// partGroup returns the group of one part alone: its limits in its order
+// (index nil), without groups' work.
+func (s *Store) partGroup(p sluice.Part) group {
+	return group{keys: s.keys(p.Key, p.Limits), limits: p.Limits, cost: p.Cost}
+}
+
 // slot returns the Cluster hash slot of key: CRC16 (XMODEM) of its hash
 // tag, the part between the first '{' and the next '}' when that is not
 // empty, or of the whole key, modulo 16384.
