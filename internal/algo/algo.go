@@ -116,15 +116,20 @@ func (sp *Spec) Check(st *State, now, cost int64, out *Outcome) {
 // It is short because it is part of every Redis key, and Redis memory per
 // key grows with the key's length.
 func ID(l sluice.Limit) string {
+	return string(AppendID(make([]byte, 0, 16+len(l.Name)), l))
+}
+
+// AppendID appends ID(l) to b, for a caller that builds a longer string
+// around it (a Redis key) in one buffer.
+func AppendID(b []byte, l sluice.Limit) []byte {
 	n := l.Identity()
-	b := make([]byte, 0, 16+len(n.Name))
 	b = append(b, keyLetter(n.Algorithm))
 	b = appendPeriod(b, micros(n.Period))
 	if n.Name != "" {
 		b = append(b, ':')
 		b = append(b, n.Name...)
 	}
-	return string(b)
+	return b
 }
 
 // periodUnits are the units of a period in an ID, largest first.

@@ -723,10 +723,16 @@ func (s *Store) Key(key string, l sluice.Limit) string {
 // keys returns the Redis keys that hold the state of key under each of
 // limits, encoding key (escape) once for all of them.
 func (s *Store) keys(key string, limits []sluice.Limit) []string {
-	base := s.prefix + ":{" + escape(key) + "}"
+	var buf [128]byte // most keys: built on the stack, one string each
+	b := append(buf[:0], s.prefix...)
+	b = append(b, ":{"...)
+	b = append(b, escape(key)...)
+	b = append(b, '}')
+	base := len(b)
 	keys := make([]string, len(limits))
 	for i, l := range limits {
-		keys[i] = base + algo.ID(l)
+		b = algo.AppendID(b[:base], l)
+		keys[i] = string(b)
 	}
 	return keys
 }
