@@ -88,6 +88,11 @@ type Reservation struct {
 
 	mu      sync.Mutex
 	settled bool
+
+	// onePart and oneLimit hold parts and its Limits for a reservation of
+	// one part of one limit, most: no allocation of their own.
+	onePart  [1]Part
+	oneLimit [1]Limit
 }
 
 // localPart is a part of a Reservation that the local fallback decided.
@@ -103,7 +108,10 @@ type localPart struct {
 // that Settle then corrects to the actual cost. It is ReserveParts with
 // one part.
 func (l *Limiter) Reserve(ctx context.Context, key string, limit Limit, max int) (*Reservation, error) {
-	return l.ReserveParts(ctx, Part{Key: key, Limits: []Limit{limit}, Cost: max})
+	r := &Reservation{}
+	r.oneLimit[0] = limit
+	r.onePart[0] = Part{Key: key, Limits: r.oneLimit[:], Cost: max}
+	return l.reserve(ctx, r, r.onePart[:])
 }
 
 // ReserveParts decides parts as AllowParts does, each at its largest
@@ -114,6 +122,25 @@ func (l *Limiter) Reserve(ctx context.Context, key string, limit Limit, max int)
 // AllowParts, and the Reservation remembers who decided: see
 // Reservation.SettleParts.
 func (l *Limiter) ReserveParts(ctx context.Context, parts ...Part) (*Reservation, error) {
+	r := &Reservation{}
+	own := r.onePart[:0]
+	if len(parts) > 1 {
+		own = make([]Part, 0, len(parts))
+	}
+	for _, p := range parts {
+		if len(parts) == 1 && len(p.Limits) == 1 {
+			r.oneLimit[0] = p.Limits[0]
+			p.Limits = r.oneLimit[:]
+		} else {
+			p.Limits = slices.Clone(p.Limits)
+		}
+		own = append(own, p)
+	}
+	return l.reserve(ctx, r, own)
+}
+
+// reserve is ReserveParts over parts that r owns (their Limits copied).
+func (l *Limiter) reserve(ctx context.Context, r *Reservation, parts []Part) (*Reservation, error) {
 	if err := someLimits(parts, "reservation"); err != nil {
 		return nil, err
 	}
@@ -129,11 +156,7 @@ func (l *Limiter) ReserveParts(ctx context.Context, parts ...Part) (*Reservation
 			return nil, fmt.Errorf("sluice: reserve: the fallback store: %w: %T", ErrSettleUnsupported, f)
 		}
 	}
-	own := make([]Part, len(parts))
-	for i, p := range parts {
-		p.Limits = slices.Clone(p.Limits)
-		own[i] = p
-	}
+	own := parts
 	req := Request{Parts: own}
 	if l.now != nil {
 		req.Now = l.now()
@@ -142,7 +165,7 @@ func (l *Limiter) ReserveParts(ctx context.Context, parts ...Part) (*Reservation
 	if err != nil {
 		return nil, err
 	}
-	r := &Reservation{MultiResult: Combine(t.Results), lim: l, parts: own, taken: t}
+	r.MultiResult, r.lim, r.parts, r.taken = Combine(t.Results), l, own, t
 	for i, p := range local {
 		if p.Cost > 0 {
 			r.local = append(r.local, localPart{index: localIndex(own, l, i), part: p})
@@ -285,6 +308,9 @@ type settling struct {
 	refund bool
 	req    Request
 	first  []int // the index in the reservation's Results of each part's first limit
+
+	onePart  [1]Part // req.Parts and first of a settle of one part, most:
+	oneFirst [1]int  // no allocation of their own
 }
 
 // split returns the refund and the charge that settle the parts (part(i)
@@ -313,7 +339,9 @@ func (r *Reservation) split(actual []int, part func(i int) Part) (refund, charge
 			p.Cost = 0
 		}
 		if *s == nil {
-			*s = &settling{refund: s == &refund}
+			n := &settling{refund: s == &refund}
+			n.req.Parts, n.first = n.onePart[:0], n.oneFirst[:0]
+			*s = n
 		}
 		(*s).req.Parts = append((*s).req.Parts, p)
 		(*s).first = append((*s).first, first[i])

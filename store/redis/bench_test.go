@@ -340,7 +340,7 @@ func BenchmarkSettle(b *testing.B) {
 
 // BenchmarkBatchScriptCPU reports the Redis server's CPU per decision of
 // batch.lua calls of each size, sent one after another (no contention
-// from the client), for gcra and sliding_log, beside take.lua's one
+// from the client), for fixed_window, gcra and sliding_log, beside take.lua's one
 // decision per call (size 1):
 //
 //	go test -run '^$' -bench BatchScriptCPU -benchtime 200x ./store/redis/
@@ -349,7 +349,7 @@ func BenchmarkBatchScriptCPU(b *testing.B) {
 	c := newRueidis(b, srv.Addr)
 	store := sluiceredis.FromRueidis(c)
 	ctx := context.Background()
-	for _, a := range []sluice.Algorithm{sluice.GCRA, sluice.SlidingLog} {
+	for _, a := range []sluice.Algorithm{sluice.FixedWindow, sluice.GCRA, sluice.SlidingLog} {
 		l := benchLimit(a)
 		for _, n := range []int{1, 4, 16, 64, 128, 256} {
 			b.Run(string(a)+"/"+strconv.Itoa(n), func(b *testing.B) {
@@ -429,6 +429,55 @@ func BenchmarkWaitReplicas(b *testing.B) {
 					_, err := lim.Allow(ctx, benchKeyNames[i%benchKeys], l)
 					return err
 				})
+			})
+		}
+	}
+}
+
+// BenchmarkRefundScriptCPU reports the Redis server's CPU per item of
+// script calls of 40 keys, sent one after another: a take of 40 parts
+// (take.lua) alone, and followed by the refund of half its cost
+// (refund.lua), for fixed_window and gcra; the refund's own is the
+// difference:
+//
+//	go test -run '^$' -bench RefundScriptCPU -benchtime 2000x -count 5 ./store/redis/
+func BenchmarkRefundScriptCPU(b *testing.B) {
+	srv := redistest.Start(b)
+	c := newRueidis(b, srv.Addr)
+	store := sluiceredis.FromRueidis(c)
+	ctx := context.Background()
+	const n = 40
+	for _, a := range []sluice.Algorithm{sluice.FixedWindow, sluice.GCRA} {
+		l := benchLimit(a)
+		for _, mode := range []string{"take", "take+refund"} {
+			b.Run(string(a)+"/"+mode, func(b *testing.B) {
+				parts := make([]sluice.Part, n)
+				half := make([]sluice.Part, n)
+				run := func(i int) error {
+					for k := range parts {
+						key := benchKeyNames[(i*n+k)%benchKeys]
+						parts[k] = sluice.Part{Key: key, Limits: []sluice.Limit{l}, Cost: 2}
+						half[k] = sluice.Part{Key: key, Limits: parts[k].Limits, Cost: 1}
+					}
+					t, err := store.TakeAt(ctx, sluice.Request{Parts: parts})
+					if err != nil || mode == "take" {
+						return err
+					}
+					_, err = store.Refund(ctx, sluice.Request{Parts: half}, t)
+					return err
+				}
+				if err := run(0); err != nil { // load the scripts
+					b.Fatal(err)
+				}
+				if err := c.Do(ctx, c.B().ConfigResetstat().Build()).Error(); err != nil {
+					b.Fatal(err)
+				}
+				for i := 0; b.Loop(); i++ {
+					if err := run(i); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(scriptUsec(b, c)/float64(b.N*n), "redis-µs/item")
 			})
 		}
 	}

@@ -96,7 +96,8 @@ type lane struct {
 type call struct {
 	ctx   context.Context
 	now   string
-	g     *group
+	g     *group         // &gv
+	gv    group          // a copy of the caller's group, which stays its own
 	sc    *script        // nil: a decision
 	tails []string       // a settle's, of g's limits (see "Settle arguments")
 	lims  []sluice.Limit // the call's copy of g.limits, kept when recycled
@@ -210,10 +211,12 @@ func (c *coalescer) do(ctx context.Context, now string, g *group, sc *script, ta
 	// The caller may leave (its context ending) once its call is sent,
 	// and then reuse its Limits (the Limiter pools them): the sender reads
 	// a copy, in the call's own buffer (recycled with it, so that a
-	// queued decision does not allocate one). g is this Take's own.
+	// queued decision does not allocate one), and a copy of g, so that
+	// the caller's g stays its own (on its stack, most).
 	cl.lims = append(cl.lims[:0], g.limits...)
-	g.limits = cl.lims
-	cl.ctx, cl.now, cl.g, cl.sc, cl.tails = ctx, now, g, sc, tails
+	cl.gv = *g
+	cl.gv.limits = cl.lims
+	cl.ctx, cl.now, cl.g, cl.sc, cl.tails = ctx, now, &cl.gv, sc, tails
 	l.queue = append(l.queue, cl)
 	if dl, ok := ctx.Deadline(); ok {
 		at := time.Now()

@@ -29,18 +29,8 @@ func (s *Store) TakeAt(ctx context.Context, req sluice.Request) (sluice.Taken, e
 // (WithWaitReplicas): a failover that loses it leaves the consumption,
 // which errs towards denying.
 func (s *Store) Refund(ctx context.Context, req sluice.Request, t sluice.Taken) ([]sluice.Result, error) {
-	return s.eachGroup(ctx, req, func(ctx context.Context, now string, g *group) ([]sluice.Result, error) {
-		tails := refundTails(g, func(i int) (string, string) {
-			if t.At == nil {
-				return "", ""
-			}
-			k := i // a group of one part: the request's order
-			if g.index != nil {
-				k = g.index[i]
-			}
-			return strconv.FormatInt(t.Results[k].ResetAfter.Microseconds(), 10), strconv.FormatInt(t.At[k].UnixMicro(), 10)
-		})
-		rs, err := s.settleVia(ctx, &refundScript, now, g, tails)
+	return s.eachGroup(ctx, req, func(ctx context.Context, now string, g group) ([]sluice.Result, error) {
+		rs, err := s.settleVia(ctx, &refundScript, now, &g, refundTails(&g, t, g.index))
 		if err != nil {
 			return nil, fmt.Errorf("refund: %w", err)
 		}
@@ -113,12 +103,20 @@ func (s *Store) runSettle(ctx context.Context, sc script, now string, g *group, 
 }
 
 // refundTails returns the tails of refund.lua's arguments over g: for
-// each limit its cost, and the reset after and instant of its take
-// (took), "" and "" for a take not known.
-func refundTails(g *group, took func(i int) (reset, at string)) []string {
+// each limit its cost, and the reset after and instant of its take in t
+// (index, when not nil, maps g's limits to t's order: a group's index of
+// a request's limits), "" and "" for a take not known (nil t.At).
+func refundTails(g *group, t sluice.Taken, index []int) []string {
 	tails := make([]string, 0, 3*len(g.limits))
 	for i := range g.limits {
-		reset, at := took(i)
+		reset, at := "", ""
+		if t.At != nil {
+			k := i
+			if index != nil {
+				k = index[i]
+			}
+			reset, at = strconv.FormatInt(t.Results[k].ResetAfter.Microseconds(), 10), strconv.FormatInt(t.At[k].UnixMicro(), 10)
+		}
 		tails = append(tails, strconv.Itoa(g.costOf(i)), reset, at)
 	}
 	return tails
@@ -128,19 +126,20 @@ func refundTails(g *group, took func(i int) (reset, at string)) []string {
 // Refund. A charge never waits for replicas either: a failover that loses
 // it loses the debt.
 func (s *Store) Charge(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
-	return s.eachGroup(ctx, req, func(ctx context.Context, now string, g *group) ([]sluice.Result, error) {
+	return s.eachGroup(ctx, req, func(ctx context.Context, now string, g group) ([]sluice.Result, error) {
 		tails := make([]string, len(g.limits)) // each limit's cost
 		for i := range tails {
 			tails[i] = strconv.Itoa(g.costOf(i))
 		}
-		return s.settleVia(ctx, &chargeScript, now, g, tails)
+		return s.settleVia(ctx, &chargeScript, now, &g, tails)
 	})
 }
 
 // eachGroup runs f over each group of req's keys (refund.lua or charge.lua,
 // which cannot deny: the groups need not be all or nothing), at once, and
-// returns their Results in req's order, or the first failure.
-func (s *Store) eachGroup(ctx context.Context, req sluice.Request, f func(ctx context.Context, now string, g *group) ([]sluice.Result, error)) ([]sluice.Result, error) {
+// returns their Results in req's order, or the first failure. f gets a
+// copy of each group, so that a group of one part stays on the stack.
+func (s *Store) eachGroup(ctx context.Context, req sluice.Request, f func(ctx context.Context, now string, g group) ([]sluice.Result, error)) ([]sluice.Result, error) {
 	if s.topo != nil {
 		s.topo.tick()
 	}
@@ -149,7 +148,7 @@ func (s *Store) eachGroup(ctx context.Context, req sluice.Request, f func(ctx co
 		// One part, most settles: one group in the request's order (as
 		// takeAt's), whose index is not needed.
 		g := s.partGroup(req.Parts[0])
-		got, err := f(ctx, now, &g)
+		got, err := f(ctx, now, g)
 		if err != nil {
 			return nil, s.failed(&g, nil, err)
 		}
@@ -159,7 +158,7 @@ func (s *Store) eachGroup(ctx context.Context, req sluice.Request, f func(ctx co
 	rs := make([]sluice.Result, req.Len())
 	errs := make([]error, len(gs))
 	if len(gs) == 1 {
-		got, err := f(ctx, now, gs[0])
+		got, err := f(ctx, now, *gs[0])
 		if err != nil {
 			return nil, s.failed(gs[0], nil, err)
 		}
@@ -169,7 +168,7 @@ func (s *Store) eachGroup(ctx context.Context, req sluice.Request, f func(ctx co
 	var wg sync.WaitGroup
 	for k, g := range gs {
 		wg.Go(func() {
-			got, err := f(ctx, now, g)
+			got, err := f(ctx, now, *g)
 			if err != nil {
 				errs[k] = err
 				return

@@ -176,17 +176,11 @@ func (s *Store) settle(ctx context.Context, now string, in []*group, ts []taken,
 // refund runs refund.lua over g to give back what t took, and returns the
 // state after it.
 func (s *Store) refund(ctx context.Context, now string, g *group, t taken) ([]sluice.Result, error) {
-	taken := strconv.FormatInt(t.now, 10)
-	return s.refundGroup(ctx, now, g, func(i int) (string, string) {
-		return strconv.FormatInt(t.results[i].ResetAfter.Microseconds(), 10), taken
-	})
-}
-
-// refundGroup runs refund.lua over g at now, giving back each limit's
-// cost; took(i) returns the reset after (µs) and the instant (µs) of the
-// take of g's i-th limit, or "" and "" for a take not known.
-func (s *Store) refundGroup(ctx context.Context, now string, g *group, took func(i int) (reset, at string)) ([]sluice.Result, error) {
-	rs, err := s.runSettle(ctx, refundScript, now, g, refundTails(g, took))
+	at := make([]time.Time, len(t.results))
+	for i := range at {
+		at[i] = time.UnixMicro(t.now)
+	}
+	rs, err := s.runSettle(ctx, refundScript, now, g, refundTails(g, sluice.Taken{Results: t.results, At: at}, nil))
 	if err != nil {
 		return nil, fmt.Errorf("refund: %w", err)
 	}

@@ -100,7 +100,7 @@ local function fixed_window_refund(key, now, taken, limit, period, cost)
           redis.call('DEL', key)
           return false, fw_decide(false, 0, wd, now, limit, period, 0)
         end
-        return fmt('%d', x), fw_decide(w, c - cost, wd, now, limit, period, 0)
+        return true, fw_decide(w, c - cost, wd, now, limit, period, 0) -- decided: no value to keep
       end
       redis.call('INCRBY', key, fmt('%d', give))
     end
