@@ -102,7 +102,14 @@ func TestRefundLayout(t *testing.T) {
 	c := newRueidis(t, srv.Addr)
 	snap := &snapshotClient{c: c}
 	store := sluiceredis.New(snap)
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // minute 29453760
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // minute 29453760
+	// A 1ms window's key lives until its window ends by the server's
+	// clock, and at least its 1ms: a window of 2100 (millisecond
+	// 4102444800000) lives until then, so that it is still there when the
+	// settle comes, however slow the machine. A window of the past would
+	// expire a millisecond after the reservation wrote it.
+	far := time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := start
 	lim := sluice.New(store, sluice.WithClock(func() time.Time { return now }))
 	ctx := context.Background()
 	minute := sluice.PerMinute(100).Using(sluice.FixedWindow)
@@ -117,7 +124,7 @@ func TestRefundLayout(t *testing.T) {
 		value, enc      string        // after the settle; "" for no key
 	}{
 		{"in place", minute, 3, 5, 2, 0, 0, "5" + "029453760", "int"},
-		{"a long value", milli, 0, 3000, 1000, 0, 0, "1000" + "1767225600000", "int"},
+		{"a long value", milli, 0, 3000, 1000, 0, 0, "1000" + "4102444800000", "int"},
 		{"the whole count", minute, 0, 5, 0, 0, 0, "", ""},
 		{"after its window", minute, 0, 5, 1, time.Minute, 0, "", ""},
 		{"a window replaced", minute, 0, 5, 1, time.Minute, 2, "2" + "029453761", "int"},
@@ -125,7 +132,10 @@ func TestRefundLayout(t *testing.T) {
 	}
 	for i, tt := range tests {
 		key := fmt.Sprintf("refund-%d", i)
-		at := now
+		now = start
+		if tt.l == milli {
+			now = far
+		}
 		if tt.before > 0 {
 			if _, err := lim.AllowN(ctx, key, tt.l, tt.before); err != nil {
 				t.Fatal(err)
@@ -149,7 +159,6 @@ func TestRefundLayout(t *testing.T) {
 		if _, err := r.Settle(ctx, tt.actual); err != nil {
 			t.Fatalf("%s: settle: %v", tt.name, err)
 		}
-		now = at
 		if snap.value != tt.value || snap.enc != tt.enc {
 			t.Errorf("%s: after the settle %q (%s), want %q (%s)", tt.name, snap.value, snap.enc, tt.value, tt.enc)
 		}
