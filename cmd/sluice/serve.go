@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/sluice-go/sluice/config"
 	"github.com/sluice-go/sluice/envoy"
+	"github.com/sluice-go/sluice/internal/httpjson"
 	"github.com/sluice-go/sluice/metrics"
 	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/policyfile"
@@ -191,6 +193,7 @@ type route struct {
 func serveRoutes(m *metrics.Metrics, rls rlsv3.RateLimitServiceServer, health http.Handler, api *server.Server) []route {
 	return []route{
 		{"GET /metrics", m.Handler()},
+		{"/metrics", getOnly()}, // another method: 405, not the API's 404
 		// Any method, as envoyproxy/ratelimit routes them.
 		{"/json", m.Time(metrics.DoorJSON, envoy.JSONHandler(rls))},
 		{"/healthcheck", health},
@@ -198,6 +201,16 @@ func serveRoutes(m *metrics.Metrics, rls rlsv3.RateLimitServiceServer, health ht
 		{"/v1/check", m.Time(metrics.DoorHTTP, api)},
 		{"/v1/check/batch", m.Time(metrics.DoorHTTP, api)},
 	}
+}
+
+// getOnly answers 405 with Allow: GET, HEAD, for a path served only to
+// GET (and HEAD, which GET's pattern takes too).
+func getOnly() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", "GET, HEAD")
+		httpjson.Error(w, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED",
+			fmt.Sprintf("method %s is not allowed on %s; use GET", r.Method, r.URL.Path))
+	})
 }
 
 // timeDecisions records the latency of Envoy's ShouldRateLimit calls as

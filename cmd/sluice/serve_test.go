@@ -66,6 +66,10 @@ rules:
 			t.Errorf("%s: %d, want %d", path, resp.StatusCode, want)
 		}
 	}
+	// Metrics are read with GET: another method is told so.
+	if code, hdr, body := d.post(t, "/metrics", "{}"); code != http.StatusMethodNotAllowed || hdr.Get("Allow") != "GET, HEAD" || !strings.Contains(body, "use GET") {
+		t.Errorf("POST /metrics: %d, Allow %q, %.200s; want 405, Allow GET, HEAD, saying use GET", code, hdr.Get("Allow"), body)
+	}
 	// Prometheus metrics count what happened.
 	text := scrapeMetrics(t, d)
 	for _, want := range []string{
