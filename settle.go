@@ -156,8 +156,7 @@ func (l *Limiter) reserve(ctx context.Context, r *Reservation, parts []Part) (*R
 			return nil, fmt.Errorf("sluice: reserve: the fallback store: %w: %T", ErrSettleUnsupported, f)
 		}
 	}
-	own := parts
-	req := Request{Parts: own}
+	req := Request{Parts: parts}
 	if l.now != nil {
 		req.Now = l.now()
 	}
@@ -165,10 +164,10 @@ func (l *Limiter) reserve(ctx context.Context, r *Reservation, parts []Part) (*R
 	if err != nil {
 		return nil, err
 	}
-	r.MultiResult, r.lim, r.parts, r.taken = Combine(t.Results), l, own, t
+	r.MultiResult, r.lim, r.parts, r.taken = Combine(t.Results), l, parts, t
 	for i, p := range local {
 		if p.Cost > 0 {
-			r.local = append(r.local, localPart{index: localIndex(own, l, i), part: p})
+			r.local = append(r.local, localPart{index: localIndex(parts, l, i), part: p})
 		}
 	}
 	return r, nil
