@@ -38,7 +38,7 @@ import (
 // they must also drop a client's X-Forwarded-For, which ClientIP otherwise
 // prefers. ok is false only when RemoteAddr holds no valid address.
 func ClientIP(r *http.Request, trusted []netip.Prefix) (addr netip.Addr, ok bool) {
-	peer, ok := parseHop(r.RemoteAddr)
+	peer, ok := parseHop(r.RemoteAddr, false)
 	if !ok {
 		return netip.Addr{}, false
 	}
@@ -79,7 +79,7 @@ func (w *hopWalk) xff(lines []string) {
 		for !w.done {
 			j := strings.LastIndexByte(line, ',')
 			if elem := trimOWS(line[j+1:]); elem != "" {
-				w.hop(parseHop(elem))
+				w.hop(parseHop(elem, true))
 			}
 			if j < 0 {
 				break
@@ -101,7 +101,7 @@ func (w *hopWalk) forwarded(lines []string) {
 				v, ok := forwardedFor(elem)
 				var a netip.Addr
 				if ok {
-					a, ok = parseHop(v)
+					a, ok = parseHop(v, true)
 				}
 				w.hop(a, ok)
 			}
@@ -128,7 +128,7 @@ func hasXFFElement(lines []string) bool {
 // is inside an IPv4-mapped prefix (::ffff:10.0.0.0/104) too. A proxy asks
 // it before passing on the forwarding headers r came with.
 func TrustedPeer(r *http.Request, trusted []netip.Prefix) bool {
-	peer, ok := parseHop(r.RemoteAddr)
+	peer, ok := parseHop(r.RemoteAddr, false)
 	return ok && trustedAddr(trusted, peer)
 }
 
@@ -147,9 +147,27 @@ func trustedAddr(trusted []netip.Prefix, a netip.Addr) bool {
 	return false
 }
 
+// zoneID reports whether z may be an IPv6 zone in a hop: RFC 6874's
+// ZoneID, unreserved characters and percent signs only (netip accepts
+// any, a space too: "::% 0" is no address a proxy wrote).
+func zoneID(z string) bool {
+	for i := 0; i < len(z); i++ {
+		switch c := z[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '-', c == '.', c == '_', c == '~', c == '%':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // parseHop parses one hop: an IP address with an optional port, IPv6
-// possibly in brackets. The address is unmapped and loses its zone.
-func parseHop(s string) (netip.Addr, bool) {
+// possibly in brackets. The address is unmapped and loses its zone. A
+// hop of a header (header) must have a zone of RFC 6874's characters
+// (zoneID); RemoteAddr's, which the server wrote, is taken as netip
+// parses it.
+func parseHop(s string, header bool) (netip.Addr, bool) {
 	s = trimOWS(s)
 	host := s
 	switch {
@@ -166,7 +184,7 @@ func parseHop(s string) (netip.Addr, bool) {
 		host = s[:strings.IndexByte(s, ':')]
 	}
 	a, err := netip.ParseAddr(host)
-	if err != nil {
+	if err != nil || (header && !zoneID(a.Zone())) {
 		return netip.Addr{}, false
 	}
 	if host != s && !strings.HasPrefix(s, "[") && !a.Is4() {
