@@ -365,18 +365,7 @@ func BenchmarkBatchScriptCPU(b *testing.B) {
 					_, _, err := store.TakeBatch(ctx, reqs)
 					return err
 				}
-				if err := run(0); err != nil { // load the script
-					b.Fatal(err)
-				}
-				if err := c.Do(ctx, c.B().ConfigResetstat().Build()).Error(); err != nil {
-					b.Fatal(err)
-				}
-				for i := 0; b.Loop(); i++ {
-					if err := run(i); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.ReportMetric(scriptUsec(b, c)/float64(b.N*n), "redis-µs/decision")
+				sequentialScriptCPU(b, c, run, n, "redis-µs/decision")
 			})
 		}
 	}
@@ -466,19 +455,27 @@ func BenchmarkRefundScriptCPU(b *testing.B) {
 					_, err = store.Refund(ctx, sluice.Request{Parts: half}, t)
 					return err
 				}
-				if err := run(0); err != nil { // load the scripts
-					b.Fatal(err)
-				}
-				if err := c.Do(ctx, c.B().ConfigResetstat().Build()).Error(); err != nil {
-					b.Fatal(err)
-				}
-				for i := 0; b.Loop(); i++ {
-					if err := run(i); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.ReportMetric(scriptUsec(b, c)/float64(b.N*n), "redis-µs/item")
+				sequentialScriptCPU(b, c, run, n, "redis-µs/item")
 			})
 		}
 	}
+}
+
+// sequentialScriptCPU runs run(i) once to load its scripts, then for
+// b.Loop's iterations one after another, and reports the server's script
+// time per each of the n items an iteration sends, as unit.
+func sequentialScriptCPU(b *testing.B, c rueidis.Client, run func(i int) error, n int, unit string) {
+	b.Helper()
+	if err := run(0); err != nil { // load the scripts
+		b.Fatal(err)
+	}
+	if err := c.Do(context.Background(), c.B().ConfigResetstat().Build()).Error(); err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; b.Loop(); i++ {
+		if err := run(i); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(scriptUsec(b, c)/float64(b.N*n), unit)
 }
