@@ -102,9 +102,11 @@ func (c *denyCache) shard(key string) *denyShard {
 	return &c.shards[maphash.String(c.seed, key)%denyShards]
 }
 
-// cacheable tells whether parts is a request the cache knows about.
+// cacheable tells whether parts is a request the cache knows about: not
+// one of a Concurrency limit, whose denial ends when any slot is released,
+// long before its RetryAfter.
 func cacheable(parts []Part) bool {
-	return len(parts) == 1 && len(parts[0].Limits) == 1 && parts[0].Cost == 1
+	return len(parts) == 1 && len(parts[0].Limits) == 1 && parts[0].Cost == 1 && parts[0].Limits[0].Algorithm != Concurrency
 }
 
 // answer returns the cached answer at now to a request of cost 1 by key

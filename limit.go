@@ -34,30 +34,52 @@ const (
 	// for the same Limit, Period and Burst, keeping less state: one time,
 	// with the token interval it is measured in.
 	GCRA Algorithm = "gcra"
+	// Concurrency limits how many requests of a key are in flight at
+	// once, not how many arrive per period: a request holds one slot of
+	// Limit from the moment it is admitted until it releases it
+	// (Reservation.Release), whatever its cost, and is denied while every
+	// slot is held. Each slot is a lease: it expires Period after it was
+	// taken or last renewed (Reservation.Renew, KeepAlive), so that the
+	// slots of a process that died free themselves. Period is that lease
+	// (zero: DefaultSlotTTL), and, unlike a rate limit's, it is not part
+	// of the limit's Identity. Limit is at most MaxLogLimit: the stores
+	// keep one entry per slot held.
+	Concurrency Algorithm = "concurrency"
 )
 
-// Algorithms lists every supported algorithm, in documentation order.
+// Algorithms lists the rate-limiting algorithms, in documentation order:
+// every algorithm but Concurrency, which limits requests in flight rather
+// than requests per period.
 var Algorithms = []Algorithm{FixedWindow, SlidingWindow, SlidingLog, TokenBucket, GCRA}
 
-// ParseAlgorithm returns the Algorithm named s, or an error listing the names
-// it accepts.
+// DefaultSlotTTL is the lease of a Concurrency limit's slots when its
+// Period is zero: a slot neither renewed nor released in that time is
+// free again.
+const DefaultSlotTTL = 30 * time.Second
+
+// ParseAlgorithm returns the Algorithm named s (one of Algorithms, or
+// Concurrency), or an error listing the names it accepts.
 func ParseAlgorithm(s string) (Algorithm, error) {
 	for _, a := range Algorithms {
 		if string(a) == s {
 			return a, nil
 		}
 	}
+	if s == string(Concurrency) {
+		return Concurrency, nil
+	}
 	return "", fmt.Errorf("%w: algorithm %q is not one of %s", ErrInvalidLimit, s, AlgorithmNames())
 }
 
-// AlgorithmNames lists the names of Algorithms, comma-separated, in
-// documentation order, for messages and help texts.
+// AlgorithmNames lists the names ParseAlgorithm accepts, comma-separated,
+// in documentation order (Algorithms, then concurrency), for messages and
+// help texts.
 func AlgorithmNames() string {
-	names := make([]string, len(Algorithms))
-	for i, a := range Algorithms {
-		names[i] = string(a)
+	names := make([]string, 0, len(Algorithms)+1)
+	for _, a := range Algorithms {
+		names = append(names, string(a))
 	}
-	return strings.Join(names, ", ")
+	return strings.Join(append(names, string(Concurrency)), ", ")
 }
 
 // String returns the algorithm's name; the zero value prints as token_bucket.
@@ -124,7 +146,8 @@ type Limit struct {
 	// at most MaxLogLimit for SlidingLog).
 	Limit int
 	// Period is the window, or the time in which a bucket regains Limit
-	// tokens (MinPeriod to MaxPeriod, whole microseconds).
+	// tokens (MinPeriod to MaxPeriod, whole microseconds). For
+	// Concurrency it is the lease of a slot (zero: DefaultSlotTTL).
 	Period time.Duration
 	// Burst is the bucket's capacity (TokenBucket and GCRA only); zero
 	// means Limit.
@@ -150,6 +173,11 @@ func Per(n int, period time.Duration) Limit {
 	return Limit{Algorithm: TokenBucket, Limit: n, Period: period}
 }
 
+// Concurrent returns a concurrency limit of n requests in flight at once,
+// whose slots are leases of DefaultSlotTTL (see Concurrency); set Period
+// for another lease.
+func Concurrent(n int) Limit { return Limit{Algorithm: Concurrency, Limit: n} }
+
 // Using returns a copy of l enforced by algorithm a.
 func (l Limit) Using(a Algorithm) Limit { l.Algorithm = a; return l }
 
@@ -170,9 +198,9 @@ func (l Limit) Capacity() int {
 }
 
 // Normalized returns l with its defaults filled in: Algorithm TokenBucket
-// for the zero Algorithm, and Burst the capacity for TokenBucket and GCRA
-// (Limit when Burst is zero) and zero for the window algorithms, which have
-// no burst. Two valid limits enforce the same thing if and only if their
+// for the zero Algorithm, Burst the capacity for TokenBucket and GCRA
+// (Limit when Burst is zero) and zero for the other algorithms, which have
+// no burst, and a Concurrency limit's Period its lease (SlotTTL). Two valid limits enforce the same thing if and only if their
 // Normalized forms are equal; they share state if their Identity is.
 func (l Limit) Normalized() Limit {
 	if l.Algorithm == "" {
@@ -183,7 +211,23 @@ func (l Limit) Normalized() Limit {
 	} else {
 		l.Burst = 0
 	}
+	if l.Algorithm == Concurrency {
+		l.Period = l.SlotTTL()
+	}
 	return l
+}
+
+// SlotTTL returns the lease of a Concurrency limit's slots: Period, or
+// DefaultSlotTTL when Period is zero. It is zero for the other
+// algorithms.
+func (l Limit) SlotTTL() time.Duration {
+	switch {
+	case l.Algorithm != Concurrency:
+		return 0
+	case l.Period == 0:
+		return DefaultSlotTTL
+	}
+	return l.Period
 }
 
 // Identity returns the storage identity of l: its Name, its Algorithm
@@ -202,7 +246,14 @@ func (l Limit) Normalized() Limit {
 // at most a microsecond). A new algorithm, period or name starts from
 // fresh state: their state means something else (a count per window of
 // another length, a log instead of a bucket), so it is not read.
+//
+// A Concurrency limit's Period, its slots' lease, is not part of it
+// either (its Identity's Period is zero): the slots held stay held when
+// the lease changes, each until its own lease ends.
 func (l Limit) Identity() Limit {
+	if l.Algorithm == Concurrency {
+		return Limit{Algorithm: Concurrency, Name: l.Name}
+	}
 	return Limit{Algorithm: l.Normalized().Algorithm, Period: l.Period, Name: l.Name}
 }
 
@@ -221,9 +272,13 @@ func (l Limit) Interval() time.Duration {
 	return time.Duration((p+n-1)/n) * time.Microsecond
 }
 
-// String describes l, for example "token_bucket 5/1s burst 20".
+// String describes l, for example "token_bucket 5/1s burst 20", or
+// "concurrency 20 ttl 30s".
 func (l Limit) String() string {
 	s := fmt.Sprintf("%s %d/%s", l.Algorithm, l.Limit, l.Period)
+	if l.Algorithm == Concurrency {
+		s = fmt.Sprintf("%s %d ttl %s", l.Algorithm, l.Limit, l.SlotTTL())
+	}
 	if l.Algorithm.bursty() && l.Burst > 0 && l.Burst != l.Limit {
 		s += fmt.Sprintf(" burst %d", l.Burst)
 	}
@@ -275,10 +330,15 @@ func (l Limit) valid() bool {
 	case "", TokenBucket, GCRA:
 	case FixedWindow, SlidingWindow, SlidingLog:
 		bursty = false
+	case Concurrency:
+		if l.Period == 0 {
+			l.Period = DefaultSlotTTL
+		}
+		bursty = false
 	default:
 		return false
 	}
-	if l.Limit <= 0 || int64(l.Limit) > MaxLimit || l.Algorithm == SlidingLog && l.Limit > MaxLogLimit ||
+	if l.Limit <= 0 || int64(l.Limit) > MaxLimit || (l.Algorithm == SlidingLog || l.Algorithm == Concurrency) && l.Limit > MaxLogLimit ||
 		l.Period < MinPeriod || l.Period > MaxPeriod || l.Period%time.Microsecond != 0 ||
 		l.Burst < 0 || int64(l.Burst) > MaxLimit || l.Burst != 0 && !bursty {
 		return false
@@ -307,8 +367,11 @@ func (l Limit) invalid() error {
 	bad := func(field, format string, args ...any) error {
 		return &LimitError{Limit: l, Field: field, Reason: fmt.Sprintf(format, args...)}
 	}
-	if l.Algorithm != "" && !slices.Contains(Algorithms, l.Algorithm) {
+	if l.Algorithm != "" && l.Algorithm != Concurrency && !slices.Contains(Algorithms, l.Algorithm) {
 		return bad("algorithm", "algorithm %q is not one of %s", l.Algorithm, AlgorithmNames())
+	}
+	if l.Algorithm == Concurrency {
+		return l.invalidConcurrency(bad)
 	}
 	switch {
 	case l.Limit <= 0:
@@ -351,6 +414,31 @@ func (l Limit) invalid() error {
 				l.Period, l.Limit, float64(p)/float64(l.Limit), interval)
 		}
 	}
+	return l.invalidName(bad)
+}
+
+// invalidConcurrency is invalid of a Concurrency limit.
+func (l Limit) invalidConcurrency(bad func(field, format string, args ...any) error) error {
+	switch ttl := l.SlotTTL(); {
+	case l.Limit <= 0:
+		return bad("limit", "limit must be at least 1 request in flight, got %d", l.Limit)
+	case l.Limit > MaxLogLimit:
+		return bad("limit", "concurrency keeps one entry per slot held and allows a limit of at most %d, got %d", MaxLogLimit, l.Limit)
+	case ttl < MinPeriod:
+		return bad("period", "a slot's lease (the period) must be at least %s, got %s", MinPeriod, ttl)
+	case ttl > MaxPeriod:
+		return bad("period", "a slot's lease (the period) must be at most %s, got %s", MaxPeriod, ttl)
+	case ttl%time.Microsecond != 0:
+		return bad("period", "a slot's lease (the period) must be a whole number of microseconds, got %s", ttl)
+	case l.Burst != 0:
+		return bad("burst", "burst applies to token_bucket and gcra only; concurrency admits at most limit in flight")
+	}
+	return l.invalidName(bad)
+}
+
+// invalidName reports a Name of characters other than letters, digits,
+// '-', '_' and '.'.
+func (l Limit) invalidName(bad func(field, format string, args ...any) error) error {
 	for _, r := range l.Name {
 		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
 			return bad("name", "name %q may hold only letters, digits, '-', '_' and '.'", l.Name)
@@ -361,12 +449,13 @@ func (l Limit) invalid() error {
 
 // ValidateCost reports why a request of cost n could never be admitted by
 // l (a negative cost, or one above l's Capacity), or nil. The error wraps
-// ErrInvalidCost.
+// ErrInvalidCost. A Concurrency limit admits any cost: a request holds one
+// slot whatever its cost.
 func (l Limit) ValidateCost(n int) error {
 	if n < 0 {
 		return fmt.Errorf("%w: cost must not be negative, got %d", ErrInvalidCost, n)
 	}
-	if c := l.Capacity(); n > c {
+	if c := l.Capacity(); n > c && l.Algorithm != Concurrency {
 		return fmt.Errorf("%w: cost %d exceeds the capacity %d of %s; it could never be admitted", ErrInvalidCost, n, c, l)
 	}
 	return nil

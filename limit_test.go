@@ -53,7 +53,7 @@ func TestParseAlgorithm(t *testing.T) {
 	if !errors.Is(err, ErrInvalidLimit) {
 		t.Errorf("ParseAlgorithm(leaky_bucket) error = %v, want ErrInvalidLimit", err)
 	}
-	const want = `invalid limit: algorithm "leaky_bucket" is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra`
+	const want = `invalid limit: algorithm "leaky_bucket" is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra, concurrency`
 	if err == nil || err.Error() != want {
 		t.Errorf("ParseAlgorithm(leaky_bucket) error = %v, want %s", err, want)
 	}

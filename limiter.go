@@ -148,7 +148,7 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 // a store error only under the ReturnErrors policy (or LocalOnError without
 // a working fallback).
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (Result, error) {
-	if l.direct {
+	if l.direct && limit.Algorithm != Concurrency {
 		// takeOne, with nothing between the Limiter and the store.
 		if err := validateOne(limit, n); err != nil {
 			return Result{}, err
@@ -163,7 +163,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (R
 		}
 		return r, nil
 	}
-	if l.one != nil {
+	if l.one != nil && limit.Algorithm != Concurrency { // a slot needs a Request
 		return l.takeOne(ctx, key, limit, n)
 	}
 	o := onePool.Get().(*onePart)
@@ -310,7 +310,7 @@ func (l *Limiter) take(ctx context.Context, parts []Part) ([]Result, error) {
 	if err := validate(parts); err != nil {
 		return nil, err
 	}
-	req := Request{Parts: parts}
+	req := Request{Parts: parts, Slot: slotFor(parts)}
 	if l.now != nil {
 		req.Now = l.now()
 	}
@@ -704,6 +704,9 @@ func (l *Limiter) share() int {
 func shares(limits []Limit, n, cost int) []Limit {
 	out := make([]Limit, len(limits))
 	for i, lim := range limits {
+		if lim.Algorithm == Concurrency {
+			cost = 1 // a request holds one slot, whatever its cost
+		}
 		lim.Limit = max(lim.Limit/n, 1, cost)
 		if lim.Burst > 0 {
 			lim.Burst = max(lim.Burst/n, 1, cost)

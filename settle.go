@@ -30,8 +30,11 @@ type Settler interface {
 	// or the zero Taken when it is not known. A refund never gives back
 	// more than the take consumed, nor to state that is no longer the
 	// take's (a window that ended, state reset since): see the
-	// algorithms' rules in Reservation.Settle. It returns the state after
-	// the refund, one Result per limit as Take of cost 0 would.
+	// algorithms' rules in Reservation.Settle. A Concurrency limit of a
+	// Cost above 0 releases its slot t.Slot if it is still held (or,
+	// when t.Slot is empty, the held slot whose lease ends first). It
+	// returns the state after the refund, one Result per limit as Take of
+	// cost 0 would.
 	Refund(ctx context.Context, req Request, t Taken) ([]Result, error)
 	// Charge consumes each part's Cost from each of its limits whatever
 	// they hold, and is never denied: a window's count or a log may
@@ -39,7 +42,8 @@ type Settler interface {
 	// requests are denied until the debt is repaid. It returns the state
 	// after the charge, one Result per limit as Take of cost 0 would (a
 	// limit in debt reports it denied, with the RetryAfter until a
-	// request of cost 0 fits again).
+	// request of cost 0 fits again). A Concurrency limit is not charged:
+	// its slots stay as they are.
 	Charge(ctx context.Context, req Request) ([]Result, error)
 }
 
@@ -53,6 +57,11 @@ type Taken struct {
 	// slot of a decision split over Redis Cluster slots. A nil At is a
 	// take not known: the refund gives back to the latest consumption.
 	At []time.Time
+	// Slot is the take's Request.Slot: the slot it holds under its
+	// Concurrency limits, which a Refund releases. An empty Slot is a
+	// take not known: the refund releases the slot whose lease ends
+	// first.
+	Slot string
 }
 
 // Errors of Reserve and Settle.
@@ -156,7 +165,7 @@ func (l *Limiter) reserve(ctx context.Context, r *Reservation, parts []Part) (*R
 			return nil, fmt.Errorf("sluice: reserve: the fallback store: %w: %T", ErrSettleUnsupported, f)
 		}
 	}
-	req := Request{Parts: parts}
+	req := Request{Parts: parts, Slot: slotFor(parts)}
 	if l.now != nil {
 		req.Now = l.now()
 	}
@@ -164,6 +173,7 @@ func (l *Limiter) reserve(ctx context.Context, r *Reservation, parts []Part) (*R
 	if err != nil {
 		return nil, err
 	}
+	t.Slot = req.Slot
 	r.MultiResult, r.lim, r.parts, r.taken = Combine(t.Results), l, parts, t
 	for i, p := range local {
 		if p.Cost > 0 {
@@ -283,8 +293,8 @@ func (r *Reservation) SettleParts(ctx context.Context, actual ...int) (MultiResu
 		if err != nil {
 			return MultiResult{}, fmt.Errorf("sluice: settle: %w", err)
 		}
-		if len(got) == len(r.Results) {
-			rs = got // every limit, in order
+		if s.whole(len(r.Results)) {
+			rs = got
 		} else {
 			if rs == nil {
 				rs = slices.Clone(r.Results)
@@ -302,14 +312,30 @@ func (r *Reservation) SettleParts(ctx context.Context, actual ...int) (MultiResu
 
 // settling is the store call of a settle: a refund of the parts that
 // cost less than reserved (and the state of those that cost what they
-// reserved), or a charge of those that cost more.
+// reserved) and of the slots they held, or a charge of those that cost
+// more; or a renewal of the slots (Reservation.Renew).
 type settling struct {
 	refund bool
+	renew  bool
 	req    Request
-	first  []int // the index in the reservation's Results of each part's first limit
+	at     []int // the index in the reservation's Results of each limit of req
 
-	onePart  [1]Part // req.Parts and first of a settle of one part, most:
-	oneFirst [1]int  // no allocation of their own
+	onePart [1]Part // req.Parts and at of a settle of one part of up to
+	oneAt   [4]int  // four limits, most: no allocation of their own
+}
+
+// whole reports whether s decides the n limits of its reservation, in
+// order: its Results are the reservation's.
+func (s *settling) whole(n int) bool {
+	if len(s.at) != n {
+		return false
+	}
+	for i, x := range s.at {
+		if x != i {
+			return false
+		}
+	}
+	return true
 }
 
 // split returns the refund and the charge that settle the parts (part(i)
@@ -326,24 +352,31 @@ func (r *Reservation) split(actual []int, part func(i int) Part) (refund, charge
 		if p.Limits == nil {
 			continue
 		}
-		s := &refund
-		switch {
-		case a > p.Cost:
-			s = &charge
-			p.Cost = min(a-p.Cost, minCapacity(p.Limits))
-		case a < p.Cost:
+		f := first[i]
+		if p.Cost > 0 && holdsSlot(p.Limits) {
+			// The work is over: its slots go back in the refund, at the
+			// cost they were taken at, and the part's other limits settle
+			// as any part's.
 			needRefund = true
-			p.Cost -= a
-		default:
-			p.Cost = 0
+			slots, rates := p, p
+			slots.Limits, rates.Limits = nil, nil
+			var slotAt, rateAt []int
+			for j, lim := range p.Limits {
+				if lim.Algorithm == Concurrency {
+					slots.Limits, slotAt = append(slots.Limits, lim), append(slotAt, f+j)
+				} else {
+					rates.Limits, rateAt = append(rates.Limits, lim), append(rateAt, f+j)
+				}
+			}
+			settlingOf(&refund, true).add(slots, slotAt)
+			if rates.Limits != nil {
+				s := settleCost(&refund, &charge, &rates, a, &needRefund)
+				s.add(rates, rateAt)
+			}
+			continue
 		}
-		if *s == nil {
-			n := &settling{refund: s == &refund}
-			n.req.Parts, n.first = n.onePart[:0], n.oneFirst[:0]
-			*s = n
-		}
-		(*s).req.Parts = append((*s).req.Parts, p)
-		(*s).first = append((*s).first, first[i])
+		s := settleCost(&refund, &charge, &p, a, &needRefund)
+		s.addRange(p, f)
 	}
 	if !needRefund {
 		refund = nil // the state of what cost as reserved needs no call
@@ -358,6 +391,51 @@ func (r *Reservation) split(actual []int, part func(i int) Part) (refund, charge
 	return refund, charge
 }
 
+// settleCost sets p's Cost to what a settle at actual gives back or
+// charges, and returns the settling it goes in: the charge if the work
+// cost more than p reserved, the refund otherwise (a Cost of 0 when it
+// cost as much: its state only), made if it is nil. needRefund is set
+// when something is given back.
+func settleCost(refund, charge **settling, p *Part, actual int, needRefund *bool) *settling {
+	switch {
+	case actual > p.Cost:
+		p.Cost = min(actual-p.Cost, minCapacity(p.Limits))
+		return settlingOf(charge, false)
+	case actual < p.Cost:
+		*needRefund = true
+		p.Cost -= actual
+	default:
+		p.Cost = 0
+	}
+	return settlingOf(refund, true)
+}
+
+// settlingOf returns *s, made (a refund or a charge) if it is nil.
+func settlingOf(s **settling, refund bool) *settling {
+	if *s == nil {
+		n := &settling{refund: refund}
+		n.req.Parts, n.at = n.onePart[:0], n.oneAt[:0]
+		*s = n
+	}
+	return *s
+}
+
+// add appends p to s, its limits at the indexes at in the reservation's
+// Results.
+func (s *settling) add(p Part, at []int) {
+	s.req.Parts = append(s.req.Parts, p)
+	s.at = append(s.at, at...)
+}
+
+// addRange appends p to s, its limits at the indexes from f on in the
+// reservation's Results.
+func (s *settling) addRange(p Part, f int) {
+	s.req.Parts = append(s.req.Parts, p)
+	for j := range p.Limits {
+		s.at = append(s.at, f+j)
+	}
+}
+
 // minCapacity returns the smallest Capacity of limits.
 func minCapacity(limits []Limit) int {
 	c := limits[0].Capacity()
@@ -369,10 +447,8 @@ func minCapacity(limits []Limit) int {
 
 // place puts the Results of s's limits, got, at their positions in rs.
 func (s *settling) place(rs, got []Result) {
-	k := 0
-	for i, p := range s.req.Parts {
-		copy(rs[s.first[i]:], got[k:k+len(p.Limits)])
-		k += len(p.Limits)
+	for k, x := range s.at {
+		rs[x] = got[k]
 	}
 }
 
@@ -380,16 +456,15 @@ func (s *settling) place(rs, got []Result) {
 // s: nil At when t has none.
 func (s *settling) taken(t Taken) Taken {
 	if t.At == nil {
-		return Taken{}
+		return Taken{Slot: t.Slot}
 	}
-	if s.req.Len() == len(t.Results) {
-		return t // every part, in order
+	if s.whole(len(t.Results)) {
+		return t
 	}
-	var out Taken
-	for i, p := range s.req.Parts {
-		f := s.first[i]
-		out.Results = append(out.Results, t.Results[f:f+len(p.Limits)]...)
-		out.At = append(out.At, t.At[f:f+len(p.Limits)]...)
+	out := Taken{Slot: t.Slot}
+	for _, x := range s.at {
+		out.Results = append(out.Results, t.Results[x])
+		out.At = append(out.At, t.At[x])
 	}
 	return out
 }
@@ -404,9 +479,12 @@ func (l *Limiter) settleCall(ctx context.Context, s *settling, st Settler, t Tak
 		return nil, true, l.refused(&g, req)
 	}
 	bctx, cancel := l.bound(ctx)
-	if s.refund {
+	switch {
+	case s.renew:
+		rs, err = l.store.(Renewer).Renew(bctx, req)
+	case s.refund:
 		rs, err = st.Refund(bctx, req, s.taken(t))
-	} else {
+	default:
 		rs, err = st.Charge(bctx, req)
 	}
 	cancel()
@@ -444,7 +522,7 @@ func (r *Reservation) settleLocal(ctx context.Context, actual []int) (MultiResul
 		var got []Result
 		var err error
 		if s.refund {
-			got, err = st.Refund(ctx, s.req, Taken{})
+			got, err = st.Refund(ctx, s.req, Taken{Slot: r.taken.Slot})
 		} else {
 			got, err = st.Charge(ctx, s.req)
 		}
@@ -524,7 +602,7 @@ func (r *Reservation) Taken() (parts []Part, t Taken, ok bool) {
 		p.Limits = slices.Clone(p.Limits)
 		parts[i] = p
 	}
-	return parts, Taken{Results: slices.Clone(r.taken.Results), At: slices.Clone(r.taken.At)}, true
+	return parts, Taken{Results: slices.Clone(r.taken.Results), At: slices.Clone(r.taken.At), Slot: r.taken.Slot}, true
 }
 
 // Resume returns the admitted Reservation of parts that the store took as
@@ -557,7 +635,7 @@ func (l *Limiter) Resume(parts []Part, t Taken) (*Reservation, error) {
 	if len(t.Results) != n || len(t.At) != n {
 		return nil, fmt.Errorf("sluice: resume: a take of %d results and %d instants for %d limits", len(t.Results), len(t.At), n)
 	}
-	t = Taken{Results: slices.Clone(t.Results), At: slices.Clone(t.At)}
+	t = Taken{Results: slices.Clone(t.Results), At: slices.Clone(t.At), Slot: t.Slot}
 	for i := range t.Results {
 		t.Results[i].Allowed = true // it was admitted: only admitted reservations travel
 	}

@@ -53,7 +53,33 @@ type Request struct {
 	// clock: the Redis server's TIME for the Redis store, so that replicas
 	// with skewed clocks agree.
 	Now time.Time
+	// Slot names the slot the request holds under each of its Concurrency
+	// limits of a Cost above 0 (one slot per limit, all of this name): a
+	// Limiter gives every take a new one (NewSlot), which its Reservation
+	// keeps to release and renew the slot by. A store refuses a take that
+	// needs a slot and has none. A Slot already held under a limit is not
+	// held twice: an admitted take of it renews it (the decision does not
+	// tell it apart from a new one).
+	Slot string
 }
+
+// Renewer is an optional interface of a Store: a Store that has it
+// extends the leases of Concurrency slots (Reservation.Renew and
+// KeepAlive). The memory and Redis stores have it, and so do the wrappers
+// in this module that forward to a store.
+type Renewer interface {
+	// Renew extends the lease of slot req.Slot under each Concurrency
+	// limit of req's parts (their Costs are not read) to end one
+	// SlotTTL after req.Now (the zero Now: the store's clock). A slot
+	// that is no longer held (released, or its lease ended) is not taken
+	// again. It returns one Result per limit: Allowed if the slot was
+	// held and is renewed, and the limit's state as Take of cost 0 would
+	// report it.
+	Renew(ctx context.Context, req Request) ([]Result, error)
+}
+
+// MaxSlotLen bounds the length of a Request's Slot.
+const MaxSlotLen = 64
 
 // A Part is what one client key spends in a decision: Cost from each of
 // Limits. A request limited by several rules (per address, per API key)

@@ -202,6 +202,9 @@ func (s *Store) leasable(req sluice.Request) bool {
 // leases reports whether l is leased: a block of its own (BlockFor), or a
 // Capacity of at least minCap.
 func (s *Store) leases(l sluice.Limit) bool {
+	if l.Algorithm == sluice.Concurrency {
+		return false // a slot is held until released: nothing to lease ahead
+	}
 	if s.blocks != nil {
 		return s.blocks(l) >= 1
 	}

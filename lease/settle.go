@@ -65,6 +65,17 @@ func (s *Settling) Refund(ctx context.Context, req sluice.Request, t sluice.Take
 	return s.settler.Refund(ctx, req, t)
 }
 
+// Renew implements sluice.Renewer: a Concurrency limit is never leased,
+// so its renewal is the backing store's (an error wrapping
+// sluice.ErrRenewUnsupported if that is no Renewer).
+func (s *Settling) Renew(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	rn, ok := s.backing.(sluice.Renewer)
+	if !ok {
+		return nil, fmt.Errorf("lease: the backing store %T: %w", s.backing, sluice.ErrRenewUnsupported)
+	}
+	return rn.Renew(ctx, req)
+}
+
 // Charge implements sluice.Settler. A charge of a leased limit is spent
 // first from the replica's running lease for its key, whose units the
 // backing store has counted already, and what the lease does not hold is

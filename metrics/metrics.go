@@ -4,7 +4,7 @@
 //	sluice_decisions_total{rule, outcome}   allowed | denied | denied_by_other | shadow_denied | degraded_allowed | degraded_denied
 //	sluice_settled_units_total{rule, kind}  units settles and refunds gave back (refunded) or charged beyond a reserve (charged)
 //	sluice_decision_duration_seconds{door}  latency of a decision as its door serves it: http | grpc | json | proxy
-//	sluice_store_duration_seconds{op}       latency of store calls (take, reset, peek, refund, charge)
+//	sluice_store_duration_seconds{op}       latency of store calls (take, reset, peek, refund, charge, renew)
 //	sluice_store_errors_total{op}           failed store calls
 //	sluice_fallbacks_total                  decisions the error policy made while the store failed
 //	sluice_config_reloads_total{result}     ok | rejected
@@ -75,6 +75,7 @@ type Metrics struct {
 	byRuleMu          sync.Mutex                                         // held by writers
 	take, reset, peek opSeries
 	refund, charge    opSeries
+	renew             opSeries
 }
 
 // opSeries are a store operation's children of sluice_store_seconds and
@@ -191,6 +192,7 @@ func New() *Metrics {
 	m.peek = opSeries{m.storeSeconds.WithLabelValues("peek"), m.storeErrors.WithLabelValues("peek")}
 	m.refund = opSeries{m.storeSeconds.WithLabelValues("refund"), m.storeErrors.WithLabelValues("refund")}
 	m.charge = opSeries{m.storeSeconds.WithLabelValues("charge"), m.storeErrors.WithLabelValues("charge")}
+	m.renew = opSeries{m.storeSeconds.WithLabelValues("renew"), m.storeErrors.WithLabelValues("renew")}
 	m.reg.MustRegister(m.decisions, m.doorSeconds, m.storeSeconds, m.storeErrors, m.fallbacks, m.reloads, m.breakerOpen, m.breakerOpens, m.breakerNode, m.unknown, m.settled,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -361,7 +363,9 @@ func (m *Metrics) UnknownDomain(string) { m.unknown.Inc() }
 // It is a sluice.Noder that forwards to s (one node if s is no Noder), so
 // that a Limiter over it keeps one breaker per node of s, and a
 // sluice.Settler if s is one, so that it can Reserve (refunds and charges
-// are timed under op="refund" and op="charge").
+// are timed under op="refund" and op="charge"), and then a sluice.Renewer
+// too, whose renewals fail with sluice.ErrRenewUnsupported if s is none
+// (op="renew").
 func (m *Metrics) Store(s sluice.Store) sluice.Store {
 	n, _ := s.(sluice.Noder)
 	st := &store{s, n, m}

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/sluice-go/sluice"
@@ -30,6 +31,20 @@ func (s *settling) Refund(ctx context.Context, req sluice.Request, t sluice.Take
 	start := time.Now()
 	rs, err := s.settler.Refund(ctx, req, t)
 	s.m.refund.observe(start, err)
+	return rs, err
+}
+
+// Renew implements sluice.Renewer: it forwards to the wrapped store,
+// recording the call under op="renew", or fails with an error wrapping
+// sluice.ErrRenewUnsupported when the wrapped store is no Renewer.
+func (s *settling) Renew(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	rn, ok := s.next.(sluice.Renewer)
+	if !ok {
+		return nil, fmt.Errorf("metrics: %T: %w", s.next, sluice.ErrRenewUnsupported)
+	}
+	start := time.Now()
+	rs, err := rn.Renew(ctx, req)
+	s.m.renew.observe(start, err)
 	return rs, err
 }
 

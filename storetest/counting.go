@@ -75,6 +75,16 @@ func (c *Counting) Charge(ctx context.Context, req sluice.Request) ([]sluice.Res
 	return st.Charge(ctx, req)
 }
 
+// Renew passes the call to the wrapped Store, which must be a
+// sluice.Renewer (else the error wraps sluice.ErrRenewUnsupported).
+func (c *Counting) Renew(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	rn, ok := c.Store.(sluice.Renewer)
+	if !ok {
+		return nil, fmt.Errorf("storetest: %T: %w", c.Store, sluice.ErrRenewUnsupported)
+	}
+	return rn.Renew(ctx, req)
+}
+
 // Refunds returns how many Refund calls have reached the Counting store.
 func (c *Counting) Refunds() int64 { return c.refunds.Load() }
 

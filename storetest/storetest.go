@@ -8,7 +8,8 @@
 // concurrency, a Peek (sluice.Peeker, which the suite requires) that
 // answers what Take would and changes nothing, and refunds, settles and
 // debts (sluice.Settler, which the suite requires too) that leave a key as
-// if it had consumed what the work cost. Because the expected Results are the same constants for
+// if it had consumed what the work cost, and Concurrency slots (held,
+// released, renewed and leased: sluice.Renewer, required too). Because the expected Results are the same constants for
 // every store, a scenario produces the same Result in every store; a
 // randomized differential test compares every store with the reference
 // algorithms in internal/algo besides.
@@ -96,6 +97,7 @@ func Run(t *testing.T, newStore Factory) {
 	t.Run("Debt", func(t *testing.T) { testDebt(t, newStore) })
 	t.Run("SettleErrors", func(t *testing.T) { testSettleErrors(t, newStore) })
 	t.Run("LimiterRefund", func(t *testing.T) { testLimiterRefund(t, newStore) })
+	t.Run("Slots", func(t *testing.T) { testSlots(t, newStore) })
 }
 
 // env is one test's store, fake clock and limiter.

@@ -1,5 +1,5 @@
-// Package algo holds the five rate-limiting algorithms as pure functions of
-// (state, now, limit, cost). The memory store runs them directly; each Lua
+// Package algo holds the five rate-limiting algorithms and the
+// concurrency limit as pure functions of (state, now, limit, cost). The memory store runs them directly; each Lua
 // script of the Redis store mirrors one of them line for line, and the
 // conformance suite (package storetest) proves that the two agree.
 //
@@ -26,7 +26,8 @@ type State struct {
 	//                   update, C the interval the debt is measured in
 	//   gcra:           A theoretical arrival time, B the interval
 	A, B, C int64
-	// Log holds sliding_log's admitted request times, ascending.
+	// Log holds sliding_log's admitted request times, ascending; and
+	// concurrency's leases, two integers each (see concurrency).
 	Log []int64
 }
 
@@ -36,9 +37,15 @@ type State struct {
 // state, it is equivalent to none). When r.Allowed is false, next is st.
 // A store calls Convert first, and writes what it converts.
 func Check(l sluice.Limit, st State, now, cost int64) (r sluice.Result, next State, ttl int64) {
+	return CheckSlot(l, st, now, cost, 0)
+}
+
+// CheckSlot is Check of a take that holds slot (not 0) under a
+// Concurrency limit; the other algorithms do not read it.
+func CheckSlot(l sluice.Limit, st State, now, cost, slot int64) (r sluice.Result, next State, ttl int64) {
 	sp := SpecOf(l)
 	var out Outcome
-	sp.Check(&st, now, cost, &out)
+	sp.CheckSlot(&st, now, cost, slot, &out)
 	return out.R, out.Next, out.TTL
 }
 
@@ -68,6 +75,7 @@ const (
 	slidingWindowKind
 	slidingLogKind
 	gcraKind
+	concurrencyKind
 )
 
 // SpecOf returns the Spec of l, a validated limit.
@@ -81,6 +89,8 @@ func SpecOf(l sluice.Limit) Spec {
 		return Spec{slidingLogKind, int64(l.Limit), micros(l.Period)}
 	case sluice.GCRA:
 		return Spec{gcraKind, int64(l.Capacity()), micros(l.Interval())}
+	case sluice.Concurrency:
+		return Spec{concurrencyKind, int64(l.Limit), micros(l.SlotTTL())}
 	default:
 		return Spec{tokenBucketKind, int64(l.Capacity()), micros(l.Interval())}
 	}
@@ -89,7 +99,14 @@ func SpecOf(l sluice.Limit) Spec {
 // Check is Check of the limit of sp, of state *st, into *out (written
 // in place: no copies of states and results on the way).
 func (sp *Spec) Check(st *State, now, cost int64, out *Outcome) {
+	sp.CheckSlot(st, now, cost, 0, out)
+}
+
+// CheckSlot is Check of a take that holds slot under a Concurrency limit.
+func (sp *Spec) CheckSlot(st *State, now, cost, slot int64, out *Outcome) {
 	switch sp.alg {
+	case concurrencyKind:
+		concurrency(st, now, sp.limit, sp.period, cost, slot, out)
 	case fixedWindowKind:
 		fixedWindow(st, now, sp.limit, sp.period, cost, out)
 	case slidingWindowKind:
@@ -124,7 +141,9 @@ func ID(l sluice.Limit) string {
 func AppendID(b []byte, l sluice.Limit) []byte {
 	n := l.Identity()
 	b = append(b, keyLetter(n.Algorithm))
-	b = appendPeriod(b, micros(n.Period))
+	if n.Algorithm != sluice.Concurrency { // whose lease is no part of it
+		b = appendPeriod(b, micros(n.Period))
+	}
 	if n.Name != "" {
 		b = append(b, ':')
 		b = append(b, n.Name...)
@@ -175,6 +194,8 @@ func Code(a sluice.Algorithm) string {
 		return "l"
 	case sluice.GCRA:
 		return "g"
+	case sluice.Concurrency:
+		return "c"
 	default:
 		return "t"
 	}
@@ -182,8 +203,12 @@ func Code(a sluice.Algorithm) string {
 
 // Params returns the two numbers the Redis script of l's algorithm takes:
 // limit and period (µs) for the window algorithms, interval (µs) and
-// capacity for token_bucket and gcra.
+// capacity for token_bucket and gcra, limit and lease (µs) for
+// concurrency.
 func Params(l sluice.Limit) (int64, int64) {
+	if l.Algorithm == sluice.Concurrency {
+		return int64(l.Limit), micros(l.SlotTTL())
+	}
 	if n := l.Normalized(); n.Burst != 0 {
 		return micros(l.Interval()), int64(n.Burst)
 	}

@@ -47,6 +47,8 @@ func (sp *Spec) Refund(st State, now, taken, reset, cost int64) (next State, ttl
 		return st, 0, false
 	}
 	switch sp.alg {
+	case concurrencyKind:
+		return st, 0, false // a slot is released by its name: Release
 	case fixedWindowKind:
 		w := st.A
 		if taken == Unknown && w < floorDiv(now, sp.period) || taken != Unknown && w != floorDiv(taken, sp.period) || st.B < cost {
@@ -111,9 +113,13 @@ func (sp *Spec) Refund(st State, now, taken, reset, cost int64) (next State, ttl
 // state to store for ttl µs (ttl <= 0: delete it). A window's count and a
 // log may exceed the limit, and a bucket's debt its capacity (up to
 // maxDebt): later requests are denied, with a RetryAfter that says when,
-// until the debt is repaid, as under a lowered limit.
+// until the debt is repaid, as under a lowered limit. A Concurrency limit
+// is not charged.
 func (sp *Spec) Charge(st State, now, cost int64) (next State, ttl int64) {
 	switch sp.alg {
+	case concurrencyKind: // not charged: its leases as they are
+		next, ttl, _ := leases(leasesAfter(st.Log, now), now)
+		return next, ttl
 	case fixedWindowKind:
 		w := floorDiv(now, sp.period)
 		if st.Set && st.A > w {

@@ -68,6 +68,7 @@ package memory
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"hash/maphash"
 	"math"
 	"math/rand/v2"
@@ -163,10 +164,16 @@ type node struct {
 // logged reports whether an entry of key k is a sliding_log's, whose log
 // is in its shard's logs (see appendEntryKey: the first byte's low bits
 // are the algorithm's index).
-func logged(k string) bool { return len(k) > 0 && int(k[0]&7) == slidingLogIndex }
+func logged(k string) bool {
+	return len(k) > 0 && (int(k[0]&7) == slidingLogIndex || int(k[0]&7) == concurrencyIndex)
+}
 
-// slidingLogIndex is algoIndex(sluice.SlidingLog).
-const slidingLogIndex = 3
+// slidingLogIndex and concurrencyIndex are algoIndex of sluice.SlidingLog
+// and sluice.Concurrency, whose entries keep a log.
+const (
+	slidingLogIndex  = 3
+	concurrencyIndex = 6
+)
 
 // state returns the algo.State node i holds.
 func (sh *shard) state(i int32) algo.State {
@@ -218,7 +225,11 @@ func appendEntryKey(b []byte, ck clientKey, l sluice.Limit) []byte {
 	if ck.hashed {
 		flags |= hashedFlag
 	}
-	micros := l.Period >= 0 && l.Period%time.Microsecond == 0
+	period := l.Period
+	if a == concurrencyIndex {
+		period = 0 // a slot's lease is no part of the identity
+	}
+	micros := period >= 0 && period%time.Microsecond == 0
 	if !micros {
 		flags |= 1 << 4
 	}
@@ -228,9 +239,9 @@ func appendEntryKey(b []byte, ck clientKey, l sluice.Limit) []byte {
 		b = append(b, l.Algorithm...)
 	}
 	if micros {
-		b = binary.AppendUvarint(b, uint64(l.Period/time.Microsecond))
+		b = binary.AppendUvarint(b, uint64(period/time.Microsecond))
 	} else {
-		b = binary.AppendVarint(b, int64(l.Period))
+		b = binary.AppendVarint(b, int64(period))
 	}
 	b = binary.AppendUvarint(b, uint64(len(l.Name)))
 	b = append(b, l.Name...)
@@ -255,6 +266,8 @@ func algoIndex(a sluice.Algorithm) int {
 		return 4
 	case sluice.GCRA:
 		return 5
+	case sluice.Concurrency:
+		return concurrencyIndex
 	}
 	return 0
 }
@@ -397,8 +410,42 @@ func (s *Store) micros(t time.Time) int64 {
 // Take implements sluice.Store. A request of several parts locks the
 // shards of all their keys, in shard order, so it is atomic too.
 func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, error) {
+	if err := needsSlot(req); err != nil {
+		return nil, err
+	}
 	rs, _ := s.take(req)
 	return rs, nil
+}
+
+// needsSlot reports a take that holds a slot under a Concurrency limit
+// and has none to hold (sluice.Request's Slot).
+func needsSlot(req sluice.Request) error {
+	if req.Slot != "" {
+		if len(req.Slot) > sluice.MaxSlotLen {
+			return fmt.Errorf("memory: a slot of %d bytes; at most %d", len(req.Slot), sluice.MaxSlotLen)
+		}
+		return nil
+	}
+	for _, p := range req.Parts {
+		if p.Cost == 0 {
+			continue
+		}
+		for _, l := range p.Limits {
+			if l.Algorithm == sluice.Concurrency {
+				return fmt.Errorf("memory: the take of key %q holds a slot of %s and names none (sluice.Request's Slot)", p.Key, l)
+			}
+		}
+	}
+	return nil
+}
+
+// slotHash returns the number a Concurrency state keeps for slot: a hash
+// of its name, never 0 (which names no slot: algo.Release's first to end).
+func (s *Store) slotHash(slot string) int64 {
+	if slot == "" {
+		return 0
+	}
+	return int64(maphash.String(s.seed, slot) | 1)
 }
 
 // take is Take, and returns the instant it decided at: req.Now, or the
@@ -407,7 +454,7 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 // waiting for a lock could be older than the instant of a decision that
 // took the lock first).
 func (s *Store) take(req sluice.Request) ([]sluice.Result, int64) {
-	if len(req.Parts) == 1 && len(req.Parts[0].Limits) == 1 {
+	if len(req.Parts) == 1 && len(req.Parts[0].Limits) == 1 && req.Parts[0].Limits[0].Algorithm != sluice.Concurrency {
 		p := req.Parts[0]
 		r, now := s.takeOne(p.Key, p.Limits[0], p.Cost, req.Now)
 		return []sluice.Result{r}, now
@@ -428,12 +475,13 @@ func (s *Store) take(req sluice.Request) ([]sluice.Result, int64) {
 	now := s.micros(req.Now)
 
 	allowed := true
+	slot := s.slotHash(req.Slot)
 	i := 0
 	for _, p := range req.Parts {
 		for _, l := range p.Limits {
 			d := &work[i]
 			d.read(keys[d.k0:d.k1], l, now)
-			rs[i], d.next, d.ttl = algo.Check(l, d.st, now, int64(p.Cost))
+			rs[i], d.next, d.ttl = algo.CheckSlot(l, d.st, now, int64(p.Cost), slot)
 			allowed = allowed && rs[i].Allowed
 			i++
 		}
@@ -475,6 +523,9 @@ func (s *Store) take(req sluice.Request) ([]sluice.Result, int64) {
 // one limit, without allocating (unless a new key needs an entry).
 // It decides in one shard, that of key.
 func (s *Store) TakeOne(_ context.Context, key string, l sluice.Limit, cost int, at time.Time) (sluice.Result, error) {
+	if l.Algorithm == sluice.Concurrency && cost > 0 {
+		return sluice.Result{}, needsSlot(sluice.Request{Parts: []sluice.Part{{Key: key, Limits: []sluice.Limit{l}, Cost: cost}}})
+	}
 	r, _ := s.takeOne(key, l, cost, at)
 	return r, nil
 }

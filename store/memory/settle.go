@@ -11,9 +11,12 @@ import (
 // TakeAt implements sluice.Settler: Take, and the instant it decided at
 // (req.Now, or the store's clock), for every limit.
 func (s *Store) TakeAt(_ context.Context, req sluice.Request) (sluice.Taken, error) {
+	if err := needsSlot(req); err != nil {
+		return sluice.Taken{}, err
+	}
 	rs, now := s.take(req)
 	at := time.UnixMicro(now).UTC()
-	t := sluice.Taken{Results: rs, At: make([]time.Time, len(rs))}
+	t := sluice.Taken{Results: rs, At: make([]time.Time, len(rs)), Slot: req.Slot}
 	for i := range t.At {
 		t.At[i] = at
 	}
@@ -24,7 +27,14 @@ func (s *Store) TakeAt(_ context.Context, req sluice.Request) (sluice.Taken, err
 // algo's Refund rules say, atomically over every key of req, and returns
 // the state after it.
 func (s *Store) Refund(_ context.Context, req sluice.Request, t sluice.Taken) ([]sluice.Result, error) {
+	slot := s.slotHash(t.Slot)
 	return s.apply(req, func(i int, sp *algo.Spec, st algo.State, now, cost int64) (algo.State, int64, bool) {
+		if sp.Concurrent() {
+			if cost == 0 {
+				return st, 0, false
+			}
+			return sp.Release(st, now, slot)
+		}
 		taken, reset := algo.Unknown, int64(0)
 		if t.At != nil {
 			taken, reset = t.At[i].UnixMicro(), t.Results[i].ResetAfter.Microseconds()
@@ -41,6 +51,27 @@ func (s *Store) Charge(_ context.Context, req sluice.Request) ([]sluice.Result, 
 		next, ttl := sp.Charge(st, now, cost)
 		return next, ttl, true
 	}), nil
+}
+
+// Renew implements sluice.Renewer: it extends the lease of slot req.Slot
+// under each Concurrency limit of req (algo's Renew), atomically over
+// every key of req, and returns the state after it, Allowed where the
+// slot was held.
+func (s *Store) Renew(_ context.Context, req sluice.Request) ([]sluice.Result, error) {
+	slot := s.slotHash(req.Slot)
+	held := make([]bool, req.Len())
+	rs := s.apply(req, func(i int, sp *algo.Spec, st algo.State, now, _ int64) (algo.State, int64, bool) {
+		if !sp.Concurrent() || slot == 0 {
+			return st, 0, false
+		}
+		next, ttl, ok := sp.Renew(st, now, slot)
+		held[i] = ok
+		return next, ttl, ok
+	})
+	for i := range rs {
+		rs[i].Allowed = held[i]
+	}
+	return rs, nil
 }
 
 // apply changes the state of every limit of req, its i-th in Results
