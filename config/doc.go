@@ -6,7 +6,7 @@
 // Load and Parse check the whole file up front and report every problem at
 // once, as an Errors value whose lines read
 //
-//	rules "search".algorithm: "token-bucket" is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra (sluice.yaml:14)
+//	rules "search".algorithm: "token-bucket" is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra, concurrency (sluice.yaml:14)
 //	rules "login": unknown field "perod" (did you mean "period"?) (sluice.yaml:19)
 //
 // with the field's path (a rule or plan by its name, or by its index,

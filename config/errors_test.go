@@ -135,7 +135,7 @@ var errorTests = []struct {
 
 	// A rule's own fields.
 	{"rule not a mapping", "rules:\n  - search\n",
-		`rules[0]: must be a mapping with the keys name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, settle, lease, shadow, on_error, plans, not "search" (sluice.yaml:2)`},
+		`rules[0]: must be a mapping with the keys name, group, match, key, missing_key, algorithm, limit, period, ttl, burst, limits, cost, settle, lease, shadow, on_error, plans, not "search" (sluice.yaml:2)`},
 	{"unknown rule field", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    perod: 1m\n",
 		`rules "a": unknown field "perod" (did you mean "period"?) (sluice.yaml:5)`},
 	{"missing name", "rules:\n  - limit: 1\n    period: 1s\n",
@@ -235,7 +235,15 @@ var errorTests = []struct {
 	{"missing period in a list", "rules:\n  - name: a\n    limits:\n      - {limit: 1}\n",
 		`rules "a".limits[0].period: is missing; a limit needs limit and period (sluice.yaml:4)`},
 	{"algorithm", "rules:\n  - name: a\n    algorithm: token-bucket\n    limit: 1\n    period: 1s\n",
-		`rules "a".algorithm: "token-bucket" is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra (sluice.yaml:3)`},
+		`rules "a".algorithm: "token-bucket" is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra, concurrency (sluice.yaml:3)`},
+	{"concurrency with a period", "rules:\n  - {name: a, algorithm: concurrency, limit: 5, period: 1m}\n",
+		`rules "a".period: a concurrency limit has no period: it counts requests in flight; its slots' lease is ttl (default 30s) (sluice.yaml:2)`},
+	{"ttl of a rate limit", "rules:\n  - {name: a, limit: 5, period: 1m, ttl: 10s}\n",
+		`rules "a".ttl: ttl is the lease of a concurrency limit's slots; token_bucket has a period instead (leave ttl out) (sluice.yaml:2)`},
+	{"concurrency ttl too short", "rules:\n  - {name: a, algorithm: concurrency, limit: 5, ttl: 1us}\n",
+		`rules "a".ttl: a slot's lease (the period) must be at least 1ms, got 1µs (sluice.yaml:2)`},
+	{"concurrency too many slots", "rules:\n  - {name: a, algorithm: concurrency, limit: 20000}\n",
+		`rules "a".limit: concurrency keeps one entry per slot held and allows a limit of at most 10000, got 20000 (sluice.yaml:2)`},
 	{"limit not a number", "rules:\n  - {name: a, limit: five, period: 1s}\n",
 		`rules "a".limit: "five" is not a whole number; limit is the number of requests per period, at least 1 (sluice.yaml:2)`},
 	{"limit zero", "rules:\n  - {name: a, limit: 0, period: 1s}\n",
@@ -267,7 +275,7 @@ var errorTests = []struct {
 	{"limits empty", "rules:\n  - name: a\n    limits: []\n",
 		`rules "a".limits: is empty; list at least one limit, such as {limit: 5, period: 1s} (sluice.yaml:3)`},
 	{"unknown limit field", "rules:\n  - name: a\n    limits:\n      - {limit: 1, period: 1s, name: x}\n",
-		`rules "a".limits[0]: unknown field "name"; a limit takes algorithm, limit, period, burst (sluice.yaml:4)`},
+		`rules "a".limits[0]: unknown field "name"; a limit takes algorithm, limit, period, ttl, burst (sluice.yaml:4)`},
 	{"limit names collide", "rules:\n  - name: a\n    match: /a\n    limit: 1\n    period: 1s\n    plans:\n      - {name: b, keys: [k], limit: 2, period: 1s}\n  - name: a-b\n    match: /b\n    limit: 3\n    period: 1s\n",
 		`rules "a-b".name: gives a limit the name "a-b-1s", which a limit of rule "a" (line 2) has too (names are <rule>-[<plan>-]<period>); rename one of the rules or plans (sluice.yaml:8)`},
 
@@ -289,7 +297,7 @@ var errorTests = []struct {
 	{"empty key", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    plans:\n      - {name: pro, keys: [k, ''], limit: 10, period: 1s}\n",
 		`rules "a".plans "pro".keys[1]: is empty; a plan lists client keys (sluice.yaml:6)`},
 	{"unknown plan field", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    plans:\n      - {name: pro, keys: [k], limit: 10, period: 1s, tier: gold}\n",
-		`rules "a".plans "pro": unknown field "tier"; a plan takes name, keys, prefixes, algorithm, limit, period, burst, limits (sluice.yaml:6)`},
+		`rules "a".plans "pro": unknown field "tier"; a plan takes name, keys, prefixes, algorithm, limit, period, ttl, burst, limits (sluice.yaml:6)`},
 }
 
 func TestErrors(t *testing.T) {
@@ -344,7 +352,7 @@ var typoTests = []struct {
 			`rules "a": unknown field "algoritm" (did you mean "algorithm"?) (sluice.yaml:4)`,
 		}},
 	{"no suggestion", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    tier: gold\n",
-		[]string{`rules "a": unknown field "tier"; a rule takes name, group, match, key, missing_key, algorithm, limit, period, burst, limits, cost, settle, lease, shadow, on_error, plans (sluice.yaml:5)`}},
+		[]string{`rules "a": unknown field "tier"; a rule takes name, group, match, key, missing_key, algorithm, limit, period, ttl, burst, limits, cost, settle, lease, shadow, on_error, plans (sluice.yaml:5)`}},
 }
 
 func TestTypos(t *testing.T) {
@@ -390,7 +398,7 @@ rules:
 		`redis.timeout: must be positive, got -1s; write a Go duration such as 500ms, 1s, 1m, 1h or 1h30m (bad.yaml:3)`,
 		`http.headers: "all" is not one of both, ietf, legacy, none (bad.yaml:5)`,
 		`http.trusted_proxies[0]: "10.0.0.300" is not an IP address or a CIDR prefix; write one such as 10.0.0.0/8, 192.168.1.10 or fd00::/8 (bad.yaml:6)`,
-		`rules "search".algorithm: "token-bucket" is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra (bad.yaml:10)`,
+		`rules "search".algorithm: "token-bucket" is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra, concurrency (bad.yaml:10)`,
 		`rules "search".limit: must be at least 1, got 0 (bad.yaml:11)`,
 		`rules "search": unknown field "perod" (did you mean "period"?) (bad.yaml:12)`,
 		`rules "search".name: "search" is also the name of the rule at line 8; rule names are unique (bad.yaml:13)`,

@@ -108,14 +108,30 @@ func (p *parser) limitFrom(m map[string]field, owner field, needs string) (sluic
 		}
 		bad["limit"] = true
 	}
-	if e, ok := m["period"]; ok {
+	slots := algoOK && l.Algorithm == sluice.Concurrency
+	switch e, ok := m["period"]; {
+	case ok && slots:
+		p.errorf(e.val.Line, e.path, "a concurrency limit has no period: it counts requests in flight; its slots' lease is ttl (default %s)", sluice.DefaultSlotTTL)
+		bad["period"] = true
+	case ok:
 		d, ok := p.duration(e)
 		l.Period, bad["period"] = d, !ok
-	} else {
+	case slots:
+	default:
 		if needs != "" {
 			p.missing(owner.val.Line, owner.path, "period", "is missing; %s", needs)
 		}
 		bad["period"] = true
+	}
+	if e, ok := m["ttl"]; ok {
+		if algoOK && !slots {
+			p.errorf(e.val.Line, e.path, "ttl is the lease of a concurrency limit's slots; %s has a period instead (leave ttl out)", l.Algorithm)
+			bad["ttl"] = true
+		} else if d, ok := p.duration(e); !ok {
+			bad["ttl"] = true
+		} else {
+			l.Period = d
+		}
 	}
 	if e, ok := m["burst"]; ok {
 		switch n, ok := p.integer(e, "burst is how many requests an idle client may send at once, at least 1"); {
@@ -141,7 +157,7 @@ func (p *parser) limitFrom(m map[string]field, owner field, needs string) (sluic
 	if bad["limit"] {
 		l.Limit = 1
 	}
-	if bad["period"] {
+	if bad["period"] || bad["ttl"] {
 		l.Period = time.Second
 	}
 	if bad["burst"] {
@@ -154,6 +170,9 @@ func (p *parser) limitFrom(m map[string]field, owner field, needs string) (sluic
 		}
 		ok = false
 		name, msg := attribute(err)
+		if name == "period" && l.Algorithm == sluice.Concurrency {
+			name = "ttl" // the lease, which Limit keeps in Period
+		}
 		if !bad[name] {
 			line, path := owner.val.Line, owner.path
 			if e, has := m[name]; has {
@@ -167,7 +186,7 @@ func (p *parser) limitFrom(m map[string]field, owner field, needs string) (sluic
 		switch name {
 		case "limit":
 			l.Limit = 1
-		case "period":
+		case "period", "ttl":
 			l.Period = time.Second
 		case "burst":
 			l.Burst = 0

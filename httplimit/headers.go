@@ -97,6 +97,10 @@ func (m HeaderMode) String() string {
 //     to the microsecond: q = ⌊w / ⌈Period/(Limit-1)⌉⌋. With Limit 1 the
 //     pace is one per 2×Period, so w is 2×Period rounded up and q is 1.
 //
+// A concurrency limit is no pace: its item is q=<Limit> with the draft's
+// quota unit qu="concurrent-requests" and no w, and it is named
+// "concurrent" when it has no Name.
+//
 // For example:
 //
 //	token_bucket   20/1s burst 100  q=20;w=1     (not q=100: five times too fast)
@@ -164,6 +168,9 @@ func SetHeaders(h http.Header, mode HeaderMode, limits []sluice.Limit, results [
 				buf = append(buf, ";w="...)
 				buf = appendSFInt(buf, w)
 			}
+			if limits[i].Algorithm == sluice.Concurrency {
+				buf = append(buf, `;qu="concurrent-requests"`...)
+			}
 			buf = appendPartitionKey(buf, pk)
 		}
 		field(canonPolicy)
@@ -220,6 +227,9 @@ var (
 // policyQuota returns the q and w of l's RateLimit-Policy item, as
 // SetHeaders documents; w is 0, to be left out, when l has no Period.
 func policyQuota(l sluice.Limit) (q, w int64) {
+	if l.Algorithm == sluice.Concurrency {
+		return int64(l.Limit), 0 // requests in flight at once: no window
+	}
 	p, n := l.Period.Microseconds(), int64(l.Limit)
 	// The pace: one request per num/den µs.
 	var num, den int64 = 0, 1
@@ -278,6 +288,9 @@ func policyNames(limits []sluice.Limit) []string {
 		base := names[i]
 		if base == "" {
 			base = strings.ReplaceAll(policy.CompactDuration(l.Period), "µ", "u") // named as a policy file names a limit, less the rule
+			if l.Algorithm == sluice.Concurrency {
+				base = "concurrent"
+			}
 		}
 		name := base
 		for k := 2; used[name] || name != names[i] && given[name]; k++ {

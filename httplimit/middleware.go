@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"context"
 	"crypto/sha256"
 	"errors"
 	"net/http"
@@ -85,6 +86,12 @@ func FromConfig(h config.HTTP) ([]Option, error) {
 // cost keeps the reserve. A rule that strips its header removes it, and
 // its trailer, before the client sees them. The settle runs before the
 // response ends, and a client gone does not cancel it.
+//
+// A request under a concurrency limit holds a slot from its decision
+// until the handler returns or panics, renewed while it runs (its
+// lease's ttl bounds how long a slot outlives a process that died, not
+// how long a request may take), and one whose handler hijacks the
+// connection holds it until the connection is closed.
 func New(e *policy.Engine, opts ...Option) func(http.Handler) http.Handler {
 	o := options{now: time.Now}
 	for _, opt := range opts {
@@ -112,9 +119,23 @@ func New(e *policy.Engine, opts ...Option) func(http.Handler) http.Handler {
 				return
 			}
 			sw := newSettleWriter(w, d, e.Logger())
+			// The slots the decision holds stay held while the handler
+			// runs, however long, and a client gone does not end it.
+			stop := d.KeepAlive(context.WithoutCancel(r.Context()))
 			defer func() {
 				p := recover() // a client gone mid-stream: a proxy aborts
-				sw.settle(r.Context())
+				if c := sw.hijacked; c != nil {
+					// The connection outlives the handler: its slots are
+					// released when it is closed.
+					go func() {
+						<-c.closed
+						sw.settle(r.Context())
+						stop()
+					}()
+				} else {
+					sw.settle(r.Context())
+					stop()
+				}
 				if p != nil {
 					panic(p)
 				}

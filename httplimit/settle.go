@@ -1,12 +1,15 @@
 package httplimit
 
 import (
+	"bufio"
 	"context"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/sluice-go/sluice/policy"
 )
@@ -23,6 +26,34 @@ type settleWriter struct {
 	wrote   bool
 	strip   []string            // the headers (and trailers) to strip, canonical
 	stashed map[string][]string // the values of stripped headers, at WriteHeader
+
+	hijacked *hijackedConn // the connection the handler took over, if it did
+}
+
+// Hijack lets the handler take over the connection (http.Hijacker), and
+// keeps the settle, which releases the decision's slots, for when the
+// connection is closed.
+func (sw *settleWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, rw, err := http.NewResponseController(sw.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	sw.hijacked = &hijackedConn{Conn: c, closed: make(chan struct{})}
+	return sw.hijacked, rw, nil
+}
+
+// hijackedConn is a hijacked connection that says when it is closed.
+type hijackedConn struct {
+	net.Conn
+	once   sync.Once
+	closed chan struct{}
+}
+
+// Close closes the connection, and tells the middleware once.
+func (c *hijackedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { close(c.closed) })
+	return err
 }
 
 // newSettleWriter returns the writer for d's request, answered through w,

@@ -318,6 +318,9 @@ func nameLimits(prefix string, ls []sluice.Limit) {
 			continue
 		}
 		base := prefix + "-" + CompactDuration(ls[i].Period)
+		if ls[i].Algorithm == sluice.Concurrency {
+			base = prefix + "-concurrent" // its lease is no part of its identity
+		}
 		name := base
 		for n := 2; taken[name]; n++ {
 			name = fmt.Sprintf("%s-%d", base, n)

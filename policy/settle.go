@@ -62,19 +62,53 @@ func (c CostSource) String() string {
 	return "header:" + c.Header
 }
 
-// reserving reports whether any of as holds a rule that settles and
-// spends something (a look, of cost 0, reserves nothing).
+// reserving reports whether any of as holds a rule that settles, or a
+// concurrency limit (whose slot the end of the work releases), and spends
+// something (a look, of cost 0, reserves nothing).
 func reserving(as []Applied) bool {
 	for i := range as {
-		if as[i].Rule.Settle != nil && as[i].spend > 0 {
+		if as[i].spend > 0 && (as[i].Rule.Settle != nil || holdsSlot(as[i].Limits)) {
 			return true
 		}
 	}
 	return false
 }
 
+// holdsSlot reports whether limits has a sluice.Concurrency limit.
+func holdsSlot(limits []sluice.Limit) bool {
+	for _, l := range limits {
+		if l.Algorithm == sluice.Concurrency {
+			return true
+		}
+	}
+	return false
+}
+
+// KeepAlive renews the slots the decision holds (its rules' concurrency
+// limits) while the work runs: sluice.Reservation.KeepAlive of each of
+// its reservations, until stop is called or ctx is done. A decision
+// without slots has nothing to keep alive.
+func (d *Decision) KeepAlive(ctx context.Context) (stop func()) {
+	var stops []func()
+	seen := map[*sluice.Reservation]bool{}
+	for i := range d.Applied {
+		r := d.Applied[i].reserved
+		if r == nil || !r.Allowed || r.Slot() == "" || seen[r] {
+			continue
+		}
+		seen[r] = true
+		stops = append(stops, r.KeepAlive(ctx))
+	}
+	return func() {
+		for _, s := range stops {
+			s()
+		}
+	}
+}
+
 // Settled reports whether the decision holds a reservation to settle:
-// it was admitted, and a rule that applied settles (Rule.Settle).
+// it was admitted, and a rule that applied settles (Rule.Settle) or
+// holds a slot (a concurrency limit), which the settle releases.
 func (d *Decision) Settled() bool {
 	for i := range d.Applied {
 		if r := d.Applied[i].reserved; r != nil && r.Allowed {

@@ -167,7 +167,7 @@ func TestCheckErrors(t *testing.T) {
 		{"two mistakes in two rules", "rules:\n  - {name: search, match: /s, limit: 1, perod: 1s}\n  - {name: login, match: /l, algorithm: token-bucket, limit: 5, period: 1m}\n",
 			[]string{
 				`rules "search": unknown field "perod" (did you mean "period"?) (%s:2)`,
-				`rules "login".algorithm: "token-bucket" is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra (%s:3)`,
+				`rules "login".algorithm: "token-bucket" is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra, concurrency (%s:3)`,
 			}},
 		{"a rule keyed by request with a match", "rules:\n  - {name: teams, key: request, match: /teams, limit: 10, period: 1s}\n",
 			[]string{`rules "teams".match: a rule keyed by request takes the key its caller names (POST /v1/check, Envoy's gRPC) and is checked by name, never matched to an HTTP request; leave match out, or key the rule by ip, header:<Name>, query:<name> or global (%s:2)`}},
