@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -188,12 +189,18 @@ type Ticket struct {
 	// ID tells the ticket apart from every other: it is settled once,
 	// by whichever process first resumes it.
 	ID string
-	// Expires is when the ticket can no longer be settled: its earliest
-	// take plus the longest period of its limits, after which a window's
-	// count has ended and a bucket has refilled.
+	// Expires is when the ticket can no longer be settled: when the last
+	// of its limits' takes has run its period (a concurrency limit's:
+	// its slot's lease), after which a window's count has ended, a bucket
+	// has refilled and a slot not renewed is free. A renewal
+	// (Engine.Renew) moves it.
 	Expires time.Time
-	// Parts are the settling rules' parts of the decision.
+	// Parts are the parts of the decision's rules that settle or hold a
+	// slot.
 	Parts []TicketPart
+	// Slot is the slot the parts hold under their concurrency limits
+	// (sluice.Reservation.Slot), or "".
+	Slot string
 }
 
 // TicketPart is one rule's part of a Ticket.
@@ -217,11 +224,13 @@ type TicketPart struct {
 // limit's identity (sluice.Limit.Identity), the instant the store decided
 // at and the ResetAfter it answered, all a refund reads.
 type TicketLimit struct {
-	// Name, Algorithm and Period are the limit's identity.
+	// Name, Algorithm and Period are the limit's identity, but that a
+	// concurrency limit's Period is its slot's lease.
 	Name      string
 	Algorithm sluice.Algorithm
 	Period    time.Duration
-	// At is the instant the store decided the limit at.
+	// At is the instant the store decided the limit at (a concurrency
+	// limit's: renewed it last).
 	At time.Time
 	// ResetAfter is the Result.ResetAfter the store answered.
 	ResetAfter time.Duration
@@ -239,7 +248,7 @@ func (d *Decision) Ticket() (t Ticket, ok bool) {
 	group := map[*sluice.Reservation]int{}
 	for i := range d.Applied {
 		a := &d.Applied[i]
-		if a.reserved == nil || a.Rule.Settle == nil {
+		if a.reserved == nil || a.Rule.Settle == nil && !holdsSlot(a.Limits) {
 			continue
 		}
 		parts, taken, ok := a.reserved.Taken()
@@ -259,10 +268,11 @@ func (d *Decision) Ticket() (t Ticket, ok bool) {
 		tp := TicketPart{Group: g, Rule: a.Rule.Name, Key: a.Key, Stored: a.stored, Cost: a.spend}
 		for k, l := range a.Limits {
 			id := l.Identity()
-			tp.Limits = append(tp.Limits, TicketLimit{Name: id.Name, Algorithm: id.Algorithm, Period: id.Period,
+			tp.Limits = append(tp.Limits, TicketLimit{Name: id.Name, Algorithm: id.Algorithm, Period: id.Period + l.SlotTTL(),
 				At: taken.At[off+k], ResetAfter: taken.Results[off+k].ResetAfter})
 		}
 		t.Parts = append(t.Parts, tp)
+		t.Slot = taken.Slot
 	}
 	if len(t.Parts) == 0 {
 		return Ticket{}, false
@@ -274,18 +284,21 @@ func (d *Decision) Ticket() (t Ticket, ok bool) {
 	return t, true
 }
 
-// span returns the earliest take of t and the longest period of its
-// limits: the ticket lives from one for the other.
+// span returns the earliest take of t and how long the ticket lives
+// from it: until the last of its limits' takes has run its period.
 func (t *Ticket) span() (first time.Time, period time.Duration) {
+	var last time.Time
 	for _, p := range t.Parts {
 		for _, l := range p.Limits {
 			if first.IsZero() || l.At.Before(first) {
 				first = l.At
 			}
-			period = max(period, l.Period)
+			if end := l.At.Add(l.Period); end.After(last) {
+				last = end
+			}
 		}
 	}
-	return first, period
+	return first, last.Sub(first)
 }
 
 // expiry returns when t expires, by its takes.
@@ -342,16 +355,80 @@ func (e *Engine) Resume(ctx context.Context, t Ticket) (*Decision, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := e.claim(ctx, t); err != nil {
+		return nil, fmt.Errorf("policy: resume: %w", err)
+	}
+	return d, nil
+}
+
+// claim claims t, once across every process sharing the store until it
+// expires: an error wrapping sluice.ErrSettled if it was claimed before.
+func (e *Engine) claim(ctx context.Context, t Ticket) error {
 	claim, err := e.lim.AllowN(ctx, nsSettled+t.ID, t.settledLimit(), 1)
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("policy: resume: claiming the ticket: %w", err)
+		return fmt.Errorf("claiming the ticket: %w", err)
 	case claim.Degraded != sluice.NotDegraded:
-		return nil, fmt.Errorf("policy: resume: claiming the ticket: the store failed, and the error policy answered")
+		return fmt.Errorf("claiming the ticket: the store failed, and the error policy answered")
 	case !claim.Allowed:
-		return nil, fmt.Errorf("policy: resume: %w", sluice.ErrSettled)
+		return sluice.ErrSettled
 	}
-	return d, nil
+	return nil
+}
+
+// Renew renews the slots a Ticket holds (sluice.Reservation.Renew) and
+// returns the Decision's state after it, with the Ticket that replaces t:
+// a new ID, whose Expires is a lease from now. t itself is claimed, as a
+// settle would claim it, so that only the newest ticket of a slot settles
+// or renews it: a renewal or a settle of t afterwards gets an error
+// wrapping sluice.ErrSettled. The slots are renewed before t is claimed,
+// so that a renewal that fails can be retried with t. The errors are
+// Resume's, one wrapping sluice.ErrSlotLost when a slot's lease ended
+// before the renewal (t is not claimed then: its slot is gone, and its
+// other parts settle), and ErrTicketStale for a ticket that holds no slot
+// under the rules e holds now.
+func (e *Engine) Renew(ctx context.Context, t Ticket) (*Decision, Ticket, error) {
+	if t.ID == "" || !t.Expires.Equal(t.expiry()) {
+		return nil, Ticket{}, fmt.Errorf("policy: renew: %w: no ID, or an expiry its takes do not give", ErrTicket)
+	}
+	if e.lim.Now().After(t.Expires) {
+		return nil, Ticket{}, fmt.Errorf("policy: renew: %w at %s", ErrTicketExpired, t.Expires.UTC().Format(time.RFC3339))
+	}
+	d, err := e.resume(t)
+	if err != nil {
+		return nil, Ticket{}, err
+	}
+	renewed := false
+	for i := range d.Applied {
+		a := &d.Applied[i]
+		if a.part != 0 || a.reserved.Slot() == "" {
+			continue // a reservation's first part renews it, once
+		}
+		if _, err := a.reserved.Renew(ctx); err != nil {
+			return nil, Ticket{}, fmt.Errorf("policy: renew: %w", err)
+		}
+		renewed = true
+	}
+	if !renewed {
+		return nil, Ticket{}, fmt.Errorf("policy: renew: %w: it holds no slot", ErrTicketStale)
+	}
+	if err := e.claim(ctx, t); err != nil {
+		return nil, Ticket{}, fmt.Errorf("policy: renew: %w", err)
+	}
+	next, ok := d.Ticket()
+	if !ok {
+		return nil, Ticket{}, fmt.Errorf("policy: renew: %w", ErrTicketStale)
+	}
+	now := e.lim.Now()
+	for i := range next.Parts {
+		for j := range next.Parts[i].Limits {
+			if l := &next.Parts[i].Limits[j]; l.Algorithm == sluice.Concurrency {
+				l.At = now
+			}
+		}
+	}
+	next.Expires = next.expiry()
+	return d, next, nil
 }
 
 // resume returns the Decision t holds under the rules e holds now.
@@ -362,7 +439,7 @@ func (e *Engine) resume(t Ticket) (*Decision, error) {
 	var order []int
 	for _, tp := range t.Parts {
 		rule := set.byName[tp.Rule]
-		if rule == nil || rule.Settle == nil || tp.Cost < 1 {
+		if rule == nil || rule.Settle == nil && !holdsSlot(rule.LimitsFor(tp.Key)) || tp.Cost < 1 {
 			continue
 		}
 		a := Applied{Rule: rule, Key: tp.Key, stored: tp.Stored, Cost: tp.Cost, spend: tp.Cost}
@@ -370,7 +447,7 @@ func (e *Engine) resume(t Ticket) (*Decision, error) {
 		var rs []sluice.Result
 		for _, l := range rule.LimitsFor(tp.Key) {
 			for _, tl := range tp.Limits {
-				if id := l.Identity(); id.Name == tl.Name && id.Algorithm == tl.Algorithm && id.Period == tl.Period {
+				if id := l.Identity(); id.Name == tl.Name && id.Algorithm == tl.Algorithm && (id.Period == tl.Period || id.Algorithm == sluice.Concurrency) {
 					a.Limits = append(a.Limits, l)
 					at = append(at, tl.At)
 					rs = append(rs, sluice.Result{Allowed: true, Limit: l.Capacity(), ResetAfter: tl.ResetAfter})
@@ -395,7 +472,7 @@ func (e *Engine) resume(t Ticket) (*Decision, error) {
 	out := make([]Applied, 0, len(d.Applied))
 	for _, g := range order {
 		var parts []sluice.Part
-		var taken sluice.Taken
+		taken := sluice.Taken{Slot: t.Slot}
 		first := len(out)
 		for k, i := range groups[g] {
 			a := d.Applied[i]
@@ -422,9 +499,11 @@ func (e *Engine) resume(t Ticket) (*Decision, error) {
 
 // minCapacity returns the smallest Capacity of limits.
 func minCapacity(limits []sluice.Limit) int {
-	c := limits[0].Capacity()
-	for _, l := range limits[1:] {
-		c = min(c, l.Capacity())
+	c := math.MaxInt
+	for _, l := range limits {
+		if l.Algorithm != sluice.Concurrency { // holds one slot whatever the cost
+			c = min(c, l.Capacity())
+		}
 	}
 	return c
 }

@@ -16,6 +16,8 @@
 //	POST /v1/check/batch   decide up to 100 of them as one request, all or nothing
 //	POST /v1/settle        settle a reservation at its work's cost, or give units back
 //	POST /v1/settle/batch  up to 100 settles, each on its own
+//	POST /v1/renew         renew the slots a reservation holds under concurrency limits
+//	POST /v1/release       release them: the work is over
 //	GET  /healthz          liveness: always 200 while the process serves
 //	GET  /readyz           readiness: 503 while the WithReady probe fails; the store's nodes
 //
@@ -179,6 +181,36 @@
 // POST /v1/settle/batch takes {"settles":[...]}, 1 to 100 settles, and
 // answers {"results":[...]} in their order, each with its "status" and its
 // answer or its "error": unlike a check batch, each settle stands alone.
+//
+// # POST /v1/renew and POST /v1/release
+//
+// A rule with a concurrency limit ({algorithm: concurrency, limit: 20,
+// ttl: 30s}: at most 20 requests in flight per key) makes /v1/check
+// acquire a slot: the check is denied with 429 while every slot is held,
+// and an admitted one answers a "reservation", the slot's lease. Release
+// it when the work ends, on any replica:
+//
+//	POST /v1/release
+//
+//	{"reservation":"eyJpIjoi..."}
+//
+// which answers as a settle at what the check reserved (the slot is free,
+// the rule's rate limits keep their count). A slot neither renewed nor
+// released is free again when its lease (ttl) ends, so that a client that
+// died holds no slot for long. Work that may outlast the lease renews it
+// every third of ttl or so:
+//
+//	POST /v1/renew
+//
+//	{"reservation":"eyJpIjoi..."}
+//
+//	{"allowed":true,...,"reservation":"eyJpIjoi..."}
+//
+// whose answer holds the reservation that replaces the one renewed: only
+// the newest renews or releases the slot (an older one answers 409
+// ALREADY_SETTLED). A renewal after the lease ended answers 409 SLOT_LOST:
+// another request may hold the slot now, and the work should stop. Both
+// answer 400, 409 and 410 as /v1/settle does.
 //
 // # Errors
 //

@@ -78,6 +78,8 @@ var routes = [...]route{
 	{http.MethodPost, "/v1/check/batch", true, (*Server).batch},
 	{http.MethodPost, "/v1/settle", true, (*Server).settle},
 	{http.MethodPost, "/v1/settle/batch", true, (*Server).settleBatch},
+	{http.MethodPost, "/v1/renew", true, (*Server).renew},
+	{http.MethodPost, "/v1/release", true, (*Server).release},
 	{http.MethodGet, "/healthz", false, func(_ *Server, w http.ResponseWriter, _ *http.Request) {
 		httpjson.Write(w, http.StatusOK, "application/json", statusBody{Status: "ok"})
 	}},

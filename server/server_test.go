@@ -277,7 +277,7 @@ func TestBadRequests(t *testing.T) {
 		{"form", "POST", "/v1/check/batch", "application/x-www-form-urlencoded", `a=b`, 415,
 			errBody("UNSUPPORTED_MEDIA_TYPE", `Content-Type "application/x-www-form-urlencoded" is not supported; send application/json`), ""},
 		{"no such path", "GET", "/v2/check", "", "", 404,
-			errBody("NOT_FOUND", "no endpoint at /v2/check; the API serves POST /v1/check, POST /v1/check/batch, POST /v1/settle, POST /v1/settle/batch, GET /healthz and GET /readyz"), ""},
+			errBody("NOT_FOUND", "no endpoint at /v2/check; the API serves POST /v1/check, POST /v1/check/batch, POST /v1/settle, POST /v1/settle/batch, POST /v1/renew, POST /v1/release, GET /healthz and GET /readyz"), ""},
 		{"batch: no checks", "POST", "/v1/check/batch", "application/json", `{"checks":[]}`, 400,
 			errBody("BAD_REQUEST", `"checks" must hold 1 to 100 checks, got 0`), ""},
 		{"batch: missing checks", "POST", "/v1/check/batch", "application/json", `{}`, 400,

@@ -26,6 +26,7 @@ type ticketWire struct {
 	ID      string     `json:"i"`
 	Expires int64      `json:"e"` // Unix microseconds
 	Parts   []partWire `json:"p"`
+	Slot    string     `json:"sl,omitempty"`
 }
 
 type partWire struct {
@@ -47,7 +48,7 @@ type limitWire struct {
 
 // encodeTicket returns t as a reservation.
 func encodeTicket(t policy.Ticket) string {
-	w := ticketWire{ID: t.ID, Expires: t.Expires.UnixMicro(), Parts: make([]partWire, len(t.Parts))}
+	w := ticketWire{ID: t.ID, Expires: t.Expires.UnixMicro(), Parts: make([]partWire, len(t.Parts)), Slot: t.Slot}
 	for i, p := range t.Parts {
 		pw := partWire{Group: p.Group, Rule: p.Rule, Key: p.Key, Stored: p.Stored, Cost: p.Cost, Limits: make([]limitWire, len(p.Limits))}
 		for j, l := range p.Limits {
@@ -73,7 +74,10 @@ func decodeTicket(s string) (policy.Ticket, error) {
 	if err := json.Unmarshal(b, &w); err != nil || w.ID == "" || len(w.Parts) == 0 {
 		return policy.Ticket{}, errReservation
 	}
-	t := policy.Ticket{ID: w.ID, Expires: time.UnixMicro(w.Expires), Parts: make([]policy.TicketPart, len(w.Parts))}
+	if len(w.Slot) > sluice.MaxSlotLen {
+		return policy.Ticket{}, errReservation
+	}
+	t := policy.Ticket{ID: w.ID, Expires: time.UnixMicro(w.Expires), Parts: make([]policy.TicketPart, len(w.Parts)), Slot: w.Slot}
 	for i, pw := range w.Parts {
 		p := policy.TicketPart{Group: pw.Group, Rule: pw.Rule, Key: pw.Key, Stored: pw.Stored, Cost: pw.Cost, Limits: make([]policy.TicketLimit, len(pw.Limits))}
 		for j, lw := range pw.Limits {
@@ -97,6 +101,8 @@ type settleRequest struct {
 	Rule        string `json:"rule"`
 	Key         string `json:"key"`
 	Cost        *int   `json:"cost"`
+
+	reserved bool // a release: each rule keeps what it reserved
 }
 
 // settleFields lists the fields of a settle, for messages.
@@ -129,6 +135,70 @@ type settleBatchItem struct {
 	Status int `json:"status"`
 	*settleResult
 	Error *httpjson.ErrorDetail `json:"error,omitempty"`
+}
+
+// leaseRequest is the body of /v1/renew and /v1/release: a reservation
+// that holds a slot.
+type leaseRequest struct {
+	Reservation string `json:"reservation"`
+}
+
+// renewResult is the body of /v1/renew: the state of the renewed
+// limits, and the reservation that replaces the one renewed.
+type renewResult struct {
+	settleResult
+	Reservation string `json:"reservation"`
+}
+
+// renew renews the slots of a reservation (policy.Engine.Renew).
+func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
+	var req leaseRequest
+	if !httpjson.Decode(w, r, MaxBodyBytes, &req, `accepted fields: "reservation"`) {
+		return
+	}
+	if req.Reservation == "" {
+		httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST", `"reservation", what POST /v1/check answered under a concurrency limit, is required`)
+		return
+	}
+	t, err := decodeTicket(req.Reservation)
+	if err != nil {
+		httpjson.Error(w, http.StatusBadRequest, "INVALID_RESERVATION", err.Error())
+		return
+	}
+	d, next, err := s.engine.Renew(r.Context(), t)
+	if errors.Is(err, sluice.ErrSlotLost) {
+		httpjson.Error(w, http.StatusConflict, "SLOT_LOST", "a slot's lease ended before the renewal, and another request may hold it now; stop the work, or check again for a new slot")
+		return
+	}
+	if err != nil {
+		if fail := s.settleFailure(r, err, false); fail.status != 0 {
+			httpjson.Error(w, fail.status, fail.code, fail.msg)
+		}
+		return
+	}
+	httpjson.Write(w, http.StatusOK, "application/json", renewResult{*settled(d), encodeTicket(next)})
+}
+
+// release releases the slots of a reservation: a settle at what it
+// reserved, so that the rules that settle keep their reserve.
+func (s *Server) release(w http.ResponseWriter, r *http.Request) {
+	var req leaseRequest
+	if !httpjson.Decode(w, r, MaxBodyBytes, &req, `accepted fields: "reservation"`) {
+		return
+	}
+	if req.Reservation == "" {
+		httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST", `"reservation", what POST /v1/check answered under a concurrency limit, is required`)
+		return
+	}
+	res, fail := s.settleOne(r, settleRequest{Reservation: req.Reservation, reserved: true})
+	switch {
+	case fail != nil:
+		if fail.status != 0 {
+			httpjson.Error(w, fail.status, fail.code, fail.msg)
+		}
+	default:
+		httpjson.Write(w, http.StatusOK, "application/json", res)
+	}
 }
 
 func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
@@ -186,7 +256,7 @@ func (s *Server) settleOne(r *http.Request, req settleRequest) (*settleResult, *
 		return nil, bad(`a settle names a "reservation", or a "rule" and "key" to give units back under, not both`)
 	case req.Reservation == "" && req.Rule == "":
 		return nil, bad(`a settle needs a "reservation" (and its "cost"), or a "rule" (and "key" and "cost" to give back)`)
-	case req.Reservation != "" && req.Cost == nil:
+	case req.Reservation != "" && req.Cost == nil && !req.reserved:
 		return nil, bad(`"cost", what the reserved work cost, is required`)
 	}
 	ctx := r.Context()
@@ -201,35 +271,48 @@ func (s *Server) settleOne(r *http.Request, req settleRequest) (*settleResult, *
 		d, err = s.engine.Resume(ctx, t)
 		if err == nil {
 			claimed = true
-			cost := *req.Cost
-			err = d.Settle(ctx, func(*policy.Applied) (int, bool) { return cost, true })
+			err = d.Settle(ctx, func(*policy.Applied) (int, bool) {
+				if req.reserved {
+					return 0, false // the reserve stands
+				}
+				return *req.Cost, true
+			})
 		}
 	} else {
 		d, err = s.engine.Refund(ctx, policy.Check{Rule: req.Rule, Key: req.Key, Cost: req.Cost})
 	}
+	if err == nil {
+		return settled(d), nil
+	}
+	return nil, s.settleFailure(r, err, claimed)
+}
+
+// settleFailure is the answer to a settle, release or renewal that
+// failed with err (status 0: the client is gone); claimed tells that
+// the reservation was claimed before it failed.
+func (s *Server) settleFailure(r *http.Request, err error, claimed bool) *settleError {
+	bad := func(msg string) *settleError { return &settleError{http.StatusBadRequest, "BAD_REQUEST", msg} }
 	_, unknown := errors.AsType[*policy.UnknownRuleError](err)
 	switch {
-	case err == nil:
-		return settled(d), nil
-	case ctx.Err() != nil:
-		return nil, &settleError{}
+	case r.Context().Err() != nil:
+		return &settleError{}
 	case errors.Is(err, sluice.ErrSettled):
-		return nil, &settleError{http.StatusConflict, "ALREADY_SETTLED", "the reservation was settled already; a settle is never applied twice"}
+		return &settleError{http.StatusConflict, "ALREADY_SETTLED", "the reservation was settled already; a settle is never applied twice"}
 	case errors.Is(err, policy.ErrTicket):
-		return nil, &settleError{http.StatusBadRequest, "INVALID_RESERVATION", errReservation.Error()}
+		return &settleError{http.StatusBadRequest, "INVALID_RESERVATION", errReservation.Error()}
 	case errors.Is(err, policy.ErrTicketExpired):
-		return nil, &settleError{http.StatusGone, "RESERVATION_EXPIRED", "the reservation expired (the longest period of its limits has passed since its take); it keeps what it reserved"}
+		return &settleError{http.StatusGone, "RESERVATION_EXPIRED", "the reservation expired (the longest period of its limits has passed since its take); it keeps what it reserved"}
 	case errors.Is(err, policy.ErrTicketStale):
-		return nil, &settleError{http.StatusConflict, "RESERVATION_STALE", "the rules changed since the reservation: none of its rules settles now with a limit it still has; it keeps what it reserved"}
+		return &settleError{http.StatusConflict, "RESERVATION_STALE", "the rules changed since the reservation: none of its rules settles now with a limit it still has; it keeps what it reserved"}
 	case unknown, errors.Is(err, sluice.ErrInvalidCost), errors.Is(err, policy.ErrInvalidKey):
-		return nil, bad(err.Error())
+		return bad(err.Error())
 	}
 	s.engine.Logger().Error("sluice: settle failed", "err", err)
 	msg := "the rate limiter's store failed; nothing was settled, retry later"
 	if claimed {
 		msg = "the rate limiter's store failed after the reservation was claimed; it keeps what it reserved, and a retry is refused (a settle is never applied twice)"
 	}
-	return nil, &settleError{http.StatusServiceUnavailable, "STORE_UNAVAILABLE", msg}
+	return &settleError{http.StatusServiceUnavailable, "STORE_UNAVAILABLE", msg}
 }
 
 // settled returns the body of a settled decision: the state of its rules

@@ -234,7 +234,8 @@ func (r *apiRun) runBusy(t *testing.T, d *daemon, c apiCase) {
 const (
 	// openAPIRules is the main server's: a rule per key source and
 	// algorithm family, one of several limits, one in shadow mode, and
-	// two that settle (brief's reservations expire within a second).
+	// two that settle (brief's reservations expire within a second), and
+	// one slot a key (jobs, whose leases end within a second).
 	openAPIRules = `
 rules:
   - {name: search, match: GET /api/search, key: header:X-API-Key, algorithm: token_bucket, limit: 5, period: 1s, burst: 2}
@@ -247,6 +248,7 @@ rules:
   - {name: export, match: GET /api/export, key: header:X-API-Key, limit: 1, period: 1m, shadow: true}
   - {name: tokens, key: request, algorithm: fixed_window, limit: 100000, period: 1m, settle: {cost_from: "header:X-Tokens-Used", reserve: 4096}}
   - {name: brief, key: request, algorithm: fixed_window, limit: 100, period: 1s, settle: {cost_from: bytes, reserve: 10}}
+  - {name: jobs, key: request, algorithm: concurrency, limit: 1, ttl: 1s}
 `
 	// openAPIDownRules is the server's whose Redis is down: deny by
 	// default, allow and the local fallback for a rule each.
@@ -440,6 +442,27 @@ func (r *apiRun) settleCases(t *testing.T, d *daemon) {
 		{name: "check reserving, brief", method: "POST", target: "/v1/check", body: `{"rule":"brief","key":"t1"}`, status: 200},
 		{name: "check reserving", method: "POST", target: "/v1/check", body: `{"rule":"tokens","key":"t1"}`, status: 200},
 		{name: "batch reserving", method: "POST", target: "/v1/check/batch", body: `{"checks":[{"rule":"tokens","key":"t2"},{"rule":"search","key":"t2"}]}`, status: 200},
+		{name: "acquire, lapsing", method: "POST", target: "/v1/check", body: `{"rule":"jobs","key":"j1"}`, status: 200},
+		{name: "acquire", method: "POST", target: "/v1/check", body: `{"rule":"jobs","key":"j2"}`, status: 200},
+		{name: "acquire, full", method: "POST", target: "/v1/check", body: `{"rule":"jobs","key":"j2"}`, status: 429},
+	})
+	lapsing, job := r.reservation(t, "acquire, lapsing"), r.reservation(t, "acquire")
+	leaseOf := func(reservation string) string { return fmt.Sprintf(`{"reservation":%q}`, reservation) }
+	r.run(t, d, []apiCase{
+		{name: "renew", method: "POST", target: "/v1/renew", body: leaseOf(job), status: 200},
+		{name: "renew replaced", method: "POST", target: "/v1/renew", body: leaseOf(job), status: 409, code: "ALREADY_SETTLED"},
+	})
+	renewed := r.reservation(t, "renew")
+	r.run(t, d, []apiCase{
+		{name: "release", method: "POST", target: "/v1/release", body: leaseOf(renewed), status: 200},
+		{name: "release again", method: "POST", target: "/v1/release", body: leaseOf(renewed), status: 409, code: "ALREADY_SETTLED"},
+		{name: "release invalid reservation", method: "POST", target: "/v1/release", body: leaseOf("not-one"), status: 400, code: "INVALID_RESERVATION"},
+		{name: "renew no reservation", method: "POST", target: "/v1/renew", body: `{}`, status: 400, code: "BAD_REQUEST", invalid: true},
+		{name: "release unknown field", method: "POST", target: "/v1/release", body: `{"reservation":"x","cost":1}`, status: 400, code: "BAD_REQUEST", invalid: true},
+		{name: "renew too large", method: "POST", target: "/v1/renew", body: `{"reservation":"` + strings.Repeat("k", 65<<10) + `"}`, status: 413, code: "TOO_LARGE"},
+		{name: "release too large", method: "POST", target: "/v1/release", body: `{"reservation":"` + strings.Repeat("k", 65<<10) + `"}`, status: 413, code: "TOO_LARGE"},
+		{name: "renew text", method: "POST", target: "/v1/renew", header: map[string]string{"Content-Type": "text/plain"}, body: leaseOf("x"), status: 415, code: "UNSUPPORTED_MEDIA_TYPE", invalid: true},
+		{name: "release text", method: "POST", target: "/v1/release", header: map[string]string{"Content-Type": "text/plain"}, body: leaseOf("x"), status: 415, code: "UNSUPPORTED_MEDIA_TYPE", invalid: true},
 	})
 	// brief's reservation expires a second after its take, which came
 	// before its answer.
@@ -479,6 +502,8 @@ func (r *apiRun) settleCases(t *testing.T, d *daemon) {
 	time.Sleep(time.Until(expires.Add(100 * time.Millisecond)))
 	r.run(t, d, []apiCase{
 		{name: "settle expired", method: "POST", target: "/v1/settle", body: settleOf(brief, 1), status: 410, code: "RESERVATION_EXPIRED"},
+		{name: "renew expired", method: "POST", target: "/v1/renew", body: leaseOf(lapsing), status: 410, code: "RESERVATION_EXPIRED"},
+		{name: "release expired", method: "POST", target: "/v1/release", body: leaseOf(lapsing), status: 410, code: "RESERVATION_EXPIRED"},
 	})
 }
 
@@ -513,6 +538,8 @@ func (r *apiRun) downServer(t *testing.T) {
 		{name: "batch timeout", method: "POST", target: "/v1/check/batch", body: `{"checks"`, status: 408, code: "REQUEST_TIMEOUT", invalid: true},
 		{name: "settle timeout", method: "POST", target: "/v1/settle", body: `{"reservation"`, status: 408, code: "REQUEST_TIMEOUT", invalid: true},
 		{name: "settle batch timeout", method: "POST", target: "/v1/settle/batch", body: `{"settles"`, status: 408, code: "REQUEST_TIMEOUT", invalid: true},
+		{name: "renew timeout", method: "POST", target: "/v1/renew", body: `{"reservation"`, status: 408, code: "REQUEST_TIMEOUT", invalid: true},
+		{name: "release timeout", method: "POST", target: "/v1/release", body: `{"reservation"`, status: 408, code: "REQUEST_TIMEOUT", invalid: true},
 	} {
 		r.runTimeout(t, down, c)
 	}
@@ -523,6 +550,8 @@ func (r *apiRun) downServer(t *testing.T) {
 		{method: "POST", target: "/v1/check/batch", body: `{"checks":[{"rule":"open","key":"192.0.2.1"}]}`},
 		{method: "POST", target: "/v1/settle", body: `{"rule":"open","key":"192.0.2.1","cost":1}`},
 		{method: "POST", target: "/v1/settle/batch", body: `{"settles":[{"rule":"open","key":"192.0.2.1","cost":1}]}`},
+		{method: "POST", target: "/v1/renew", body: `{"reservation":"x"}`},
+		{method: "POST", target: "/v1/release", body: `{"reservation":"x"}`},
 		{method: "POST", target: "/json", body: `{"domain":"edge","descriptors":[{"entries":[{"key":"rule","value":"open"},{"key":"remote_address","value":"192.0.2.1"}]}]}`},
 		{method: "GET", target: "/"},
 		{method: "GET", target: "/admin/ui/app.js"},
