@@ -135,7 +135,7 @@ var errorTests = []struct {
 
 	// A rule's own fields.
 	{"rule not a mapping", "rules:\n  - search\n",
-		`rules[0]: must be a mapping with the keys name, group, match, key, missing_key, algorithm, limit, period, ttl, burst, limits, cost, settle, lease, shadow, on_error, plans, not "search" (sluice.yaml:2)`},
+		`rules[0]: must be a mapping with the keys name, group, match, key, missing_key, algorithm, limit, period, ttl, burst, limits, cost, settle, lease, shadow, on_error, plans, priority, not "search" (sluice.yaml:2)`},
 	{"unknown rule field", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    perod: 1m\n",
 		`rules "a": unknown field "perod" (did you mean "period"?) (sluice.yaml:5)`},
 	{"missing name", "rules:\n  - limit: 1\n    period: 1s\n",
@@ -352,7 +352,7 @@ var typoTests = []struct {
 			`rules "a": unknown field "algoritm" (did you mean "algorithm"?) (sluice.yaml:4)`,
 		}},
 	{"no suggestion", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    tier: gold\n",
-		[]string{`rules "a": unknown field "tier"; a rule takes name, group, match, key, missing_key, algorithm, limit, period, ttl, burst, limits, cost, settle, lease, shadow, on_error, plans (sluice.yaml:5)`}},
+		[]string{`rules "a": unknown field "tier"; a rule takes name, group, match, key, missing_key, algorithm, limit, period, ttl, burst, limits, cost, settle, lease, shadow, on_error, plans, priority (sluice.yaml:5)`}},
 }
 
 func TestTypos(t *testing.T) {

@@ -19,15 +19,16 @@ import (
 
 // The fields each mapping accepts, in documentation order.
 var (
-	fileFields   = []string{"redis", "memory", "http", "rules"}
-	redisFields  = []string{"url", "on_error", "timeout", "replicas", "deny_cache", "batch", "wait_replicas", "wait_timeout"}
-	memoryFields = []string{"max_keys"}
-	httpFields   = []string{"headers", "problem_json", "policy_key", "trusted_proxies", "ipv6_prefix"}
-	ruleFields   = []string{"name", "group", "match", "key", "missing_key", "algorithm", "limit", "period", "ttl", "burst", "limits", "cost", "settle", "lease", "shadow", "on_error", "plans"}
-	settleFields = []string{"cost_from", "reserve", "postpaid", "strip"}
-	leaseFields  = []string{"block"}
-	limitFields  = []string{"algorithm", "limit", "period", "ttl", "burst"}
-	planFields   = []string{"name", "keys", "prefixes", "algorithm", "limit", "period", "ttl", "burst", "limits"}
+	fileFields     = []string{"redis", "memory", "http", "rules"}
+	redisFields    = []string{"url", "on_error", "timeout", "replicas", "deny_cache", "batch", "wait_replicas", "wait_timeout"}
+	memoryFields   = []string{"max_keys"}
+	httpFields     = []string{"headers", "problem_json", "policy_key", "trusted_proxies", "ipv6_prefix"}
+	ruleFields     = []string{"name", "group", "match", "key", "missing_key", "algorithm", "limit", "period", "ttl", "burst", "limits", "cost", "settle", "lease", "shadow", "on_error", "plans", "priority"}
+	settleFields   = []string{"cost_from", "reserve", "postpaid", "strip"}
+	priorityFields = []string{"from", "reserve", "routes", "default", "status"}
+	leaseFields    = []string{"block"}
+	limitFields    = []string{"algorithm", "limit", "period", "ttl", "burst"}
+	planFields     = []string{"name", "keys", "prefixes", "algorithm", "limit", "period", "ttl", "burst", "limits"}
 )
 
 // parser walks the YAML node tree of one file, collecting every error.

@@ -35,9 +35,9 @@ var metricNames = map[string]string{
 // labelValues are the values the alerts and the dashboard may match each
 // label against.
 var labelValues = map[string][]string{
-	"outcome": {"allowed", "denied", "denied_by_other", "shadow_denied", "degraded_allowed", "degraded_denied"},
+	"outcome": {"allowed", "denied", "denied_by_other", "shadow_denied", "degraded_allowed", "degraded_denied", "shed"},
 	"door":    {"http", "grpc", "json", "proxy"},
-	"op":      {"take", "reset", "peek", "refund", "charge"},
+	"op":      {"take", "reset", "peek", "refund", "charge", "renew"},
 	"result":  {"ok", "rejected"},
 	"kind":    {"refunded", "charged"},
 }

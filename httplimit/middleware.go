@@ -177,7 +177,11 @@ func (o options) respond(w http.ResponseWriter, d *policy.Decision) bool {
 		WriteUnavailable(w, res.RetryAfter)
 		return false
 	}
-	WriteTooManyRequests(w, res.RetryAfter, d.Violated(), o.problem)
+	if status, shed := d.Shed(); shed {
+		writeShed(w, status, res.RetryAfter, d)
+		return false
+	}
+	writeDenied(w, res.RetryAfter, d.Violated(), o.problem, inFlight(d))
 	return false
 }
 

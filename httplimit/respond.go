@@ -1,12 +1,15 @@
 package httplimit
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/httpjson"
+	"github.com/sluice-go/sluice/policy"
 )
 
 // quotaExceededType is the problem type of draft-ietf-httpapi-ratelimit-headers-10,
@@ -42,6 +45,12 @@ type quotaProblem struct {
 // violated names the denying policies, as in the RateLimit field; it may be
 // empty. Header fields already set on w (the rate-limit fields) are kept.
 func WriteTooManyRequests(w http.ResponseWriter, retryAfter time.Duration, violated []string, problem bool) {
+	writeDenied(w, retryAfter, violated, problem, "")
+}
+
+// writeDenied is WriteTooManyRequests, whose message, unless it is "",
+// is inFlight: a denial by concurrency limits alone, which says so.
+func writeDenied(w http.ResponseWriter, retryAfter time.Duration, violated []string, problem bool, inFlight string) {
 	secs := RetryAfterSeconds(retryAfter)
 	w.Header().Set("Retry-After", strconv.Itoa(secs))
 	wait := "retry after " + strconv.Itoa(secs) + " second"
@@ -49,9 +58,13 @@ func WriteTooManyRequests(w http.ResponseWriter, retryAfter time.Duration, viola
 		wait += "s"
 	}
 	if !problem {
+		msg := "rate limit exceeded; " + wait
+		if inFlight != "" {
+			msg = inFlight + "; " + wait
+		}
 		httpjson.Write(w, http.StatusTooManyRequests, "application/json", httpjson.ErrorBody{Error: httpjson.ErrorDetail{
 			Code:       "RATE_LIMITED",
-			Message:    "rate limit exceeded; " + wait,
+			Message:    msg,
 			RetryAfter: secs,
 		}})
 		return
@@ -59,6 +72,9 @@ func WriteTooManyRequests(w http.ResponseWriter, retryAfter time.Duration, viola
 	detail := "rate limit exceeded; " + wait
 	if len(violated) > 0 {
 		detail = "rate limit exceeded (" + strings.Join(violated, ", ") + "); " + wait
+	}
+	if inFlight != "" {
+		detail = inFlight + "; " + wait
 	}
 	if violated == nil {
 		violated = []string{} // an array, never null
@@ -70,6 +86,59 @@ func WriteTooManyRequests(w http.ResponseWriter, retryAfter time.Duration, viola
 		Detail:           detail,
 		ViolatedPolicies: violated,
 	})
+}
+
+// writeShed writes the answer to a request shed (policy.Decision.Shed):
+// status (503 unless the rule says otherwise), Retry-After and a JSON
+// body that names the rule, the class and the share of the pool it may
+// use:
+//
+//	{"error":{"code":"SHED","message":"...","retry_after":N}}
+func writeShed(w http.ResponseWriter, status int, retryAfter time.Duration, d *policy.Decision) {
+	secs := RetryAfterSeconds(retryAfter)
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	msg := "load shed to keep capacity for higher priorities"
+	for i := range d.Applied {
+		a := &d.Applied[i]
+		if !a.Shed {
+			continue
+		}
+		j := a.Binding
+		msg = fmt.Sprintf("load shed: rule %q keeps part of %s for higher priorities, and class %q may use %d of its %d",
+			a.Rule.Name, a.Limits[j].Name, a.Class, a.Limits[j].Capacity(), a.Rule.Limits[j].Capacity())
+		break
+	}
+	unit := " second"
+	if secs != 1 {
+		unit += "s"
+	}
+	httpjson.Write(w, status, "application/json", httpjson.ErrorBody{Error: httpjson.ErrorDetail{
+		Code:       "SHED",
+		Message:    msg + "; retry after " + strconv.Itoa(secs) + unit,
+		RetryAfter: secs,
+	}})
+}
+
+// inFlight returns the message of a denial by concurrency limits alone
+// (each violated limit, of limits, is one), or "".
+func inFlight(d *policy.Decision) string {
+	var names []string
+	for _, a := range d.Applied {
+		for j, r := range a.Results {
+			if r.Allowed {
+				continue
+			}
+			if l := a.Limits[j]; l.Algorithm != sluice.Concurrency {
+				return ""
+			} else {
+				names = append(names, fmt.Sprintf("%s: %d at once", l.Name, l.Limit))
+			}
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return "too many requests in flight (" + strings.Join(names, ", ") + ")"
 }
 
 // WriteUnavailable writes the 503 of a decision the store could not make,

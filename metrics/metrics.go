@@ -63,6 +63,7 @@ type Metrics struct {
 	nodes        map[int]nodeBreaker // the last change of each node's breaker
 	unknown      prometheus.Counter
 	settled      *prometheus.CounterVec
+	shed         *prometheus.CounterVec
 	doorSeconds  *prometheus.HistogramVec
 	doors        [len(Doors)]prometheus.Observer
 	rules        atomic.Pointer[func() []string] // the rules whose series are shown from the start
@@ -172,6 +173,10 @@ func New() *Metrics {
 			Help: "Envoy rate limit requests for a domain the configuration does not have, answered OK as envoyproxy/ratelimit answers them.",
 		}),
 	}
+	m.shed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_shed_total",
+		Help: "Requests shed by priority class: denied by a rule that sheds by class (priority) as of a class below the highest, by rule and class.",
+	}, []string{"rule", "class"})
 	m.settled = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_settled_units_total",
 		Help: "Units that settles of reservations and refunds gave back (kind refunded) or charged beyond the reserve, a debt (kind charged), by rule: the units asked (a window that ended since the take gives back none).",
@@ -193,7 +198,7 @@ func New() *Metrics {
 	m.refund = opSeries{m.storeSeconds.WithLabelValues("refund"), m.storeErrors.WithLabelValues("refund")}
 	m.charge = opSeries{m.storeSeconds.WithLabelValues("charge"), m.storeErrors.WithLabelValues("charge")}
 	m.renew = opSeries{m.storeSeconds.WithLabelValues("renew"), m.storeErrors.WithLabelValues("renew")}
-	m.reg.MustRegister(m.decisions, m.doorSeconds, m.storeSeconds, m.storeErrors, m.fallbacks, m.reloads, m.breakerOpen, m.breakerOpens, m.breakerNode, m.unknown, m.settled,
+	m.reg.MustRegister(m.decisions, m.doorSeconds, m.storeSeconds, m.storeErrors, m.fallbacks, m.reloads, m.breakerOpen, m.breakerOpens, m.breakerNode, m.unknown, m.settled, m.shed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -266,6 +271,10 @@ func (m *Metrics) Decision(rule, _ string, o policy.Outcome) {
 
 // settleKinds are the values of sluice_settled_units_total's kind label.
 var settleKinds = [...]string{"refunded", "charged"}
+
+// Shed counts a request shed by rule as one of class: a
+// policy.ShedObserver.
+func (m *Metrics) Shed(rule, class string) { m.shed.WithLabelValues(rule, class).Inc() }
 
 // Settled counts the units one rule's settle or refund gave back and
 // charged: a policy.SettleObserver.

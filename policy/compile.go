@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/netip"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/sluice-go/sluice"
@@ -127,6 +128,18 @@ func Compile(rules []Rule, opts ...Option) (*RuleSet, error) {
 				bad("policy: %s: limit %q has the name of a limit of rule %q, so the two would share counts; rename one", which, l.Name, other)
 			}
 			limitNames[l.Name] = r.Name
+		}
+		if p := r.Priority; p != nil {
+			own := *p // the caller's copy untouched
+			own.Classes, own.Routes = slices.Clone(p.Classes), slices.Clone(p.Routes)
+			r.Priority = &own
+			mux, perrs := own.check(&r)
+			for _, err := range perrs {
+				bad("policy: %s: %w", which, err)
+			}
+			if len(perrs) == 0 {
+				r.priority = own.compile(r.Limits, mux)
+			}
 		}
 		rp := &r
 		s.rules = append(s.rules, rp)

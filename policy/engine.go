@@ -28,6 +28,7 @@ type Engine struct {
 	set     atomic.Pointer[RuleSet]
 	obs     Observer
 	settled SettleObserver
+	shed    ShedObserver
 	log     *slog.Logger
 
 	denials   float64 // the share of denials logged (WithDenialLog)
@@ -54,6 +55,13 @@ func WithObserver(f Observer) EngineOption { return func(e *Engine) { e.obs = f 
 // the take gives back none of. It must be safe for concurrent use and
 // quick.
 type SettleObserver func(rule string, refunded, charged int)
+
+// ShedObserver is told of each request a rule shed, and its class (see
+// Priority).
+type ShedObserver func(rule, class string)
+
+// WithShedObserver registers f to be told of every request shed.
+func WithShedObserver(f ShedObserver) EngineOption { return func(e *Engine) { e.shed = f } }
 
 // WithSettleObserver registers f to be told of every settle and refund.
 func WithSettleObserver(f SettleObserver) EngineOption { return func(e *Engine) { e.settled = f } }
@@ -116,13 +124,16 @@ const (
 	// DegradedDenied: the store failed and the error policy, or its local
 	// fallback, denied.
 	DegradedDenied
+	// Shed: this rule, which sheds by class (Rule.Priority), denied the
+	// request as one of a class below the highest (Applied.Shed).
+	Shed
 )
 
 // Outcomes lists every Outcome, for metrics that show every series from
 // the start.
-var Outcomes = []Outcome{Allowed, Denied, DeniedByOther, ShadowDenied, DegradedAllowed, DegradedDenied}
+var Outcomes = []Outcome{Allowed, Denied, DeniedByOther, ShadowDenied, DegradedAllowed, DegradedDenied, Shed}
 
-var outcomeNames = [...]string{"allowed", "denied", "denied_by_other", "shadow_denied", "degraded_allowed", "degraded_denied"}
+var outcomeNames = [...]string{"allowed", "denied", "denied_by_other", "shadow_denied", "degraded_allowed", "degraded_denied", "shed"}
 
 // String returns the outcome's name, such as "shadow_denied".
 func (o Outcome) String() string {
@@ -153,6 +164,14 @@ type Applied struct {
 	// Check is the index of the Check it answers, for Engine.Check and
 	// Engine.Refund.
 	Check int
+	// Class is the request's priority class under a rule that sheds by
+	// class (Rule.Priority), whose share of the capacity Limits are cut
+	// to; "" under any other rule.
+	Class string
+	// Shed reports that the rule denied the request as one of a class
+	// below the highest: load shed, to keep capacity for the classes
+	// above it (see Priority).
+	Shed bool
 
 	stored     string // the key in the store
 	spend      int    // what the request spends: Cost, or 0 for a look
@@ -235,6 +254,25 @@ func (d *Decision) Result() sluice.Result {
 	return sluice.Result{Allowed: d.Allowed}
 }
 
+// Shed reports whether the request was shed: denied, and every rule that
+// denied it denied it as one of a class below the highest (see
+// Priority). It returns the status to answer with, the first such
+// rule's Priority.Status (503 unless set).
+func (d *Decision) Shed() (status int, shed bool) {
+	if d.Allowed {
+		return 0, false
+	}
+	for _, a := range d.Applied[:d.enforced] {
+		switch {
+		case a.Shed && !shed:
+			status, shed = a.Rule.Priority.status(), true
+		case a.Outcome == Denied:
+			return 0, false // denied by a limit of its own too
+		}
+	}
+	return status, shed
+}
+
 // Violated returns the names of the limits that denied the request.
 func (d *Decision) Violated() []string {
 	var names []string
@@ -280,7 +318,11 @@ func (e *Engine) Decide(r *http.Request) (*Decision, error) {
 			d.Allowed, d.Missing, d.Applied = false, rule, nil
 			return d, nil
 		}
-		d.Applied = append(d.Applied, Applied{Rule: rule, Key: key, stored: stored, Limits: rule.LimitsFor(key), Cost: rule.Cost, spend: rule.Cost})
+		a := Applied{Rule: rule, Key: key, stored: stored, Limits: rule.LimitsFor(key), Cost: rule.Cost, spend: rule.Cost}
+		if rule.priority != nil {
+			a.classify(rule.classOf(r))
+		}
+		d.Applied = append(d.Applied, a)
 	}
 	return d, e.decide(r.Context(), d)
 }
@@ -306,6 +348,10 @@ type Check struct {
 	// without spending anything, and is told to no Observer (it decides
 	// nothing; what the next request would get is Inspect's to tell).
 	Cost *int
+	// Class is the request's priority class under a rule that sheds by
+	// class (Rule.Priority): one of its classes, or any other value
+	// (none, too) for the lowest.
+	Class string
 }
 
 // UnknownRuleError is the error of a Check naming no rule.
@@ -417,6 +463,9 @@ func (s *RuleSet) check(c Check) (Applied, error) {
 		return Applied{}, err
 	}
 	a := Applied{Rule: rule, Key: key, stored: stored, Limits: rule.LimitsFor(key), Cost: rule.Cost}
+	if rule.priority != nil {
+		a.classify(rule.Priority.index(c.Class))
+	}
 	if c.Cost != nil {
 		a.Cost = *c.Cost
 	}
@@ -470,6 +519,9 @@ func (e *Engine) decide(ctx context.Context, d *Decision) error {
 			own := sluice.Combine(a.Results)
 			a.Binding = own.Binding
 			a.Outcome = outcome(res.Allowed, own.Allowed, res.Degraded)
+			if a.Outcome == Denied && a.shed() {
+				a.Shed, a.Outcome = true, Shed
+			}
 			e.report(a)
 		}
 	}
@@ -529,10 +581,13 @@ func (e *Engine) report(a *Applied) {
 	if a.Cost == 0 {
 		return // a look decided nothing
 	}
-	if a.Outcome == Denied || a.Outcome == ShadowDenied {
+	if a.Outcome == Denied || a.Outcome == ShadowDenied || a.Outcome == Shed {
 		e.logDenial(a)
 	}
 	e.obs(a.Rule.Name, a.Key, a.Outcome)
+	if a.Shed && e.shed != nil {
+		e.shed(a.Rule.Name, a.Class)
+	}
 }
 
 // OutcomeOf returns the outcome of a rule decided alone, res, in shadow

@@ -54,6 +54,12 @@ type Rule struct {
 	// Plans override Limits for listed client keys; the first matching
 	// plan wins.
 	Plans []Plan
+	// Priority, when not nil, sheds load by class: each request gets a
+	// class, and the lower classes may use only part of the capacity of
+	// Limits (see Priority). A rule with a Priority has no Plans.
+	Priority *Priority
+
+	priority *compiled // Compile's of Priority
 }
 
 // A Key is the source of a rule's client key.

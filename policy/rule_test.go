@@ -146,14 +146,15 @@ func TestEnumStrings(t *testing.T) {
 		{policy.DeniedByOther.String(), "denied_by_other"},
 		{policy.ShadowDenied.String(), "shadow_denied"},
 		{policy.DegradedDenied.String(), "degraded_denied"},
+		{policy.Shed.String(), "shed"},
 		{policy.Outcome(42).String(), "Outcome(42)"},
 	} {
 		if tt.got != tt.want {
 			t.Errorf("String() = %q, want %q", tt.got, tt.want)
 		}
 	}
-	if len(policy.Outcomes) != 6 {
-		t.Errorf("Outcomes has %d entries, want 6", len(policy.Outcomes))
+	if len(policy.Outcomes) != 7 {
+		t.Errorf("Outcomes has %d entries, want 7", len(policy.Outcomes))
 	}
 	for i, o := range policy.Outcomes {
 		if int(o) != i {
