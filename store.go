@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -80,6 +81,30 @@ type Renewer interface {
 
 // MaxSlotLen bounds the length of a Request's Slot.
 const MaxSlotLen = 64
+
+// CheckSlot reports a Request that a store must refuse for its Slot: one
+// longer than MaxSlotLen, or none where a part of a Cost above 0 holds a
+// slot under a Concurrency limit. A Limiter never sends either; a store
+// checks, so that a caller of the Store interface cannot take a slot
+// that nothing can release.
+func (r Request) CheckSlot() error {
+	if r.Slot != "" {
+		if len(r.Slot) > MaxSlotLen {
+			return fmt.Errorf("a slot of %d bytes; at most %d", len(r.Slot), MaxSlotLen)
+		}
+		return nil
+	}
+	for _, p := range r.Parts {
+		if p.Cost > 0 && holdsSlot(p.Limits) {
+			for _, l := range p.Limits {
+				if l.Algorithm == Concurrency {
+					return fmt.Errorf("the take of key %q holds a slot of %s and names none (sluice.Request's Slot)", p.Key, l)
+				}
+			}
+		}
+	}
+	return nil
+}
 
 // A Part is what one client key spends in a decision: Cost from each of
 // Limits. A request limited by several rules (per address, per API key)

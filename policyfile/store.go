@@ -326,7 +326,8 @@ func (l *lazyRedis) Peek(ctx context.Context, req sluice.Request) ([]sluice.Resu
 
 // TakeAt decides with the Redis store, reporting its instants
 // (redis.Store.TakeAt), or fails with errNotConnected while Redis has not
-// been reached yet; so do Refund and Charge, which settle a reservation.
+// been reached yet; so do Refund and Charge, which settle a reservation,
+// and Renew, which extends a slot's lease.
 func (l *lazyRedis) TakeAt(ctx context.Context, req sluice.Request) (sluice.Taken, error) {
 	s := l.store.Load()
 	if s == nil {
@@ -351,6 +352,15 @@ func (l *lazyRedis) Charge(ctx context.Context, req sluice.Request) ([]sluice.Re
 		return nil, errNotConnected
 	}
 	return s.Charge(ctx, req)
+}
+
+// Renew extends slots' leases in the Redis store (redis.Store.Renew).
+func (l *lazyRedis) Renew(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	s := l.store.Load()
+	if s == nil {
+		return nil, errNotConnected
+	}
+	return s.Renew(ctx, req)
 }
 
 // Reset resets key's limits in the Redis store, or fails with

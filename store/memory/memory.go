@@ -417,24 +417,11 @@ func (s *Store) Take(_ context.Context, req sluice.Request) ([]sluice.Result, er
 	return rs, nil
 }
 
-// needsSlot reports a take that holds a slot under a Concurrency limit
-// and has none to hold (sluice.Request's Slot).
+// needsSlot refuses a request whose Slot the store cannot hold
+// (sluice.Request's CheckSlot).
 func needsSlot(req sluice.Request) error {
-	if req.Slot != "" {
-		if len(req.Slot) > sluice.MaxSlotLen {
-			return fmt.Errorf("memory: a slot of %d bytes; at most %d", len(req.Slot), sluice.MaxSlotLen)
-		}
-		return nil
-	}
-	for _, p := range req.Parts {
-		if p.Cost == 0 {
-			continue
-		}
-		for _, l := range p.Limits {
-			if l.Algorithm == sluice.Concurrency {
-				return fmt.Errorf("memory: the take of key %q holds a slot of %s and names none (sluice.Request's Slot)", p.Key, l)
-			}
-		}
+	if err := req.CheckSlot(); err != nil {
+		return fmt.Errorf("memory: %w", err)
 	}
 	return nil
 }

@@ -62,7 +62,7 @@ func WithBatch(max int) Option {
 // as algScripts does; batchAll serves a batch that mixes algorithms.
 var (
 	batchScripts = byAlgorithm("batch")
-	batchAll     = compose("batch", sluice.Algorithms...)
+	batchAll     = compose("batch", algorithms...)
 )
 
 // coalescer batches a Store's concurrent single-group decisions, lane by
@@ -607,7 +607,7 @@ const maxCompactCost = 1<<32 - 1
 
 // batchArgs returns the script, keys and arguments of a batch call over
 // the groups of b: in the compact form when every group has one limit,
-// there are at most maxCompactLimits distinct limits and no cost exceeds
+// none a Concurrency limit (whose cost argument is a slot), there are at most maxCompactLimits distinct limits and no cost exceeds
 // maxCompactCost, in the general form otherwise.
 func batchArgs(b []*call) (script, []string, []string) {
 	code, mixed := algo.Code(b[0].g.limits[0].Algorithm), false
@@ -630,7 +630,7 @@ func batchArgs(b []*call) (script, []string, []string) {
 	compact := true
 	for i, cl := range b {
 		g := cl.g
-		if len(g.limits) != 1 || g.costOf(0) < 0 || int64(g.costOf(0)) > maxCompactCost {
+		if len(g.limits) != 1 || g.costOf(0) < 0 || int64(g.costOf(0)) > maxCompactCost || g.limits[0].Algorithm == sluice.Concurrency {
 			compact = false
 			break
 		}
@@ -684,7 +684,7 @@ func batchArgs(b []*call) (script, []string, []string) {
 		keys = append(keys, g.keys...)
 		args = append(args, cl.now, strconv.Itoa(len(g.limits)))
 		for i, l := range g.limits {
-			args = appendParams(args, l, g.costOf(i))
+			args = appendParams(args, l, g.costArg(i, g.costOf(i)))
 			mixed = mixed || algo.Code(l.Algorithm) != code
 		}
 	}

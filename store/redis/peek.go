@@ -11,7 +11,7 @@ import (
 // peekScript is take.lua made read only by lua/peek.lua: it replies what
 // take.lua would, writing nothing, over every algorithm (a peek is an
 // operator's look, rare enough that one script serves them all).
-var peekScript = compose("peek+take", sluice.Algorithms...)
+var peekScript = compose("peek+take", algorithms...)
 
 // Peek implements sluice.Peeker: it returns what Take would return for
 // req, and writes nothing to Redis. It is one call of take.lua made read
@@ -33,7 +33,7 @@ func (s *Store) Peek(ctx context.Context, req sluice.Request) ([]sluice.Result, 
 	var gs []*group
 	if len(req.Parts) == 1 {
 		p := req.Parts[0]
-		gs = []*group{{keys: s.keys(p.Key, p.Limits), limits: p.Limits, cost: p.Cost}}
+		gs = []*group{{keys: s.keys(p.Key, p.Limits), limits: p.Limits, cost: p.Cost, slot: req.Slot}}
 	} else {
 		gs = s.groups(req)
 	}

@@ -25,7 +25,9 @@
 // of a minute, sluice:{client-123}g1500ms:api for a GCRA limit named "api"
 // of 1.5 seconds. The letters are f fixed_window, w sliding_window, l
 // sliding_log, t token_bucket and g gcra; the period is a whole number of
-// the largest unit that divides it (d, h, m, s, ms, us). The client key is
+// the largest unit that divides it (d, h, m, s, ms, us). A concurrency
+// limit's key has the letter c and no period (its lease is no part of
+// its identity): sluice:{client-123}c:exports. The client key is
 // the Redis Cluster hash tag, so all the keys of one client key land in
 // one slot (a decision over several client keys: see "Stacked decisions on
 // a Cluster"); '{', '}' and '%' in it and in the prefix are
@@ -89,6 +91,13 @@
 //     scored at or before now − period have expired (they are removed
 //     when an admitted request writes). The key expires a period after
 //     its newest member.
+//   - concurrency: a sorted set with one member per slot held, named by
+//     the slot (sluice.Request's Slot, 22 bytes from a Limiter), scored by
+//     the instant its lease ends, in µs. Those scored at or before now are
+//     free (removed when an admitted take writes); a release removes its
+//     member, a renewal moves its score. The key expires when its last
+//     lease ends, so the slots of a replica that died holding them free
+//     themselves.
 //
 // Each TTL is rounded up to the millisecond and counted on the server's
 // clock, so a value outlives its state by up to a millisecond; a request
@@ -311,8 +320,9 @@
 // decisions fail; Ping only runs a script that touches nothing. A Redis ACL user needs EVALSHA and EVAL
 // (sent once per script after a restart or SCRIPT FLUSH; the store never
 // sends SCRIPT), the commands the scripts run (GET, SET, INCRBY, DEL,
-// PEXPIRE, TIME, for sliding_log ZADD, ZCOUNT, ZRANGE, ZRANGEBYSCORE,
-// ZREMRANGEBYSCORE and ZREM, the last in refunds only, and for Heartbeat
+// PEXPIRE, TIME, for sliding_log and concurrency ZADD, ZCOUNT, ZRANGE,
+// ZRANGEBYSCORE, ZREMRANGEBYSCORE and ZREM, the last in refunds only, for
+// concurrency ZSCORE in releases and renewals, and for Heartbeat
 // ZADD, ZREMRANGEBYSCORE and ZCARD), WAIT with WithWaitReplicas, and PING, which
 // rueidis sends on idle connections; SELECT for a database other than 0,
 // CLUSTER SHARDS and CLUSTER SLOTS on a Cluster, ROLE on a primary reached
@@ -394,28 +404,34 @@ func newScript(src string) script {
 // bucket.lua where its algorithms need them, the files of the algorithms it
 // serves, a generated table of those algorithms and take.lua.
 // A decision whose limits share one algorithm runs that algorithm's script,
-// the cheapest; a decision mixing algorithms runs the script of all five,
-// so that it is still one atomic call. A refund (of a decision split over
-// Cluster slots, or a settle) runs refund.lua after all five, then
+// the cheapest; a decision mixing algorithms runs the script of all six
+// (the five rate algorithms and concurrency), so that it is still one
+// atomic call. A refund (of a decision split over Cluster slots, or a
+// settle) runs refund.lua after all six, then
 // refund_main.lua (or, in a batch of decisions, refund_first.lua and
-// batch.lua), a charge charge.lua.
+// batch.lua), a charge charge.lua, a slot's renewal renew.lua.
 var (
 	// algScripts holds each algorithm's script by its algo.Code, under
 	// which the default ("") is token_bucket's.
 	algScripts   = byAlgorithm("take")
-	allScript    = compose("take", sluice.Algorithms...)
-	refundScript = compose("refund+refund_main", sluice.Algorithms...)
+	allScript    = compose("take", algorithms...)
+	refundScript = compose("refund+refund_main", algorithms...)
 	// refundBatch runs a coalesced batch of decisions and refunds
 	// (coalesce.go's send).
-	refundBatch  = compose("refund+refund_first+batch", sluice.Algorithms...)
-	chargeScript = compose("charge", sluice.Algorithms...)
+	refundBatch  = compose("refund+refund_first+batch", algorithms...)
+	chargeScript = compose("charge", algorithms...)
+	renewScript  = compose("renew", algorithms...)
 )
+
+// algorithms are those the scripts serve: the rate algorithms and
+// Concurrency.
+var algorithms = slices.Concat(sluice.Algorithms, []sluice.Algorithm{sluice.Concurrency})
 
 // byAlgorithm returns the script of main over each algorithm alone, by
 // its algo.Code.
 func byAlgorithm(main string) map[string]script {
-	m := make(map[string]script, len(sluice.Algorithms))
-	for _, a := range sluice.Algorithms {
+	m := make(map[string]script, len(algorithms))
+	for _, a := range algorithms {
 		m[algo.Code(a)] = compose(main, a)
 	}
 	return m
@@ -563,13 +579,16 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, 
 // takeAt is Take, and when at is not nil (of req.Len()), fills it with
 // the instant each limit was decided at (settle.go).
 func (s *Store) takeAt(ctx context.Context, req sluice.Request, at []time.Time) ([]sluice.Result, error) {
+	if err := req.CheckSlot(); err != nil {
+		return nil, fmt.Errorf("redis store: %w", err)
+	}
 	if s.topo != nil {
 		s.topo.tick()
 	}
 	var one group // a decision of one part, most of them: no grouping to do
 	g := &one
 	if len(req.Parts) == 1 {
-		one = s.partGroup(req.Parts[0])
+		one = s.partGroup(req.Parts[0], req.Slot)
 	} else if gs := s.groups(req); len(gs) > 1 {
 		return s.takeStacked(ctx, clockArg(req.Now), gs, req.Len(), at)
 	} else {
@@ -639,7 +658,7 @@ func groupArgs(now string, g *group, zero bool) []string {
 		if zero {
 			cost = 0
 		}
-		args = appendParams(args, l, cost)
+		args = appendParams(args, l, g.costArg(i, cost))
 	}
 	return args
 }
@@ -654,10 +673,10 @@ func groupTaken(g *group, reply []int64) (taken, error) {
 }
 
 // appendParams appends to args what the scripts take for limit l: its
-// algorithm code, its two parameters and cost.
-func appendParams(args []string, l sluice.Limit, cost int) []string {
+// algorithm code, its two parameters and cost (group.costArg).
+func appendParams(args []string, l sluice.Limit, cost string) []string {
 	p1, p2 := algo.Params(l)
-	return append(args, algo.Code(l.Algorithm), strconv.FormatInt(p1, 10), strconv.FormatInt(p2, 10), strconv.Itoa(cost))
+	return append(args, algo.Code(l.Algorithm), strconv.FormatInt(p1, 10), strconv.FormatInt(p2, 10), cost)
 }
 
 // results reads the four integers per limit of a script's reply, followed

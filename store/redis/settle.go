@@ -20,7 +20,7 @@ func (s *Store) TakeAt(ctx context.Context, req sluice.Request) (sluice.Taken, e
 	if err != nil {
 		return sluice.Taken{}, err
 	}
-	return sluice.Taken{Results: rs, At: at}, nil
+	return sluice.Taken{Results: rs, At: at, Slot: req.Slot}, nil
 }
 
 // Refund implements sluice.Settler: one run of refund.lua per slot the
@@ -105,10 +105,21 @@ func (s *Store) runSettle(ctx context.Context, sc script, now string, g *group, 
 // refundTails returns the tails of refund.lua's arguments over g: for
 // each limit its cost, and the reset after and instant of its take in t
 // (index, when not nil, maps g's limits to t's order: a group's index of
-// a request's limits), "" and "" for a take not known (nil t.At).
+// a request's limits), "" and "" for a take not known (nil t.At). Under
+// a Concurrency limit the cost is the slot t held to release, or 1 for
+// the slot not known (t.Slot empty), and the take is not needed.
 func refundTails(g *group, t sluice.Taken, index []int) []string {
 	tails := make([]string, 0, 3*len(g.limits))
-	for i := range g.limits {
+	for i, l := range g.limits {
+		if l.Algorithm == sluice.Concurrency {
+			cost := min(g.costOf(i), 1)
+			if cost > 0 && t.Slot != "" {
+				tails = append(tails, "="+t.Slot, "", "")
+			} else {
+				tails = append(tails, strconv.Itoa(cost), "", "")
+			}
+			continue
+		}
 		reset, at := "", ""
 		if t.At != nil {
 			k := i
@@ -120,6 +131,29 @@ func refundTails(g *group, t sluice.Taken, index []int) []string {
 		tails = append(tails, strconv.Itoa(g.costOf(i)), reset, at)
 	}
 	return tails
+}
+
+// Renew implements sluice.Renewer: one run of renew.lua per slot the keys
+// of req lie in, as Refund, each atomic, which extends the lease of slot
+// req.Slot under each Concurrency limit of req where it is still held. A
+// renewal never waits for replicas: a failover that loses it shortens the
+// lease back to where it was, which frees the slot early rather than
+// late. A renewal is rare beside decisions (one per third of a lease per
+// request held), so it goes alone, never coalesced.
+func (s *Store) Renew(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	return s.eachGroup(ctx, req, func(ctx context.Context, now string, g group) ([]sluice.Result, error) {
+		tails := make([]string, len(g.limits)) // each limit's slot
+		for i, l := range g.limits {
+			if l.Algorithm == sluice.Concurrency {
+				tails[i] = req.Slot
+			}
+		}
+		rs, err := s.runSettle(ctx, renewScript, now, &g, tails)
+		if err != nil {
+			return nil, fmt.Errorf("renew: %w", err)
+		}
+		return rs, nil
+	})
 }
 
 // Charge implements sluice.Settler: one run of charge.lua per slot, as
@@ -147,7 +181,7 @@ func (s *Store) eachGroup(ctx context.Context, req sluice.Request, f func(ctx co
 	if len(req.Parts) == 1 {
 		// One part, most settles: one group in the request's order (as
 		// takeAt's), whose index is not needed.
-		g := s.partGroup(req.Parts[0])
+		g := s.partGroup(req.Parts[0], req.Slot)
 		got, err := f(ctx, now, g)
 		if err != nil {
 			return nil, s.failed(&g, nil, err)

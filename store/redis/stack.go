@@ -23,6 +23,7 @@ type group struct {
 	costs  []int // per limit; nil: every limit costs cost (a single part)
 	cost   int
 	index  []int
+	slot   string // the slot it holds under its Concurrency limits (sluice.Request's)
 }
 
 // costOf returns the cost of the group's i-th limit.
@@ -31,6 +32,16 @@ func (g *group) costOf(i int) int {
 		return g.cost
 	}
 	return g.costs[i]
+}
+
+// costArg returns the scripts' cost argument of the group's i-th limit,
+// at cost (costOf, or 0): the decimal cost, or under a Concurrency limit
+// "=" and the slot a take of a cost above 0 holds (concurrency.lua).
+func (g *group) costArg(i, cost int) string {
+	if cost > 0 && g.limits[i].Algorithm == sluice.Concurrency {
+		return "=" + g.slot
+	}
+	return strconv.Itoa(cost)
 }
 
 // splitMode says how a Store splits a decision over several client keys.
@@ -68,7 +79,7 @@ func (s *Store) groups(req sluice.Request) []*group {
 			}
 		}
 		if g == nil {
-			g = &group{shard: sh}
+			g = &group{shard: sh, slot: req.Slot}
 			gs = append(gs, g)
 		}
 		g.keys = append(g.keys, keys...)
@@ -82,10 +93,10 @@ func (s *Store) groups(req sluice.Request) []*group {
 	return gs
 }
 
-// partGroup returns the group of one part alone: its limits in its order
-// (index nil), without groups' work.
-func (s *Store) partGroup(p sluice.Part) group {
-	return group{keys: s.keys(p.Key, p.Limits), limits: p.Limits, cost: p.Cost}
+// partGroup returns the group of one part alone, holding slot: its limits
+// in its order (index nil), without groups' work.
+func (s *Store) partGroup(p sluice.Part, slot string) group {
+	return group{keys: s.keys(p.Key, p.Limits), limits: p.Limits, cost: p.Cost, slot: slot}
 }
 
 // slot returns the Cluster hash slot of key: CRC16 (XMODEM) of its hash
@@ -180,7 +191,7 @@ func (s *Store) refund(ctx context.Context, now string, g *group, t taken) ([]sl
 	for i := range at {
 		at[i] = time.UnixMicro(t.now)
 	}
-	rs, err := s.runSettle(ctx, refundScript, now, g, refundTails(g, sluice.Taken{Results: t.results, At: at}, nil))
+	rs, err := s.runSettle(ctx, refundScript, now, g, refundTails(g, sluice.Taken{Results: t.results, At: at, Slot: g.slot}, nil))
 	if err != nil {
 		return nil, fmt.Errorf("refund: %w", err)
 	}

@@ -7,7 +7,8 @@
 -- (coalesce.go).
 --
 -- Two forms of ARGV (after those of refund_first.lua, in a batch that
--- carries refunds too). The compact one, for requests of one limit each:
+-- carries refunds too). The compact one, for requests of one limit each,
+-- none of them a concurrency limit (whose cost is a slot):
 -- ARGV[1]   -L, the number of distinct limits of the batch, negated
 -- then, for each of them: algorithm code, its two parameters
 -- then, for each request in turn: r = cost * L + i, its cost and the index
@@ -22,6 +23,7 @@
 --   batch, read when the first such request is decided)
 --   m, its number of limits, whose keys are the next m of KEYS
 --   for each of its limits: algorithm code, its two parameters, the cost
+--   (a concurrency limit's: 0 or '=' and its slot, as take.lua's)
 --
 -- algorithms, generated before this file, maps each algorithm code to its
 -- decision function and its writer.
@@ -76,7 +78,7 @@ if nl > 0 then
   return out
 end
 
-local states = {} -- reused by every request of several limits
+local states, costs = {}, {} -- reused by every request of several limits
 for _ = 1, tonumber(ARGV[A + 1]) do
   local now = ARGV[a]
   local m = tonumber(ARGV[a + 1])
@@ -99,7 +101,8 @@ for _ = 1, tonumber(ARGV[A + 1]) do
     if not alg then
       return redis.error_reply('sluice: unknown algorithm ' .. tostring(ARGV[a]))
     end
-    local key, p2, cost = KEYS[k + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+    local key, p2, cost = KEYS[k + 1], tonumber(ARGV[a + 2]), ARGV[a + 3]
+    cost = tonumber(cost) or cost
     local ok, rem, reset, retry, state = alg[1](key, now, tonumber(ARGV[a + 1]), p2, cost)
     if ok == 1 then
       alg[2](key, state, reset, now, cost, p2)
@@ -113,15 +116,17 @@ for _ = 1, tonumber(ARGV[A + 1]) do
       if not alg then
         return redis.error_reply('sluice: unknown algorithm ' .. tostring(ARGV[j]))
       end
-      local ok, rem, reset, retry, state = alg[1](KEYS[k + i], now, tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]))
+      local cost = ARGV[j + 3]
+      cost = tonumber(cost) or cost
+      local ok, rem, reset, retry, state = alg[1](KEYS[k + i], now, tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), cost)
       out[n + 4 * i - 3], out[n + 4 * i - 2], out[n + 4 * i - 1], out[n + 4 * i] = ok, rem, reset, retry
-      states[i] = state
+      states[i], costs[i] = state, cost
       allowed = allowed and ok == 1
     end
     if allowed then
       for i = 1, m do
         local j = a + 4 * (i - 1)
-        algorithms[ARGV[j]][2](KEYS[k + i], states[i], out[n + 4 * i - 1], now, tonumber(ARGV[j + 3]), tonumber(ARGV[j + 2]))
+        algorithms[ARGV[j]][2](KEYS[k + i], states[i], out[n + 4 * i - 1], now, costs[i], tonumber(ARGV[j + 2]))
       end
     else
       -- Nothing is consumed: limits that would have admitted the request

@@ -91,6 +91,7 @@ local charges = {
   l = sliding_log_charge,
   t = bucket_charge,
   g = bucket_charge,
+  c = function() end, -- a slot is held by a take alone: a charge leaves it
 }
 
 local now = clock(ARGV[1])

@@ -38,6 +38,11 @@
 --                   added cost of them at score taken.
 --   token_bucket    interval and tat (read by bucket_debt, which converts
 --   and gcra        a debt measured at another interval).
+--   concurrency     a sorted set of slots scored by their leases' ends
+--                   (concurrency.lua); the cost is '=' and the slot the
+--                   take held, which the refund releases if its lease has
+--                   not ended, or a number for a slot not known: the live
+--                   lease that ends first is released.
 --
 -- token_bucket and gcra are one bucket of full = capacity * interval µs
 -- (gcra's level at t is full - max(0, tat - t)). Let A be the level with
@@ -219,6 +224,31 @@ local function bucket_refund(key, now, taken, interval, _, cost, reset)
   return debt > 0 and s
 end
 
+-- concurrency_refund releases a slot (see above): it frees nothing when
+-- the slot is not held, or its lease has ended.
+local function concurrency_refund(key, now, _, _, _, cost)
+  local slot
+  if type(cost) == 'string' then
+    slot = sub(cost, 2)
+    local ends = redis.call('ZSCORE', key, slot)
+    if not ends or tonumber(ends) <= now then
+      return
+    end
+  else
+    slot = redis.call('ZRANGEBYSCORE', key, '(' .. fmt('%d', now), '+inf', 'LIMIT', '0', '1')[1]
+    if not slot then
+      return
+    end
+  end
+  redis.call('ZREM', key, slot)
+  local top = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')[2]
+  if top and tonumber(top) > now then
+    redis.call('PEXPIRE', key, fmt('%d', ceil((tonumber(top) - now) / 1000)))
+  else
+    redis.call('DEL', key)
+  end
+end
+
 -- refunds maps each algorithm code (algo.Code, as the generated table
 -- algorithms) to its refund.
 local refunds = {
@@ -227,6 +257,7 @@ local refunds = {
   l = sliding_log_refund,
   t = bucket_refund,
   g = bucket_refund,
+  c = concurrency_refund,
 }
 
 -- refund_runs gives back, at now, to the keys after the first k of KEYS,
@@ -245,9 +276,10 @@ local function refund_runs(now, from, to, k, out)
     a = a + 4
     for _ = 1, tonumber(ARGV[a - 1]) do
       k = k + 1
-      local key, cost = KEYS[k], tonumber(ARGV[a])
+      local key, cost = KEYS[k], ARGV[a]
+      cost = tonumber(cost) or cost -- a slot: concurrency_refund
       local ok, rem, reset, retry
-      if cost > 0 then
+      if cost ~= 0 then
         local left
         left, ok, rem, reset, retry = refund(key, now, tonumber(ARGV[a + 2]), p1, p2, cost, tonumber(ARGV[a + 1]))
         if left ~= nil and not ok then
