@@ -9,6 +9,10 @@ import (
 // rule is a valid rule list, for rows about other sections.
 const rule = "rules:\n  - {name: a, limit: 1, period: 1s}\n"
 
+// shedding is a rule whose priority section, at line 5, the rows about
+// it complete, from line 6.
+const shedding = "rules:\n  - name: a\n    algorithm: concurrency\n    limit: 20\n    priority:\n"
+
 // One row per class of error: the file, and the one error it must give.
 var errorTests = []struct {
 	name, file, want string
@@ -298,6 +302,71 @@ var errorTests = []struct {
 		`rules "a".plans "pro".keys[1]: is empty; a plan lists client keys (sluice.yaml:6)`},
 	{"unknown plan field", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    plans:\n      - {name: pro, keys: [k], limit: 10, period: 1s, tier: gold}\n",
 		`rules "a".plans "pro": unknown field "tier"; a plan takes name, keys, prefixes, algorithm, limit, period, ttl, burst, limits (sluice.yaml:6)`},
+
+	// priority: each mistake on the field it is about, none left for the
+	// engine to report against the whole file.
+	{"priority not a mapping", shedding[:len(shedding)-1] + " [critical]\n",
+		`rules "a".priority: must be a mapping with the keys from, reserve, routes, default, status, not a list (sluice.yaml:5)`},
+	{"priority misspelt field", shedding + "      resrve: {critical: 20%}\n",
+		`rules "a".priority: unknown field "resrve" (did you mean "reserve"?) (sluice.yaml:6)`},
+	{"reserve missing", shedding + "      from: header:X-Priority\n",
+		`rules "a".priority.reserve: is missing; name the classes above the lowest, highest first, each with the share of capacity it keeps, such as {critical: 20%, high: 10%} (sluice.yaml:6)`},
+	{"reserve empty", shedding + "      reserve: {}\n",
+		`rules "a".priority.reserve: is empty; name the classes above the lowest, highest first, each with the share of capacity it keeps, such as {critical: 20%, high: 10%} (sluice.yaml:6)`},
+	{"reserve a list", shedding + "      reserve: [critical]\n",
+		`rules "a".priority.reserve: must be a mapping of classes to shares, highest first, such as {critical: 20%, high: 10%}, not a list (sluice.yaml:6)`},
+	{"reserve a number", shedding + "      reserve:\n        critical: 20\n",
+		`rules "a".priority.reserve.critical: "20" is not a percentage above 0% and below 100%, such as 20% or 12.5% (sluice.yaml:7)`},
+	{"reserve a fraction", shedding + "      reserve: {critical: 0.2}\n",
+		`rules "a".priority.reserve.critical: "0.2" is not a percentage above 0% and below 100%, such as 20% or 12.5% (sluice.yaml:6)`},
+	{"reserve all", shedding + "      reserve: {critical: 100%}\n",
+		`rules "a".priority.reserve.critical: "100%" is not a percentage above 0% and below 100%, such as 20% or 12.5% (sluice.yaml:6)`},
+	{"reserve nothing", shedding + "      reserve: {critical: 0%}\n",
+		`rules "a".priority.reserve.critical: "0%" is not a percentage above 0% and below 100%, such as 20% or 12.5% (sluice.yaml:6)`},
+	{"reserve not a scalar", shedding + "      reserve: {critical: [20%]}\n",
+		`rules "a".priority.reserve.critical: must be a percentage such as 20%, not a list (sluice.yaml:6)`},
+	{"shares add up to 100%", shedding + "      reserve:\n        critical: 60%\n        high: 40%\n",
+		`rules "a".priority.reserve: the shares add up to 100%, which leaves the lowest class, "default", nothing; they must add up to less than 100% (sluice.yaml:6)`},
+	{"shares add up to more", shedding + "      reserve: {critical: 70%, high: 45.5%}\n      default: bulk\n",
+		`rules "a".priority.reserve: the shares add up to 115.5%, which leaves the lowest class, "bulk", nothing; they must add up to less than 100% (sluice.yaml:6)`},
+	{"class named twice", shedding + "      reserve:\n        critical: 20%\n        critical: 10%\n",
+		`rules "a".priority.reserve.critical: appears twice (first at line 7); keep one (sluice.yaml:8)`},
+	{"class name", shedding + "      reserve: {'very high': 20%}\n",
+		`rules "a".priority.reserve: "very high" is not a class name; a name holds letters, digits, '-', '_' and '.' (sluice.yaml:6)`},
+	{"lowest class reserves", shedding + "      reserve:\n        critical: 20%\n        default: 10%\n",
+		`rules "a".priority.reserve.default: is the lowest class ("default", unless default names another), which reserves nothing: reserve lists the classes above it (sluice.yaml:8)`},
+	{"default reserves", shedding + "      reserve: {critical: 20%}\n      default: critical\n",
+		`rules "a".priority.reserve.critical: is the lowest class ("critical", as default names it), which reserves nothing: reserve lists the classes above it (sluice.yaml:6)`},
+	{"default name", shedding + "      reserve: {critical: 20%}\n      default: best effort\n",
+		`rules "a".priority.default: "best effort" is not a class name; a name holds letters, digits, '-', '_' and '.' (sluice.yaml:7)`},
+	{"from a cookie", shedding + "      from: cookie:prio\n      reserve: {critical: 20%}\n",
+		`rules "a".priority.from: "cookie:prio" is not one of ip, header:<Name>, query:<name>, global or request (sluice.yaml:6)`},
+	{"from the address", shedding + "      from: ip\n      reserve: {critical: 20%}\n",
+		`rules "a".priority.from: "ip": a class comes from a header or a query parameter (header:<Name> or query:<name>) (sluice.yaml:6)`},
+	{"route to an unknown class", shedding + "      reserve: {critical: 20%}\n      routes:\n        \"POST /checkout\": urgent\n",
+		`rules "a".priority.routes "POST /checkout": class "urgent" is not one of critical, default (sluice.yaml:8)`},
+	{"route to a class not a scalar", shedding + "      reserve: {critical: 20%}\n      routes: {/x: [critical]}\n",
+		`rules "a".priority.routes "/x": must be a class: one of critical, default, not a list (sluice.yaml:7)`},
+	{"route pattern", shedding + "      reserve: {critical: 20%}\n      routes: {'GET api': critical}\n",
+		`rules "a".priority.routes "GET api": "GET api" is not a valid ServeMux pattern (at offset 4: host/path missing /); write [METHOD ][HOST]/PATH, such as "POST /api/checkout" or "/api/{id}" (sluice.yaml:7)`},
+	{"route that never matches", shedding + "      reserve: {critical: 20%}\n      routes: {'post /x': critical}\n",
+		`rules "a".priority.routes "post /x": "post /x" could never match a request: methods are case-sensitive; did you mean "POST /x"? (sluice.yaml:7)`},
+	{"route twice", shedding + "      reserve: {critical: 20%}\n      routes:\n        GET /x: critical\n        \"GET  /x\": default\n",
+		`rules "a".priority.routes "GET  /x": "GET /x" is also the route at line 8; keep one (sluice.yaml:9)`},
+	{"routes in conflict", shedding + "      reserve: {critical: 20%}\n      routes:\n        /a/{x}: critical\n        /{y}/b: default\n",
+		`rules "a".priority.routes "/{y}/b": "/{y}/b" conflicts with the route "/a/{x}" (line 8): /{y}/b and /a/{x} both match some paths, like "/a/b". But neither is more specific than the other. /{y}/b matches "/y/b", but /a/{x} doesn't. /a/{x} matches "/a/x", but /{y}/b doesn't. (sluice.yaml:9)`},
+	{"routes a list", shedding + "      reserve: {critical: 20%}\n      routes: [/x]\n",
+		`rules "a".priority.routes: must be a mapping of route patterns to classes, such as {"POST /api/checkout": critical}, not a list (sluice.yaml:7)`},
+	{"routes of a rule keyed by request", "rules:\n  - name: a\n    key: request\n    limit: 20\n    period: 1s\n    priority:\n      reserve: {critical: 20%}\n      routes: {/x: critical}\n",
+		`rules "a".priority.routes: a rule keyed by request takes the key its caller names (POST /v1/check, Envoy's gRPC) and is checked by name, never matched to an HTTP request; leave routes out, and let each check name its class (sluice.yaml:8)`},
+	{"priority with plans", "rules:\n  - name: a\n    limit: 20\n    period: 1s\n    plans:\n      - {name: pro, keys: [k], limit: 50, period: 1s}\n    priority:\n      reserve: {critical: 20%}\n",
+		`rules "a".priority: a rule that sheds by class has no plans: its classes share the rule's limits, where a plan gives some clients limits of their own; leave out plans or priority (sluice.yaml:7)`},
+	{"status not an error", shedding + "      reserve: {critical: 20%}\n      status: 200\n",
+		`rules "a".priority.status: 200 is no error status; status is the HTTP status of a request shed, 400 to 599 (503 unless set) (sluice.yaml:7)`},
+	{"status beyond 599", shedding + "      reserve: {critical: 20%}\n      status: 600\n",
+		`rules "a".priority.status: 600 is no error status; status is the HTTP status of a request shed, 400 to 599 (503 unless set) (sluice.yaml:7)`},
+	{"status a word", shedding + "      reserve: {critical: 20%}\n      status: unavailable\n",
+		`rules "a".priority.status: "unavailable" is not a whole number; status is the HTTP status of a request shed, 400 to 599 (503 unless set) (sluice.yaml:7)`},
 }
 
 func TestErrors(t *testing.T) {

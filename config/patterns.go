@@ -7,9 +7,14 @@ import (
 	"strings"
 )
 
-// pattern returns the ServeMux pattern f, normalized.
+// pattern returns the ServeMux pattern f, a rule's match, normalized.
 func (p *parser) pattern(f field) (string, bool) {
-	const help = `write [METHOD ][HOST]/PATH, such as "GET /api/search" or "/api/{id}", or leave match out for the default rule`
+	return p.servePattern(f, `write [METHOD ][HOST]/PATH, such as "GET /api/search" or "/api/{id}", or leave match out for the default rule`)
+}
+
+// servePattern returns the ServeMux pattern f, normalized; help says
+// how to write one.
+func (p *parser) servePattern(f field, help string) (string, bool) {
 	s, ok := p.str(f, "a ServeMux pattern; "+help)
 	if !ok {
 		return "", false
@@ -129,18 +134,27 @@ func (p *parser) checkMatches(infos []ruleInfo) {
 		// Find the rules it conflicts with, one pair at a time.
 		for _, j := range registered {
 			other := normalizePattern(infos[j].match.val.Value)
-			pair := http.NewServeMux()
-			if register(pair, other) != nil {
-				continue
-			}
-			if err := register(pair, pat); err != nil {
-				msg := err.Error()
-				if _, why, ok := strings.Cut(msg, ":\n"); ok {
-					msg = why
-				}
-				p.errorf(line, path, "%q conflicts with the match %q of %s: %s",
-					pat, other, infos[j].ref(), strings.ReplaceAll(msg, "\n", " "))
+			if why := conflict(other, pat); why != "" {
+				p.errorf(line, path, "%q conflicts with the match %q of %s: %s", pat, other, infos[j].ref(), why)
 			}
 		}
 	}
+}
+
+// conflict returns why ServeMux refuses to register pat beside other,
+// or "" when it takes both (or refuses other alone).
+func conflict(other, pat string) string {
+	pair := http.NewServeMux()
+	if register(pair, other) != nil {
+		return ""
+	}
+	err := register(pair, pat)
+	if err == nil {
+		return ""
+	}
+	msg := err.Error()
+	if _, why, ok := strings.Cut(msg, ":\n"); ok {
+		msg = why
+	}
+	return strings.ReplaceAll(msg, "\n", " ")
 }

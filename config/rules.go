@@ -4,13 +4,10 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/lease"
 	"github.com/sluice-go/sluice/policy"
-	"go.yaml.in/yaml/v3"
 )
 
 const nameHelp = policy.NameChars
@@ -205,8 +202,9 @@ func (p *parser) rule(f field) (policy.Rule, ruleInfo) {
 	if e, ok := m["shadow"]; ok {
 		r.Shadow, _ = p.boolean(e)
 	}
-	if e, ok := m["priority"]; ok {
-		r.Priority = p.priority(e)
+	prio, hasPrio := m["priority"]
+	if hasPrio {
+		r.Priority = p.priority(prio, info.byName)
 	}
 	if e, ok := m["on_error"]; ok {
 		if s, ok := p.oneOf(e, sluice.OutagePolicies...); ok {
@@ -224,6 +222,9 @@ func (p *parser) rule(f field) (policy.Rule, ruleInfo) {
 			r.Plans = append(r.Plans, pl.Plan)
 		}
 		p.checkPlans(plans)
+		if hasPrio {
+			p.errorf(prio.key.Line, prio.path, "a rule that sheds by class has no plans: its classes share the rule's limits, where a plan gives some clients limits of their own; leave out plans or priority")
+		}
 	}
 
 	// Names come last: they use the rule's name, and only valid limits
@@ -355,91 +356,6 @@ func (p *parser) settle(f field) (st *policy.Settle, cost int, reserve field, ok
 		p.missing(f.val.Line, f.path, "reserve", "is missing; set reserve (what a request is admitted at: the most its work may cost) or postpaid: true (admitted while the balance holds one unit, charged after)")
 	}
 	return st, 1, field{}, false
-}
-
-// priority returns a rule's priority section, nil when it is invalid.
-func (p *parser) priority(f field) *policy.Priority {
-	m, ok := p.mapping(f, "priority", priorityFields, false)
-	if !ok {
-		return nil
-	}
-	pr := &policy.Priority{}
-	good := true
-	if e, ok := m["from"]; ok {
-		if s, ok := p.str(e, "header:<Name> or query:<name>"); ok {
-			k, err := policy.ParseKey(s)
-			switch {
-			case err != nil:
-				p.errorf(e.val.Line, e.path, "%v", err)
-				good = false
-			case k.Source != policy.KeyHeader && k.Source != policy.KeyQuery:
-				p.errorf(e.val.Line, e.path, "%q: a class comes from a header or a query parameter (header:<Name> or query:<name>)", s)
-				good = false
-			default:
-				pr.From = &k
-			}
-		}
-	}
-	e, ok := m["reserve"]
-	switch {
-	case !ok:
-		p.missing(f.val.Line, f.path, "reserve", "is missing; name the classes above the lowest, highest first, each with the share of capacity it keeps, such as {critical: 20%%}")
-		good = false
-	case e.val.Kind != yaml.MappingNode || len(e.val.Content) == 0:
-		p.errorf(e.val.Line, e.path, "must be a mapping of classes to shares, highest first, such as {critical: 20%%, high: 10%%}, not %s", show(e.val))
-		good = false
-	default:
-		for i := 0; i+1 < len(e.val.Content); i += 2 {
-			k, v := e.val.Content[i], p.resolve(e.val.Content[i+1])
-			path := e.path + "." + k.Value
-			share, ok := p.percent(field{key: k, val: v, path: path})
-			good = good && ok
-			pr.Classes = append(pr.Classes, policy.Class{Name: k.Value, Reserve: share})
-		}
-	}
-	if e, ok := m["routes"]; ok {
-		if e.val.Kind != yaml.MappingNode {
-			p.errorf(e.val.Line, e.path, "must be a mapping of route patterns to classes, such as {\"POST /api/checkout\": critical}, not %s", show(e.val))
-			good = false
-		} else {
-			for i := 0; i+1 < len(e.val.Content); i += 2 {
-				k, v := e.val.Content[i], p.resolve(e.val.Content[i+1])
-				if s, ok := p.str(field{key: k, val: v, path: e.path + "." + k.Value}, "a class"); ok {
-					pr.Routes = append(pr.Routes, policy.PriorityRoute{Match: k.Value, Class: s})
-				} else {
-					good = false
-				}
-			}
-		}
-	}
-	if e, ok := m["default"]; ok {
-		pr.Default, _ = p.str(e, "the name of the lowest class")
-	}
-	if e, ok := m["status"]; ok {
-		if n, ok := p.integer(e, "status is the HTTP status of a request shed, 400 to 599 (503 unless set)"); ok {
-			pr.Status = n
-		}
-	}
-	if !good {
-		return nil
-	}
-	return pr
-}
-
-// percent returns the share a percentage such as 20% or 12.5% writes,
-// as a fraction.
-func (p *parser) percent(f field) (float64, bool) {
-	s, ok := p.str(f, "a percentage such as 20%")
-	if !ok {
-		return 0, false
-	}
-	num, isPercent := strings.CutSuffix(s, "%")
-	v, err := strconv.ParseFloat(num, 64)
-	if !isPercent || err != nil || !(v > 0 && v < 100) {
-		p.errorf(f.val.Line, f.path, "%q is not a percentage above 0%% and below 100%%, such as 20%% or 12.5%%", s)
-		return 0, false
-	}
-	return v / 100, true
 }
 
 // lease returns a rule's lease block, 0 when the section is invalid, and

@@ -87,6 +87,27 @@
 // with "allowed":true and "shadow_denied":true, the headers and numbers
 // telling the real state, and no Retry-After.
 //
+// Under a rule that sheds by class (a policy file's priority section,
+// policy.Priority), a check names its class: {"rule":"checkout",
+// "key":"abc","class":"critical"}. A class the rule does not have, or
+// none, is its lowest; a rule that does not shed by class ignores it. The
+// answer names the class the check was decided in, and its numbers are
+// that class's share of the rule's limits (8 of 10 for a class that may
+// use 80%):
+//
+//	{"allowed":true,"limit":8,"remaining":3,"reset_after_ms":60000,"retry_after_ms":0,"class":"high","policies":[...]}
+//
+// A check denied as one of a class below the highest, load shed to keep
+// the rest of the pool for the classes above it, also says "shed":true.
+// It answers 429 with Retry-After, as every denial does, and not the
+// rule's status (priority's status, 503 unless set), which is what the
+// middleware and the proxy answer the clients they shed: the service
+// reports to its caller, who answers its own client, and a 503 of the
+// service says that the service could not decide
+// (RATE_LIMITER_UNAVAILABLE), which a shed is not. A denial of the
+// highest class, which may use the whole pool, is an ordinary one,
+// without "shed". In a batch each result names its own class and shed.
+//
 // When the store fails, the Limiter's sluice.ErrorPolicy decides: the
 // answer carries "degraded":true and no rate-limit headers, which describe
 // the shared quota. Under the allow and deny policies, which decide

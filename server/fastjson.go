@@ -11,13 +11,13 @@ import (
 // fastjson_test.go holds them to that.
 
 // DecodeFast decodes data, already checked to be valid UTF-8 without lone
-// surrogate escapes, into c when it is one JSON object of "rule", "key"
-// and "cost", each at most once, the strings without escapes and the
-// cost an integer; else it reports false and leaves c as it was.
+// surrogate escapes, into c when it is one JSON object of "rule", "key",
+// "cost" and "class", each at most once, the strings without escapes and
+// the cost an integer; else it reports false and leaves c as it was.
 func (c *checkRequest) DecodeFast(data []byte) bool {
 	var (
 		out  checkRequest
-		seen [3]bool
+		seen [4]bool
 	)
 	i := skipSpace(data, 0)
 	if i >= len(data) || data[i] != '{' {
@@ -38,10 +38,13 @@ func (c *checkRequest) DecodeFast(data []byte) bool {
 			}
 			i = skipSpace(data, i+1)
 			switch string(name) { // compared, not copied
-			case "rule", "key":
+			case "rule", "key", "class":
 				field, dst := 0, &out.Rule
-				if string(name) == "key" {
+				switch string(name) {
+				case "key":
 					field, dst = 1, &out.Key
+				case "class":
+					field, dst = 3, &out.Class
 				}
 				v, j, ok := plainString(data, i)
 				if !ok || seen[field] {
@@ -132,9 +135,10 @@ func plainInt(data []byte, i int) (int, int, bool) {
 }
 
 // appendCheckResult appends r as encoding/json marshals it, and a
-// newline, or reports false when one of its strings is not plain
-// printable ASCII that encoding/json writes as it is, or it holds a
-// reservation (a decision that settles, left to encoding/json).
+// newline, or reports false when one of its strings (a limit's name, the
+// class) is not plain printable ASCII that encoding/json writes as it
+// is, or it holds a reservation (a decision that settles, left to
+// encoding/json).
 func appendCheckResult(b []byte, r *checkResult) ([]byte, bool) {
 	if r.Reservation != "" {
 		return b, false // encoding/json's
@@ -149,6 +153,17 @@ func appendCheckResult(b []byte, r *checkResult) ([]byte, bool) {
 	}
 	if r.Degraded {
 		b = append(b, `,"degraded":true`...)
+	}
+	if r.Class != "" {
+		if !plainASCII(r.Class) {
+			return b, false
+		}
+		b = append(b, `,"class":"`...)
+		b = append(b, r.Class...)
+		b = append(b, '"')
+	}
+	if r.Shed {
+		b = append(b, `,"shed":true`...)
 	}
 	b = append(b, `,"policies":`...)
 	if r.Policies == nil {

@@ -25,7 +25,7 @@ func stdDecode(data []byte) (checkRequest, error) {
 
 // same reports whether two decoded checks are equal.
 func same(a, b checkRequest) bool {
-	return a.Rule == b.Rule && a.Key == b.Key && (a.Cost == nil) == (b.Cost == nil) && (a.Cost == nil || *a.Cost == *b.Cost)
+	return a.Rule == b.Rule && a.Key == b.Key && a.Class == b.Class && (a.Cost == nil) == (b.Cost == nil) && (a.Cost == nil || *a.Cost == *b.Cost)
 }
 
 // TestDecodeFast: the fast path decodes the usual bodies, exactly as
@@ -43,6 +43,11 @@ func TestDecodeFast(t *testing.T) {
 		{`{}`, true},
 		{`{"rule":"r","key":""}`, true},
 		{`{"rule":"r","cost":-4}`, true},
+		{`{"rule":"r","key":"k","class":"critical"}`, true},
+		{`{"class":"","rule":"r"}`, true},
+		{`{"rule":"r","class":"a","class":"b"}`, false},
+		{`{"rule":"r","class":1}`, false},
+		{`{"rule":"r","Class":"critical"}`, false},
 		{`{"rule":"a\"b"}`, false},
 		{`{"rule":"a\u0041"}`, false},
 		{`{"RULE":"r"}`, false},
@@ -75,7 +80,7 @@ func TestDecodeFast(t *testing.T) {
 // TestDecodeFastRandom: bodies made of random pieces decode on the fast
 // path only as encoding/json decodes them.
 func TestDecodeFastRandom(t *testing.T) {
-	pieces := []string{`{`, `}`, `"rule"`, `"key"`, `"cost"`, `"x"`, `:`, `,`, ` `, `"a b"`, `"\n"`, `12`, `-3`, `0`, `1.5`, `null`, `"é"`, `"Rule"`, `[`, `]`, `true`}
+	pieces := []string{`{`, `}`, `"rule"`, `"key"`, `"cost"`, `"class"`, `"x"`, `:`, `,`, ` `, `"a b"`, `"\n"`, `12`, `-3`, `0`, `1.5`, `null`, `"é"`, `"Rule"`, `[`, `]`, `true`}
 	r := rand.New(rand.NewPCG(1, 2))
 	fast := 0
 	for range 20000 {
@@ -87,7 +92,7 @@ func TestDecodeFastRandom(t *testing.T) {
 				if i > 0 {
 					b.WriteString(",")
 				}
-				b.WriteString(pieces[2+r.IntN(4)] + ":" + pieces[9+r.IntN(len(pieces)-9)])
+				b.WriteString(pieces[2+r.IntN(5)] + ":" + pieces[10+r.IntN(len(pieces)-10)])
 			}
 			b.WriteString("}")
 		} else {
@@ -126,7 +131,10 @@ func TestAppendCheckResult(t *testing.T) {
 			l, rem, reset := r.IntN(1000), r.IntN(1000)-10, int64(r.IntN(100000))
 			return state{Limit: &l, Remaining: &rem, ResetAfterMS: &reset}
 		}
-		c := checkResult{Allowed: r.IntN(2) == 0, state: st(), RetryAfterMS: int64(r.IntN(5000)), ShadowDenied: r.IntN(5) == 0, Degraded: r.IntN(5) == 0}
+		c := checkResult{Allowed: r.IntN(2) == 0, state: st(), RetryAfterMS: int64(r.IntN(5000)), ShadowDenied: r.IntN(5) == 0, Degraded: r.IntN(5) == 0, Shed: r.IntN(5) == 0}
+		if r.IntN(3) == 0 {
+			c.Class = names[r.IntN(len(names))]
+		}
 		if r.IntN(10) > 0 {
 			c.Policies = make([]policyResult, r.IntN(4))
 			for i := range c.Policies {
@@ -139,7 +147,7 @@ func TestAppendCheckResult(t *testing.T) {
 		}
 		want = append(want, '\n')
 		got, ok := appendCheckResult(nil, &c)
-		plain := true
+		plain := plainASCII(c.Class)
 		for _, p := range c.Policies {
 			plain = plain && plainASCII(p.Name)
 		}

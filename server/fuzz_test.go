@@ -15,8 +15,9 @@ import (
 	"github.com/sluice-go/sluice/storetest"
 )
 
-// fuzzYAML has a rule of every key source, a plan, a cost and a rule in
-// shadow mode, so that fuzzed bodies reach every path of a decision.
+// fuzzYAML has a rule of every key source, a plan, a cost, a rule in
+// shadow mode and one that sheds by class, so that fuzzed bodies reach
+// every path of a decision.
 const fuzzYAML = `
 rules:
   - {name: search, match: GET /search, key: "header:X-API-Key", algorithm: fixed_window, limit: 2, period: 1m}
@@ -25,6 +26,7 @@ rules:
   - {name: login, match: POST /login, key: ip, algorithm: sliding_window, limit: 3, period: 1m}
   - {name: all, match: /all, key: global, algorithm: gcra, limit: 10, period: 1s, burst: 4}
   - {name: probe, match: /probe, key: ip, limit: 1, period: 1m, shadow: true}
+  - {name: pool, key: request, algorithm: fixed_window, limit: 5, period: 1m, priority: {reserve: {critical: 20%}}}
 `
 
 // FuzzHandler sends arbitrary bodies to POST /v1/check (batch false) and
@@ -51,6 +53,9 @@ func FuzzHandler(f *testing.F) {
 		`{"checks":[{"rule":"search","key":"a"},{"rule":"search","key":"a"}]}`,
 		`{"checks":[]}`,
 		"{\"checks\":[{\"rule\":\"search\",\"key\":\"\xc3\"}]}",
+		`{"rule":"pool","key":"a","class":"critical","cost":5}`,
+		`{"rule":"pool","key":"a","class":"h\u00e9"}`,
+		`{"checks":[{"rule":"pool","key":"b"},{"rule":"search","key":"b","class":"x"}]}`,
 	} {
 		f.Add(false, []byte(s))
 		f.Add(true, []byte(s))

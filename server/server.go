@@ -226,6 +226,9 @@ type checkRequest struct {
 	Rule string `json:"rule"`
 	Key  string `json:"key"`
 	Cost *int   `json:"cost"`
+	// Class is the check's priority class under a rule that sheds by
+	// class (policy.Check.Class); a rule that does not ignores it.
+	Class string `json:"class"`
 }
 
 // batchRequest is the body of /v1/check/batch.
@@ -237,10 +240,18 @@ type batchRequest struct {
 type checkResult struct {
 	Allowed bool `json:"allowed"`
 	state
-	RetryAfterMS int64          `json:"retry_after_ms"`
-	ShadowDenied bool           `json:"shadow_denied,omitempty"`
-	Degraded     bool           `json:"degraded,omitempty"`
-	Policies     []policyResult `json:"policies"`
+	RetryAfterMS int64 `json:"retry_after_ms"`
+	ShadowDenied bool  `json:"shadow_denied,omitempty"`
+	Degraded     bool  `json:"degraded,omitempty"`
+	// Class is the priority class the rule decided the check in, under
+	// a rule that sheds by class (policy.Applied.Class): the one the
+	// check named, or the lowest.
+	Class string `json:"class,omitempty"`
+	// Shed reports a denial of a class below the highest: load shed to
+	// keep the rest of the capacity for the classes above it
+	// (policy.Applied.Shed).
+	Shed     bool           `json:"shed,omitempty"`
+	Policies []policyResult `json:"policies"`
 	// Reservation is the decision's reservation, when a rule that
 	// settles admitted it: what POST /v1/settle takes with the cost.
 	Reservation string `json:"reservation,omitempty"`
@@ -289,7 +300,7 @@ type batchResponse struct {
 
 func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 	var req checkRequest
-	if !httpjson.Decode(w, r, MaxBodyBytes, &req, `accepted fields: "rule", "key", "cost"`) {
+	if !httpjson.Decode(w, r, MaxBodyBytes, &req, `accepted fields: "rule", "key", "cost", "class"`) {
 		return
 	}
 	d, ok := s.decide(w, r, []checkRequest{req}, false)
@@ -341,7 +352,7 @@ func writeResult(w http.ResponseWriter, status int, body *checkResult) {
 // denied batch spends nothing.
 func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 	var req batchRequest
-	if !httpjson.Decode(w, r, MaxBodyBytes, &req, `accepted fields: "checks", and in each check "rule", "key", "cost"`) {
+	if !httpjson.Decode(w, r, MaxBodyBytes, &req, `accepted fields: "checks", and in each check "rule", "key", "cost", "class"`) {
 		return
 	}
 	if n := len(req.Checks); n < 1 || n > MaxBatchChecks {
@@ -390,7 +401,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, reqs []checkRequ
 			httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST", msg)
 			return nil, false
 		}
-		checks[i] = policy.Check{Rule: c.Rule, Key: c.Key, Cost: c.Cost}
+		checks[i] = policy.Check{Rule: c.Rule, Key: c.Key, Cost: c.Cost, Class: c.Class}
 	}
 	d, err := s.engine.Check(r.Context(), checks...)
 	_, unknown := errors.AsType[*policy.UnknownRuleError](err)
@@ -418,6 +429,8 @@ func result(d *policy.Decision, a *policy.Applied) checkResult {
 	out := checkResult{
 		Allowed:  d.Allowed,
 		Degraded: d.Degraded != sluice.NotDegraded || a.Outcome == policy.DegradedAllowed || a.Outcome == policy.DegradedDenied,
+		Class:    a.Class,
+		Shed:     a.Shed,
 		Policies: make([]policyResult, len(a.Results)),
 	}
 	if len(a.Results) == 0 {

@@ -243,7 +243,7 @@ func TestBadRequests(t *testing.T) {
 		{"not an object", "POST", "/v1/check", "application/json", `[1]`, 400,
 			errBody("BAD_REQUEST", "the body must be a JSON object, got array"), ""},
 		{"unknown field", "POST", "/v1/check", "application/json", `{"rule":"search","key":"a","cots":1}`, 400,
-			errBody("BAD_REQUEST", `unknown field "cots"; accepted fields: "rule", "key", "cost"`), ""},
+			errBody("BAD_REQUEST", `unknown field "cots"; accepted fields: "rule", "key", "cost", "class"`), ""},
 		{"missing rule", "POST", "/v1/check", "application/json", `{"key":"a"}`, 400,
 			errBody("BAD_REQUEST", `"rule" is required`), ""},
 		{"missing key", "POST", "/v1/check", "application/json", `{"rule":"search"}`, 400,
@@ -295,7 +295,7 @@ func TestBadRequests(t *testing.T) {
 		{"batch: cost above capacity", "POST", "/v1/check/batch", "application/json", `{"checks":[{"rule":"search","key":"a"},{"rule":"export","key":"a","cost":2}]}`, 400,
 			errBody("BAD_REQUEST", `checks[1]: rule "export": invalid cost: cost 2 exceeds the capacity 1 of export-1h: fixed_window 1/1h0m0s; it could never be admitted`), ""},
 		{"batch: unknown field", "POST", "/v1/check/batch", "application/json", `{"checks":[{"rule":"search","key":"a","n":1}]}`, 400,
-			errBody("BAD_REQUEST", `unknown field "n"; accepted fields: "checks", and in each check "rule", "key", "cost"`), ""},
+			errBody("BAD_REQUEST", `unknown field "n"; accepted fields: "checks", and in each check "rule", "key", "cost", "class"`), ""},
 		// encoding/json would make both "a\ufffdb": one count for two keys.
 		{"key not UTF-8", "POST", "/v1/check", "application/json", "{\"rule\":\"search\",\"key\":\"a\xffb\"}", 400,
 			errBody("BAD_REQUEST", `field "key" is not valid UTF-8 (byte offset 25); JSON text must be UTF-8`), ""},

@@ -249,6 +249,7 @@ rules:
   - {name: tokens, key: request, algorithm: fixed_window, limit: 100000, period: 1m, settle: {cost_from: "header:X-Tokens-Used", reserve: 4096}}
   - {name: brief, key: request, algorithm: fixed_window, limit: 100, period: 1s, settle: {cost_from: bytes, reserve: 10}}
   - {name: jobs, key: request, algorithm: concurrency, limit: 1, ttl: 1s}
+  - {name: checkout, key: request, algorithm: token_bucket, limit: 10, period: 1h, priority: {reserve: {critical: 20%}}}
 `
 	// openAPIDownRules is the server's whose Redis is down: deny by
 	// default, allow and the local fallback for a rule each.
@@ -329,6 +330,11 @@ func (r *apiRun) mainServer(t *testing.T) {
 		{name: "check shadow", method: "POST", target: "/v1/check", body: `{"rule":"export","key":"k1"}`, status: 200},
 		{name: "check shadow denied", method: "POST", target: "/v1/check", body: `{"rule":"export","key":"k1"}`, status: 200},
 		{name: "check cost 0", method: "POST", target: "/v1/check", body: `{"rule":"search","key":"k1","cost":0}`, status: 200},
+		{name: "check the lowest class's share", method: "POST", target: "/v1/check", body: `{"rule":"checkout","key":"c1","cost":8}`, status: 200},
+		{name: "check shed", method: "POST", target: "/v1/check", body: `{"rule":"checkout","key":"c1","class":"bulk"}`, status: 429},
+		{name: "check critical", method: "POST", target: "/v1/check", body: `{"rule":"checkout","key":"c1","class":"critical"}`, status: 200},
+		{name: "check class not a string", method: "POST", target: "/v1/check", body: `{"rule":"checkout","key":"c1","class":1}`, status: 400, code: "BAD_REQUEST", invalid: true},
+		{name: "batch shed", method: "POST", target: "/v1/check/batch", body: `{"checks":[{"rule":"checkout","key":"c1"},{"rule":"search","key":"c1","class":"critical"}]}`, status: 200},
 		{name: "check unknown rule", method: "POST", target: "/v1/check", body: `{"rule":"nope","key":"k"}`, status: 400, code: "BAD_REQUEST"},
 		{name: "check no rule", method: "POST", target: "/v1/check", body: `{"key":"k"}`, status: 400, code: "BAD_REQUEST", invalid: true},
 		{name: "check malformed", method: "POST", target: "/v1/check", body: `{"rule":"login",`, status: 400, code: "BAD_REQUEST", invalid: true},
@@ -670,7 +676,8 @@ func (r *apiRun) methodsAndPaths(t *testing.T, d *daemon) {
 func (r *apiRun) control(t *testing.T) {
 	admitted, denied, stats := r.kept["check admitted"], r.kept["check denied"], r.kept["stats"]
 	reserved, settled, settledAgain, settleBatch := r.kept["check reserving"], r.kept["settle"], r.kept["settle again"], r.kept["settle batch"]
-	if admitted == nil || denied == nil || stats == nil || reserved == nil || settled == nil || settledAgain == nil || settleBatch == nil {
+	shed, critical := r.kept["check shed"], r.kept["check critical"]
+	if admitted == nil || denied == nil || stats == nil || reserved == nil || settled == nil || settledAgain == nil || settleBatch == nil || shed == nil || critical == nil {
 		t.Fatal("the cases the control needs did not run")
 	}
 	edit := func(x *exchange, f func(m map[string]any)) *exchange {
@@ -697,6 +704,10 @@ func (r *apiRun) control(t *testing.T) {
 	withBody := func(x *exchange, body string) *exchange { y := *x; y.body = []byte(body); return &y }
 	// item returns the settle i of a settle batch's answer m.
 	item := func(m map[string]any, i int) map[string]any { return m["results"].([]any)[i].(map[string]any) }
+	// The shed cases answer what the rows below hold them to.
+	if !bytes.Contains(shed.body, []byte(`"class":"default","shed":true`)) || !bytes.Contains(critical.body, []byte(`"class":"critical"`)) || bytes.Contains(critical.body, []byte(`"shed"`)) {
+		t.Fatalf("the shed cases: %s and %s; want the lowest class shed and the critical admitted", shed.body, critical.body)
+	}
 	// A document whose CheckResult says remaining is a string.
 	mutated := loadSpec(t)
 	mutated.Components.Schemas["CheckResult"].Value.Properties["remaining"].Value.Type = &openapi3.Types{"string"}
@@ -723,6 +734,10 @@ func (r *apiRun) control(t *testing.T) {
 		{"an error body for a 200", r.doc, &exchange{method: "POST", path: "/v1/check", header: admitted.header, reqBody: admitted.reqBody,
 			status: 200, respHeader: admitted.respHeader, body: []byte(`{"error":{"code":"BAD_REQUEST","message":"no"}}`)}, false},
 		{"text for JSON", r.doc, withHeader(admitted, "Content-Type", "text/plain"), false},
+		{"the real shed", r.doc, shed, true},
+		{"the real critical", r.doc, critical, true},
+		{"shed a string", r.doc, edit(shed, func(m map[string]any) { m["shed"] = "yes" }), false},
+		{"an empty class", r.doc, edit(critical, func(m map[string]any) { m["class"] = "" }), false},
 		{"the real reservation", r.doc, reserved, true},
 		{"an empty reservation", r.doc, edit(reserved, func(m map[string]any) { m["reservation"] = "" }), false},
 		{"the real settle", r.doc, settled, true},
