@@ -215,5 +215,14 @@
 // (policy.Engine.Refund) and is answered OK with what remains; the
 // refunds of a request come before its other descriptors are decided.
 //
+// A rule with a concurrency limit takes a slot per descriptor that
+// spends, and a descriptor with is_negative_hits frees one: Envoy sends
+// the first at a request's start and, with apply_on_stream_done and
+// hits_addend {number: 1, is_negative_hits: true} in the route's
+// RateLimitPerRoute, the second when its stream is done. Envoy keeps no
+// slot id, so the slot freed is the key's whose lease ends first; a slot
+// whose end never comes frees itself when its lease (the rule's ttl)
+// ends. examples/envoy/concurrency.yaml is such a route.
+//
 // The Envoy guide is docs/envoy.md (https://github.com/sluice-go/sluice/blob/main/docs/envoy.md).
 package envoy

@@ -108,24 +108,56 @@ func Descriptors(t testing.TB, r *routev3.Route) []*commonv3.RateLimitDescriptor
 	t.Helper()
 	var out []*commonv3.RateLimitDescriptor
 	for _, rl := range r.GetRoute().RateLimits {
-		d := &commonv3.RateLimitDescriptor{}
-		add := func(k, v string) {
-			d.Entries = append(d.Entries, &commonv3.RateLimitDescriptor_Entry{Key: k, Value: v})
-		}
-		for _, a := range rl.Actions {
-			switch {
-			case a.GetRemoteAddress() != nil:
-				add("remote_address", "192.0.2.1")
-			case a.GetGenericKey() != nil:
-				g := a.GetGenericKey()
-				add(cmp.Or(g.GetDescriptorKey(), "generic_key"), g.GetDescriptorValue())
-			case a.GetRequestHeaders() != nil:
-				add(a.GetRequestHeaders().GetDescriptorKey(), "some-key")
-			default:
-				t.Fatalf("action %v: envoytest does not make its entry", a)
-			}
-		}
-		out = append(out, d)
+		out = append(out, Descriptor(t, rl))
 	}
 	return out
+}
+
+// PerRoute returns the rate_limits of r's per-route configuration of the
+// rate limit filter (typed_per_filter_config's RateLimitPerRoute), where
+// Envoy reads hits_addend and apply_on_stream_done; nil when it has none.
+func PerRoute(t testing.TB, r *routev3.Route) []*routev3.RateLimit {
+	t.Helper()
+	any, ok := r.GetTypedPerFilterConfig()["envoy.filters.http.ratelimit"]
+	if !ok {
+		return nil
+	}
+	per := &ratelimitv3.RateLimitPerRoute{}
+	if err := any.UnmarshalTo(per); err != nil {
+		t.Fatalf("route %s: the rate limit filter's per-route configuration: %v", r.GetMatch().GetPrefix(), err)
+	}
+	return per.GetRateLimits()
+}
+
+// Descriptor returns the descriptor Envoy makes of rl for a request from
+// 192.0.2.1 that carries every header an action reads (each with the
+// value "some-key"), with rl's hits_addend number and is_negative_hits.
+// It fails t on an action it cannot make, and on a hits_addend format
+// (a value of the request or response).
+func Descriptor(t testing.TB, rl *routev3.RateLimit) *commonv3.RateLimitDescriptor {
+	t.Helper()
+	d := &commonv3.RateLimitDescriptor{}
+	add := func(k, v string) {
+		d.Entries = append(d.Entries, &commonv3.RateLimitDescriptor_Entry{Key: k, Value: v})
+	}
+	for _, a := range rl.Actions {
+		switch {
+		case a.GetRemoteAddress() != nil:
+			add("remote_address", "192.0.2.1")
+		case a.GetGenericKey() != nil:
+			g := a.GetGenericKey()
+			add(cmp.Or(g.GetDescriptorKey(), "generic_key"), g.GetDescriptorValue())
+		case a.GetRequestHeaders() != nil:
+			add(a.GetRequestHeaders().GetDescriptorKey(), "some-key")
+		default:
+			t.Fatalf("action %v: envoytest does not make its entry", a)
+		}
+	}
+	if h := rl.GetHitsAddend(); h != nil {
+		if h.GetFormat() != "" {
+			t.Fatalf("hits_addend format %q: envoytest does not make it", h.GetFormat())
+		}
+		d.HitsAddend, d.IsNegativeHits = h.GetNumber(), h.GetIsNegativeHits()
+	}
+	return d
 }
