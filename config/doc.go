@@ -42,7 +42,7 @@
 //	    match: GET /api/search   # Go 1.22 ServeMux pattern; absent: the group's default rule
 //	    key: header:X-API-Key    # ip (default) | global | header:<Name> | query:<name> | request
 //	    missing_key: reject      # header/query keys only: reject (401, default) | deny (429) | ip
-//	    algorithm: token_bucket  # fixed_window | sliding_window | sliding_log | token_bucket (default) | gcra
+//	    algorithm: token_bucket  # fixed_window | sliding_window | sliding_log | token_bucket (default) | gcra | concurrency
 //	    limit: 5                 # required: requests per period
 //	    period: 1s               # required: Go duration (500ms, 1s, 1m, 1h, 1h30m)
 //	    burst: 20                # token_bucket and gcra only; default = limit
@@ -65,6 +65,24 @@
 //	    limits:                  # instead of the single-limit fields: all or nothing
 //	      - {algorithm: sliding_window, limit: 5, period: 1m}
 //	      - {algorithm: fixed_window, limit: 20, period: 1h}
+//	  - name: exports
+//	    match: POST /api/exports
+//	    key: header:X-API-Key
+//	    algorithm: concurrency   # requests in flight: a slot held while each runs, released when its response ends
+//	    limit: 20                # required: slots; no period
+//	    ttl: 30s                 # a slot's lease (default 30s), renewed while its request runs: a replica that dies frees its slots within it
+//	  - name: pool
+//	    group: shedding
+//	    key: global
+//	    algorithm: concurrency   # or a rate limit: a priority cuts a rule's limits for the classes below the highest
+//	    limit: 1000
+//	    priority:                # no plans beside it
+//	      from: header:X-Priority  # header:<Name> | query:<name>: its value names the class; absent: routes only
+//	      reserve: {critical: 20%, high: 10%}  # highest first: the share each class keeps for itself and those above;
+//	                             # the rest (here bulk) get 70%, high 80%, critical all
+//	      routes: {"GET /healthz": critical}  # ServeMux patterns whose requests get a class, ahead of from
+//	      default: bulk          # the lowest class (default "default"): unknown and missing classes
+//	      status: 503            # a shed request's status (default 503), with code SHED
 //
 // A rule or plan has either the single-limit fields (algorithm, limit,
 // period, burst) or a limits list, never both. Every limit is checked by

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 
@@ -186,7 +187,12 @@ type compiled struct {
 func cutLimits(limits []sluice.Limit, share float64) []sluice.Limit {
 	out := make([]sluice.Limit, len(limits))
 	for i, l := range limits {
-		c := max(int(float64(l.Capacity())*share), 1)
+		// share is 1 less the reserves above, which a float64 may put a
+		// hair below the exact share (1 - 0.9 is 0.09999...): a relative
+		// nudge far above that error, and far below one unit of any
+		// capacity, keeps 10% of 100 at 10.
+		x := float64(l.Capacity()) * share
+		c := max(int(math.Floor(x+x*1e-9)), 1)
 		switch l.Algorithm {
 		case "", sluice.TokenBucket, sluice.GCRA:
 			l.Burst = c
