@@ -265,7 +265,7 @@ func (d *Decision) Shed() (status int, shed bool) {
 	for _, a := range d.Applied[:d.enforced] {
 		switch {
 		case a.Shed && !shed:
-			status, shed = a.Rule.Priority.status(), true
+			status, shed = a.Rule.Priority.ShedStatus(), true
 		case a.Outcome == Denied:
 			return 0, false // denied by a limit of its own too
 		}

@@ -71,8 +71,8 @@ func (p *Priority) defaultName() string {
 	return p.Default
 }
 
-// status returns the HTTP status of a shed request.
-func (p *Priority) status() int {
+// ShedStatus returns the HTTP status of a shed request: Status, or 503.
+func (p *Priority) ShedStatus() int {
 	if p.Status == 0 {
 		return http.StatusServiceUnavailable
 	}
@@ -86,6 +86,23 @@ func (p *Priority) classes() []string {
 		names = append(names, c.Name)
 	}
 	return append(names, p.defaultName())
+}
+
+// A ClassShare is a priority class and the share of its rule's capacity
+// that its requests may use.
+type ClassShare struct {
+	Class string
+	Share float64 // 1 for the highest class
+}
+
+// Shares returns p's classes, the highest first and the lowest
+// (Default) last, each with its share of the rule's capacity.
+func (p *Priority) Shares() []ClassShare {
+	out := make([]ClassShare, 0, len(p.Classes)+1)
+	for k, name := range p.classes() {
+		out = append(out, ClassShare{Class: name, Share: p.share(k)})
+	}
+	return out
 }
 
 // index returns the index of class in p's classes, the lowest's (the

@@ -88,8 +88,36 @@ func printFile(w io.Writer, f *config.File) {
 			who := append(append([]string(nil), p.Keys...), prefixed(p.Prefixes)...)
 			fmt.Fprintf(tw, "  plan %s\t%s\t\t\t%s\n", p.Name, strings.Join(who, " "), limits(p.Limits))
 		}
+		if p := r.Priority; p != nil {
+			fmt.Fprintf(tw, "  priority\t%s\t\t\t%s\n", classSources(p), shares(p))
+		}
 	}
 	tw.Flush()
+}
+
+// classSources says where p's classes come from.
+func classSources(p *policy.Priority) string {
+	var from []string
+	if p.From != nil {
+		from = append(from, p.From.String())
+	}
+	if len(p.Routes) > 0 {
+		from = append(from, fmt.Sprintf("routes: %d", len(p.Routes)))
+	}
+	if from == nil {
+		return "(every request: " + p.Shares()[len(p.Classes)].Class + ")"
+	}
+	return strings.Join(from, ", ")
+}
+
+// shares lists p's classes with the share of the rule's limits each may
+// use, and the status of a shed request.
+func shares(p *policy.Priority) string {
+	var parts []string
+	for _, c := range p.Shares() {
+		parts = append(parts, fmt.Sprintf("%s %.4g%%", c.Class, c.Share*100))
+	}
+	return strings.Join(parts, ", ") + fmt.Sprintf("; shed %d", p.ShedStatus())
 }
 
 func limits(ls []sluice.Limit) string {

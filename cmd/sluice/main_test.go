@@ -67,6 +67,12 @@ rules:
       - {algorithm: fixed_window, limit: 20, period: 1h}
   - {name: default, key: "header:X-API-Key", limit: 100, period: 1s, burst: 200}
   - {name: teams, key: request, limit: 10, period: 1s}
+  - name: pool
+    group: shedding
+    key: global
+    algorithm: concurrency
+    limit: 1000
+    priority: {from: "header:X-Priority", reserve: {critical: 20%, high: 10%}, default: bulk}
 `)
 	waiting := writeFile(t, "redis: {url: redis://127.0.0.1:6379, wait_replicas: 1}\nrules: [{name: a, limit: 1, period: 1s}]\n")
 	invalid := writeFile(t, "rules:\n  - name: a\n    perod: 1s\n    limit: 5\n    algorithm: token-bucket\n")
@@ -83,10 +89,13 @@ rules:
 			name: "valid file",
 			args: []string{"check", "--config", valid},
 			stdout: []string{
-				"ok, 3 rules", "store: in-memory",
+				"ok, 4 rules", "store: in-memory",
 				"login-1m: sliding_window 5/1m0s AND login-1h: fixed_window 20/1h0m0s",
 				"(default)", "header:X-Api-Key, missing: reject", "default-1s: token_bucket 100/1s burst 200",
-				"teams    (by name)             request",
+				"teams       (by name)             request",
+				"pool-concurrent: concurrency 1000 ttl 30s",
+				"  priority  header:X-Priority",
+				"critical 100%, high 80%, bulk 70%; shed 503",
 			},
 		},
 		{
@@ -98,7 +107,7 @@ rules:
 			name:   "file from SLUICE_CONFIG",
 			env:    []string{"SLUICE_CONFIG=" + valid},
 			args:   []string{"check"},
-			stdout: []string{"ok, 3 rules"},
+			stdout: []string{"ok, 4 rules"},
 		},
 		{
 			name:     "every error of an invalid file, with its line",
