@@ -607,7 +607,8 @@ const maxCompactCost = 1<<32 - 1
 
 // batchArgs returns the script, keys and arguments of a batch call over
 // the groups of b: in the compact form when every group has one limit,
-// none a Concurrency limit (whose cost argument is a slot), there are at most maxCompactLimits distinct limits and no cost exceeds
+// none a Concurrency limit (whose cost argument is a slot), there are at
+// most maxCompactLimits distinct limits and no cost exceeds
 // maxCompactCost, in the general form otherwise.
 func batchArgs(b []*call) (script, []string, []string) {
 	code, mixed := algo.Code(b[0].g.limits[0].Algorithm), false
