@@ -81,6 +81,7 @@
 //	      reserve: {critical: 20%, high: 10%}  # highest first: the share each class keeps for itself and those above;
 //	                             # the rest (here bulk) get 70%, high 80%, critical all
 //	      routes: {"GET /healthz": critical}  # ServeMux patterns whose requests get a class, ahead of from
+//	      # plan: search         # or the name of the client's plan under rule search (reserve: {pro: 20%}), where from names no class
 //	      default: bulk          # the lowest class (default "default"): unknown and missing classes
 //	      status: 503            # a shed request's status (default 503), with code SHED
 //

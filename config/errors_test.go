@@ -306,7 +306,15 @@ var errorTests = []struct {
 	// priority: each mistake on the field it is about, none left for the
 	// engine to report against the whole file.
 	{"priority not a mapping", shedding[:len(shedding)-1] + " [critical]\n",
-		`rules "a".priority: must be a mapping with the keys from, reserve, routes, default, status, not a list (sluice.yaml:5)`},
+		`rules "a".priority: must be a mapping with the keys from, reserve, routes, plan, default, status, not a list (sluice.yaml:5)`},
+	{"plan names no rule", shedding + "      reserve: {pro: 20%}\n      plan: api\n",
+		`rules "a".priority.plan: "api" is no rule of the file; plan names the rule whose plans give a client's class (sluice.yaml:7)`},
+	{"plan of a rule without plans", shedding + "      reserve: {pro: 20%}\n      plan: b\n  - {name: b, match: /b, key: \"header:X-Api-Key\", limit: 1, period: 1s}\n",
+		`rules "a".priority.plan: rule "b" has no plans to give a class (sluice.yaml:7)`},
+	{"plan of a rule keyed by request", shedding + "      reserve: {pro: 20%}\n      plan: b\n  - {name: b, key: request, limit: 1, period: 1s, plans: [{name: pro, keys: [k], limit: 2, period: 1s}]}\n",
+		`rules "a".priority.plan: rule "b" is keyed by request: a request has no key for it (sluice.yaml:7)`},
+	{"plan not a name", shedding + "      reserve: {pro: 20%}\n      plan: \"a b\"\n",
+		`rules "a".priority.plan: "a b" may hold only letters, digits, '-', '_' and '.' (it names the IETF RateLimit policies) (sluice.yaml:7)`},
 	{"priority misspelt field", shedding + "      resrve: {critical: 20%}\n",
 		`rules "a".priority: unknown field "resrve" (did you mean "reserve"?) (sluice.yaml:6)`},
 	{"reserve missing", shedding + "      from: header:X-Priority\n",

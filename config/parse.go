@@ -25,7 +25,7 @@ var (
 	httpFields     = []string{"headers", "problem_json", "policy_key", "trusted_proxies", "ipv6_prefix"}
 	ruleFields     = []string{"name", "group", "match", "key", "missing_key", "algorithm", "limit", "period", "ttl", "burst", "limits", "cost", "settle", "lease", "shadow", "on_error", "plans", "priority"}
 	settleFields   = []string{"cost_from", "reserve", "postpaid", "strip"}
-	priorityFields = []string{"from", "reserve", "routes", "default", "status"}
+	priorityFields = []string{"from", "reserve", "routes", "plan", "default", "status"}
 	leaseFields    = []string{"block"}
 	limitFields    = []string{"algorithm", "limit", "period", "ttl", "burst"}
 	planFields     = []string{"name", "keys", "prefixes", "algorithm", "limit", "period", "ttl", "burst", "limits"}

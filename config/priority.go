@@ -16,10 +16,13 @@ import (
 const routesHelp = `write [METHOD ][HOST]/PATH, such as "POST /api/checkout" or "/api/{id}"`
 
 // priority returns a rule's priority section, nil when it is invalid.
-// byName reports a rule keyed by request, which no route can match.
-// Every check of policy.Priority is made here, on the field it is about,
-// so that the engine never has to report one against the whole file.
-func (p *parser) priority(f field, byName bool) *policy.Priority {
+// info is the rule's: keyed by request (byName), no route can match it;
+// its plan, the rule it names, is checked against the others once they
+// are read (checkPlanRefs). Every check of policy.Priority is made here,
+// on the field it is about, so that the engine never has to report one
+// against the whole file.
+func (p *parser) priority(f field, info *ruleInfo) *policy.Priority {
+	byName := info.byName
 	m, ok := p.mapping(f, "priority", priorityFields, false)
 	if !ok {
 		return nil
@@ -41,6 +44,13 @@ func (p *parser) priority(f field, byName bool) *policy.Priority {
 			default:
 				pr.From = &k
 			}
+		}
+	}
+	if e, ok := m["plan"]; ok {
+		if s, ok := p.name(e); !ok {
+			good = false
+		} else {
+			pr.Plan, info.plan = s, e
 		}
 	}
 	defaultOK := true

@@ -22,7 +22,8 @@ type ruleInfo struct {
 	group     string
 	groupOK   bool // false: the group is invalid, and the rule in none
 	isDefault bool
-	byName    bool // keyed by request: checked by name, in no group
+	byName    bool  // keyed by request: checked by name, in no group
+	plan      field // its priority's plan, the rule it names (val nil: none)
 }
 
 // rules returns the rules list.
@@ -62,7 +63,28 @@ func (p *parser) rules(f field) ([]policy.Rule, []int) {
 		p.checkMatches(groups[g])
 	}
 	p.checkLimitNames(rules, infos)
+	p.checkPlanRefs(rules, infos)
 	return rules, lines
+}
+
+// checkPlanRefs reports a priority's plan that names no rule of the file
+// with plans, or one keyed by request (a request has no key for it).
+func (p *parser) checkPlanRefs(rules []policy.Rule, infos []ruleInfo) {
+	for _, info := range infos {
+		f := info.plan
+		if f.val == nil {
+			continue
+		}
+		i := slices.IndexFunc(rules, func(r policy.Rule) bool { return r.Name == f.val.Value })
+		switch {
+		case i < 0:
+			p.errorf(f.val.Line, f.path, "%q is no rule of the file; plan names the rule whose plans give a client's class", f.val.Value)
+		case len(rules[i].Plans) == 0:
+			p.errorf(f.val.Line, f.path, "rule %q has no plans to give a class", f.val.Value)
+		case infos[i].byName:
+			p.errorf(f.val.Line, f.path, "rule %q is keyed by request: a request has no key for it", f.val.Value)
+		}
+	}
 }
 
 // ref names the rule in a message about another: rule "search" (line
@@ -204,7 +226,7 @@ func (p *parser) rule(f field) (policy.Rule, ruleInfo) {
 	}
 	prio, hasPrio := m["priority"]
 	if hasPrio {
-		r.Priority = p.priority(prio, info.byName)
+		r.Priority = p.priority(prio, &info)
 	}
 	if e, ok := m["on_error"]; ok {
 		if s, ok := p.oneOf(e, sluice.OutagePolicies...); ok {

@@ -424,3 +424,49 @@ func TestShedRate(t *testing.T) {
 		})
 	}
 }
+
+// TestShedByPlan: a pool shared by every client takes its classes from
+// the plans of another rule, keyed by API key: the clients on the pro
+// plan keep 30% of the pool, the others are shed at 70%.
+func TestShedByPlan(t *testing.T) {
+	clock := storetest.NewClock() // stands still: one window
+	e := policy.New(newLimiter(clock), compile(t, `
+rules:
+  - name: api
+    key: header:X-Api-Key
+    limit: 1000
+    period: 1h
+    plans: [{name: pro, prefixes: [sk_pro_], limit: 1000, period: 1h}]
+  - name: pool
+    group: shedding
+    key: global
+    algorithm: fixed_window
+    limit: 10
+    period: 1h
+    priority: {plan: api, reserve: {pro: 30%}}
+`), quiet)
+	h := httplimit.New(e, httplimit.WithClock(clock.Now))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	call := func(key string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", "/work", nil)
+		r.Header.Set("X-Api-Key", key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	for i := range 7 {
+		if w := call(fmt.Sprintf("free-%d", i)); w.Code != http.StatusOK {
+			t.Fatalf("free request %d: %d %s", i+1, w.Code, w.Body)
+		}
+	}
+	if w := call("free-7"); w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), `"SHED"`) || !strings.Contains(w.Body.String(), `class \"default\"`) {
+		t.Errorf("a free request past 70%%: %d %s, want 503 SHED of class default", w.Code, w.Body)
+	}
+	for i := range 3 {
+		if w := call(fmt.Sprintf("sk_pro_%d", i)); w.Code != http.StatusOK {
+			t.Errorf("pro request %d in the reserve: %d %s", i+1, w.Code, w.Body)
+		}
+	}
+	if w := call("sk_pro_9"); w.Code != http.StatusTooManyRequests {
+		t.Errorf("a pro request with the pool full: %d %s, want an ordinary 429", w.Code, w.Body)
+	}
+}

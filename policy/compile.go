@@ -157,6 +157,13 @@ func Compile(rules []Rule, opts ...Option) (*RuleSet, error) {
 			bad("policy: %s: %w", which, err)
 		}
 	}
+	for _, r := range s.rules {
+		if p := r.Priority; p != nil && p.Plan != "" {
+			if err := p.checkPlan(s); err != nil {
+				bad("policy: rule %q: %w", r.Name, err)
+			}
+		}
+	}
 	for name := range s.funcs {
 		switch r := s.byName[name]; {
 		case r == nil:

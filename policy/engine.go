@@ -320,7 +320,7 @@ func (e *Engine) Decide(r *http.Request) (*Decision, error) {
 		}
 		a := Applied{Rule: rule, Key: key, stored: stored, Limits: rule.LimitsFor(key), Cost: rule.Cost, spend: rule.Cost}
 		if rule.priority != nil {
-			a.classify(rule.classOf(r))
+			a.classify(set.classOf(rule, r))
 		}
 		d.Applied = append(d.Applied, a)
 	}

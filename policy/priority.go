@@ -30,12 +30,18 @@ type Priority struct {
 	// Routes give the requests their patterns match a class, ahead of
 	// From: the most specific match wins, as rules' patterns do.
 	Routes []PriorityRoute
+	// Plan names another rule whose plans give a class: a request whose
+	// client key under that rule is on a plan named as one of Classes is
+	// of that class (where From's value names none), so that a pool
+	// shared by every client (a global rule) reserves its share for the
+	// clients of a plan, as the plan rule knows them. "": none.
+	Plan string
 	// Classes are the classes above the lowest, highest first, each with
 	// the share of the capacity it keeps for itself and the classes above
 	// it. Their shares are each above 0 and together below 1.
 	Classes []Class
-	// Default names the lowest class: every request that no route and no
-	// From value puts in one of Classes. "" is "default".
+	// Default names the lowest class: every request that no route, no
+	// From value and no Plan puts in one of Classes. "" is "default".
 	Default string
 	// Status is the HTTP status of a shed request, 503 unless set: the
 	// server sheds load, where a 429 tells a client that it sent too
@@ -233,23 +239,50 @@ func (p *Priority) compile(limits []sluice.Limit, routes *http.ServeMux) *compil
 }
 
 // classOf returns the index of the class of r under rule: its route's,
-// else its From value's, else the lowest.
-func (rule *Rule) classOf(r *http.Request) int {
+// else its From value's, else that of its client's plan under the rule
+// p.Plan names, else the lowest.
+func (s *RuleSet) classOf(rule *Rule, r *http.Request) int {
 	p := rule.Priority
 	if mux := rule.priority.routes; mux != nil {
 		if h, pattern := mux.Handler(r); pattern != "" {
 			return int(h.(classHandler))
 		}
 	}
+	lowest := len(p.Classes)
 	if f := p.From; f != nil {
+		var k int
 		switch f.Source {
 		case KeyHeader:
-			return p.index(r.Header.Get(f.Name))
+			k = p.index(r.Header.Get(f.Name))
 		case KeyQuery:
-			return p.index(r.URL.Query().Get(f.Name))
+			k = p.index(r.URL.Query().Get(f.Name))
+		}
+		if k != lowest {
+			return k
 		}
 	}
-	return len(p.Classes)
+	if p.Plan != "" {
+		planRule := s.byName[p.Plan]
+		if key, _, ok, err := s.httpKey(r, planRule); ok && err == nil {
+			return p.index(planRule.PlanFor(key))
+		}
+	}
+	return lowest
+}
+
+// checkPlan reports what is wrong with the rule p.Plan names, of the
+// rules of s: there must be one, with plans, keyed by the request.
+func (p *Priority) checkPlan(s *RuleSet) error {
+	other := s.byName[p.Plan]
+	switch {
+	case other == nil:
+		return fmt.Errorf("priority: plan %q names no rule; it names the rule whose plans give a class", p.Plan)
+	case len(other.Plans) == 0:
+		return fmt.Errorf("priority: plan %q names a rule without plans", p.Plan)
+	case other.Key.Source == KeyRequest:
+		return fmt.Errorf("priority: plan %q names a rule that %s: a request has no key for it", p.Plan, CheckedByName)
+	}
+	return nil
 }
 
 // classify puts a in the class of index k of its rule: its limits cut to

@@ -269,6 +269,17 @@ func (r *Rule) LimitsFor(key string) []sluice.Limit {
 	return r.Limits
 }
 
+// PlanFor returns the name of the first plan whose keys or prefixes match
+// client key, or "" when none does (the rule's own Limits apply).
+func (r *Rule) PlanFor(key string) string {
+	for i := range r.Plans {
+		if r.Plans[i].matches(key) {
+			return r.Plans[i].Name
+		}
+	}
+	return ""
+}
+
 // NameChars says which characters a rule, plan or limit name holds.
 const NameChars = "letters, digits, '-', '_' and '.'"
 
