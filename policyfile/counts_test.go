@@ -19,7 +19,10 @@ func TestReloadKeepsCounts(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, store := range []struct{ name, section string }{
 		{"memory", ""},
-		{"redis", "redis: {url: redis://" + srv.Addr + "}\n"},
+		// A generous timeout, and on_error deny: on a loaded machine a
+		// slow call must wait, not be answered by the local fallback's
+		// fresh counts.
+		{"redis", "redis: {url: redis://" + srv.Addr + ", timeout: 10s, on_error: deny}\n"},
 	} {
 		for _, a := range sluice.Algorithms {
 			t.Run(store.name+"/"+string(a), func(t *testing.T) {

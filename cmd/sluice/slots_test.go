@@ -77,8 +77,10 @@ func runSlots(t *testing.T, s slotter) *slotRun {
 					mu.Lock()
 					run.denials = append(run.denials, span{from, time.Now()})
 					mu.Unlock()
-					// A client backs off a little before it tries again.
-					time.Sleep(time.Duration(1+rng.IntN(5)) * time.Millisecond)
+					// A client backs off before it tries again (and 256
+					// of them retrying at once must not starve the
+					// machine the other tests run on).
+					time.Sleep(time.Duration(5+rng.IntN(16)) * time.Millisecond)
 					continue
 				}
 				n := inFlight.Add(1)
@@ -155,16 +157,19 @@ func (r *slotRun) unfounded(limit int) int {
 }
 
 // check fails t unless the run held at most limit slots at once, was
-// full at some point, was denied only while full, and admitted every
-// worker its slotAdmits.
+// full at some point (denials), was denied only while full, and admitted
+// every worker its slotAdmits. How close the workers' own count comes to
+// the limit depends on the round trips around each hold (under load, a
+// slot is held for a while before and after its worker counts itself),
+// so it is logged, not asserted.
 func (r *slotRun) check(t *testing.T, limit int) {
 	t.Helper()
 	t.Logf("%d admitted, %d denied; at most %d in flight", len(r.holds), len(r.denials), r.maxInFlight)
 	if r.maxInFlight > int64(limit) {
 		t.Errorf("%d in flight at once, above the limit of %d", r.maxInFlight, limit)
 	}
-	if r.maxInFlight < int64(limit) || len(r.denials) == 0 {
-		t.Errorf("the load never filled the limit (%d in flight at most, %d denials): the run shows nothing", r.maxInFlight, len(r.denials))
+	if len(r.denials) == 0 {
+		t.Errorf("no denial: the load never filled the limit, and the run shows nothing")
 	}
 	if want := slotClients * slotPerClient * slotAdmits; len(r.holds) != want {
 		t.Errorf("%d admissions, want %d", len(r.holds), want)
