@@ -2,9 +2,12 @@ package redis_test
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -335,6 +338,174 @@ func BenchmarkSettle(b *testing.B) {
 				b.ReportMetric(float64(scriptCallCount(b, admin))/float64(b.N), "calls/call")
 			})
 		}
+	}
+}
+
+// BenchmarkSlots compares a concurrency slot's acquire and release
+// (Limiter.Acquire under sluice.Concurrent, then Reservation.Release:
+// two calls, the release a refund of the slot by lua/refund.lua) with one
+// decision (Allow, gcra) on the same server, 1000 keys, 256 callers:
+// ns/op (wall time per acquire+release, or per decision), allocs, the
+// Redis server's script CPU per op (redis-µs/op, INFO commandstats: the
+// usec of EVALSHA and EVAL), its process CPU per op (redis-cpu-µs/op,
+// INFO CPU: used_cpu_user and used_cpu_sys, socket I/O included) and
+// script calls per op. The concurrency limit has a slot for every caller
+// on one key, so every acquire is admitted (a denial fails the
+// benchmark).
+//
+// An acquire+release run also decides b.N times with gcra at the same
+// callers, untimed, half just before its timed part and half just after,
+// and reports its Redis CPU per op over theirs: cpu-ratio (process) and
+// script-ratio (script time), the goal being a cpu-ratio of at
+// most 2.2. Those decisions are paired with the run, so that a machine
+// whose load drifts between sub-benchmarks (which -count repeats one
+// after another, never interleaved) does not move the ratio. make bench
+// measures the same pair as whole processes (bench/cmd/libbench):
+//
+//	go test -run '^$' -bench Slots -benchtime 20000x -count 3 ./store/redis/
+func BenchmarkSlots(b *testing.B) {
+	srv := redistest.Start(b)
+	admin := newRueidis(b, srv.Addr)
+	ctx := context.Background()
+	slot := sluice.Concurrent(sluice.MaxLogLimit)
+	rate := benchLimit(sluice.GCRA)
+	const callers = 256
+	decider := func() func(i int) error {
+		lim := sluice.New(sluiceredis.FromRueidis(newRueidis(b, srv.Addr)))
+		return func(i int) error {
+			_, err := lim.Allow(ctx, benchKeyNames[i%benchKeys], rate)
+			return err
+		}
+	}
+	paired := decider() // the decisions paired with each acquire+release run
+	for _, mode := range []string{"gcra/allow", "concurrency/acquire+release"} {
+		call := decider()
+		if mode != "gcra/allow" {
+			lim := sluice.New(sluiceredis.FromRueidis(newRueidis(b, srv.Addr)))
+			call = func(i int) error {
+				key := benchKeyNames[i%benchKeys]
+				r, err := lim.Acquire(ctx, key, slot)
+				if err != nil {
+					return err
+				}
+				if !r.Allowed {
+					return fmt.Errorf("acquire on %s denied: the limit should admit every call", key)
+				}
+				_, err = r.Release(ctx)
+				return err
+			}
+		}
+		b.Run(strconv.Itoa(callers)+"/"+mode, func(b *testing.B) {
+			for _, f := range []func(int) error{call, paired} { // load the scripts
+				if err := f(0); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := admin.Do(ctx, admin.B().ConfigResetstat().Build()).Error(); err != nil {
+				b.Fatal(err)
+			}
+			pair := mode != "gcra/allow"
+			var dec redisCost // the paired decisions'
+			if pair {
+				b.StopTimer()
+				dec = measureRedis(b, admin, func() { callParallel(b, b.N/2, callers, paired) })
+				b.StartTimer()
+			}
+			b.ReportAllocs()
+			b.SetParallelism(callers / runtime.GOMAXPROCS(0))
+			got := measureRedis(b, admin, func() { runParallel(b, call) })
+			b.StopTimer()
+			n := float64(b.N)
+			b.ReportMetric(got.script/n, "redis-µs/op")
+			b.ReportMetric(got.process/n, "redis-cpu-µs/op")
+			b.ReportMetric(got.calls/n, "calls/op")
+			if pair {
+				dec.add(measureRedis(b, admin, func() { callParallel(b, b.N-b.N/2, callers, paired) }))
+				if dec.process > 0 && dec.script > 0 { // not so in a run of b.N 1
+					b.ReportMetric(got.process/dec.process, "cpu-ratio")
+					b.ReportMetric(got.script/dec.script, "script-ratio")
+				}
+			}
+		})
+	}
+}
+
+// redisCost is what the Redis server spent: script time (the usec of
+// EVALSHA and EVAL in INFO commandstats) and script calls, and the
+// process's user and system CPU (INFO CPU), in µs.
+type redisCost struct{ script, calls, process float64 }
+
+func (c *redisCost) add(d redisCost) {
+	c.script += d.script
+	c.calls += d.calls
+	c.process += d.process
+}
+
+// measureRedis returns what the server behind c spent while run ran.
+func measureRedis(b *testing.B, c rueidis.Client, run func()) redisCost {
+	b.Helper()
+	before := redisSpent(b, c)
+	run()
+	after := redisSpent(b, c)
+	return redisCost{after.script - before.script, after.calls - before.calls, after.process - before.process}
+}
+
+// redisSpent returns the server's script time and calls since CONFIG
+// RESETSTAT and its process CPU since it started (used_cpu_user and
+// used_cpu_sys of INFO CPU).
+func redisSpent(b *testing.B, c rueidis.Client) redisCost {
+	b.Helper()
+	var r redisCost
+	stats := commandStats(b, c)
+	for _, cmd := range []string{"evalsha", "eval"} {
+		if u, ok := stats[cmd]["usec"]; ok {
+			us, err := strconv.ParseFloat(u, 64)
+			if err != nil {
+				b.Fatalf("commandstats %s usec %q: %v", cmd, u, err)
+			}
+			r.script += us
+		}
+		k, _ := strconv.Atoi(stats[cmd]["calls"])
+		r.calls += float64(k)
+	}
+	info, err := c.Do(context.Background(), c.B().Info().Section("cpu").Build()).ToString()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (name == "used_cpu_user" || name == "used_cpu_sys") {
+			s, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatalf("INFO cpu %s %q: %v", name, v, err)
+			}
+			r.process += s * 1e6
+		}
+	}
+	return r
+}
+
+// callParallel makes n calls of run from callers goroutines, each on its
+// own run of indexes i as runParallel's, outside b's timing; it fails b at
+// the first error.
+func callParallel(b *testing.B, n, callers int, run func(i int) error) {
+	var next, done atomic.Int64
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			i := int(next.Add(1)) * 7919
+			for done.Add(1) <= int64(n) {
+				i++
+				if err := run(i); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if b.Failed() {
+		b.FailNow()
 	}
 }
 

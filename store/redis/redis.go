@@ -322,7 +322,7 @@
 // sends SCRIPT), the commands the scripts run (GET, SET, INCRBY, DEL,
 // PEXPIRE, TIME, for sliding_log and concurrency ZADD, ZCOUNT, ZRANGE,
 // ZRANGEBYSCORE, ZREMRANGEBYSCORE and ZREM, the last in refunds only, for
-// concurrency ZSCORE in releases and renewals, and for Heartbeat
+// concurrency ZCARD in decisions and ZSCORE in renewals, and for Heartbeat
 // ZADD, ZREMRANGEBYSCORE and ZCARD), WAIT with WithWaitReplicas, and PING, which
 // rueidis sends on idle connections; SELECT for a database other than 0,
 // CLUSTER SHARDS and CLUSTER SLOTS on a Cluster, ROLE on a primary reached

@@ -53,14 +53,20 @@ type impl struct {
 	// deciding once. Its rows stand beside the plain decision's; it has
 	// the settle goals (settle.go) instead of the decision goals.
 	settle bool
+	// slot marks sluice's concurrency path: each call acquires a slot
+	// of slotLimit and releases it (slots.go). Its rows stand beside
+	// the decision of slotBase; it has the slot goal instead of the
+	// decision goals.
+	slot bool
 	// open returns a new limiter under r with clients of its own, on
 	// keys under prefix ("": the library's default), and what closes it.
 	open func(ctx context.Context, addr, prefix string, r rate) (allowFunc, func(), error)
 }
 
 // sluiceOpts are the Limiter options of a sluice implementation, and
-// whether its call reserves and settles.
-type sluiceOpts struct{ denyCache, settle bool }
+// whether its call reserves and settles, or acquires and releases a slot
+// (of slotLimit, whatever the rate).
+type sluiceOpts struct{ denyCache, settle, slot bool }
 
 // openSluice is the one place the harness builds sluice's Redis store:
 // the way sluice serve does (store/redis.Open of a redis:// URL), with
@@ -82,6 +88,9 @@ func openSluice(a sluice.Algorithm, o sluiceOpts) func(ctx context.Context, addr
 		lim := sluice.New(store, lopts...)
 		if o.settle {
 			return peers.SluiceReserveSettle(lim, sluiceLimit(a, r), settleReserve, settleActual), store.Close, nil
+		}
+		if o.slot {
+			return peers.SluiceAcquireRelease(lim, slotLimit), store.Close, nil
 		}
 		return peers.Sluice(lim, sluiceLimit(a, r)), store.Close, nil
 	}
@@ -156,13 +165,17 @@ func openThrottled(ctx context.Context, addr, prefix string, r rate) (allowFunc,
 
 // redisImpls are the implementations over Redis, side by side: sluice's
 // five algorithms, each of settleAlgorithms followed by its reserve+settle
-// (next to it in every round), then the peers.
+// (next to it in every round), slotBase's also by the acquire+release of
+// a concurrency slot, then the peers.
 func redisImpls() []impl {
 	var is []impl
 	for _, a := range sluice.Algorithms {
 		is = append(is, impl{name: "sluice " + string(a), algo: a, open: openSluice(a, sluiceOpts{})})
 		if slices.Contains(settleAlgorithms, a) {
 			is = append(is, impl{name: settleName(a), algo: a, settle: true, open: openSluice(a, sluiceOpts{settle: true})})
+		}
+		if a == slotBase {
+			is = append(is, impl{name: slotName, algo: sluice.Concurrency, slot: true, open: openSluice(sluice.Concurrency, sluiceOpts{slot: true})})
 		}
 	}
 	return append(is,

@@ -176,7 +176,7 @@ func TestRun(t *testing.T) {
 			t.Errorf("goal %q is not met and says nothing of what limits it", g.Goal)
 		}
 	}
-	want := map[string]int{"Redis CPU": 5, "decisions/s": 5, "one caller": 5, "settle Redis CPU": 2, "reserve+settle": 2, "Redis memory": 5, "deny cache": 1, "memory store": 4}
+	want := map[string]int{"Redis CPU": 5, "decisions/s": 5, "one caller": 5, "settle Redis CPU": 2, "reserve+settle": 2, "acquire+release": 1, "Redis memory": 5, "deny cache": 1, "memory store": 4}
 	for p, n := range want {
 		if count[p] != n {
 			t.Errorf("%d goals starting %q, want %d", count[p], p, n)
@@ -229,6 +229,23 @@ func TestRun(t *testing.T) {
 			t.Errorf("%s at %s callers: %s decisions, %s reserve+settle pairs per second", r[0], r[1], r[2], r[3])
 		}
 	}
+	if _, ok := goals["acquire+release Redis CPU, 16 callers"]; !ok {
+		t.Error("no goal \"acquire+release Redis CPU, 16 callers\"")
+	}
+	var slots *section.Table
+	for i := range sec.Tables {
+		if strings.HasPrefix(sec.Tables[i].Caption, "Acquire and release") {
+			slots = &sec.Tables[i]
+		}
+	}
+	if slots == nil || len(slots.Rows) != 2 || slots.Rows[0][0] != "16" || slots.Rows[1][0] != "1" {
+		t.Fatalf("no acquire-and-release table with a row at 16 callers and one at 1: %+v", slots)
+	}
+	for _, r := range slots.Rows {
+		if r[1] == "0/s" || r[2] == "0/s" {
+			t.Errorf("at %s callers: %s decisions, %s acquire+release pairs per second", r[0], r[1], r[2])
+		}
+	}
 	if len(sec.Charts) < 5 {
 		t.Errorf("%d charts, want at least 5", len(sec.Charts))
 	}
@@ -260,13 +277,13 @@ Showing nodes accounting for 1.20s, 92.31% of 1.30s total
 }
 
 func TestOrderGoals(t *testing.T) {
-	goals := []section.Goal{{Goal: "memory store x"}, {Goal: "reserve+settle gcra"}, {Goal: "Redis memory a"}, {Goal: "settle Redis CPU gcra"}, {Goal: "Redis CPU gcra"}, {Goal: "Redis memory b"}, {Goal: "other"}, {Goal: "decisions/s gcra"}}
+	goals := []section.Goal{{Goal: "memory store x"}, {Goal: "acquire+release"}, {Goal: "reserve+settle gcra"}, {Goal: "Redis memory a"}, {Goal: "settle Redis CPU gcra"}, {Goal: "Redis CPU gcra"}, {Goal: "Redis memory b"}, {Goal: "other"}, {Goal: "decisions/s gcra"}}
 	orderGoals(goals)
 	var got []string
 	for _, g := range goals {
 		got = append(got, g.Goal)
 	}
-	want := "Redis CPU gcra|decisions/s gcra|settle Redis CPU gcra|reserve+settle gcra|Redis memory a|Redis memory b|memory store x|other"
+	want := "Redis CPU gcra|decisions/s gcra|settle Redis CPU gcra|reserve+settle gcra|acquire+release|Redis memory a|Redis memory b|memory store x|other"
 	if strings.Join(got, "|") != want {
 		t.Errorf("order %v, want %s", got, want)
 	}
@@ -343,6 +360,44 @@ func TestSettleGoals(t *testing.T) {
 				if !strings.Contains(c.g.Measured, c.measured) {
 					t.Errorf("%s: measured %q, want it to contain %q", c.name, c.g.Measured, c.measured)
 				}
+			}
+		})
+	}
+}
+
+// TestSlotGoal judges the goal of a slot's acquire and release from
+// made-up rounds of a decision and of the pair: the pair's Redis CPU over
+// the decision's, the median of each round's ratio, at most 2.2.
+func TestSlotGoal(t *testing.T) {
+	round := func(rate, cpu, rate1, cpu1 float64) sample {
+		return sample{rate: rate, redisCPU: cpu, scriptCalls: 0.5, rate1: rate1, redisCPU1: cpu1, scriptCalls1: 1}
+	}
+	dec := &stats{impl: impl{name: "sluice gcra", algo: sluice.GCRA},
+		samples: []sample{round(100e3, 4, 10e3, 20), round(80e3, 5, 10e3, 20), round(120e3, 4, 10e3, 20)}}
+	tests := []struct {
+		name     string
+		pair     []sample
+		met      bool
+		measured string
+	}{
+		{"within", []sample{round(50e3, 8, 6e3, 36), round(40e3, 9, 6e3, 36), round(60e3, 7, 6e3, 36)}, true,
+			"8.00 µs vs decision 4.00 µs (median ratio over 3 rounds 1.80×); time per call 20.0 µs vs 10.0 µs (2.00×); 1 caller: 36.0 µs vs 20.0 µs (1.80×)"},
+		{"at the bound", []sample{round(50e3, 8.8, 6e3, 36), round(40e3, 11, 6e3, 36), round(60e3, 8.8, 6e3, 36)}, true, "median ratio over 3 rounds 2.20×"},
+		{"above", []sample{round(50e3, 12, 6e3, 36), round(40e3, 14, 6e3, 36), round(60e3, 11, 6e3, 36)}, false, "median ratio over 3 rounds 2.80×"},
+		{"one stalled round does not decide", []sample{round(50e3, 8, 6e3, 36), round(10e3, 40, 1e3, 200), round(60e3, 7, 6e3, 36)}, true, "median ratio over 3 rounds 2.00×"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pair := &stats{impl: impl{name: slotName, algo: sluice.Concurrency, slot: true}, samples: tt.pair}
+			g := slotGoal(newSettleCost(pair, dec, 256))
+			if g.Goal != "acquire+release Redis CPU, 256 callers" {
+				t.Errorf("goal %q", g.Goal)
+			}
+			if g.Met != tt.met || (g.Limit == "") != tt.met {
+				t.Errorf("met %v, limit %q; want met %v, and a limit when not met", g.Met, g.Limit, tt.met)
+			}
+			if !strings.Contains(g.Measured, tt.measured) {
+				t.Errorf("measured %q, want it to contain %q", g.Measured, tt.measured)
 			}
 		})
 	}

@@ -9,7 +9,9 @@
 // over 1000 keys with every call admitted; Redis CPU per decision (the
 // server process's CPU from /proc/<pid>/stat, and INFO commandstats
 // after CONFIG RESETSTAT); sluice's reserve and settle (Limiter.Reserve,
-// Reservation.Settle) beside one decision; MEMORY USAGE per client key;
+// Reservation.Settle) and a concurrency slot's acquire and release
+// (Limiter.Acquire, Reservation.Release) beside one decision; MEMORY
+// USAGE per client key;
 // one abusive key hammered by 256 callers. It adds the memory store's
 // figures from a go test benchmark file (-micro) and the live heap per
 // key of in-process stores, which it measures itself.
@@ -186,7 +188,7 @@ func run(ctx context.Context, c config) error {
 
 // goalOrder is the order of the goals, by the start of a goal's
 // text.
-var goalOrder = []string{"Redis CPU", "decisions/s", "one caller", "settle Redis CPU", "reserve+settle", "Redis memory", "deny cache", "memory store"}
+var goalOrder = []string{"Redis CPU", "decisions/s", "one caller", "settle Redis CPU", "reserve+settle", "acquire+release", "Redis memory", "deny cache", "memory store"}
 
 // orderGoals sorts goals in the order, keeping the order of
 // those of one kind (sluice's algorithms).

@@ -230,12 +230,12 @@ func throughput(ctx context.Context, c config, srv *server, prof *profiler, sec 
 	}
 	sec.Tables = append(sec.Tables,
 		section.Table{
-			Caption: fmt.Sprintf("Redis store, %d callers, %d keys, every call admitted (medians of %d rounds; a reserve+settle row's call, its decision, is a Reserve of cost %d and its Settle at %d)", c.callers, keySpace, c.rounds, settleReserve, settleActual),
+			Caption: fmt.Sprintf("Redis store, %d callers, %d keys, every call admitted (medians of %d rounds; a reserve+settle row's call, its decision, is a Reserve of cost %d and its Settle at %d; an acquire+release row's, an Acquire of a concurrency slot and its Release)", c.callers, keySpace, c.rounds, settleReserve, settleActual),
 			Header:  []string{"implementation", "decisions/s", "p50", "p99", "Redis CPU per decision (process)", "script time per decision (commandstats)", "script calls per decision", "other commands' time per decision (commandstats)", "Redis cores", "client CPU per decision"},
 			Rows:    rows,
 		},
 		section.Table{
-			Caption: fmt.Sprintf("Redis store, 1 caller, %d keys, every call admitted (medians of %d interleaved rounds; one-caller latency on a VM moves between runs, compare within the table; a reserve+settle row's call is a Reserve and its Settle)", keySpace, c.rounds),
+			Caption: fmt.Sprintf("Redis store, 1 caller, %d keys, every call admitted (medians of %d interleaved rounds; one-caller latency on a VM moves between runs, compare within the table; a reserve+settle row's call is a Reserve and its Settle, an acquire+release row's an Acquire and its Release)", keySpace, c.rounds),
 			Header:  []string{"implementation", "decisions/s", "p50", "p90", "p99", "Redis CPU per decision (process)", "client CPU per decision"},
 			Rows:    rows1,
 		})
@@ -257,8 +257,8 @@ func throughput(ctx context.Context, c config, srv *server, prof *profiler, sec 
 	base := all[slices.IndexFunc(all, func(s *stats) bool { return s.impl.name == "redis_rate" })]
 	for _, st := range all {
 		a := st.impl.algo
-		if a == "" || st.impl.settle {
-			continue // a peer; a reserve+settle, whose goals settleCosts adds
+		if a == "" || st.impl.settle || st.impl.slot {
+			continue // a peer; a reserve+settle or an acquire+release, whose goals settleCosts and slotCosts add
 		}
 		// Redis CPU per decision.
 		target := 0.25
@@ -319,6 +319,7 @@ func throughput(ctx context.Context, c config, srv *server, prof *profiler, sec 
 		sec.Goals = append(sec.Goals, g)
 	}
 	settleCosts(c, all, sec)
+	slotCosts(c, all, sec)
 	return nil
 }
 
@@ -467,8 +468,8 @@ func memoryUsage(ctx context.Context, srv *server, sec *section.Section) error {
 	var bars []section.Bar
 	targets := map[sluice.Algorithm]float64{sluice.FixedWindow: 56, sluice.GCRA: 56, sluice.TokenBucket: 72, sluice.SlidingWindow: 72}
 	for _, im := range redisImpls() {
-		if im.settle {
-			continue // its state is a decision's
+		if im.settle || im.slot {
+			continue // its state is a decision's; none is left once a slot is released
 		}
 		m, err := measure(im, 1)
 		if err != nil {

@@ -63,6 +63,7 @@ type settleAt struct {
 	decCPU, pairCPU     float64 // Redis CPU per call, µs (the process)
 	settleCPU           float64 // pairCPU − decCPU, µs
 	cpuRatio            float64 // settleCPU / decCPU
+	pairRatio           float64 // pairCPU / decCPU
 	decCalls, pairCalls float64 // script calls per call
 }
 
@@ -92,6 +93,7 @@ func compareAt(pair, dec *stats, n, callers int, f func(sample) callFigures) set
 		decCPU:    med(dec, cpu), pairCPU: med(pair, cpu),
 		settleCPU: perRound(func(p, d callFigures) float64 { return p.cpu - d.cpu }),
 		cpuRatio:  perRound(func(p, d callFigures) float64 { return (p.cpu - d.cpu) / d.cpu }),
+		pairRatio: perRound(func(p, d callFigures) float64 { return p.cpu / d.cpu }),
 		decCalls:  med(dec, calls), pairCalls: med(pair, calls),
 	}
 }

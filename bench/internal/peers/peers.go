@@ -63,6 +63,23 @@ func SluiceReserveSettle(l *sluice.Limiter, limit sluice.Limit, max, actual int)
 	}
 }
 
+// SluiceAcquireRelease acquires a slot of limit, a Concurrency limit, by
+// key with l (Limiter.Acquire) and releases it (Reservation.Release): one
+// call of sluice's concurrency path, admitted when the acquire was. A
+// denied acquire holds nothing to release.
+func SluiceAcquireRelease(l *sluice.Limiter, limit sluice.Limit) Allow {
+	return func(ctx context.Context, key string) (bool, error) {
+		r, err := l.Acquire(ctx, key, limit)
+		if err != nil || !r.Allowed {
+			return false, err
+		}
+		if _, err := r.Release(ctx); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+}
+
 // Ulule decides with github.com/ulule/limiter over store: a fixed window
 // of n per period.
 func Ulule(store limiter.Store, n int, period time.Duration) Allow {

@@ -225,28 +225,39 @@ local function bucket_refund(key, now, taken, interval, _, cost, reset)
 end
 
 -- concurrency_refund releases a slot (see above): it frees nothing when
--- the slot is not held, or its lease has ended.
-local function concurrency_refund(key, now, _, _, _, cost)
-  local slot
+-- the slot is not held, or its lease has ended. The slot of a known take
+-- is removed without reading its lease first: a lease that has ended
+-- counts for nothing, so removing it frees nothing either (a take would
+-- have pruned it). A release returns the state after it as concurrency
+-- does for a take of cost 0, read on the way (the last lease to end is
+-- read to set the key's TTL anyway), so that refund_runs does not read
+-- it again; ZREM of the last member leaves no key, which needs no DEL.
+local function concurrency_refund(key, now, _, limit, _, cost)
   if type(cost) == 'string' then
-    slot = sub(cost, 2)
-    local ends = redis.call('ZSCORE', key, slot)
-    if not ends or tonumber(ends) <= now then
-      return
+    if redis.call('ZREM', key, sub(cost, 2)) == 0 then
+      return -- not held
     end
   else
-    slot = redis.call('ZRANGEBYSCORE', key, '(' .. fmt('%d', now), '+inf', 'LIMIT', '0', '1')[1]
+    local slot = redis.call('ZRANGEBYSCORE', key, '(' .. fmt('%d', now), '+inf', 'LIMIT', '0', '1')[1]
     if not slot then
       return
     end
+    redis.call('ZREM', key, slot)
   end
-  redis.call('ZREM', key, slot)
   local top = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')[2]
   if top and tonumber(top) > now then
-    redis.call('PEXPIRE', key, fmt('%d', ceil((tonumber(top) - now) / 1000)))
-  else
-    redis.call('DEL', key)
+    local reset = tonumber(top) - now
+    redis.call('PEXPIRE', key, fmt('%d', ceil(reset / 1000)))
+    local rem = limit - redis.call('ZCOUNT', key, '(' .. fmt('%d', now), '+inf')
+    if rem < 0 then
+      rem = 0
+    end
+    return nil, 1, rem, reset, 0
   end
+  if top then
+    redis.call('DEL', key) -- only ended leases are left
+  end
+  return nil, 1, limit, 0, 0
 end
 
 -- refunds maps each algorithm code (algo.Code, as the generated table
