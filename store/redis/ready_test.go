@@ -21,7 +21,7 @@ import (
 var aclCommands = []string{
 	"evalsha", "eval", "ping",
 	"get", "set", "incrby", "del", "pexpire", "time",
-	"zadd", "zcard", "zcount", "zrange", "zrangebyscore", "zremrangebyscore", "zrem",
+	"zadd", "zcard", "zcount", "zrange", "zrangebyscore", "zremrangebyscore", "zrem", "zscore",
 }
 
 // aclRules are the ACL rules permitting aclCommands.
@@ -221,6 +221,17 @@ func TestMinimalACL(t *testing.T) {
 			return err
 		}
 		if _, err := lim.AllowAll(ctx, tag+"-all", 1, limits...); err != nil {
+			return err
+		}
+		// A slot, acquired, renewed and released.
+		slot, err := lim.Acquire(ctx, tag+"-slot", sluice.Concurrent(2))
+		if err != nil {
+			return err
+		}
+		if _, err := slot.Renew(ctx); err != nil {
+			return err
+		}
+		if _, err := slot.Release(ctx); err != nil {
 			return err
 		}
 		// A peek, under a raised limit too (a bucket converted unstored).
