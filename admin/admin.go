@@ -83,8 +83,10 @@ type Handler struct {
 type Option func(*Handler)
 
 // WithEngine has the Handler show the rules of the engine that e returns
-// (called at each request: the engine may be built after the Handler)
-// and the state of its Limiter's circuit breaker.
+// (called at each request: the engine may be built after the Handler),
+// the state of its Limiter's circuit breaker, and the slots in use of
+// each concurrency limit of a rule keyed global, read from its store at
+// each GET of StatsPath (SlotsInUse).
 func WithEngine(e func() *policy.Engine) Option {
 	return func(h *Handler) {
 		h.engine = e
@@ -350,6 +352,9 @@ type Stats struct {
 	Rules []RuleInfo `json:"rules"`
 	// Series are the decisions per second of each rule, and the store's.
 	Series Series `json:"series"`
+	// Slots are the slots of each concurrency limit of the rules, in
+	// use across the fleet for a rule keyed global (see SlotsInUse).
+	Slots []SlotsInUse `json:"slots"`
 	// Store is the store's health.
 	Store StoreHealth `json:"store"`
 	// Top are the most limited keys.
@@ -415,6 +420,11 @@ func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
 			st.Store.DegradedPerSecond = st.Series.Degraded[k-1]
 		}
 	}
+	var e *policy.Engine
+	if h.engine != nil {
+		e = h.engine()
+	}
+	st.Slots = slotsInUse(r.Context(), e)
 	st.Top = h.topList(n)
 	h.mu.Lock()
 	st.Reloads = make([]Reload, 0, len(h.reloads))

@@ -40,13 +40,19 @@
 //	  "config": {"path": "sluice.yaml", "kind": "policy", "summary": "2 rules"},
 //	  "rules": [{"name": "login", "match": "POST /login", "key": "ip", "cost": 1, "shadow": false,
 //	             "limits": [{"name": "login-1m", "algorithm": "sliding_window", "limit": 5,
-//	                         "period": "1m", "period_seconds": 60}]}],
+//	                         "period": "1m", "period_seconds": 60}]},
+//	            {"name": "jobs", "match": "", "key": "global", "cost": 1, "shadow": false,
+//	             "limits": [{"name": "jobs-concurrent", "algorithm": "concurrency", "limit": 10,
+//	                         "period": "30s", "period_seconds": 30}],
+//	             "classes": ["critical", "default"]}],
 //	  "series": {"start": "...", "step_seconds": 1, "steps": 300,
 //	             "rules": [{"rule": "login",
 //	                        "per_second": {"allowed": [0.5, ...], "denied": [...]},
 //	                        "window": {"allowed": 150, "denied": 12},
-//	                        "total": {"allowed": 180, "denied": 12}}],
+//	                        "total": {"allowed": 180, "denied": 12}},
+//	                       {"rule": "jobs", ..., "shed": {"default": 3}}],
 //	             "store_errors": [...], "degraded": [...], "takes": [...]},
+//	  "slots": [{"rule": "jobs", "limit": "jobs-concurrent", "slots": 10, "in_use": 7}],
 //	  "store": {"breaker": "closed",
 //	            "nodes": [{"node": "10.0.0.1:6379", "breaker": "closed"}, ...],
 //	            "latency": {"p50_seconds": 0.00021, "p90_seconds": 0.0004, "p99_seconds": 0.0009,
@@ -71,6 +77,19 @@
 // circuit breakers' state, the worst node's: closed, open or half_open;
 // nodes, over a store of several named nodes (a Redis Cluster's masters),
 // each node's breaker, by node. reloads are the last 20, newest first.
+//
+// A rule that sheds by class (priority) lists its classes, highest
+// first, and its series the requests it shed since the start by class
+// (sluice_shed_total: this replica's decisions, like every figure of
+// series). slots lists each concurrency limit of the rules: for a rule
+// keyed global, in_use is how many of its slots are held now, read from
+// the store at each GET (a look that spends nothing, under op="peek") and
+// so the whole fleet's, held through any replica or by any client of
+// /v1/check; for a rule keyed by client, per_key is true and in_use null,
+// its slots being each key's (sluice inspect reads one key's), and so is
+// in_use, with error, when the store could not be read.
+// sluice_slots_held, which counts the slots a process's middleware and
+// proxy hold, is none of these: a sluice serve holds none itself.
 //
 // # GET /admin/v1/top
 //

@@ -1,6 +1,8 @@
 package admin
 
 import (
+	"cmp"
+
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/policy"
 )
@@ -39,6 +41,10 @@ type RuleInfo struct {
 	Limits []LimitInfo `json:"limits"`
 	// Plans names the rule's plans (limits of their own for some keys).
 	Plans []string `json:"plans,omitempty"`
+	// Classes are the priority classes of a rule that sheds by class
+	// (policy.Priority), highest first, the lowest last: those below the
+	// highest may be shed (RuleSeries.Shed).
+	Classes []string `json:"classes,omitempty"`
 }
 
 // LimitInfo is one limit of a RuleInfo.
@@ -47,10 +53,11 @@ type LimitInfo struct {
 	Name string `json:"name"`
 	// Algorithm is its algorithm, such as "token_bucket".
 	Algorithm string `json:"algorithm"`
-	// Limit is the requests admitted per period.
+	// Limit is the requests admitted per period (a concurrency limit's:
+	// in flight at once).
 	Limit int `json:"limit"`
 	// Period is the period as a policy file writes it ("1m"), and in
-	// seconds.
+	// seconds (a concurrency limit's: its slots' lease).
 	Period        string  `json:"period"`
 	PeriodSeconds float64 `json:"period_seconds"`
 	// Burst is the bucket's capacity (token_bucket and gcra only).
@@ -80,6 +87,12 @@ func RulesOf(set *policy.RuleSet) []RuleInfo {
 		}
 		for _, p := range r.Plans {
 			info.Plans = append(info.Plans, p.Name)
+		}
+		if p := r.Priority; p != nil {
+			for _, c := range p.Classes {
+				info.Classes = append(info.Classes, c.Name)
+			}
+			info.Classes = append(info.Classes, cmp.Or(p.Default, policy.DefaultClass))
 		}
 		out = append(out, info)
 	}

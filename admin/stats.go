@@ -20,6 +20,7 @@ const (
 	familyStoreErrs = "sluice_store_errors_total"
 	familyFallbacks = "sluice_fallbacks_total"
 	familySettled   = "sluice_settled_units_total"
+	familyShed      = "sluice_shed_total"
 )
 
 // The sampler's bounds.
@@ -63,6 +64,7 @@ type sampler struct {
 	bounds []float64   // take's bucket upper bounds, +Inf excluded
 
 	settled map[string]map[string]float64 // rule → kind → units, as last sampled
+	shed    map[string]map[string]float64 // rule → class → requests shed, as last sampled
 }
 
 func newSampler(g prometheus.Gatherer, history int) *sampler {
@@ -150,6 +152,20 @@ func (s *sampler) sample(now time.Time) {
 				}
 				s.settled[rule][label(m, "kind")] = v
 			}
+		case familyShed:
+			for _, m := range f.GetMetric() {
+				rule, v := label(m, "rule"), m.GetCounter().GetValue()
+				if v == 0 || s.shed[rule] == nil && len(s.shed) >= maxSeries {
+					continue
+				}
+				if s.shed == nil {
+					s.shed = map[string]map[string]float64{}
+				}
+				if s.shed[rule] == nil {
+					s.shed[rule] = map[string]float64{}
+				}
+				s.shed[rule][label(m, "class")] = v
+			}
 		}
 	}
 	s.head = (s.head + 1) % len(s.ring)
@@ -193,6 +209,11 @@ type RuleSeries struct {
 	// since the start (sluice_settled_units_total); absent for a rule
 	// that has settled nothing.
 	Settled map[string]float64 `json:"settled,omitempty"`
+	// Shed holds, for a rule that sheds by class, the requests it shed
+	// since the start by class (sluice_shed_total: this replica's
+	// decisions); absent for a rule that has shed nothing, and a class
+	// that has shed nothing is left out.
+	Shed map[string]float64 `json:"shed,omitempty"`
 }
 
 // Series is the per-second history of Stats.
@@ -286,6 +307,9 @@ func (s *sampler) series(steps int) (Series, Latency) {
 	for _, rs := range byRule {
 		if u := s.settled[rs.Rule]; len(u) > 0 {
 			rs.Settled = maps.Clone(u)
+		}
+		if u := s.shed[rs.Rule]; len(u) > 0 {
+			rs.Shed = maps.Clone(u)
 		}
 		out.Rules = append(out.Rules, *rs)
 	}

@@ -30,6 +30,7 @@ var metricNames = map[string]string{
 	"sluice_memory_evictions_total":     "counter",
 	"sluice_envoy_unknown_domain_total": "counter",
 	"sluice_settled_units_total":        "counter", // {rule, kind}
+	"sluice_slots_held":                 "gauge",   // {rule}
 }
 
 // labelValues are the values the alerts and the dashboard may match each

@@ -3,6 +3,8 @@
 //
 //	sluice_decisions_total{rule, outcome}   allowed | denied | denied_by_other | shadow_denied | degraded_allowed | degraded_denied
 //	sluice_settled_units_total{rule, kind}  units settles and refunds gave back (refunded) or charged beyond a reserve (charged)
+//	sluice_shed_total{rule, class}          requests a rule that sheds by class (priority) shed, by class
+//	sluice_slots_held{rule}                 concurrency slots this process's middleware and proxy hold for requests in flight
 //	sluice_decision_duration_seconds{door}  latency of a decision as its door serves it: http | grpc | json | proxy
 //	sluice_store_duration_seconds{op}       latency of store calls (take, reset, peek, refund, charge, renew)
 //	sluice_store_errors_total{op}           failed store calls
@@ -21,10 +23,11 @@
 //
 // Every series is there from the first scrape, at zero until its first
 // event: every door's latency, every store operation's, both reload
-// results, and, once Rules names them, every rule's outcomes and settled
-// units, so that a
+// results, and, once Rules names them, every rule's outcomes, settled
+// units and slots held, so that a
 // rate() or an alert over a series that has not happened yet reads 0
-// rather than nothing. The labels are rule names, outcomes, doors and
+// rather than nothing (sluice_shed_total's classes are not Rules', and
+// appear with their first shed). The labels are rule names, outcomes, doors and
 // operations, and the store's nodes (a Cluster's masters, as they
 // are named when their breaker changes) only, never a client key: their
 // number is the configuration's and the deployment's, not the traffic's.
@@ -64,6 +67,7 @@ type Metrics struct {
 	unknown      prometheus.Counter
 	settled      *prometheus.CounterVec
 	shed         *prometheus.CounterVec
+	slots        *prometheus.GaugeVec
 	doorSeconds  *prometheus.HistogramVec
 	doors        [len(Doors)]prometheus.Observer
 	rules        atomic.Pointer[func() []string] // the rules whose series are shown from the start
@@ -177,6 +181,10 @@ func New() *Metrics {
 		Name: "sluice_shed_total",
 		Help: "Requests shed by priority class: denied by a rule that sheds by class (priority) as of a class below the highest, by rule and class.",
 	}, []string{"rule", "class"})
+	m.slots = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "sluice_slots_held",
+		Help: "Slots of concurrency limits held by this process for the requests in flight through its middleware or reverse proxy, by rule, from the decision until the handler returns. Slots that clients of the decision service (/v1/check) hold are the clients', counted by no process.",
+	}, []string{"rule"})
 	m.settled = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_settled_units_total",
 		Help: "Units that settles of reservations and refunds gave back (kind refunded) or charged beyond the reserve, a debt (kind charged), by rule: the units asked (a window that ended since the take gives back none).",
@@ -198,7 +206,7 @@ func New() *Metrics {
 	m.refund = opSeries{m.storeSeconds.WithLabelValues("refund"), m.storeErrors.WithLabelValues("refund")}
 	m.charge = opSeries{m.storeSeconds.WithLabelValues("charge"), m.storeErrors.WithLabelValues("charge")}
 	m.renew = opSeries{m.storeSeconds.WithLabelValues("renew"), m.storeErrors.WithLabelValues("renew")}
-	m.reg.MustRegister(m.decisions, m.doorSeconds, m.storeSeconds, m.storeErrors, m.fallbacks, m.reloads, m.breakerOpen, m.breakerOpens, m.breakerNode, m.unknown, m.settled, m.shed,
+	m.reg.MustRegister(m.decisions, m.doorSeconds, m.storeSeconds, m.storeErrors, m.fallbacks, m.reloads, m.breakerOpen, m.breakerOpens, m.breakerNode, m.unknown, m.settled, m.shed, m.slots,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -221,6 +229,7 @@ func (m *Metrics) Gatherer() prometheus.Gatherer {
 				for _, kind := range settleKinds {
 					m.settled.WithLabelValues(rule, kind)
 				}
+				m.slots.WithLabelValues(rule)
 			}
 		}
 		return m.reg.Gather()
@@ -229,7 +238,8 @@ func (m *Metrics) Gatherer() prometheus.Gatherer {
 
 // Rules sets where the names of the configuration's rules are read from
 // at each scrape (a reload changes them), so that every rule's
-// sluice_decisions_total series are there, at zero, before its first
+// sluice_decisions_total, sluice_settled_units_total and
+// sluice_slots_held series are there, at zero, before its first
 // decision. A rule a reload removed keeps its series. Rules(nil) names
 // none.
 func (m *Metrics) Rules(names func() []string) { m.rules.Store(&names) }
@@ -275,6 +285,10 @@ var settleKinds = [...]string{"refunded", "charged"}
 // Shed counts a request shed by rule as one of class: a
 // policy.ShedObserver.
 func (m *Metrics) Shed(rule, class string) { m.shed.WithLabelValues(rule, class).Inc() }
+
+// Slots adds delta to the slots that rule holds for requests in flight
+// through this process: a policy.SlotObserver.
+func (m *Metrics) Slots(rule string, delta int) { m.slots.WithLabelValues(rule).Add(float64(delta)) }
 
 // Settled counts the units one rule's settle or refund gave back and
 // charged: a policy.SettleObserver.

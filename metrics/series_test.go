@@ -13,8 +13,8 @@ import (
 
 // TestSeriesFromStart: before any event, a scrape shows every series at
 // zero: each door's latency, each store operation's errors, both reload
-// results, and each outcome of each rule Rules names, including a rule a
-// reload added.
+// results, and each outcome, settled units and slots held of each rule
+// Rules names, including a rule a reload added.
 func TestSeriesFromStart(t *testing.T) {
 	m := metrics.New()
 	rules := []string{"login", "api"}
@@ -40,7 +40,8 @@ func TestSeriesFromStart(t *testing.T) {
 			for _, o := range policy.Outcomes {
 				out = append(out, `sluice_decisions_total{outcome="`+o.String()+`",rule="`+r+`"} 0`)
 			}
-			out = append(out, `sluice_settled_units_total{kind="refunded",rule="`+r+`"} 0`, `sluice_settled_units_total{kind="charged",rule="`+r+`"} 0`)
+			out = append(out, `sluice_settled_units_total{kind="refunded",rule="`+r+`"} 0`, `sluice_settled_units_total{kind="charged",rule="`+r+`"} 0`,
+				`sluice_slots_held{rule="`+r+`"} 0`)
 		}
 		return out
 	}

@@ -29,6 +29,7 @@ type Engine struct {
 	obs     Observer
 	settled SettleObserver
 	shed    ShedObserver
+	slots   SlotObserver
 	log     *slog.Logger
 
 	denials   float64 // the share of denials logged (WithDenialLog)
@@ -62,6 +63,21 @@ type ShedObserver func(rule, class string)
 
 // WithShedObserver registers f to be told of every request shed.
 func WithShedObserver(f ShedObserver) EngineOption { return func(e *Engine) { e.shed = f } }
+
+// SlotObserver is told of the slots of concurrency limits that the work
+// of a decision holds in this process, for metrics: once per rule of the
+// decision that holds one, delta 1 when the work starts holding it
+// (Decision.KeepAlive: the middleware's and the proxy's requests, while
+// their handler runs) and -1 when it stops (the keep-alive's stop, after
+// the settle that released it). A slot that a client of the decision
+// service holds (a Check's Ticket, renewed and released through the
+// service) is the client's, and is never told. It must be safe for
+// concurrent use and quick.
+type SlotObserver func(rule string, delta int)
+
+// WithSlotObserver registers f to be told of every slot the work of a
+// decision holds, and releases.
+func WithSlotObserver(f SlotObserver) EngineOption { return func(e *Engine) { e.slots = f } }
 
 // WithSettleObserver registers f to be told of every settle and refund.
 func WithSettleObserver(f SettleObserver) EngineOption { return func(e *Engine) { e.settled = f } }
@@ -218,6 +234,7 @@ type Decision struct {
 	binding  int // index of the binding limit among those rules', flattened; -1 if none
 
 	settled SettleObserver // the engine's, told of Settle's units
+	slots   SlotObserver   // the engine's, told of KeepAlive's slots
 }
 
 // Limited reports whether rules not in shadow mode decided the request:
@@ -486,7 +503,7 @@ func (a *Applied) costError() error {
 // decide decides d.Applied: the rules not in shadow mode together, then,
 // if they admit the request, each rule in shadow mode alone.
 func (e *Engine) decide(ctx context.Context, d *Decision) error {
-	d.settled = e.settled
+	d.settled, d.slots = e.settled, e.slots
 	slices.SortStableFunc(d.Applied, func(a, b Applied) int {
 		switch {
 		case a.Rule.Shadow == b.Rule.Shadow:

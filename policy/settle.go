@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sluice-go/sluice"
@@ -88,22 +89,46 @@ func holdsSlot(limits []sluice.Limit) bool {
 // KeepAlive renews the slots the decision holds (its rules' concurrency
 // limits) while the work runs: sluice.Reservation.KeepAlive of each of
 // its reservations, until stop is called or ctx is done. A decision
-// without slots has nothing to keep alive.
+// without slots has nothing to keep alive. The engine's SlotObserver
+// (WithSlotObserver) is told of each rule's slot now, and of its end at
+// the first call of stop, whose later calls do nothing.
 func (d *Decision) KeepAlive(ctx context.Context) (stop func()) {
 	var stops []func()
+	var held []string // the rules whose slots the work holds
 	seen := map[*sluice.Reservation]bool{}
 	for i := range d.Applied {
-		r := d.Applied[i].reserved
-		if r == nil || !r.Allowed || r.Slot() == "" || seen[r] {
+		a := &d.Applied[i]
+		r := a.reserved
+		if r == nil || !r.Allowed || r.Slot() == "" {
+			continue
+		}
+		if a.spend > 0 && holdsSlot(a.Limits) {
+			held = append(held, a.Rule.Name)
+		}
+		if seen[r] {
 			continue
 		}
 		seen[r] = true
 		stops = append(stops, r.KeepAlive(ctx))
 	}
-	return func() {
-		for _, s := range stops {
-			s()
+	obs := d.slots
+	if obs != nil {
+		for _, rule := range held {
+			obs(rule, 1)
 		}
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			for _, s := range stops {
+				s()
+			}
+			if obs != nil {
+				for _, rule := range held {
+					obs(rule, -1)
+				}
+			}
+		})
 	}
 }
 
@@ -493,7 +518,7 @@ func (e *Engine) resume(t Ticket) (*Decision, error) {
 	}
 	d.Applied = out
 	d.enforced = len(out)
-	d.settled = e.settled
+	d.settled, d.slots = e.settled, e.slots
 	return d, nil
 }
 

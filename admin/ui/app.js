@@ -36,13 +36,39 @@
   function last(a) { return a && a.length ? a[a.length - 1] : 0; }
   function limits(r) {
     return (r.limits || []).map((l) => {
-      let s = l.limit + "/" + l.period + " " + l.algorithm;
+      // A concurrency limit's period is its slots' lease.
+      let s = l.algorithm === "concurrency" ? l.limit + " in flight, concurrency (lease " + l.period + ")" : l.limit + "/" + l.period + " " + l.algorithm;
       if (l.burst && l.burst !== l.limit) s += " burst " + l.burst;
       return s;
     }).join(" + ") + (r.plans && r.plans.length ? " (plans: " + r.plans.join(", ") + ")" : "");
   }
 
+  // slotsLine says how many of a concurrency limit's slots are in use.
+  function slotsLine(s) {
+    const d = el("div", { class: "slots", "data-field": "slots", "data-limit": s.limit });
+    if (s.per_key) {
+      d.textContent = "slots: " + count(s.slots) + " per key";
+    } else if (s.in_use === null || s.in_use === undefined) {
+      d.textContent = "slots in use: – of " + count(s.slots) + (s.error ? " (" + s.error + ")" : "");
+    } else {
+      d.append("slots in use: ", el("b", { "data-field": "in_use" }, count(s.in_use)), " of " + count(s.slots));
+    }
+    return d;
+  }
+
+  // shedLine lists the requests a rule that sheds by class shed, by each
+  // class below the highest (which is never shed).
+  function shedLine(r, shed) {
+    const d = el("div", { class: "shed", "data-field": "shed", title: "requests shed since the start; " + r.classes[0] + ", the highest class, is never shed" }, "shed:");
+    for (const c of r.classes.slice(1)) {
+      d.append(" ", el("span", { "data-class": c }, c + " "), el("b", { "data-class-shed": c }, count((shed || {})[c])));
+    }
+    return d;
+  }
+
   function renderRules(st, byRule) {
+    const slots = {};
+    for (const s of st.slots || []) (slots[s.rule] = slots[s.rule] || []).push(s);
     const body = $("rules").tBodies[0];
     body.replaceChildren();
     $("no-rules").hidden = st.rules.length > 0;
@@ -56,6 +82,8 @@
         lim.append(el("div", { class: "settled", "data-field": "settled" },
           "settled: " + count(s.settled.refunded || 0) + " back, " + count(s.settled.charged || 0) + " charged"));
       }
+      for (const sl of slots[r.name] || []) lim.append(slotsLine(sl));
+      if (r.classes && r.classes.length > 1) lim.append(shedLine(r, s.shed));
       tr.append(el("td", {}, r.name), el("td", {}, r.match || (r.key === "request" ? "(by name: /v1/check, gRPC)" : "(every request)")), el("td", {}, r.key), lim);
       const mode = el("td");
       if (r.shadow) mode.append(el("span", { class: "tag" }, "shadow")); else mode.textContent = "enforce";

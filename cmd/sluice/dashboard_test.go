@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -544,4 +545,196 @@ func TestDashboardHungPoll(t *testing.T) {
 			}
 		})
 	}
+}
+
+// dashboardSlotsRules: ten slots for the whole fleet, two of them kept
+// for critical jobs, and three slots per uploader.
+const dashboardSlotsRules = `
+redis:
+  on_error: deny
+rules:
+  - {name: jobs, key: global, algorithm: concurrency, limit: 10, ttl: 30s, priority: {reserve: {critical: 20%}}}
+  - {name: uploads, key: request, algorithm: concurrency, limit: 3, ttl: 30s}
+`
+
+// slotsView is what TestDashboardSlots reads off the page's DOM.
+type slotsView struct {
+	JobsInUse    float64            `json:"jobsInUse"`
+	JobsSlots    string             `json:"jobsSlots"`
+	UploadsSlots string             `json:"uploadsSlots"`
+	Shed         map[string]float64 `json:"shed"`
+}
+
+// readSlots is the JavaScript that reads a slotsView.
+const readSlots = `(() => {
+  const row = (n) => [...document.querySelectorAll("#rules tbody tr")].find((r) => r.dataset.rule === n);
+  const jobs = row("jobs"), uploads = row("uploads");
+  const text = (tr, sel) => { const e = tr && tr.querySelector(sel); return e ? e.textContent : ""; };
+  const inUse = text(jobs, '[data-field="slots"] [data-field="in_use"]');
+  const shed = {};
+  for (const b of jobs ? jobs.querySelectorAll('[data-field="shed"] [data-class-shed]') : []) shed[b.dataset.classShed] = Number(b.textContent.replace(/,/g, ""));
+  return {
+    jobsInUse: inUse === "" ? -1 : Number(inUse.replace(/,/g, "")),
+    jobsSlots: text(jobs, '[data-field="slots"]'),
+    uploadsSlots: text(uploads, '[data-field="slots"]'),
+    shed: shed,
+  };
+})()`
+
+// TestDashboardSlots: two sluice serve replicas share a real
+// redis-server. Jobs hold slots through both, and each replica sheds some
+// of the default class. The dashboard of either shows the slots of the
+// global rule in use across the fleet (10 of 10, the critical class's
+// included, then 6 once four are released on both replicas), an
+// uploader's rule's slots as per key, and the requests its own replica
+// shed by class (3 of default on the first, 2 on the second); neither
+// replica counts a slot in its sluice_slots_held, which a client of
+// /v1/check holds. Headless Chromium shows the first replica's figures
+// and their update, Firefox them after.
+func TestDashboardSlots(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := writeFile(t, dashboardSlotsRules)
+	env := []string{"SLUICE_REDIS_URL=redis://" + srv.Addr}
+	a, b := startServe(t, env, "--config", cfg), startServe(t, env, "--config", cfg)
+
+	// check sends a check of jobs of class to d and returns its answer.
+	type answer struct {
+		Allowed     bool   `json:"allowed"`
+		Shed        bool   `json:"shed"`
+		Reservation string `json:"reservation"`
+	}
+	check := func(d *daemon, rule, class string, status int) answer {
+		t.Helper()
+		body := fmt.Sprintf(`{"rule":%q,"key":"k1","class":%q}`, rule, class)
+		code, _, resp := d.post(t, "/v1/check", body)
+		var got answer
+		if code != status || json.Unmarshal([]byte(resp), &got) != nil {
+			t.Fatalf("%s of %s on %s: %d %s, want %d", rule, class, d.base, code, resp, status)
+		}
+		return got
+	}
+	var held []string // the reservations of the jobs holding slots
+	for range 8 {     // the default class's 80%, through b
+		held = append(held, check(b, "jobs", "", http.StatusOK).Reservation)
+	}
+	for range 3 { // shed by a
+		if got := check(a, "jobs", "", http.StatusTooManyRequests); !got.Shed {
+			t.Fatalf("a default job with 8 slots held: %+v, want shed", got)
+		}
+	}
+	for range 2 { // the critical class's reserve, through a
+		held = append(held, check(a, "jobs", "critical", http.StatusOK).Reservation)
+	}
+	if got := check(a, "jobs", "critical", http.StatusTooManyRequests); got.Shed {
+		t.Fatalf("a critical job with every slot held: %+v, want denied, not shed", got)
+	}
+	for range 2 { // shed by b
+		check(b, "jobs", "", http.StatusTooManyRequests)
+	}
+	check(a, "uploads", "", http.StatusOK)
+	for _, r := range held {
+		if r == "" {
+			t.Fatalf("an admitted job without a reservation: %q", held)
+		}
+	}
+
+	stats := func(d *daemon) admin.Stats {
+		t.Helper()
+		code, body := getBody(t, d.base+admin.StatsPath)
+		var st admin.Stats
+		if code != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil {
+			t.Fatalf("stats of %s: %d %.300s", d.base, code, body)
+		}
+		return st
+	}
+	// slots says what st shows of the slots and of jobs' sheds.
+	slots := func(st admin.Stats) string {
+		var parts []string
+		for _, s := range st.Slots {
+			n := "null"
+			if s.InUse != nil {
+				n = strconv.Itoa(*s.InUse)
+			}
+			parts = append(parts, fmt.Sprintf("%s/%s %s of %d per_key=%v %s", s.Rule, s.Limit, n, s.Slots, s.PerKey, s.Error))
+		}
+		for _, rs := range st.Series.Rules {
+			if rs.Rule == "jobs" {
+				parts = append(parts, fmt.Sprintf("shed %v", rs.Shed))
+			}
+		}
+		return strings.Join(parts, "; ")
+	}
+	wantStats := func(d *daemon, inUse, shed int) {
+		t.Helper()
+		want := fmt.Sprintf("jobs/jobs-concurrent %d of 10 per_key=false ; uploads/uploads-concurrent null of 3 per_key=true ; shed map[default:%d]", inUse, shed)
+		var got string
+		waitUntil(t, 15*time.Second, func() error { // the sheds: sampled once a second
+			if got = slots(stats(d)); got != want {
+				return fmt.Errorf("%s shows %q, want %q", d.base, got, want)
+			}
+			return nil
+		})
+	}
+	wantStats(a, 10, 3)
+	wantStats(b, 10, 2)
+	for _, d := range []*daemon{a, b} {
+		if text := scrapeMetrics(t, d); !strings.Contains(text, `sluice_slots_held{rule="jobs"} 0`+"\n") {
+			t.Errorf("%s counts slots its clients hold: %s", d.base, grepLines(text, "sluice_slots_held"))
+		}
+	}
+
+	// release releases 4 jobs' slots, two through each replica.
+	release := func(t *testing.T) {
+		for i, r := range held[:4] {
+			d := []*daemon{a, b}[i%2]
+			if code, _, body := d.post(t, "/v1/release", fmt.Sprintf(`{"reservation":%q}`, r)); code != http.StatusOK {
+				t.Fatalf("release on %s: %d %s", d.base, code, body)
+			}
+		}
+	}
+	wantPage := func(t *testing.T, ctx context.Context, page pagetest.Page, stderr func() string, inUse float64) {
+		t.Helper()
+		var v slotsView
+		for {
+			if err := page.Evaluate(ctx, readSlots, &v); err != nil {
+				t.Fatalf("reading the page: %v\n%s", err, stderr())
+			}
+			if v.JobsInUse == inUse && v.Shed["default"] == 3 {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("the page shows %+v, want jobs' %v slots in use and default's 3 shed", v, inUse)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		if v.JobsSlots != fmt.Sprintf("slots in use: %v of 10", inUse) || v.UploadsSlots != "slots: 3 per key" || len(v.Shed) != 1 {
+			t.Errorf("the page shows %+v, want jobs' %v of 10 in use, uploads' 3 per key, and default's sheds alone (critical is never shed)", v, inUse)
+		}
+		if errs := page.Errors(); len(errs) != 0 {
+			t.Errorf("the page reported errors: %q", errs)
+		}
+	}
+	released := false
+	for _, br := range browsers {
+		t.Run(br.name, func(t *testing.T) {
+			path := findBrowser(t, br)
+			ctx := pagetest.Context(t)
+			page, stderr := br.open(ctx, t, path)
+			if err := page.Navigate(ctx, a.base+"/"); err != nil {
+				t.Fatal(err)
+			}
+			if !released {
+				wantPage(t, ctx, page, stderr, 10)
+				release(t)
+				released = true
+			}
+			wantPage(t, ctx, page, stderr, 6) // the first browser: as it updates
+		})
+	}
+	if !released {
+		release(t) // no browser ran
+	}
+	wantStats(a, 6, 3)
+	wantStats(b, 6, 2)
 }

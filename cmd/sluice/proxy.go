@@ -71,7 +71,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *metricsListen != "" {
 		m = metrics.New()
 		opts = append(opts, policyfile.WithStore(m.Store), policyfile.WithObserver(m.Decision), policyfile.WithBreakerReport(m.Breaker), policyfile.WithMemoryStore(m.MemoryStore),
-			policyfile.WithEngineOptions(policy.WithSettleObserver(m.Settled), policy.WithShedObserver(m.Shed)))
+			policyfile.WithEngineOptions(policy.WithSettleObserver(m.Settled), policy.WithShedObserver(m.Shed), policy.WithSlotObserver(m.Slots)))
 	}
 	p, err = policyfile.Open(*df.path, opts...)
 	if err != nil {

@@ -61,7 +61,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	open := []policyfile.Option{policyfile.WithLogger(log), policyfile.WithRedis(df.storeSettings),
 		policyfile.WithStore(m.Store), policyfile.WithObserver(dash.observer(m.Decision)), policyfile.WithReloadReport(dash.reloaded(m.Reload)),
 		policyfile.WithBreakerReport(m.Breaker), policyfile.WithMemoryStore(m.MemoryStore), df.engineOptions(),
-		policyfile.WithEngineOptions(policy.WithSettleObserver(m.Settled), policy.WithShedObserver(m.Shed))}
+		policyfile.WithEngineOptions(policy.WithSettleObserver(m.Settled), policy.WithShedObserver(m.Shed), policy.WithSlotObserver(m.Slots))}
 	// A file or directory written for envoyproxy/ratelimit configures the
 	// Envoy gRPC service; a sluice policy file, the HTTP API and Envoy's
 	// gRPC, both deciding through one engine.

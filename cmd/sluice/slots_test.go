@@ -454,3 +454,106 @@ rules:
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestSlotsHeldMetrics: a `sluice proxy` replica's /metrics counts, in
+// sluice_slots_held{rule}, the slots it holds for the requests in flight
+// to its upstream: each admitted request of a concurrency limit while the
+// upstream has not answered it, not a denied one nor one of a rule
+// without slots, back to zero once they are answered. The other replica,
+// sharing the store, holds none, though it denies for the slots the
+// first holds.
+func TestSlotsHeldMetrics(t *testing.T) {
+	const limit = 3
+	srv := redistest.Start(t)
+	cfg := writeFile(t, fmt.Sprintf(`
+rules:
+  - {name: slow, match: /slow, key: global, algorithm: concurrency, limit: %d, ttl: 30s}
+  - {name: pages, match: /page, key: ip, limit: 100, period: 1m}
+`, limit))
+	var running atomic.Int64
+	hold := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		running.Add(1)
+		defer running.Add(-1)
+		select {
+		case <-hold:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(up.Close)
+	released := sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(released)
+	args := []string{"--config", cfg, "--upstream", up.URL, "--redis", "redis://" + srv.Addr, "--metrics-listen", "127.0.0.1:0"}
+	holder, other := startProxy(t, nil, args...), startProxy(t, nil, args...)
+	var answered sync.WaitGroup
+	t.Cleanup(func() { released(); answered.Wait() }) // before the replicas stop
+	held := func(d *daemon, rule string) (int, error) {
+		c := http.Client{Timeout: 5 * time.Second}
+		resp, err := c.Get("http://" + servingAttrOf(t, d, "proxying", "metrics") + "/metrics")
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		prefix := `sluice_slots_held{rule="` + rule + `"} `
+		for line := range strings.Lines(string(b)) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), prefix); ok {
+				return strconv.Atoi(v)
+			}
+		}
+		return 0, fmt.Errorf("no %s series in:\n%s", prefix, b)
+	}
+	wantHeld := func(d *daemon, rule string, want int) {
+		t.Helper()
+		waitUntil(t, 10*time.Second, func() error {
+			if n, err := held(d, rule); err != nil || n != want {
+				return fmt.Errorf("%s holds %d slots of %s (%v), want %d", d.base, n, rule, err, want)
+			}
+			return nil
+		})
+	}
+	wantHeld(holder, "slow", 0) // from the first scrape
+
+	codes := make(chan int, limit+2)
+	get := func(d *daemon, path string) {
+		answered.Go(func() {
+			resp, err := http.Get(d.base + path)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		})
+	}
+	for range limit {
+		get(holder, "/slow")
+	}
+	get(holder, "/page")
+	waitUntil(t, 10*time.Second, func() error {
+		if n := running.Load(); n != limit+1 {
+			return fmt.Errorf("%d requests at the upstream, want %d", n, limit+1)
+		}
+		return nil
+	})
+	wantHeld(holder, "slow", limit)
+	wantHeld(holder, "pages", 0)
+	// Every slot is held: the other replica denies, and holds none.
+	if resp, err := http.Get(other.base + "/slow"); err != nil || resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("the other replica with every slot held: %v %v, want 429", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	wantHeld(other, "slow", 0)
+	wantHeld(holder, "slow", limit)
+
+	released()
+	answered.Wait()
+	close(codes)
+	for code := range codes {
+		if code != http.StatusOK {
+			t.Errorf("a request held through the upstream: %d, want 200", code)
+		}
+	}
+	wantHeld(holder, "slow", 0)
+}
