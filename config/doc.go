@@ -71,6 +71,7 @@
 //	    algorithm: concurrency   # requests in flight: a slot held while each runs, released when its response ends
 //	    limit: 20                # required: slots; no period
 //	    ttl: 30s                 # a slot's lease (default 30s), renewed while its request runs: a replica that dies frees its slots within it
+//	    retry_after: 1s          # a denial's Retry-After at most (default: when the oldest lease could end, a lease away at worst)
 //	  - name: pool
 //	    group: shedding
 //	    key: global

@@ -139,7 +139,7 @@ var errorTests = []struct {
 
 	// A rule's own fields.
 	{"rule not a mapping", "rules:\n  - search\n",
-		`rules[0]: must be a mapping with the keys name, group, match, key, missing_key, algorithm, limit, period, ttl, burst, limits, cost, settle, lease, shadow, on_error, plans, priority, not "search" (sluice.yaml:2)`},
+		`rules[0]: must be a mapping with the keys name, group, match, key, missing_key, algorithm, limit, period, ttl, retry_after, burst, limits, cost, settle, lease, shadow, on_error, plans, priority, not "search" (sluice.yaml:2)`},
 	{"unknown rule field", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    perod: 1m\n",
 		`rules "a": unknown field "perod" (did you mean "period"?) (sluice.yaml:5)`},
 	{"missing name", "rules:\n  - limit: 1\n    period: 1s\n",
@@ -242,6 +242,10 @@ var errorTests = []struct {
 		`rules "a".algorithm: "token-bucket" is not one of fixed_window, sliding_window, sliding_log, token_bucket, gcra, concurrency (sluice.yaml:3)`},
 	{"concurrency with a period", "rules:\n  - {name: a, algorithm: concurrency, limit: 5, period: 1m}\n",
 		`rules "a".period: a concurrency limit has no period: it counts requests in flight; its slots' lease is ttl (default 30s) (sluice.yaml:2)`},
+	{"retry_after without slots", "rules:\n  - {name: a, limit: 5, period: 1m, retry_after: 1s}\n",
+		`rules "a".retry_after: is the wait a denial by a concurrency limit suggests, and the rule has none (a rate limit's Retry-After is exact) (sluice.yaml:2)`},
+	{"retry_after zero", "rules:\n  - {name: a, algorithm: concurrency, limit: 5, retry_after: 0s}\n",
+		`rules "a".retry_after: 0s: the wait a denial by the rule's concurrency limit suggests is above 0 (sluice.yaml:2)`},
 	{"ttl of a rate limit", "rules:\n  - {name: a, limit: 5, period: 1m, ttl: 10s}\n",
 		`rules "a".ttl: ttl is the lease of a concurrency limit's slots; token_bucket has a period instead (leave ttl out) (sluice.yaml:2)`},
 	{"concurrency ttl too short", "rules:\n  - {name: a, algorithm: concurrency, limit: 5, ttl: 1us}\n",
@@ -429,7 +433,7 @@ var typoTests = []struct {
 			`rules "a": unknown field "algoritm" (did you mean "algorithm"?) (sluice.yaml:4)`,
 		}},
 	{"no suggestion", "rules:\n  - name: a\n    limit: 1\n    period: 1s\n    tier: gold\n",
-		[]string{`rules "a": unknown field "tier"; a rule takes name, group, match, key, missing_key, algorithm, limit, period, ttl, burst, limits, cost, settle, lease, shadow, on_error, plans, priority (sluice.yaml:5)`}},
+		[]string{`rules "a": unknown field "tier"; a rule takes name, group, match, key, missing_key, algorithm, limit, period, ttl, retry_after, burst, limits, cost, settle, lease, shadow, on_error, plans, priority (sluice.yaml:5)`}},
 }
 
 func TestTypos(t *testing.T) {

@@ -23,7 +23,7 @@ var (
 	redisFields    = []string{"url", "on_error", "timeout", "replicas", "deny_cache", "batch", "wait_replicas", "wait_timeout"}
 	memoryFields   = []string{"max_keys"}
 	httpFields     = []string{"headers", "problem_json", "policy_key", "trusted_proxies", "ipv6_prefix"}
-	ruleFields     = []string{"name", "group", "match", "key", "missing_key", "algorithm", "limit", "period", "ttl", "burst", "limits", "cost", "settle", "lease", "shadow", "on_error", "plans", "priority"}
+	ruleFields     = []string{"name", "group", "match", "key", "missing_key", "algorithm", "limit", "period", "ttl", "retry_after", "burst", "limits", "cost", "settle", "lease", "shadow", "on_error", "plans", "priority"}
 	settleFields   = []string{"cost_from", "reserve", "postpaid", "strip"}
 	priorityFields = []string{"from", "reserve", "routes", "plan", "default", "status"}
 	leaseFields    = []string{"block"}

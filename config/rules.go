@@ -277,6 +277,18 @@ func (p *parser) rule(f field) (policy.Rule, ruleInfo) {
 		}
 		p.checkCost(cost, r.Cost, valid)
 	}
+	if e, ok := m["retry_after"]; ok {
+		slots := func(l sluice.Limit) bool { return l.Algorithm == sluice.Concurrency }
+		switch d, ok := p.duration(e); {
+		case !ok:
+		case d <= 0:
+			p.errorf(e.val.Line, e.path, "%s: the wait a denial by the rule's concurrency limit suggests is above 0", d)
+		case limitsOK && !slices.ContainsFunc(r.Limits, slots):
+			p.errorf(e.val.Line, e.path, "is the wait a denial by a concurrency limit suggests, and the rule has none (a rate limit's Retry-After is exact)")
+		default:
+			r.RetryAfter = d
+		}
+	}
 	return r, info
 }
 

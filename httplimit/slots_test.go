@@ -156,3 +156,40 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 	}
 	t.Fatalf("never: %s", what)
 }
+
+// TestSlotsRetryAfter: a denial by a concurrency limit suggests the wait
+// until the oldest lease could end, unless the rule's retry_after says
+// sooner; a rate limit denying too keeps its own, longer wait.
+func TestSlotsRetryAfter(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml, want string
+	}{
+		{"the lease", "rules:\n  - {name: jobs, key: global, algorithm: concurrency, limit: 1, ttl: 30s}\n", "30"},
+		{"the hint", "rules:\n  - {name: jobs, key: global, algorithm: concurrency, limit: 1, ttl: 30s, retry_after: 2s}\n", "2"},
+		{"a rate limit's longer wait", "rules:\n  - name: jobs\n    key: global\n    retry_after: 2s\n    limits:\n      - {algorithm: concurrency, limit: 1, ttl: 30s}\n      - {algorithm: fixed_window, limit: 1, period: 1h}\n", "3600"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := storetest.NewClock()
+			e := policy.New(newLimiter(clock), compile(t, tc.yaml), quiet)
+			release := make(chan struct{})
+			entered := make(chan struct{})
+			h := httplimit.New(e, httplimit.WithClock(clock.Now))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+				entered <- struct{}{}
+				<-release
+			}))
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+			}()
+			<-entered // the one slot is held
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+			if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != tc.want {
+				t.Errorf("with the slot held: %d, Retry-After %q; want 429 after %s", w.Code, w.Header().Get("Retry-After"), tc.want)
+			}
+			close(release)
+			<-done
+		})
+	}
+}

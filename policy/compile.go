@@ -182,6 +182,12 @@ func Compile(rules []Rule, opts ...Option) (*RuleSet, error) {
 func checkRule(r *Rule) []error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch {
+	case r.RetryAfter < 0:
+		bad("retry_after %s is negative", r.RetryAfter)
+	case r.RetryAfter > 0 && !slices.ContainsFunc(r.allLimits(), func(l sluice.Limit) bool { return l.Algorithm == sluice.Concurrency }):
+		bad("retry_after %s caps the wait a concurrency limit suggests, and the rule has none", r.RetryAfter)
+	}
 	if !ValidName(r.Name) {
 		bad("name %q is not valid; a name holds %s", r.Name, NameChars)
 	}

@@ -526,6 +526,11 @@ func (e *Engine) decide(ctx context.Context, d *Decision) error {
 			e.failed(ctx, d.Applied[:d.enforced], err)
 			return err
 		}
+		if !res.Allowed && retryHinted(d.Applied[:d.enforced], res.Results) {
+			degraded := res.Degraded
+			res = sluice.Combine(res.Results) // the binding limit may change
+			res.Degraded = degraded
+		}
 		d.Allowed, d.Degraded, d.binding = res.Allowed, res.Degraded, res.Binding
 		off := 0
 		for i := range d.Applied[:d.enforced] {
@@ -575,6 +580,24 @@ func (e *Engine) decide(ctx context.Context, d *Decision) error {
 	}
 	d.Applied = d.Applied[:kept]
 	return nil
+}
+
+// retryHinted caps the RetryAfter of the denials of rs (the Results of
+// as, in order) by Concurrency limits at their rule's RetryAfter, and
+// reports whether it changed any.
+func retryHinted(as []Applied, rs []sluice.Result) bool {
+	changed, off := false, 0
+	for _, a := range as {
+		if hint := a.Rule.RetryAfter; hint > 0 {
+			for j, l := range a.Limits {
+				if r := &rs[off+j]; l.Algorithm == sluice.Concurrency && !r.Allowed && r.RetryAfter > hint {
+					r.RetryAfter, changed = hint, true
+				}
+			}
+		}
+		off += len(a.Limits)
+	}
+	return changed
 }
 
 // allow decides parts, those of as: reserved (sluice.Limiter.ReserveParts)

@@ -45,6 +45,13 @@ type Rule struct {
 	Settle *Settle
 	// Shadow makes the rule evaluate and report but never block.
 	Shadow bool
+	// RetryAfter, when above 0, caps the RetryAfter of a denial by the
+	// rule's Concurrency limits. A store can promise a free slot only
+	// when the oldest lease could end (a lease long enough for the
+	// slowest request: 30s), while requests that take milliseconds free
+	// theirs far sooner: this is the wait to suggest instead. 0: the
+	// lease's end.
+	RetryAfter time.Duration
 	// OnError, unless it is the zero ErrorPolicy, answers for the rule
 	// when the store fails, in place of the Limiter's policy (see
 	// sluice.Part.OnError): a login rule that fails closed, a status
