@@ -22,6 +22,12 @@ import (
 // RuleEntry is the descriptor entry key that names a sluice rule.
 const RuleEntry = "rule"
 
+// ClassEntry is the descriptor entry key that names a request's priority
+// class, under a rule that sheds by class (policy.Priority; Envoy's
+// request_headers action with descriptor_key: class, say): it is no part
+// of the client key, and a rule without a priority ignores it.
+const ClassEntry = "class"
+
 // RulesService answers Envoy's ShouldRateLimit from a sluice policy file
 // rather than an envoyproxy/ratelimit one: a door that translates
 // descriptors to checks of a policy.Engine and its Decision back.
@@ -31,7 +37,9 @@ const RuleEntry = "rule"
 // the client as the rule's key source would: the address for a rule
 // keyed by ip (Envoy's remote_address action), the header's value for a
 // rule keyed by header:<Name> (request_headers), any value for a rule
-// keyed by request. Such a descriptor spends
+// keyed by request; an entry whose key is "class" names the request's
+// priority class under a rule that sheds by class (ClassEntry). Such a
+// descriptor spends
 // the same count as the middleware and POST /v1/check for that rule and
 // client. A descriptor with several client entries is keyed by all of
 // them ("<len>:key=<len>:value" pairs joined by ";"), a count of its own
@@ -201,10 +209,14 @@ func checkError(err error) error {
 func toCheck(req *rlsv3.RateLimitRequest, d *commonv3.RateLimitDescriptor) (policy.Check, error) {
 	var c policy.Check
 	var client []string
-	named := false
+	named, classed := false, false
 	for _, e := range d.GetEntries() {
 		if e.GetKey() == RuleEntry && !named {
 			c.Rule, named = e.GetValue(), true
+			continue
+		}
+		if e.GetKey() == ClassEntry && !classed {
+			c.Class, classed = e.GetValue(), true
 			continue
 		}
 		client = append(client, strconv.Itoa(len(e.GetKey()))+":"+e.GetKey()+"="+strconv.Itoa(len(e.GetValue()))+":"+e.GetValue())

@@ -482,3 +482,35 @@ rules:
 		t.Errorf("another descriptor whose entries join to the same text: %v, want OK (a count of its own)", r.OverallCode)
 	}
 }
+
+// TestRulesServiceClass: a descriptor's class entry names the request's
+// priority class, no part of its client key: under a pool of 10 that keeps
+// 20% for critical, the other classes get 8 and critical the rest.
+func TestRulesServiceClass(t *testing.T) {
+	svc, _ := rulesService(t, sluice.New(memory.New()), `
+rules:
+  - name: pool
+    key: global
+    algorithm: fixed_window
+    limit: 10
+    period: 1h
+    priority: {reserve: {critical: 20%}}
+`)
+	fx := &fixture{client: serve(t, svc)}
+	for i := range 8 {
+		if r := fx.call(t, "edge", 0, desc("rule", "pool", "class", "bulk")); r.OverallCode != OK {
+			t.Fatalf("bulk %d: %v, want OK", i+1, r)
+		}
+	}
+	if r := fx.call(t, "edge", 0, desc("rule", "pool")); r.OverallCode != OVER {
+		t.Errorf("a ninth of no class (the lowest): %v, want OVER_LIMIT", r)
+	}
+	for i := range 2 {
+		if r := fx.call(t, "edge", 0, desc("rule", "pool", "class", "critical")); r.OverallCode != OK {
+			t.Errorf("critical %d in the reserve: %v, want OK", i+1, r)
+		}
+	}
+	if r := fx.call(t, "edge", 0, desc("rule", "pool", "class", "critical")); r.OverallCode != OVER {
+		t.Errorf("critical with the pool full: %v, want OVER_LIMIT", r)
+	}
+}
