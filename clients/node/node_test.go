@@ -37,8 +37,9 @@ const minNode = 18
 // TestNode starts sluice serve with test/sluice.yaml and runs the Node.js
 // tests: test/live.test.js, test/settle.test.js (reserve and settle, by
 // the client and by the Express middleware) and test/slots.test.js
-// (concurrency limits: acquire, renew, release and keepAlive) while it
-// serves, then
+// (concurrency limits: acquire, renew, release and keepAlive, by the
+// client, and the middleware holding a slot while a handler runs) while
+// it serves, then
 // test/unreachable.test.js while it is stopped by SIGSTOP (it accepts
 // connections and never answers: the client's timeout decides) and once
 // it has exited (connections are refused); then test/degraded.test.js against a sluice

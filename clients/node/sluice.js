@@ -34,6 +34,9 @@
 //   const stop = limiter.keepAlive(lease); // renews every third of the lease
 //   try { ... the work ... } finally { stop(); await limiter.release(lease); }
 //
+// and the middleware holds one for each request it admits under such a
+// rule, until its response has finished or its client has gone.
+//
 // The middleware asks sluice about every request, copies the rate-limit
 // header fields sluice answers (RateLimit-Policy, RateLimit,
 // X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset and, on a
@@ -755,6 +758,25 @@ function checkSettleCost(cost, what, optional) {
  * handler may settle res.locals.sluice.reservation itself (client's
  * settle); it keeps its reserve otherwise.
  *
+ * For a rule with a concurrency limit ({algorithm: concurrency, limit: N,
+ * ttl: 30s}), an admitted request holds a slot (client's acquire): the
+ * middleware keeps it alive while the handler runs (client's keepAlive,
+ * every third of the lease) and releases it once, when the response has
+ * finished or its client has gone ('finish' or 'close', whichever comes
+ * first); a request while all N are held is denied 429. With costFrom
+ * the settle releases it (with the newest reservation); a response that
+ * reports no cost, or one that is no whole number, releases it at its
+ * reserve.
+ *
+ *   onRenew  (err, renewal, req, res) => ..., told of each renewal (client's
+ *            renew): a SlotLostError when the slot was lost (its lease
+ *            ended first: res.locals.sluice.lost says so to the handler);
+ *            by default a failure is a console warning, at most one every 10 s
+ *   onRelease (err, released, req, res) => ..., told of each release: its
+ *            result (client's release) or its SluiceError (TIMEOUT, ...: the
+ *            slot is free once its lease ends); by default a failure is a
+ *            console warning, at most one every 10 s
+ *
  * Errors, a key function that throws and a check that sluice says is
  * wrong (an unknown rule), go to next(err): Express answers 500.
  * res.locals.sluice holds the decision, where res.locals exists.
@@ -776,7 +798,7 @@ function express(options = {}) {
   const { onError } = options;
   if (onError !== undefined) checkOnError(onError);
   const c = options.client || client({ url: options.url, timeout: options.timeout, onError, onFailure: options.onFailure, ...tlsOf(options.tls) });
-  const settler = responseSettler(rule, c, options);
+  const finisher = responseFinisher(rule, c, options);
 
   return function sluiceMiddleware(req, res, next) {
     decide(req, res).then((admitted) => { if (admitted) next(); }, next);
@@ -794,7 +816,7 @@ function express(options = {}) {
       res.setHeader(name, value);
     }
     if (d.allowed) {
-      if (settler && d.reservation) settler(req, res, d.reservation);
+      if (d.reservation) finisher(req, res, d);
       return true;
     }
     if (d.status === 429) {
@@ -808,10 +830,15 @@ function express(options = {}) {
   }
 }
 
-// responseSettler returns the function that settles a reservation of
-// rule, with client c, at the cost its response reports by options
-// (express's costFrom, strip and onSettle), or null without costFrom.
-function responseSettler(rule, c, options) {
+// responseFinisher returns the function that ends the reservation of
+// an admitted request of rule, d.reservation, with client c, by options
+// (express's costFrom, strip, onSettle, onRenew and onRelease): it keeps
+// alive the slot that d holds (d.ttl is set) while the handler runs, and
+// once the response has finished or its client has gone, it settles at
+// the cost the response reports (with costFrom), or else releases the
+// slot. A reservation that holds no slot, without costFrom, is left to
+// the handler.
+function responseFinisher(rule, c, options) {
   const from = costSource(rule, options.costFrom);
   const { strip = false } = options;
   if (typeof strip !== 'boolean') {
@@ -820,40 +847,72 @@ function responseSettler(rule, c, options) {
   if (strip && !(from && from.header)) {
     throw new TypeError(`sluice: strip of rule "${rule}" applies to a cost read from a header (costFrom 'header:<Name>'), which it removes`);
   }
-  const warn = throttledWarning('settle', 'each keeps what it reserved');
-  const onSettle = options.onSettle === undefined ? (err) => { if (err) warn(err); } : options.onSettle;
-  if (typeof onSettle !== 'function') {
-    throw new TypeError(`sluice: onSettle of rule "${rule}" must be a function, got ${describe(onSettle)}`);
-  }
-  if (from === null) return null;
-
-  return function settleResponse(req, res, reservation) {
-    const read = from.header ? readCostHeader(res, from.header, strip) : null;
-    const bytes = from.bytes ? countBytes(res) : null;
-    let done = false;
-    const end = async () => {
-      if (done) return;
-      done = true;
-      let settled = null;
-      let error = null;
+  const callback = (name, what, outcome) => {
+    const warn = throttledWarning(what, outcome);
+    const fn = options[name] === undefined ? (err) => { if (err) warn(err); } : options[name];
+    if (typeof fn !== 'function') {
+      throw new TypeError(`sluice: ${name} of rule "${rule}" must be a function, got ${describe(fn)}`);
+    }
+    return (...args) => {
       try {
-        const cost = read ? read() : bytes ? bytes() : await from.fn(req, res);
-        if (cost === undefined || cost === null) return; // no cost: the reserve stays
-        if (!(Number.isSafeInteger(cost) && cost >= 0)) {
-          throw new SluiceError(`sluice: rule "${rule}": the response reports a cost that is no whole number >= 0 (${from.name ? `${from.name}: ` : ''}${JSON.stringify(cost)}); the reservation keeps what it reserved`, { code: 'INVALID_COST' });
-        }
-        settled = await c.settle(reservation, cost);
-      } catch (err) {
-        error = err;
-      }
-      try {
-        onSettle(error, settled, req, res);
+        fn(...args);
       } catch {
         // a failing logger is no reason to fail the process
       }
     };
+  };
+  const onSettle = callback('onSettle', 'settle', 'each keeps what it reserved');
+  const onRenew = callback('onRenew', 'renewal', 'a slot is renewed until it is lost or refused');
+  const onRelease = callback('onRelease', 'release', 'each slot is free once its lease ends');
+
+  return function finishResponse(req, res, d) {
+    const slot = d.ttl !== null;
+    if (from === null && !slot) return; // the handler may settle it
+    const read = from && from.header ? readCostHeader(res, from.header, strip) : null;
+    const bytes = from && from.bytes ? countBytes(res) : null;
+    const stop = slot ? c.keepAlive(d, { onRenew: (err, renewal) => onRenew(err, renewal, req, res) }) : null;
+    let done = false;
+    const end = async () => {
+      if (done) return;
+      done = true;
+      if (stop) stop(); // a renewal under way comes before the settle or release
+      if (from !== null) {
+        let settled = null;
+        let error = null;
+        let cost = null;
+        try {
+          cost = read ? read() : bytes ? bytes() : await from.fn(req, res);
+          if (cost !== undefined && cost !== null && !(Number.isSafeInteger(cost) && cost >= 0)) {
+            throw new SluiceError(`sluice: rule "${rule}": the response reports a cost that is no whole number >= 0 (${from.name ? `${from.name}: ` : ''}${JSON.stringify(cost)}); the reservation keeps what it reserved`, { code: 'INVALID_COST' });
+          }
+        } catch (err) {
+          error = err;
+        }
+        if (error === null && cost !== undefined && cost !== null) {
+          try {
+            settled = await c.settle(d, cost);
+          } catch (err) {
+            error = err;
+          }
+          onSettle(error, settled, req, res);
+          return;
+        }
+        if (error !== null) onSettle(error, null, req, res);
+        // no cost, or none that settles: the reserve stays
+      }
+      if (slot) {
+        let released = null;
+        let error = null;
+        try {
+          released = await c.release(d);
+        } catch (err) {
+          error = err;
+        }
+        onRelease(error, released, req, res);
+      }
+    };
     res.once('finish', end);
-    res.once('close', end); // the client gone mid-response: settled at what it reports so far
+    res.once('close', end); // the client gone mid-response: settled at what it reports so far, or released
   };
 }
 

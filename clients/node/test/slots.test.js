@@ -1,19 +1,23 @@
 'use strict';
 
-// Concurrency limits, by the client (acquire, renew, release, keepAlive),
-// against a running sluice serve (test/sluice.yaml: exports, 2 in flight
-// per key with leases of 30s; uploads, 1 in flight with leases of 30s;
-// jobs, 1 in flight with leases of 2s and 1000 an hour; tasks, 1 in
-// flight with leases of 1s alone), started by clients/node's Go test.
-// Each test has keys of its own. Nothing waits on a timer for something
-// to happen: each test waits for the event it needs (a renewal told), or
-// polls sluice for the state it needs (a lease ended).
+// Concurrency limits, by the client (acquire, renew, release, keepAlive)
+// and by the Express middleware, against a running sluice serve
+// (test/sluice.yaml: exports, 2 in flight per key with leases of 30s;
+// uploads, 1 in flight with leases of 30s; jobs, 1 in flight with leases
+// of 2s and 1000 an hour; tasks, 1 in flight with leases of 1s alone;
+// calls, 1 in flight and 10000 tokens an hour, reserving 1000), started
+// by clients/node's Go test. Each test has keys of its own. Nothing waits
+// on a timer for something to happen: each test waits for the event it
+// needs (a handler entered, a renewal or a release told), or polls sluice
+// for the state it needs (a lease ended).
 
 const test = require('node:test');
 const assert = require('node:assert/strict');
+const http = require('node:http');
+const express = require('express'); // Debian's node-express: NODE_PATH=/usr/share/nodejs
 
 const sluice = require('../sluice');
-const { sluiceURL } = require('./helpers');
+const { sluiceURL, listen, request, tooMany } = require('./helpers');
 
 const url = sluiceURL();
 
@@ -287,4 +291,166 @@ test('a decision that holds no slot: keepAlive and release do nothing, renew and
   const plain = await c.check({ rule: 'tokens', key: 'none-1' });
   assert.equal(plain.ttl, null);
   await c.release(held);
+});
+
+// slotApp serves GET /work under the middleware of rule for the key in
+// X-Tenant: a request with ?hold=1 answers once its gate opens (after
+// writing its header and 'started' when ?stream=1), any other at once;
+// entered is told of each request the handler gets, with its decision.
+async function slotApp(t, rule, options = {}) {
+  const entered = events('request in the handler');
+  const releases = events('release');
+  const renewals = events('renewal');
+  const gates = [];
+  const a = express();
+  a.get('/work', sluice.express({
+    ...clientOptions(t),
+    rule,
+    key: (req) => req.get('X-Tenant'),
+    onRelease: releases.push,
+    onRenew: renewals.push,
+    ...options,
+  }), async (req, res) => {
+    const g = gate();
+    gates.push(g);
+    if (req.query.stream) {
+      res.writeHead(200, { 'Content-Type': 'text/plain' });
+      res.write('started\n');
+    }
+    entered.push(res.locals.sluice);
+    if (req.query.hold) await g.wait;
+    res.end('done\n');
+  });
+  t.after(() => gates.forEach((g) => g.open()));
+  return { base: await listen(t, a), entered, releases, renewals, open: () => gates.forEach((g) => g.open()) };
+}
+
+test('express: a request holds a slot while its handler runs, another is denied 429, and the slot is free once the response has finished', async (t) => {
+  const c = newClient(t);
+  const key = 'mw-1';
+  const app = await slotApp(t, 'uploads');
+  const headers = { 'X-Tenant': key };
+  const slow = request('GET', `${app.base}/work?hold=1`, headers);
+  const [d] = await app.entered.next();
+  assert.equal(typeof d.reservation, 'string');
+  assert.ok(d.ttl > 29000 && d.ttl <= 30000, `ttl ${d.ttl}`);
+  assert.equal(await free(c, 'uploads', key), 0);
+
+  const second = await request('GET', `${app.base}/work`, headers);
+  assert.equal(second.status, 429, second.body);
+  const secs = Number(second.headers['retry-after']);
+  assert.ok(secs >= 1 && secs <= 30, `Retry-After ${second.headers['retry-after']}`);
+  assert.equal(second.body, tooMany(secs));
+  assert.match(second.headers['ratelimit-policy'], /"uploads-concurrent";q=1;qu="concurrent-requests"/);
+  assert.equal(app.entered.pending, 0, 'the denied request never reached the handler');
+  assert.equal(app.releases.pending, 0, 'nothing released while the handler runs');
+
+  app.open();
+  const done = await slow;
+  assert.deepEqual([done.status, done.body], [200, 'done\n']);
+  const [err, released] = await app.releases.next();
+  assert.equal(err, null);
+  assert.equal(policy(released.body, 'uploads-concurrent').remaining, 1);
+  assert.equal(await free(c, 'uploads', key), 1);
+
+  // Admitted again; its release, once, is the only other one.
+  const third = await request('GET', `${app.base}/work`, headers);
+  assert.equal(third.status, 200);
+  const [err3] = await app.releases.next();
+  assert.equal(err3, null, 'a release of each request, once: none is ALREADY_SETTLED');
+  assert.equal(await free(c, 'uploads', key), 1);
+  assert.equal(app.releases.pending, 0);
+});
+
+test('express: the slot is released when the client goes mid-response, while the handler still runs', async (t) => {
+  const c = newClient(t);
+  const key = 'mw-gone';
+  const app = await slotApp(t, 'uploads');
+  await new Promise((resolve, reject) => {
+    const req = http.get(`${app.base}/work?hold=1&stream=1`, { headers: { 'X-Tenant': key }, agent: false }, (res) => {
+      assert.equal(res.statusCode, 200);
+      res.once('data', () => {
+        req.destroy(); // gone, with the handler waiting for its gate
+        resolve();
+      });
+    });
+    req.on('error', (err) => { if (err.code !== 'ECONNRESET') reject(err); });
+  });
+  await app.entered.next();
+  const [err, released] = await app.releases.next();
+  assert.equal(err, null);
+  assert.equal(policy(released.body, 'uploads-concurrent').remaining, 1);
+  assert.equal(await free(c, 'uploads', key), 1);
+  const again = await request('GET', `${app.base}/work`, { 'X-Tenant': key });
+  assert.equal(again.status, 200, 'the slot of the client gone is free');
+  await app.releases.next();
+});
+
+test('express: the slot is kept alive past its lease while the handler runs, and released with the newest reservation', async (t) => {
+  const c = newClient(t);
+  const key = 'mw-keep';
+  const app = await slotApp(t, 'jobs');
+  const slow = request('GET', `${app.base}/work?hold=1`, { 'X-Tenant': key });
+  const [d] = await app.entered.next();
+  const start = Date.now();
+  const first = d.reservation;
+  let n = 0;
+  while (Date.now() - start < d.ttl + 500) {
+    const [err, renewal] = await app.renewals.next();
+    assert.equal(err, null);
+    assert.equal(d.reservation, renewal.reservation);
+    n++;
+  }
+  assert.ok(n >= 3, `${n} renewals`);
+  assert.notEqual(d.reservation, first);
+  const denied = await request('GET', `${app.base}/work`, { 'X-Tenant': key });
+  assert.equal(denied.status, 429, 'the slot is held past its first lease');
+
+  app.open();
+  assert.equal((await slow).status, 200);
+  const [err, released] = await app.releases.next();
+  assert.equal(err, null, 'released with the newest reservation, not ALREADY_SETTLED');
+  assert.equal(policy(released.body, 'jobs-concurrent').remaining, 1);
+  assert.equal(await free(c, 'jobs', key), 1);
+  assert.equal(d.lost, null);
+});
+
+test('express: a rule that settles and holds a slot is settled with the newest reservation, which frees the slot; a response without a cost releases it at its reserve', async (t) => {
+  const c = newClient(t);
+  const settles = events('settle');
+  const releases = events('release');
+  const a = express();
+  a.get('/call', sluice.express({
+    client: c,
+    rule: 'calls',
+    key: (req) => req.get('X-Tenant'),
+    costFrom: 'header:X-Tokens-Used',
+    onSettle: settles.push,
+    onRelease: releases.push,
+  }), async (req, res) => {
+    await c.renew(res.locals.sluice); // the reservation the check answered is settled now
+    if (req.query.used) res.set('X-Tokens-Used', req.query.used);
+    res.send('answered\n');
+  });
+  const base = await listen(t, a);
+  const tokens = async (key) => policy((await c.check({ rule: 'calls', key, cost: 0 })).body, 'calls-1h').remaining;
+
+  const r = await request('GET', `${base}/call?used=300`, { 'X-Tenant': 'mw-call' });
+  assert.equal(r.status, 200, r.body);
+  const [err, settled] = await settles.next();
+  assert.equal(err, null, 'settled with the renewal\'s reservation');
+  assert.equal(settled.cost, 300);
+  assert.equal(policy(settled.body, 'calls-concurrent').remaining, 1, 'the settle freed the slot');
+  assert.equal(await free(c, 'calls', 'mw-call'), 1);
+  assert.equal(await tokens('mw-call'), 10000 - 300);
+  assert.equal(releases.pending, 0, 'the settle released it: no release');
+
+  const silent = await request('GET', `${base}/call`, { 'X-Tenant': 'mw-call-silent' });
+  assert.equal(silent.status, 200, silent.body);
+  const [rerr, released] = await releases.next();
+  assert.equal(rerr, null);
+  assert.equal(policy(released.body, 'calls-concurrent').remaining, 1);
+  assert.equal(await free(c, 'calls', 'mw-call-silent'), 1);
+  assert.equal(await tokens('mw-call-silent'), 10000 - 1000, 'no cost: the reserve stays');
+  assert.equal(settles.pending, 0);
 });
