@@ -35,8 +35,11 @@ const debianNodePath = "/usr/share/nodejs"
 const minNode = 18
 
 // TestNode starts sluice serve with test/sluice.yaml and runs the Node.js
-// tests: test/live.test.js and test/settle.test.js (reserve and settle, by
-// the client and by the Express middleware) while it serves, then
+// tests: test/live.test.js, test/settle.test.js (reserve and settle, by
+// the client and by the Express middleware) and test/slots.test.js
+// (concurrency limits: acquire, renew, release and keepAlive, by the
+// client, and the middleware holding a slot while a handler runs) while
+// it serves, then
 // test/unreachable.test.js while it is stopped by SIGSTOP (it accepts
 // connections and never answers: the client's timeout decides) and once
 // it has exited (connections are refused); then test/degraded.test.js against a sluice
@@ -60,6 +63,9 @@ func TestNode(t *testing.T) {
 	})
 	t.Run("settle", func(t *testing.T) {
 		runNode(t, node, []string{"SLUICE_URL=" + s.url}, "test/settle.test.js")
+	})
+	t.Run("slots", func(t *testing.T) {
+		runNode(t, node, []string{"SLUICE_URL=" + s.url}, "test/slots.test.js")
 	})
 	t.Run("hung", func(t *testing.T) {
 		if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {

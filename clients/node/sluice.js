@@ -25,6 +25,18 @@
 // and the middleware settles from the response (costFrom: a header or
 // trailer, the body's bytes, or a function of the response).
 //
+// A rule with a concurrency limit ({algorithm: concurrency, limit: 2,
+// ttl: 30s}: at most 2 in flight per key) holds a slot from the check
+// until it is released, or its lease ends:
+//
+//   const lease = await limiter.acquire({ rule: 'exports', key: tenant });
+//   if (!lease.allowed) { ... lease.retryAfter seconds ... }
+//   const stop = limiter.keepAlive(lease); // renews every third of the lease
+//   try { ... the work ... } finally { stop(); await limiter.release(lease); }
+//
+// and the middleware holds one for each request it admits under such a
+// rule, until its response has finished or its client has gone.
+//
 // The middleware asks sluice about every request, copies the rate-limit
 // header fields sluice answers (RateLimit-Policy, RateLimit,
 // X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset and, on a
@@ -64,6 +76,16 @@ const FORWARDED_FIELDS = Object.freeze([
 const FAILURE_LOG_INTERVAL_MS = 10000;
 
 /**
+ * The lease of a slot, in milliseconds, that keepAlive renews every third
+ * of when neither it nor sluice's answer tells it: sluice's own default
+ * ttl of a concurrency limit.
+ */
+const DEFAULT_SLOT_TTL_MS = 30000;
+
+/** sluice's codes of a renewal that came after the slot's lease ended. */
+const LOST_CODES = Object.freeze(['SLOT_LOST', 'RESERVATION_EXPIRED']);
+
+/**
  * SluiceError is what a check throws when the check itself is wrong (an
  * unknown rule, a key the rule cannot use: sluice's 400s), and the error
  * of a decision that onError made because sluice could not be asked.
@@ -81,11 +103,54 @@ class SluiceError extends Error {
 }
 
 /**
+ * SlotLostError is the SluiceError of a renewal that came after the
+ * slot's lease had ended: another request may hold the slot now, and the
+ * work should stop (or acquire a new slot). code is sluice's: SLOT_LOST
+ * (409), or RESERVATION_EXPIRED (410) when the reservation itself had
+ * expired too (a rule whose longest period is the lease, such as one of a
+ * concurrency limit alone).
+ */
+class SlotLostError extends SluiceError {
+  constructor(message, options) {
+    super(message, options);
+    this.name = 'SlotLostError';
+  }
+}
+
+// leases holds what a client knows of each lease (a decision of check
+// whose reservation holds a slot, or any object given to renew, release,
+// settle or keepAlive): chain, the promise of its last renewal, release
+// or settle, so that each runs after the one before and takes the newest
+// reservation; done, once it is released or settled; names, its
+// concurrency limits' (null: not known).
+const leases = new WeakMap();
+
+// leaseState returns what is known of lease, made on first use.
+function leaseState(lease) {
+  let s = leases.get(lease);
+  if (!s) {
+    s = { chain: Promise.resolve(), done: false, names: null };
+    leases.set(lease, s);
+  }
+  return s;
+}
+
+// serially runs fn after every renewal, release and settle of lease
+// before it, and resolves or rejects as it does.
+function serially(lease, fn) {
+  const s = leaseState(lease);
+  const run = s.chain.then(fn);
+  s.chain = run.then(() => {}, () => {});
+  return run;
+}
+
+/**
  * client returns a client of the sluice decision service at url.
  *
  * options:
  *   url      sluice's HTTP address, such as 'http://127.0.0.1:8080' (required)
- *   timeout  how long a check or a settle waits for the answer, in ms (default 100)
+ *   timeout  how long a check, a settle, a renewal or a release waits for
+ *            the answer, in ms (default 100)
  *   onError  'allow' (default) or 'deny': the decision when sluice cannot be asked
  *   onFailure(err)  told of each check sluice could not answer; by default a
  *            warning on the console, at most one every 10 seconds
@@ -108,11 +173,15 @@ function client(options = {}) {
   if (typeof onFailure !== 'function') {
     throw new TypeError(`sluice: onFailure must be a function, got ${typeof onFailure}`);
   }
+  const warnRenew = throttledWarning('renewal', 'a slot is renewed until it is lost or refused');
+  const renewWarning = (err) => { if (err) warnRenew(err); };
   const transport = base.protocol === 'https:' ? https : http;
   const agent = new transport.Agent({ keepAlive: true, ...tls });
   const endpoint = new URL('v1/check', base);
   const settleEndpoint = new URL('v1/settle', base);
   const settleBatchEndpoint = new URL('v1/settle/batch', base);
+  const renewEndpoint = new URL('v1/renew', base);
+  const releaseEndpoint = new URL('v1/release', base);
 
   /**
    * check asks sluice whether one request fits in rule for key, spending
@@ -128,7 +197,12 @@ function client(options = {}) {
    *   shadowDenied  a rule in shadow mode would have denied it
    *   degraded      sluice's store failed, or sluice could not be asked
    *   reservation   what settle takes, when a rule that settles admitted the
-   *                 request (see reserve); else null
+   *                 request (see reserve), and what release takes, when a
+   *                 rule with a concurrency limit did (see acquire); else null
+   *   ttl           the lease of the slot the request holds, in ms, when a
+   *                 rule with a concurrency limit admitted it (see acquire);
+   *                 else null
+   *   lost          null, until a renewal finds the slot lost (see renew)
    *   error         why sluice could not be asked (a SluiceError), when it could not
    *
    * It rejects with a SluiceError, whatever onError says, when sluice
@@ -161,7 +235,11 @@ function client(options = {}) {
     }
     const code = body && body.error && body.error.code;
     if ((res.status === 200 || res.status === 429) && body && typeof body.allowed === 'boolean') {
-      return {
+      const reservation = res.status === 200 && typeof body.reservation === 'string' && body.reservation !== '' ? body.reservation : null;
+      // The reservation holds a slot when the rule has a concurrency
+      // limit, which RateLimit-Policy names (qu="concurrent-requests").
+      const names = reservation === null ? [] : slotNames(res.headers['ratelimit-policy']);
+      const d = {
         allowed: res.status === 200,
         status: res.status,
         headers: forwarded(res.headers),
@@ -170,8 +248,12 @@ function client(options = {}) {
         raw: res.text,
         shadowDenied: body.shadow_denied === true,
         degraded: body.degraded === true,
-        reservation: res.status === 200 && typeof body.reservation === 'string' && body.reservation !== '' ? body.reservation : null,
+        reservation,
+        ttl: names.length > 0 ? slotTTL(body, names) || DEFAULT_SLOT_TTL_MS : null,
+        lost: null,
       };
+      if (names.length > 0) leaseState(d).names = names;
+      return d;
     }
     if (res.status === 503 && code === 'RATE_LIMITER_UNAVAILABLE') {
       // sluice's own store failed and its error policy refused: sluice
@@ -186,6 +268,8 @@ function client(options = {}) {
         shadowDenied: false,
         degraded: true,
         reservation: null,
+        ttl: null,
+        lost: null,
       };
     }
     if (res.status >= 400 && res.status < 500 && code) {
@@ -217,6 +301,8 @@ function client(options = {}) {
       shadowDenied: false,
       degraded: true,
       reservation: null,
+      ttl: null,
+      lost: null,
       error,
     };
   }
@@ -240,11 +326,12 @@ function client(options = {}) {
   }
 
   /**
-   * settle settles a reservation (a decision's d.reservation) at cost,
-   * what the work actually cost: the difference from the reserve is given
-   * back, or charged as a debt when the work cost more (never denied; the
-   * key's next requests are denied until it is repaid). It resolves to the
-   * state after the settle, as a request of cost 0 sees it:
+   * settle settles a reservation (a decision's d.reservation, or the
+   * decision itself: see renew) at cost, what the work actually cost: the
+   * difference from the reserve is given back, or charged as a debt when
+   * the work cost more (never denied; the key's next requests are denied
+   * until it is repaid). It resolves to the state after the settle, as a
+   * request of cost 0 sees it:
    *
    *   allowed     false while the key is in debt
    *   cost        the cost settled at
@@ -260,15 +347,192 @@ function client(options = {}) {
    * longer settle or their limits changed, INVALID_RESERVATION (400) for a
    * string sluice did not issue; each keeps what it reserved. A sluice that
    * cannot be asked rejects too (TIMEOUT, UNAVAILABLE, ECONNREFUSED, ...):
-   * onError decides checks, not settles.
+   * onError decides checks, not settles. A settle releases the slots the
+   * reservation holds under concurrency limits too.
    */
   async function settle(reservation, cost) {
-    if (typeof reservation !== 'string' || reservation === '') {
-      throw new TypeError(`sluice: settle needs a reservation (a decision's d.reservation, a non-empty string), got ${describe(reservation)}`);
+    if (!(typeof reservation === 'string' && reservation !== '') && !(isObject(reservation) && typeof reservation.reservation === 'string' && reservation.reservation !== '')) {
+      throw new TypeError(`sluice: settle needs a reservation (a decision's d.reservation, a non-empty string, or the decision), got ${describe(reservation)}`);
     }
     checkSettleCost(cost, 'the cost of a settle', false);
-    const { body, raw } = await ask(settleEndpoint, { reservation, cost }, 'settle');
-    return settlement(body, cost, raw);
+    return onLease(reservation, 'settle', true, async (r) => {
+      const { body, raw } = await ask(settleEndpoint, { reservation: r, cost }, 'settle');
+      return settlement(body, cost, raw);
+    });
+  }
+
+  /**
+   * acquire is check for a rule with a concurrency limit ({algorithm:
+   * concurrency, limit: N, ttl: 30s}: at most N requests of a key in
+   * flight): an admitted request holds one of the key's N slots, whatever
+   * its cost, until it is released or its lease (ttl) ends, and a request
+   * while all N are held is denied, d.retryAfter the seconds until the
+   * first lease ends (a release may free one sooner). The decision is the
+   * lease: d.reservation, what renew, release and keepAlive take (or take
+   * d itself, which they keep up to date), and d.ttl, the lease in ms, as
+   * sluice answered it. A cost of 0 would acquire nothing, and is an
+   * error.
+   *
+   * d.reservation is null when no slot is held: denied, or sluice's error
+   * policy or this client's onError decided (release and keepAlive then
+   * do nothing); d.ttl is null when the rule has no concurrency limit.
+   */
+  async function acquire(args = {}, checkOptions = {}) {
+    checkRuleKey(args.rule, args.key, 'acquire');
+    if (args.cost === 0) {
+      throw new TypeError(`sluice: an acquire of rule "${args.rule}" needs a cost of at least 1 (or none: the rule's cost); a cost of 0 holds no slot`);
+    }
+    return check(args, checkOptions);
+  }
+
+  /**
+   * renew extends the lease of the slots that lease holds (acquire's
+   * decision, or its reservation) to a whole ttl from now, on any replica
+   * of sluice, and resolves to the renewal:
+   *
+   *   allowed      true
+   *   reservation  the reservation that replaces the one renewed, which
+   *                sluice has settled: only the newest renews, releases
+   *                or settles the slot (an older one is ALREADY_SETTLED)
+   *   ttl          the lease from now, in ms (null for a renewal of a
+   *                reservation string, whose limits this client does not know)
+   *   body, raw    sluice's answer, parsed and as it came
+   *
+   * Given the decision, renew replaces its reservation (and ttl) with the
+   * renewal's, and runs after each renewal, release and settle of it
+   * before, with the newest reservation. A renewal that comes after the
+   * lease ended rejects with a SlotLostError (code SLOT_LOST, or
+   * RESERVATION_EXPIRED for a reservation expired too), set as the
+   * decision's lost: another request may hold the slot, and the work
+   * should stop. It rejects with a SluiceError of code ALREADY_SETTLED
+   * (409) for a reservation released, settled or renewed already, and as
+   * settle does otherwise (RESERVATION_STALE, TIMEOUT, ...).
+   */
+  async function renew(lease) {
+    return onLease(lease, 'renew', false, async (reservation) => {
+      let answer;
+      try {
+        answer = await ask(renewEndpoint, { reservation }, 'renewal');
+      } catch (err) {
+        if (!(err instanceof SluiceError && LOST_CODES.includes(err.code))) throw err;
+        const what = err.code === 'SLOT_LOST' ? '' : '; its slot\'s lease has ended, and another request may hold it now';
+        const lost = new SlotLostError(err.message + what, { code: err.code, status: err.status });
+        if (isObject(lease)) lease.lost = lost;
+        throw lost;
+      }
+      const { body, raw } = answer;
+      if (typeof body.reservation !== 'string' || body.reservation === '') {
+        throw new SluiceError(`sluice answered a renewal without a reservation (${JSON.stringify(raw.slice(0, 200))})`, { code: 'UNAVAILABLE', status: 200 });
+      }
+      const names = isObject(lease) ? leaseState(lease).names : null;
+      const ttl = (names && slotTTL(body, names)) || null;
+      if (isObject(lease)) {
+        lease.reservation = body.reservation;
+        if (ttl) lease.ttl = ttl;
+      }
+      return { allowed: body.allowed === true, reservation: body.reservation, ttl, body, raw };
+    });
+  }
+
+  /**
+   * release frees the slots that lease holds (acquire's decision, or its
+   * newest reservation), on any replica of sluice: the work is over. It
+   * is a settle at what the check reserved (the rule's rate limits keep
+   * their count), and resolves to the state after it, as settle's (cost
+   * null). Given the decision, it runs after each renewal of it under way,
+   * with the newest reservation, and ends its keepAlive; a decision that
+   * holds no reservation (denied, or admitted without sluice) resolves to
+   * null, releasing nothing. A reservation releases once: a second
+   * release, or one of a reservation renewed since, rejects with a
+   * SluiceError of code ALREADY_SETTLED (409); otherwise it rejects as
+   * settle does.
+   */
+  async function release(lease) {
+    if (isObject(lease) && lease.reservation === null) return null;
+    return onLease(lease, 'release', true, async (reservation) => {
+      const { body, raw } = await ask(releaseEndpoint, { reservation }, 'release');
+      return settlement(body, null, raw);
+    });
+  }
+
+  /**
+   * keepAlive renews lease (acquire's decision) every third of its ttl
+   * (d.ttl, which each renewal updates; or keepOptions.ttl, in ms; or 30
+   * s), replacing its reservation with each renewal's, until the returned
+   * stop() is called, it is released or settled, or a renewal finds it
+   * lost (a SlotLostError, set as d.lost) or refused (any other 4xx of
+   * sluice's: ALREADY_SETTLED, ...). A renewal that fails otherwise
+   * (TIMEOUT, UNAVAILABLE, STORE_UNAVAILABLE, ...) is tried again a third
+   * of the ttl later, within the lease. keepOptions.onRenew(err, renewal)
+   * is told of each renewal (by default a failure is a console warning,
+   * at most one every 10 s). stop() returns at once, with a promise of the
+   * end of the renewal under way, if any; the timer does not keep Node
+   * running. A decision that holds no reservation has nothing to renew:
+   * its stop does nothing.
+   */
+  function keepAlive(lease, keepOptions = {}) {
+    if (!isObject(lease)) {
+      throw new TypeError(`sluice: keepAlive needs a decision holding a slot (acquire's), got ${describe(lease)}`);
+    }
+    const { ttl } = keepOptions;
+    if (ttl !== undefined && !(typeof ttl === 'number' && Number.isFinite(ttl) && ttl > 0)) {
+      throw new TypeError(`sluice: the ttl of a keepAlive must be a number of milliseconds > 0, got ${describe(ttl)}`);
+    }
+    const onRenew = keepOptions.onRenew === undefined ? renewWarning : keepOptions.onRenew;
+    if (typeof onRenew !== 'function') {
+      throw new TypeError(`sluice: onRenew must be a function, got ${describe(onRenew)}`);
+    }
+    const state = leaseState(lease);
+    if (typeof lease.reservation !== 'string' || lease.reservation === '' || state.done) {
+      return () => Promise.resolve();
+    }
+    let stopped = false;
+    let timer = null;
+    let inflight = Promise.resolve();
+    const tell = (err, renewal) => {
+      try {
+        onRenew(err, renewal);
+      } catch {
+        // a failing logger is no reason to stop renewing
+      }
+    };
+    const schedule = () => {
+      if (stopped || state.done) return;
+      const every = (ttl || lease.ttl || DEFAULT_SLOT_TTL_MS) / 3;
+      timer = setTimeout(tick, Math.max(1, Math.floor(every)));
+      timer.unref();
+    };
+    const tick = () => {
+      timer = null;
+      if (stopped || state.done) return;
+      inflight = renew(lease).then((renewal) => {
+        tell(null, renewal);
+        schedule();
+      }, (err) => {
+        tell(err, null);
+        if (!(err instanceof TypeError) && !(err.status >= 400 && err.status < 500)) schedule();
+      });
+    };
+    schedule();
+    return function stop() {
+      stopped = true;
+      if (timer !== null) clearTimeout(timer);
+      timer = null;
+      return inflight;
+    };
+  }
+
+  // onLease runs fn with the reservation of lease: a reservation string
+  // at once, a decision (any object holding a reservation) after each
+  // renewal, release and settle of it before, with its newest, marking it
+  // done first when ends (a release or a settle: no renewal follows).
+  function onLease(lease, what, ends, fn) {
+    if (typeof lease === 'string' && lease !== '') return fn(lease);
+    if (!isObject(lease) || typeof lease.reservation !== 'string' || lease.reservation === '') {
+      throw new TypeError(`sluice: ${what} needs a decision holding a reservation (acquire's), or its reservation (a non-empty string), got ${isObject(lease) ? `a decision whose reservation is ${describe(lease.reservation)}` : describe(lease)}`);
+    }
+    if (ends) leaseState(lease).done = true;
+    return serially(lease, () => fn(lease.reservation));
   }
 
   /**
@@ -369,6 +633,10 @@ function client(options = {}) {
     settle,
     refund,
     settleBatch,
+    acquire,
+    renew,
+    release,
+    keepAlive,
     url: base.href,
     timeout,
     onError,
@@ -390,6 +658,36 @@ function settlement(body, cost, raw) {
     body,
     raw,
   };
+}
+
+// slotNames returns the names of the concurrency limits in a
+// RateLimit-Policy field: its items of quota unit "concurrent-requests".
+// (A limit's name holds letters, digits, '-', '_' and '.' only.)
+function slotNames(field) {
+  const names = [];
+  for (const item of typeof field === 'string' ? field.split(',') : []) {
+    const m = /^\s*"([^"]*)"(.*)$/.exec(item);
+    if (m && /;\s*qu="concurrent-requests"\s*(;|$)/.test(m[2])) names.push(m[1]);
+  }
+  return names;
+}
+
+// slotTTL returns the lease of the slot that an answer of sluice (a
+// check's, a renewal's) reports for the concurrency limits names, in ms:
+// their shortest reset_after_ms (the time until the key's slots are all
+// free, the newest lease, the one just taken or renewed); 0 when none
+// reports one.
+function slotTTL(body, names) {
+  let ttl = 0;
+  for (const p of Array.isArray(body.policies) ? body.policies : []) {
+    const ms = p && names.includes(p.name) ? Number(p.reset_after_ms) : 0;
+    if (Number.isFinite(ms) && ms > 0 && (ttl === 0 || ms < ttl)) ttl = ms;
+  }
+  return ttl;
+}
+
+function isObject(v) {
+  return typeof v === 'object' && v !== null;
 }
 
 // checkRuleKey checks the rule and key of a check or a refund.
@@ -460,6 +758,25 @@ function checkSettleCost(cost, what, optional) {
  * handler may settle res.locals.sluice.reservation itself (client's
  * settle); it keeps its reserve otherwise.
  *
+ * For a rule with a concurrency limit ({algorithm: concurrency, limit: N,
+ * ttl: 30s}), an admitted request holds a slot (client's acquire): the
+ * middleware keeps it alive while the handler runs (client's keepAlive,
+ * every third of the lease) and releases it once, when the response has
+ * finished or its client has gone ('finish' or 'close', whichever comes
+ * first); a request while all N are held is denied 429. With costFrom
+ * the settle releases it (with the newest reservation); a response that
+ * reports no cost, or one that is no whole number, releases it at its
+ * reserve.
+ *
+ *   onRenew  (err, renewal, req, res) => ..., told of each renewal (client's
+ *            renew): a SlotLostError when the slot was lost (its lease
+ *            ended first: res.locals.sluice.lost says so to the handler);
+ *            by default a failure is a console warning, at most one every 10 s
+ *   onRelease (err, released, req, res) => ..., told of each release: its
+ *            result (client's release) or its SluiceError (TIMEOUT, ...: the
+ *            slot is free once its lease ends); by default a failure is a
+ *            console warning, at most one every 10 s
+ *
  * Errors, a key function that throws and a check that sluice says is
  * wrong (an unknown rule), go to next(err): Express answers 500.
  * res.locals.sluice holds the decision, where res.locals exists.
@@ -481,7 +798,7 @@ function express(options = {}) {
   const { onError } = options;
   if (onError !== undefined) checkOnError(onError);
   const c = options.client || client({ url: options.url, timeout: options.timeout, onError, onFailure: options.onFailure, ...tlsOf(options.tls) });
-  const settler = responseSettler(rule, c, options);
+  const finisher = responseFinisher(rule, c, options);
 
   return function sluiceMiddleware(req, res, next) {
     decide(req, res).then((admitted) => { if (admitted) next(); }, next);
@@ -499,7 +816,7 @@ function express(options = {}) {
       res.setHeader(name, value);
     }
     if (d.allowed) {
-      if (settler && d.reservation) settler(req, res, d.reservation);
+      if (d.reservation) finisher(req, res, d);
       return true;
     }
     if (d.status === 429) {
@@ -513,10 +830,15 @@ function express(options = {}) {
   }
 }
 
-// responseSettler returns the function that settles a reservation of
-// rule, with client c, at the cost its response reports by options
-// (express's costFrom, strip and onSettle), or null without costFrom.
-function responseSettler(rule, c, options) {
+// responseFinisher returns the function that ends the reservation of
+// an admitted request of rule, d.reservation, with client c, by options
+// (express's costFrom, strip, onSettle, onRenew and onRelease): it keeps
+// alive the slot that d holds (d.ttl is set) while the handler runs, and
+// once the response has finished or its client has gone, it settles at
+// the cost the response reports (with costFrom), or else releases the
+// slot. A reservation that holds no slot, without costFrom, is left to
+// the handler.
+function responseFinisher(rule, c, options) {
   const from = costSource(rule, options.costFrom);
   const { strip = false } = options;
   if (typeof strip !== 'boolean') {
@@ -525,40 +847,72 @@ function responseSettler(rule, c, options) {
   if (strip && !(from && from.header)) {
     throw new TypeError(`sluice: strip of rule "${rule}" applies to a cost read from a header (costFrom 'header:<Name>'), which it removes`);
   }
-  const warn = throttledWarning('settle', 'each keeps what it reserved');
-  const onSettle = options.onSettle === undefined ? (err) => { if (err) warn(err); } : options.onSettle;
-  if (typeof onSettle !== 'function') {
-    throw new TypeError(`sluice: onSettle of rule "${rule}" must be a function, got ${describe(onSettle)}`);
-  }
-  if (from === null) return null;
-
-  return function settleResponse(req, res, reservation) {
-    const read = from.header ? readCostHeader(res, from.header, strip) : null;
-    const bytes = from.bytes ? countBytes(res) : null;
-    let done = false;
-    const end = async () => {
-      if (done) return;
-      done = true;
-      let settled = null;
-      let error = null;
+  const callback = (name, what, outcome) => {
+    const warn = throttledWarning(what, outcome);
+    const fn = options[name] === undefined ? (err) => { if (err) warn(err); } : options[name];
+    if (typeof fn !== 'function') {
+      throw new TypeError(`sluice: ${name} of rule "${rule}" must be a function, got ${describe(fn)}`);
+    }
+    return (...args) => {
       try {
-        const cost = read ? read() : bytes ? bytes() : await from.fn(req, res);
-        if (cost === undefined || cost === null) return; // no cost: the reserve stays
-        if (!(Number.isSafeInteger(cost) && cost >= 0)) {
-          throw new SluiceError(`sluice: rule "${rule}": the response reports a cost that is no whole number >= 0 (${from.name ? `${from.name}: ` : ''}${JSON.stringify(cost)}); the reservation keeps what it reserved`, { code: 'INVALID_COST' });
-        }
-        settled = await c.settle(reservation, cost);
-      } catch (err) {
-        error = err;
-      }
-      try {
-        onSettle(error, settled, req, res);
+        fn(...args);
       } catch {
         // a failing logger is no reason to fail the process
       }
     };
+  };
+  const onSettle = callback('onSettle', 'settle', 'each keeps what it reserved');
+  const onRenew = callback('onRenew', 'renewal', 'a slot is renewed until it is lost or refused');
+  const onRelease = callback('onRelease', 'release', 'each slot is free once its lease ends');
+
+  return function finishResponse(req, res, d) {
+    const slot = d.ttl !== null;
+    if (from === null && !slot) return; // the handler may settle it
+    const read = from && from.header ? readCostHeader(res, from.header, strip) : null;
+    const bytes = from && from.bytes ? countBytes(res) : null;
+    const stop = slot ? c.keepAlive(d, { onRenew: (err, renewal) => onRenew(err, renewal, req, res) }) : null;
+    let done = false;
+    const end = async () => {
+      if (done) return;
+      done = true;
+      if (stop) stop(); // a renewal under way comes before the settle or release
+      if (from !== null) {
+        let settled = null;
+        let error = null;
+        let cost = null;
+        try {
+          cost = read ? read() : bytes ? bytes() : await from.fn(req, res);
+          if (cost !== undefined && cost !== null && !(Number.isSafeInteger(cost) && cost >= 0)) {
+            throw new SluiceError(`sluice: rule "${rule}": the response reports a cost that is no whole number >= 0 (${from.name ? `${from.name}: ` : ''}${JSON.stringify(cost)}); the reservation keeps what it reserved`, { code: 'INVALID_COST' });
+          }
+        } catch (err) {
+          error = err;
+        }
+        if (error === null && cost !== undefined && cost !== null) {
+          try {
+            settled = await c.settle(d, cost);
+          } catch (err) {
+            error = err;
+          }
+          onSettle(error, settled, req, res);
+          return;
+        }
+        if (error !== null) onSettle(error, null, req, res);
+        // no cost, or none that settles: the reserve stays
+      }
+      if (slot) {
+        let released = null;
+        let error = null;
+        try {
+          released = await c.release(d);
+        } catch (err) {
+          error = err;
+        }
+        onRelease(error, released, req, res);
+      }
+    };
     res.once('finish', end);
-    res.once('close', end); // the client gone mid-response: settled at what it reports so far
+    res.once('close', end); // the client gone mid-response: settled at what it reports so far, or released
   };
 }
 
@@ -895,7 +1249,9 @@ module.exports = {
   express,
   writeTooManyRequests,
   SluiceError,
+  SlotLostError,
   DEFAULT_TIMEOUT_MS,
+  DEFAULT_SLOT_TTL_MS,
   ON_ERROR,
   FORWARDED_FIELDS,
 };

@@ -1,0 +1,59 @@
+package node_test
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSlotsExample runs the README's concurrency example as it is:
+// example/slots.js, with sluice.js beside it, against a sluice serve of
+// example/sluice.yaml. Exports 1 and 2 run, export 3 asked for while they
+// run is refused, and once they have ended it runs; the process exits on
+// its own (the keepAlive timers do not hold it), and every slot is free
+// after (each was released, not left to its lease).
+func TestSlotsExample(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipped under -short: this test needs node and a sluice serve (run go test without -short, or make test)")
+	}
+	node := needNode(t)
+	s := startSluice(t, buildSluice(t), true, nil, "--config", "example/sluice.yaml")
+
+	dir := t.TempDir()
+	for _, f := range []string{"example/slots.js", "sluice.js"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "slots.js")
+	cmd.Dir = dir
+	cmd.Env = nodeEnv([]string{"SLUICE_URL=" + s.url})
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node slots.js: %v\n%s", err, out)
+	}
+	want := "export 1 running\nexport 2 running\nexport 3 refused: 2 exports running\nexport 3 running\n"
+	if string(out) != want {
+		t.Errorf("node slots.js printed\n%s\nwant\n%s", out, want)
+	}
+
+	resp, err := http.Post(s.url+"/v1/check", "application/json", strings.NewReader(`{"rule":"exports","key":"tenant-7","cost":0}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if got := resp.Header.Get("X-RateLimit-Remaining"); resp.StatusCode != http.StatusOK || got != "2" {
+		t.Errorf("after node slots.js: %d, X-RateLimit-Remaining %q; want 200 and both slots free", resp.StatusCode, got)
+	}
+}
