@@ -423,18 +423,19 @@ func (e *Engine) Renew(ctx context.Context, t Ticket) (*Decision, Ticket, error)
 	if err != nil {
 		return nil, Ticket{}, err
 	}
-	renewed := false
+	renewed := map[*sluice.Reservation][]sluice.Result{} // each one's slots' state after
 	for i := range d.Applied {
 		a := &d.Applied[i]
 		if a.part != 0 || a.reserved.Slot() == "" {
 			continue // a reservation's first part renews it, once
 		}
-		if _, err := a.reserved.Renew(ctx); err != nil {
+		m, err := a.reserved.Renew(ctx)
+		if err != nil {
 			return nil, Ticket{}, fmt.Errorf("policy: renew: %w", err)
 		}
-		renewed = true
+		renewed[a.reserved] = m.Results
 	}
-	if !renewed {
+	if len(renewed) == 0 {
 		return nil, Ticket{}, fmt.Errorf("policy: renew: %w: it holds no slot", ErrTicketStale)
 	}
 	if err := e.claim(ctx, t); err != nil {
@@ -453,7 +454,34 @@ func (e *Engine) Renew(ctx context.Context, t Ticket) (*Decision, Ticket, error)
 		}
 	}
 	next.Expires = next.expiry()
+	d.slotsRenewed(renewed)
 	return d, next, nil
+}
+
+// slotsRenewed makes d, renewed, report its slots alone, in the state
+// their renewal left them: rs holds, for each reservation of d, the
+// Results of its parts' Concurrency limits in order (Reservation.Renew's).
+// Its other limits were not read (a renewal touches slots only).
+func (d *Decision) slotsRenewed(rs map[*sluice.Reservation][]sluice.Result) {
+	kept := d.Applied[:0]
+	for _, a := range d.Applied {
+		var limits []sluice.Limit
+		var results []sluice.Result
+		for _, l := range a.Limits {
+			if l.Algorithm != sluice.Concurrency || len(rs[a.reserved]) == 0 {
+				continue
+			}
+			limits, results = append(limits, l), append(results, rs[a.reserved][0])
+			rs[a.reserved] = rs[a.reserved][1:]
+		}
+		if len(limits) == 0 {
+			continue
+		}
+		a.Limits, a.Results = limits, results
+		a.Binding = sluice.Combine(results).Binding
+		kept = append(kept, a)
+	}
+	d.Applied, d.enforced, d.binding = kept, len(kept), -1
 }
 
 // resume returns the Decision t holds under the rules e holds now.

@@ -229,8 +229,12 @@
 //
 // whose answer holds the reservation that replaces the one renewed: only
 // the newest renews or releases the slot (an older one answers 409
-// ALREADY_SETTLED). A renewal after the lease ended answers 409 SLOT_LOST:
-// another request may hold the slot now, and the work should stop. Both
+// ALREADY_SETTLED). A renewal after the lease ended answers 410
+// RESERVATION_EXPIRED when the reservation ends with the lease (a rule of
+// concurrency limits alone), 409 SLOT_LOST when a longer limit keeps it
+// (a rate limit's period beside the slot): either way another request may
+// hold the slot now, and the work should stop. The answer reports the
+// renewed slots' state alone (a renewal reads no other limit). Both
 // answer 400, 409 and 410 as /v1/settle does.
 //
 // # Errors

@@ -101,3 +101,29 @@ func reservationOf(t *testing.T, w *httptest.ResponseRecorder) string {
 	}
 	return got.Reservation
 }
+
+// TestRenewBody: /v1/renew answers the state of the slots it renewed, as
+// a check of cost 0 would see them, and not the rule's other limits,
+// which a renewal does not read.
+func TestRenewBody(t *testing.T) {
+	clock := storetest.NewClock()
+	f := setupWith(t, sluice.New(memory.New(memory.WithClock(clock.Now)), sluice.WithClock(clock.Now)), clock, slotsYAML)
+	a := f.reserve(`{"rule":"exports","key":"k"}`)
+	clock.Set(10 * time.Second)
+	w := f.post("/v1/renew", fmt.Sprintf(`{"reservation":%q}`, a))
+	var got struct {
+		Allowed   bool `json:"allowed"`
+		Remaining int  `json:"remaining"`
+		Policies  []struct {
+			Name      string `json:"name"`
+			Remaining int    `json:"remaining"`
+			ResetMS   int64  `json:"reset_after_ms"`
+		} `json:"policies"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil || w.Code != 200 {
+		t.Fatalf("renew: %d %s (%v)", w.Code, w.Body, err)
+	}
+	if !got.Allowed || got.Remaining != 1 || len(got.Policies) != 1 || got.Policies[0].Name != "exports-concurrent" || got.Policies[0].Remaining != 1 || got.Policies[0].ResetMS != 30000 {
+		t.Errorf("renew with 1 of 2 slots held: %s; want the slot's limit alone, 1 remaining, its lease 30s from now", w.Body)
+	}
+}
