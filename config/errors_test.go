@@ -319,6 +319,8 @@ var errorTests = []struct {
 		`rules "a".priority.plan: rule "b" is keyed by request: a request has no key for it (sluice.yaml:7)`},
 	{"plan not a name", shedding + "      reserve: {pro: 20%}\n      plan: \"a b\"\n",
 		`rules "a".priority.plan: "a b" may hold only letters, digits, '-', '_' and '.' (it names the IETF RateLimit policies) (sluice.yaml:7)`},
+	{"cost above the lowest class's share", "rules:\n  - name: a\n    algorithm: fixed_window\n    limit: 10\n    period: 1h\n    cost: 8\n    priority: {reserve: {critical: 30%}}\n",
+		`rules "a".cost: 8 is more than the lowest class, "default", may use of limit a-1h (7 of 10): its requests could never be admitted; lower the cost or the reserves (sluice.yaml:6)`},
 	{"priority misspelt field", shedding + "      resrve: {critical: 20%}\n",
 		`rules "a".priority: unknown field "resrve" (did you mean "reserve"?) (sluice.yaml:6)`},
 	{"reserve missing", shedding + "      from: header:X-Priority\n",

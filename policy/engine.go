@@ -490,10 +490,14 @@ func (s *RuleSet) check(c Check) (Applied, error) {
 	return a, nil
 }
 
-// costError reports a cost that one of a's limits could never admit.
+// costError reports a cost that one of a's limits could never admit,
+// as its class may use them.
 func (a *Applied) costError() error {
-	for _, l := range a.Limits {
+	for i, l := range a.Limits {
 		if err := l.ValidateCost(a.Cost); err != nil {
+			if a.Class != "" && a.Rule.Limits[i].ValidateCost(a.Cost) == nil {
+				return fmt.Errorf("rule %q: %w: cost %d is more than class %q may use of limit %s (%d of %d); a higher class may send it", a.Rule.Name, sluice.ErrInvalidCost, a.Cost, a.Class, l.Name, l.Capacity(), a.Rule.Limits[i].Capacity())
+			}
 			return fmt.Errorf("rule %q: %w", a.Rule.Name, err)
 		}
 	}

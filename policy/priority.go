@@ -94,6 +94,16 @@ func (p *Priority) classes() []string {
 	return append(names, p.defaultName())
 }
 
+// Lowest returns the name of p's lowest class: Default, or DefaultClass.
+func (p *Priority) Lowest() string { return p.defaultName() }
+
+// Cut returns limits as class may use them: their capacity (Limit, or a
+// bucket's Burst) cut to the class's share, at least 1. An unknown class
+// is the lowest.
+func (p *Priority) Cut(limits []sluice.Limit, class string) []sluice.Limit {
+	return cutLimits(limits, p.share(p.index(class)))
+}
+
 // A ClassShare is a priority class and the share of its rule's capacity
 // that its requests may use.
 type ClassShare struct {

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/sluice-go/sluice"
@@ -32,5 +33,21 @@ func TestCutLimits(t *testing.T) {
 				t.Errorf("reserves %v of %s: the lowest class has %d, want %d", tc.reserves, l, got, tc.want)
 			}
 		}
+	}
+}
+
+// TestCompileCostShare: a rule whose cost its lowest class could never
+// spend is refused, where the middleware would fail every such request.
+func TestCompileCostShare(t *testing.T) {
+	rule := func(cost int) []Rule {
+		return []Rule{{Name: "pool", Key: Key{Source: KeyGlobal}, Limits: []sluice.Limit{sluice.PerHour(10).Using(sluice.FixedWindow)}, Cost: cost,
+			Priority: &Priority{Classes: []Class{{Name: "critical", Reserve: 0.3}}}}}
+	}
+	if _, err := Compile(rule(7)); err != nil {
+		t.Errorf("cost 7 of the lowest class's 7: %v", err)
+	}
+	_, err := Compile(rule(8))
+	if err == nil || !strings.Contains(err.Error(), `cost 8 is more than the lowest class, "default", may use of limit pool-1h (7 of 10)`) {
+		t.Errorf("cost 8 of the lowest class's 7: %v, want refused", err)
 	}
 }

@@ -74,6 +74,9 @@ func TestShed(t *testing.T) {
 			`{"allowed":true,"limit":8,"remaining":6,"reset_after_ms":60000,"retry_after_ms":0,"class":"high",` + policies(8, 6, true, "0"), ""},
 		{`{"rule":"checkout","key":"u","class":1}`, 400,
 			errBody("BAD_REQUEST", `field "class" must be a string, got number`), ""},
+		// A cost the class may never spend, which a higher class may.
+		{`{"rule":"checkout","key":"v","cost":8}`, 400,
+			errBody("BAD_REQUEST", `rule "checkout": invalid cost: cost 8 is more than class "default" may use of limit checkout-1m (7 of 10); a higher class may send it`), ""},
 		{`{"rule":"checkout","key":"u","clas":"high"}`, 400,
 			errBody("BAD_REQUEST", `unknown field "clas"; accepted fields: "rule", "key", "cost", "class"`), ""},
 	} {
