@@ -277,12 +277,8 @@ func (p *parser) rule(f field) (policy.Rule, ruleInfo) {
 		}
 		p.checkCost(cost, r.Cost, valid)
 		if pr := r.Priority; pr != nil && limitsOK {
-			full := r.Limits
-			for i, l := range pr.Cut(full, pr.Lowest()) {
-				if l.ValidateCost(r.Cost) != nil && full[i].ValidateCost(r.Cost) == nil {
-					p.errorf(cost.val.Line, cost.path, "%d is more than the lowest class, %q, may use of limit %s (%d of %d): its requests could never be admitted; lower the cost or the reserves", r.Cost, pr.Lowest(), full[i].Name, l.Capacity(), full[i].Capacity())
-					break
-				}
+			if i, cut, ok := pr.TooDear(r.Limits, pr.Lowest(), r.Cost); ok {
+				p.errorf(cost.val.Line, cost.path, "%d is more than the lowest class, %q, may use of limit %s (%d of %d): its requests could never be admitted; lower the cost or the reserves", r.Cost, pr.Lowest(), r.Limits[i].Name, cut.Capacity(), r.Limits[i].Capacity())
 			}
 		}
 	}

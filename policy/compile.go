@@ -139,12 +139,8 @@ func Compile(rules []Rule, opts ...Option) (*RuleSet, error) {
 			}
 			if len(perrs) == 0 {
 				r.priority = own.compile(r.Limits, mux)
-				lowest := r.priority.limits[len(r.priority.limits)-1]
-				for i, l := range lowest {
-					if l.ValidateCost(r.Cost) != nil && r.Limits[i].ValidateCost(r.Cost) == nil {
-						bad("policy: %s: priority: cost %d is more than the lowest class, %q, may use of limit %s (%d of %d): its requests could never be admitted; lower the cost or the reserves", which, r.Cost, own.defaultName(), r.Limits[i].Name, l.Capacity(), r.Limits[i].Capacity())
-						break
-					}
+				if i, cut, ok := own.TooDear(r.Limits, own.Lowest(), r.Cost); ok {
+					bad("policy: %s: priority: cost %d is more than the lowest class, %q, may use of limit %s (%d of %d): its requests could never be admitted; lower the cost or the reserves", which, r.Cost, own.Lowest(), r.Limits[i].Name, cut.Capacity(), r.Limits[i].Capacity())
 				}
 			}
 		}

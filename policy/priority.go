@@ -97,11 +97,17 @@ func (p *Priority) classes() []string {
 // Lowest returns the name of p's lowest class: Default, or DefaultClass.
 func (p *Priority) Lowest() string { return p.defaultName() }
 
-// Cut returns limits as class may use them: their capacity (Limit, or a
-// bucket's Burst) cut to the class's share, at least 1. An unknown class
-// is the lowest.
-func (p *Priority) Cut(limits []sluice.Limit, class string) []sluice.Limit {
-	return cutLimits(limits, p.share(p.index(class)))
+// TooDear returns the first of limits (a rule's) that class could never
+// spend cost from, though the whole limit could: its index, and the limit
+// cut to the class's share (an unknown class is the lowest). ok is false
+// when there is none.
+func (p *Priority) TooDear(limits []sluice.Limit, class string, cost int) (i int, cut sluice.Limit, ok bool) {
+	for i, l := range cutLimits(limits, p.share(p.index(class))) {
+		if l.ValidateCost(cost) != nil && limits[i].ValidateCost(cost) == nil {
+			return i, l, true
+		}
+	}
+	return 0, sluice.Limit{}, false
 }
 
 // A ClassShare is a priority class and the share of its rule's capacity

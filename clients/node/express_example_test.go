@@ -31,16 +31,7 @@ func TestExpressExample(t *testing.T) {
 	node := needNode(t)
 	s := startSluice(t, buildSluice(t), true, nil, "--config", "example/sluice.yaml")
 
-	dir := t.TempDir()
-	for _, f := range []string{"example/app.js", "sluice.js"} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := exampleDir(t, "example/app.js")
 	port, err := proc.FreePort()
 	if err != nil {
 		t.Fatal(err)
@@ -188,4 +179,21 @@ func settledAt(t *testing.T, url, rule, key string, limit, used int) bool {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// exampleDir returns a new directory holding the example script, with
+// sluice.js beside it, as the README says to lay them out.
+func exampleDir(t *testing.T, script string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, f := range []string{script, "sluice.js"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }

@@ -3,9 +3,7 @@ package node_test
 import (
 	"context"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,16 +22,7 @@ func TestSlotsExample(t *testing.T) {
 	node := needNode(t)
 	s := startSluice(t, buildSluice(t), true, nil, "--config", "example/sluice.yaml")
 
-	dir := t.TempDir()
-	for _, f := range []string{"example/slots.js", "sluice.js"} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := exampleDir(t, "example/slots.js")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "slots.js")

@@ -364,21 +364,7 @@ redis:
 rules:
   - {name: slow, match: /slow, key: global, algorithm: concurrency, limit: %d, ttl: %s}
 `, limit, lease))
-	var running atomic.Int64
-	hold := make(chan struct{})
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Query().Has("probe") {
-			return // the other replica's probes: answered at once
-		}
-		running.Add(1)
-		defer running.Add(-1)
-		select {
-		case <-hold:
-		case <-r.Context().Done():
-		}
-	}))
-	t.Cleanup(up.Close)
-	t.Cleanup(func() { close(hold) })
+	up := startHoldingUpstream(t)
 	args := []string{"--config", cfg, "--upstream", up.URL, "--redis", "redis://" + srv.Addr}
 	victim, other := startProxy(t, nil, args...), startProxy(t, nil, args...)
 
@@ -390,7 +376,7 @@ rules:
 		}()
 	}
 	waitUntil(t, 10*time.Second, func() error {
-		if n := running.Load(); n != limit {
+		if n := up.running.Load(); n != limit {
 			return fmt.Errorf("%d requests at the upstream, want %d", n, limit)
 		}
 		return nil
@@ -470,23 +456,11 @@ rules:
   - {name: slow, match: /slow, key: global, algorithm: concurrency, limit: %d, ttl: 30s}
   - {name: pages, match: /page, key: ip, limit: 100, period: 1m}
 `, limit))
-	var running atomic.Int64
-	hold := make(chan struct{})
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		running.Add(1)
-		defer running.Add(-1)
-		select {
-		case <-hold:
-		case <-r.Context().Done():
-		}
-	}))
-	t.Cleanup(up.Close)
-	released := sync.OnceFunc(func() { close(hold) })
-	t.Cleanup(released)
+	up := startHoldingUpstream(t)
 	args := []string{"--config", cfg, "--upstream", up.URL, "--redis", "redis://" + srv.Addr, "--metrics-listen", "127.0.0.1:0"}
 	holder, other := startProxy(t, nil, args...), startProxy(t, nil, args...)
 	var answered sync.WaitGroup
-	t.Cleanup(func() { released(); answered.Wait() }) // before the replicas stop
+	t.Cleanup(func() { up.release(); answered.Wait() }) // before the replicas stop
 	held := func(d *daemon, rule string) (int, error) {
 		c := http.Client{Timeout: 5 * time.Second}
 		resp, err := c.Get("http://" + servingAttrOf(t, d, "proxying", "metrics") + "/metrics")
@@ -531,7 +505,7 @@ rules:
 	}
 	get(holder, "/page")
 	waitUntil(t, 10*time.Second, func() error {
-		if n := running.Load(); n != limit+1 {
+		if n := up.running.Load(); n != limit+1 {
 			return fmt.Errorf("%d requests at the upstream, want %d", n, limit+1)
 		}
 		return nil
@@ -547,7 +521,7 @@ rules:
 	wantHeld(other, "slow", 0)
 	wantHeld(holder, "slow", limit)
 
-	released()
+	up.release()
 	answered.Wait()
 	close(codes)
 	for code := range codes {
@@ -556,4 +530,34 @@ rules:
 		}
 	}
 	wantHeld(holder, "slow", 0)
+}
+
+// holdingUpstream is an upstream that holds every request it gets until
+// release (or the end of the test), counting those it holds; a request
+// with a probe query parameter is answered at once.
+type holdingUpstream struct {
+	*httptest.Server
+	running atomic.Int64
+	release func() // idempotent
+}
+
+func startHoldingUpstream(t *testing.T) *holdingUpstream {
+	t.Helper()
+	u := &holdingUpstream{}
+	hold := make(chan struct{})
+	u.release = sync.OnceFunc(func() { close(hold) })
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Has("probe") {
+			return
+		}
+		u.running.Add(1)
+		defer u.running.Add(-1)
+		select {
+		case <-hold:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(u.Close)
+	t.Cleanup(u.release) // runs first: held requests end before Close waits for them
+	return u
 }
