@@ -95,11 +95,9 @@ func (r Request) CheckSlot() error {
 		return nil
 	}
 	for _, p := range r.Parts {
-		if p.Cost > 0 && holdsSlot(p.Limits) {
-			for _, l := range p.Limits {
-				if l.Algorithm == Concurrency {
-					return fmt.Errorf("the take of key %q holds a slot of %s and names none (sluice.Request's Slot)", p.Key, l)
-				}
+		for _, l := range p.Limits {
+			if p.Cost > 0 && l.Algorithm == Concurrency {
+				return fmt.Errorf("the take of key %q holds a slot of %s and names none (sluice.Request's Slot)", p.Key, l)
 			}
 		}
 	}

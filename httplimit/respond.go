@@ -53,10 +53,7 @@ func WriteTooManyRequests(w http.ResponseWriter, retryAfter time.Duration, viola
 func writeDenied(w http.ResponseWriter, retryAfter time.Duration, violated []string, problem bool, inFlight string) {
 	secs := RetryAfterSeconds(retryAfter)
 	w.Header().Set("Retry-After", strconv.Itoa(secs))
-	wait := "retry after " + strconv.Itoa(secs) + " second"
-	if secs != 1 {
-		wait += "s"
-	}
+	wait := retryWait(secs)
 	if !problem {
 		msg := "rate limit exceeded; " + wait
 		if inFlight != "" {
@@ -108,15 +105,20 @@ func writeShed(w http.ResponseWriter, status int, retryAfter time.Duration, d *p
 			a.Rule.Name, a.Limits[j].Name, a.Class, a.Limits[j].Capacity(), a.Rule.Limits[j].Capacity())
 		break
 	}
-	unit := " second"
-	if secs != 1 {
-		unit += "s"
-	}
 	httpjson.Write(w, status, "application/json", httpjson.ErrorBody{Error: httpjson.ErrorDetail{
 		Code:       "SHED",
-		Message:    msg + "; retry after " + strconv.Itoa(secs) + unit,
+		Message:    msg + "; " + retryWait(secs),
 		RetryAfter: secs,
 	}})
+}
+
+// retryWait says when to retry, in a 429's or a 503's message: "retry
+// after 2 seconds".
+func retryWait(secs int) string {
+	if secs == 1 {
+		return "retry after 1 second"
+	}
+	return "retry after " + strconv.Itoa(secs) + " seconds"
 }
 
 // inFlight returns the message of a denial by concurrency limits alone
