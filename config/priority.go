@@ -91,9 +91,9 @@ func (p *parser) priority(f field, info *ruleInfo) *policy.Priority {
 // it, for messages.
 func lowest(pr *policy.Priority) (name, how string) {
 	if pr.Default == "" {
-		return policy.DefaultClass, fmt.Sprintf("%q, unless default names another", policy.DefaultClass)
+		return pr.Lowest(), fmt.Sprintf("%q, unless default names another", pr.Lowest())
 	}
-	return pr.Default, fmt.Sprintf("%q, as default names it", pr.Default)
+	return pr.Lowest(), fmt.Sprintf("%q, as default names it", pr.Default)
 }
 
 // reserve sets pr.Classes to the classes of the reserve of f, the
@@ -180,12 +180,10 @@ func (p *parser) priorityRoutes(e field, pr *policy.Priority, byName, classesOK 
 		p.errorf(e.key.Line, e.path, "%s; leave routes out, and let each check name its class", policy.CheckedByName)
 		return false
 	}
-	low, _ := lowest(pr)
-	classes := make([]string, 0, len(pr.Classes)+1)
-	for _, c := range pr.Classes {
-		classes = append(classes, c.Name)
+	var classes []string // the highest first, the lowest last
+	for _, c := range pr.Shares() {
+		classes = append(classes, c.Class)
 	}
-	classes = append(classes, low)
 	good := true
 	mux := http.NewServeMux()
 	seen := map[string]int{} // pattern → line
