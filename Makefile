@@ -37,11 +37,17 @@ TEST_STEPS = 'deps & modules vulndb & $(TOOLS)' 'fmt vet & lint vuln' gotest 'fu
 #    drop-in is judged by, for envoy's TestAgainstUpstream
 #    (SLUICE_UPSTREAM_RATELIMIT); bench/cmd/servicebench uses the same.
 #  toxiproxy: Shopify's toxiproxy server, for the network-fault tests
-#    (internal/toxitest reads its path from SLUICE_TOXIPROXY).
+#    (internal/testing/toxitest reads its path from SLUICE_TOXIPROXY).
 #  helm: for deploy's chart tests (SLUICE_HELM). Helm 4: Helm 3's last
 #    feature release was v3.22.0 and its security fixes end in February
 #    2027; the chart (apiVersion v2) uses nothing Helm 3 lacks. The
 #    slowest build of them (minutes, once).
+# The packages of the workspace (go.work): the library (.), the service
+# it serves (internal/service), the command, the deployment kit and the
+# guides, each a module of its own so that a library user's go.sum holds
+# only what the library needs. ./... alone names only the root module.
+PKGS := ./... ./internal/service/... ./cmd/sluice/... ./deploy/... ./docs/...
+
 TOOLS := staticcheck govulncheck upstream toxiproxy helm
 
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -97,7 +103,7 @@ coldtest:
 # make gotest: every test of ./... with the race detector, given the
 # tools they run.
 gotest: deps upstream toxiproxy helm
-	$(TEST_ENV) $(GO) test -race -count=1 ./...
+	$(TEST_ENV) $(GO) test -race -count=1 $(PKGS)
 
 # make modules: download the modules of ., bench and examples/frameworks
 # (three go mod download at once, 17 s cold here against 49 s one after
@@ -141,11 +147,11 @@ helm:
 
 # make short: the development loop. It installs nothing, and skips every
 # test that needs redis-server, redis-cli or nginx (the helpers in
-# internal/redistest and internal/nginxtest skip under -short), so it
+# internal/testing/redistest and internal/testing/nginxtest skip under -short), so it
 # passes in seconds on a machine without them. Outside -short a missing
 # program fails its tests: make test skips nothing.
 short:
-	$(GO) test -short -count=1 ./...
+	$(GO) test -short -count=1 $(PKGS)
 
 # redis-server and redis-cli (Cluster and Sentinel tests), nginx (the load
 # balancer of the scale-out test), gcc for the race detector (cgo), git
@@ -199,19 +205,19 @@ fmt:
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 vet:
-	$(GO) vet ./...
-	GOARCH=386 $(GO) vet ./...
+	$(GO) vet $(PKGS)
+	GOARCH=386 $(GO) vet $(PKGS)
 	cd internal/tools/kubestrict && $(GO) vet ./...
 
 lint: staticcheck
-	$(STATICCHECK_BIN) ./...
+	$(STATICCHECK_BIN) $(PKGS)
 
 # make vuln: govulncheck over ./... against the pinned database snapshot.
 # It fails on any vulnerability the code calls that
 # internal/tools/vulndb/accepted.txt does not list with a reason (about
 # 20 s here once the tools are built).
 vuln: govulncheck vulndb
-	$(GOVULNCHECK_BIN) -format json -db file://$(VULNDB_DIR) ./... > $(VULNDB_DIR).json
+	$(GOVULNCHECK_BIN) -format json -db file://$(VULNDB_DIR) $(PKGS) > $(VULNDB_DIR).json
 	$(GO) run ./internal/tools/vulndb check -accept internal/tools/vulndb/accepted.txt < $(VULNDB_DIR).json
 
 # make vulndb: build the database snapshot, once per version.
@@ -228,8 +234,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 20000x ./config/
 	$(GO) test -run '^$$' -fuzz '^FuzzClientIP$$' -fuzztime 100000x ./policy/
 	$(GO) test -run '^$$' -fuzz '^FuzzBucketEqualsGCRA$$' -fuzztime 300000x ./internal/algo/
-	$(GO) test -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime 100000x -fuzzminimizetime 500x ./server/
-	$(GO) test -run '^$$' -fuzz '^FuzzDescriptors$$' -fuzztime 40000x -fuzzminimizetime 500x ./envoy/
+	$(GO) test -run '^$$' -fuzz '^FuzzHandler$$' -fuzztime 100000x -fuzzminimizetime 500x ./internal/service/server/
+	$(GO) test -run '^$$' -fuzz '^FuzzDescriptors$$' -fuzztime 40000x -fuzzminimizetime 500x ./internal/service/envoy/
 
 # make bench: the figures of BENCHMARKS.md, side by side in one run on
 # this machine (about 6½ minutes on the shared 2-core VM without the
@@ -259,7 +265,7 @@ bench: deps
 # errors, degraded, p99, RSS), then a summary. It fails when a client saw
 # an error. SOAK_DURATION=60s make soak for a short try.
 soak: deps
-	$(GO) run ./internal/soak
+	$(GO) run ./internal/tools/soak
 
 # make stress, not part of make test: the timing-sensitive tests,
 # STRESS_TESTS (the one place that states them: each PKG=REGEXP is one
@@ -275,7 +281,7 @@ STRESS_TESTS ?= \
 	'./cmd/sluice=Fault|^TestDashboard|^TestServeSlowBodies|^TestMaxInflight|^TestProxyProgress|^TestServeGRPCLimits|^TestServeGRPCInflight|^TestMaxHeaderBytes|^TestListenFlagErrors|^TestManyKeepAlive|^TestFloodUniqueKeys|^TestNet' \
 	'.=^TestBreaker|^TestProbeOwnsItsRequest' \
 	'./store/redis=Breaker|^TestOutage|^TestHungServer|^TestExactUnderConcurrency|^TestSettleExact|^TestHarnessCatchesRace|^TestStackedExact|^TestCoalesceExact|^TestConformance|^TestLinearizable' \
-	'./admin=.'
+	'./internal/service/admin=.'
 
 stress: deps toxiproxy
 	SLUICE_TOXIPROXY=$(TOXIPROXY_BIN) $(GO) run ./internal/stress $(STRESS_TESTS)

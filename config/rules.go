@@ -6,7 +6,7 @@ import (
 	"slices"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/lease"
+	"github.com/sluice-go/sluice/store/lease"
 	"github.com/sluice-go/sluice/policy"
 )
 

@@ -23,7 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/sluice-go/sluice/internal/proc"
+	"github.com/sluice-go/sluice/internal/testing/proc"
 )
 
 // sluiceBin is the sluice binary TestMain builds: static (CGO_ENABLED=0),

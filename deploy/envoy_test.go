@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/sluice-go/sluice/internal/envoytest"
+	"github.com/sluice-go/sluice/internal/service/envoytest"
 )
 
 // TestEnvoyConfig: deploy/envoy/envoy.yaml is a valid Envoy v3 bootstrap

@@ -12,7 +12,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/sluice-go/sluice/internal/certtest"
+	"github.com/sluice-go/sluice/internal/testing/certtest"
 )
 
 // tlsPatchFile is the strategic merge patch that puts the Deployment's

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/proc"
+	"github.com/sluice-go/sluice/internal/testing/proc"
 )
 
 // TestQuickStart runs the quick start of the README and of the getting

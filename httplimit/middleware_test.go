@@ -17,11 +17,11 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/config"
 	"github.com/sluice-go/sluice/httplimit"
-	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/testing/redistest"
 	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/store/memory"
 	sluiceredis "github.com/sluice-go/sluice/store/redis"
-	"github.com/sluice-go/sluice/storetest"
+	"github.com/sluice-go/sluice/store/storetest"
 )
 
 // fixture is a handler behind the middleware, on the memory store and a

@@ -17,7 +17,7 @@ import (
 
 	"github.com/sluice-go/sluice/httplimit"
 	"github.com/sluice-go/sluice/policy"
-	"github.com/sluice-go/sluice/storetest"
+	"github.com/sluice-go/sluice/store/storetest"
 )
 
 // budgetYAML is a token budget of 100,000 per hour per API key that

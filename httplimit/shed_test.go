@@ -14,7 +14,7 @@ import (
 
 	"github.com/sluice-go/sluice/httplimit"
 	"github.com/sluice-go/sluice/policy"
-	"github.com/sluice-go/sluice/storetest"
+	"github.com/sluice-go/sluice/store/storetest"
 )
 
 // The shedding tests' pool: poolSize units shared by every client, of

@@ -12,7 +12,7 @@ import (
 
 	"github.com/sluice-go/sluice/httplimit"
 	"github.com/sluice-go/sluice/policy"
-	"github.com/sluice-go/sluice/storetest"
+	"github.com/sluice-go/sluice/store/storetest"
 )
 
 // slotsYAML allows two requests in flight per API key, and 1000 an hour.

@@ -10,7 +10,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/policy"
 	sluiceredis "github.com/sluice-go/sluice/store/redis"
-	"github.com/sluice-go/sluice/storetest"
+	"github.com/sluice-go/sluice/store/storetest"
 )
 
 // TestStackedHammer: per-address, per-API-key and login rules stacked on

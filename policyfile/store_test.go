@@ -12,10 +12,10 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/config"
-	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/testing/redistest"
 	"github.com/sluice-go/sluice/policyfile"
 	"github.com/sluice-go/sluice/store/memory"
-	"github.com/sluice-go/sluice/storetest"
+	"github.com/sluice-go/sluice/store/storetest"
 )
 
 // TestOpenBackend: OpenBackend builds the store of a redis section, in

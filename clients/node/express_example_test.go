@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/proc"
+	"github.com/sluice-go/sluice/internal/testing/proc"
 )
 
 // TestExpressExample runs the README's "from zero" app as it is:

@@ -23,8 +23,8 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/httplimit"
-	"github.com/sluice-go/sluice/internal/certtest"
-	"github.com/sluice-go/sluice/internal/proc"
+	"github.com/sluice-go/sluice/internal/testing/certtest"
+	"github.com/sluice-go/sluice/internal/testing/proc"
 )
 
 // debianNodePath is where Debian installs node modules such as Express

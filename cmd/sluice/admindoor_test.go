@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-go/sluice/admin"
+	"github.com/sluice-go/sluice/internal/service/admin"
 	"github.com/sluice-go/sluice/internal/cdp/pagetest"
 	"github.com/sluice-go/sluice/policy"
 )

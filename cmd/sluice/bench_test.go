@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/loadgen"
+	"github.com/sluice-go/sluice/internal/service/loadgen"
 )
 
 // benchSummary is the JSON summary of sluice bench.

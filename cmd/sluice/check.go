@@ -9,7 +9,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/config"
-	"github.com/sluice-go/sluice/envoy"
+	"github.com/sluice-go/sluice/internal/service/envoy"
 	"github.com/sluice-go/sluice/policy"
 )
 

@@ -12,8 +12,8 @@ import (
 	"sync/atomic"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/admin"
-	"github.com/sluice-go/sluice/envoy"
+	"github.com/sluice-go/sluice/internal/service/admin"
+	"github.com/sluice-go/sluice/internal/service/envoy"
 	"github.com/sluice-go/sluice/metrics"
 	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/policyfile"

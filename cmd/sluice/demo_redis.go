@@ -6,7 +6,7 @@ import (
 	"os/exec"
 	"regexp"
 
-	"github.com/sluice-go/sluice/internal/redisproc"
+	"github.com/sluice-go/sluice/internal/testing/redisproc"
 )
 
 // demoRedis is a redis-server the demo started, without persistence, on a

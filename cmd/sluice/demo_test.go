@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/redisproc"
-	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/testing/redisproc"
+	"github.com/sluice-go/sluice/internal/testing/redistest"
 )
 
 // demoRow returns the numbers of the table row for store: admitted per

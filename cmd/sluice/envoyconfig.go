@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
-	"github.com/sluice-go/sluice/envoy"
+	"github.com/sluice-go/sluice/internal/service/envoy"
 	"github.com/sluice-go/sluice/policyfile"
 )
 

@@ -10,8 +10,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/envoy"
-	"github.com/sluice-go/sluice/internal/envoytest"
+	"github.com/sluice-go/sluice/internal/service/envoy"
+	"github.com/sluice-go/sluice/internal/service/envoytest"
 	"github.com/sluice-go/sluice/store/memory"
 )
 

@@ -10,8 +10,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/sluice-go/sluice/internal/envoytest"
-	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/service/envoytest"
+	"github.com/sluice-go/sluice/internal/testing/redistest"
 )
 
 // TestEnvoyConcurrency is Envoy's pattern for a concurrency limit, as

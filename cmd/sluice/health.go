@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/sluice-go/sluice/server"
+	"github.com/sluice-go/sluice/internal/service/server"
 )
 
 // healthServices are the names the gRPC health service answers for: the

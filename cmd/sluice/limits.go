@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
-	"github.com/sluice-go/sluice/envoy"
+	"github.com/sluice-go/sluice/internal/service/envoy"
 	"github.com/sluice-go/sluice/internal/httpjson"
 )
 

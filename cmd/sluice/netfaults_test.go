@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/redistest"
-	"github.com/sluice-go/sluice/internal/toxitest"
+	"github.com/sluice-go/sluice/internal/testing/redistest"
+	"github.com/sluice-go/sluice/internal/testing/toxitest"
 )
 
 // The network-fault tests: `sluice serve` -> toxiproxy -> redis-server,

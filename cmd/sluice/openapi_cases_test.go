@@ -17,7 +17,7 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 
-	"github.com/sluice-go/sluice/admin"
+	"github.com/sluice-go/sluice/internal/service/admin"
 )
 
 // The tokens of the servers TestOpenAPI starts.

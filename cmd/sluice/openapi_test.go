@@ -37,11 +37,11 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/admin"
-	"github.com/sluice-go/sluice/envoy"
+	"github.com/sluice-go/sluice/internal/service/admin"
+	"github.com/sluice-go/sluice/internal/service/envoy"
 	"github.com/sluice-go/sluice/metrics"
 	"github.com/sluice-go/sluice/policy"
-	"github.com/sluice-go/sluice/server"
+	"github.com/sluice-go/sluice/internal/service/server"
 	"github.com/sluice-go/sluice/store/memory"
 )
 

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/redistest"
-	"github.com/sluice-go/sluice/internal/toxitest"
+	"github.com/sluice-go/sluice/internal/testing/redistest"
+	"github.com/sluice-go/sluice/internal/testing/toxitest"
 )
 
 // TestNetPartition: netBounds.replicas `sluice serve` replicas (on_error

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/testing/redistest"
 	"github.com/sluice-go/sluice/metrics"
 	"github.com/sluice-go/sluice/policyfile"
 )

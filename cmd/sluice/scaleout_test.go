@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/nginxtest"
-	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/testing/nginxtest"
+	"github.com/sluice-go/sluice/internal/testing/redistest"
 )
 
 // TestScaleOut runs three `sluice proxy` replicas behind a real nginx that

@@ -18,7 +18,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/testing/redistest"
 )
 
 // The fleet's load: clients × perClient goroutines, each holding a slot

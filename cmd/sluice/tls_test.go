@@ -26,7 +26,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	"github.com/sluice-go/sluice/internal/certtest"
+	"github.com/sluice-go/sluice/internal/testing/certtest"
 )
 
 // tlsPKI is a test's CA, the files sluice serves, and a CA sluice does

@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/sluice-go/sluice/admin"
+	"github.com/sluice-go/sluice/internal/service/admin"
 )
 
 func runTop(ctx context.Context, args []string, stdout, stderr io.Writer) error {

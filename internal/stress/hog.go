@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/proc"
+	"github.com/sluice-go/sluice/internal/testing/proc"
 )
 
 // hogEnv set to 1 makes this program a hog process (spin) instead.

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/certtest"
+	"github.com/sluice-go/sluice/internal/testing/certtest"
 	"github.com/sluice-go/sluice/internal/tlsfiles"
 )
 

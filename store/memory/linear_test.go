@@ -4,12 +4,12 @@ import (
 	"testing"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/linear"
+	"github.com/sluice-go/sluice/internal/testing/linear"
 	"github.com/sluice-go/sluice/store/memory"
 )
 
 // TestLinearizable: the baseline of the linearizability check (package
-// internal/linear; the Redis store's run the same in store/redis): 4
+// internal/testing/linear; the Redis store's run the same in store/redis): 4
 // Limiters × 6 clients over one memory store, 12 rounds of 4 decisions
 // each on the keys of every algorithm and a multi-limit key, every answer
 // explained by one order of the decisions.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/store/memory"
-	"github.com/sluice-go/sluice/storetest"
+	"github.com/sluice-go/sluice/store/storetest"
 )
 
 // flood sends one request of l for each of n distinct keys, the prefix

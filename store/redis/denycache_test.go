@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/redistest"
-	"github.com/sluice-go/sluice/storetest"
+	"github.com/sluice-go/sluice/internal/testing/redistest"
+	"github.com/sluice-go/sluice/store/storetest"
 )
 
 // TestDenyCacheHammer: 8 replicas with the deny cache (each over its own

@@ -13,9 +13,9 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/algo"
-	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/testing/redistest"
 	sluiceredis "github.com/sluice-go/sluice/store/redis"
-	"github.com/sluice-go/sluice/storetest"
+	"github.com/sluice-go/sluice/store/storetest"
 )
 
 const (

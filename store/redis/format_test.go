@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/testing/redistest"
 	sluiceredis "github.com/sluice-go/sluice/store/redis"
 )
 

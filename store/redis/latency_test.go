@@ -11,8 +11,8 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/sluice-go/sluice/internal/redistest"
-	"github.com/sluice-go/sluice/internal/toxitest"
+	"github.com/sluice-go/sluice/internal/testing/redistest"
+	"github.com/sluice-go/sluice/internal/testing/toxitest"
 	sluiceredis "github.com/sluice-go/sluice/store/redis"
 )
 

@@ -10,14 +10,14 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/linear"
-	"github.com/sluice-go/sluice/internal/redistest"
-	"github.com/sluice-go/sluice/internal/toxitest"
+	"github.com/sluice-go/sluice/internal/testing/linear"
+	"github.com/sluice-go/sluice/internal/testing/redistest"
+	"github.com/sluice-go/sluice/internal/testing/toxitest"
 	sluiceredis "github.com/sluice-go/sluice/store/redis"
-	"github.com/sluice-go/sluice/storetest"
+	"github.com/sluice-go/sluice/store/storetest"
 )
 
-// The linearizability runs (package internal/linear): 24 clients over
+// The linearizability runs (package internal/testing/linear): 24 clients over
 // several replicas, 12 rounds of 4 decisions each, on the keys of every
 // algorithm and a multi-limit key, each decision at an instant of the
 // key's fake clock; porcupine then finds, key by key, one order of the

@@ -14,14 +14,14 @@ import (
 	goredislib "github.com/redis/go-redis/v9"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/linear"
-	"github.com/sluice-go/sluice/internal/redistest"
-	"github.com/sluice-go/sluice/internal/toxitest"
+	"github.com/sluice-go/sluice/internal/testing/linear"
+	"github.com/sluice-go/sluice/internal/testing/redistest"
+	"github.com/sluice-go/sluice/internal/testing/toxitest"
 	sluiceredis "github.com/sluice-go/sluice/store/redis"
 	"github.com/sluice-go/sluice/store/redis/goredis"
 )
 
-// The runs under network faults (package internal/linear, "Faults"): 2
+// The runs under network faults (package internal/testing/linear, "Faults"): 2
 // replicas of 6 clients each, 8 rounds of 4 decisions, on the keys of
 // every algorithm and a Ledger key, through a toxiproxy that loses
 // replies in rounds 2 and 5. With 12 clients, each failing at most once

@@ -11,10 +11,10 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/testing/redistest"
 	sluiceredis "github.com/sluice-go/sluice/store/redis"
 	"github.com/sluice-go/sluice/store/redis/goredis"
-	"github.com/sluice-go/sluice/storetest"
+	"github.com/sluice-go/sluice/store/storetest"
 )
 
 // newRueidis connects a rueidis client to the server at addrs (or the

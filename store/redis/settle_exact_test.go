@@ -8,8 +8,8 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/algo"
-	"github.com/sluice-go/sluice/internal/redistest"
-	"github.com/sluice-go/sluice/storetest"
+	"github.com/sluice-go/sluice/internal/testing/redistest"
+	"github.com/sluice-go/sluice/store/storetest"
 )
 
 // settleReserve is what each reservation of hammerSettle reserves; its

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/testing/redistest"
 	sluiceredis "github.com/sluice-go/sluice/store/redis"
 )
 

@@ -36,7 +36,7 @@ import (
 	goredislib "github.com/redis/go-redis/v9"
 
 	"github.com/sluice-go/sluice/bench/internal/section"
-	"github.com/sluice-go/sluice/internal/redisproc"
+	"github.com/sluice-go/sluice/internal/testing/redisproc"
 )
 
 // config is the command line.

@@ -37,8 +37,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/sluice-go/sluice/internal/loadgen"
-	"github.com/sluice-go/sluice/internal/redisproc"
+	"github.com/sluice-go/sluice/internal/service/loadgen"
+	"github.com/sluice-go/sluice/internal/testing/redisproc"
 )
 
 // The peers' versions, as the issue names them.

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/proc"
+	"github.com/sluice-go/sluice/internal/testing/proc"
 )
 
 // process is a server this program started: on loopback, dying with

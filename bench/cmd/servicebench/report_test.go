@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/bench/internal/section"
-	"github.com/sluice-go/sluice/internal/loadgen"
+	"github.com/sluice-go/sluice/internal/service/loadgen"
 )
 
 // TestReportGoals: the goals compare sluice with envoyproxy/ratelimit's

@@ -26,7 +26,7 @@ import (
 	"github.com/sluice-go/sluice/config"
 	"github.com/sluice-go/sluice/examples/frameworks/internal/demo"
 	"github.com/sluice-go/sluice/httplimit"
-	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/internal/testing/redistest"
 	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/store/memory"
 )
