@@ -6,8 +6,8 @@ import (
 	"slices"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/store/lease"
 	"github.com/sluice-go/sluice/policy"
+	"github.com/sluice-go/sluice/store/lease"
 )
 
 const nameHelp = policy.NameChars

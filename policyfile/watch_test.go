@@ -236,5 +236,3 @@ func TestWatchTooLarge(t *testing.T) {
 		t.Error("the valid file after the large one did not replace the rules")
 	}
 }
-
-

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/service/admin"
 	"github.com/sluice-go/sluice/internal/cdp/pagetest"
+	"github.com/sluice-go/sluice/internal/service/admin"
 	"github.com/sluice-go/sluice/policy"
 )
 

@@ -18,10 +18,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/service/admin"
 	"github.com/sluice-go/sluice/internal/bidi"
 	"github.com/sluice-go/sluice/internal/cdp"
 	"github.com/sluice-go/sluice/internal/cdp/pagetest"
+	"github.com/sluice-go/sluice/internal/service/admin"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
 	"github.com/sluice-go/sluice/policy"
 )

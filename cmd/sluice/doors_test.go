@@ -19,12 +19,12 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/service/envoy"
 	"github.com/sluice-go/sluice/httplimit"
+	"github.com/sluice-go/sluice/internal/service/envoy"
+	"github.com/sluice-go/sluice/internal/service/server"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
 	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/policyfile"
-	"github.com/sluice-go/sluice/internal/service/server"
 	"github.com/sluice-go/sluice/store/memory"
 )
 

@@ -18,8 +18,8 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
-	"github.com/sluice-go/sluice/internal/service/envoy"
 	"github.com/sluice-go/sluice/internal/httpjson"
+	"github.com/sluice-go/sluice/internal/service/envoy"
 )
 
 // The defaults of the listener bounds, stated once: the flags' defaults

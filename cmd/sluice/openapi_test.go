@@ -39,9 +39,9 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/service/admin"
 	"github.com/sluice-go/sluice/internal/service/envoy"
+	"github.com/sluice-go/sluice/internal/service/server"
 	"github.com/sluice-go/sluice/metrics"
 	"github.com/sluice-go/sluice/policy"
-	"github.com/sluice-go/sluice/internal/service/server"
 	"github.com/sluice-go/sluice/store/memory"
 )
 

@@ -15,8 +15,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/service/admin"
 	"github.com/sluice-go/sluice/internal/httpjson"
+	"github.com/sluice-go/sluice/internal/service/admin"
 )
 
 // The operator commands (inspect, reset, top) are clients of a running

@@ -14,8 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/service/envoy"
 	"github.com/sluice-go/sluice/internal/httpjson"
+	"github.com/sluice-go/sluice/internal/service/envoy"
 	"github.com/sluice-go/sluice/metrics"
 	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/policyfile"

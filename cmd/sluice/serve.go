@@ -14,12 +14,12 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/sluice-go/sluice/config"
-	"github.com/sluice-go/sluice/internal/service/envoy"
 	"github.com/sluice-go/sluice/internal/httpjson"
+	"github.com/sluice-go/sluice/internal/service/envoy"
+	"github.com/sluice-go/sluice/internal/service/server"
 	"github.com/sluice-go/sluice/metrics"
 	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/policyfile"
-	"github.com/sluice-go/sluice/internal/service/server"
 )
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {

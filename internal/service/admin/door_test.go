@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/service/admin"
 	"github.com/sluice-go/sluice/internal/httpjson"
+	"github.com/sluice-go/sluice/internal/service/admin"
 	"github.com/sluice-go/sluice/policy"
 )
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/service/admin"
 	"github.com/sluice-go/sluice/config"
+	"github.com/sluice-go/sluice/internal/service/admin"
 	"github.com/sluice-go/sluice/metrics"
 	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/store/memory"

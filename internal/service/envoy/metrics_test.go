@@ -56,4 +56,3 @@ func TestUnknownDomain(t *testing.T) {
 		t.Errorf("a client's domain became a label:\n%s", text)
 	}
 }
-

@@ -19,8 +19,8 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/config"
 	"github.com/sluice-go/sluice/httplimit"
-	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/internal/service/server"
+	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/store/memory"
 )
 

@@ -26,11 +26,11 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/config"
-	"github.com/sluice-go/sluice/internal/service/envoy"
 	"github.com/sluice-go/sluice/httplimit"
+	"github.com/sluice-go/sluice/internal/service/envoy"
+	"github.com/sluice-go/sluice/internal/service/server"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
 	"github.com/sluice-go/sluice/policy"
-	"github.com/sluice-go/sluice/internal/service/server"
 	sluiceredis "github.com/sluice-go/sluice/store/redis"
 	"github.com/sluice-go/sluice/store/storetest"
 )
