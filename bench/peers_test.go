@@ -21,7 +21,7 @@ import (
 	"github.com/sluice-go/sluice/bench/internal/peers"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
 	"github.com/sluice-go/sluice/store/memory"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 	"github.com/sluice-go/sluice/store/redis/goredis"
 )
 
@@ -149,11 +149,11 @@ func BenchmarkRedis(b *testing.B) {
 	})
 	for _, a := range []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket, sluice.FixedWindow, sluice.SlidingWindow, sluice.SlidingLog} {
 		run(b, "sluice-"+string(a)+"-rueidis", redisParallelism, func(b *testing.B) allowFunc {
-			store := sluiceredis.FromRueidis(newRueidis(b), sluiceredis.WithPrefix(prefix()))
+			store := redis.FromRueidis(newRueidis(b), redis.WithPrefix(prefix()))
 			return sluiceAllow(sluice.New(store), sluiceLimit(a))
 		})
 		run(b, "sluice-"+string(a)+"-goredis", redisParallelism, func(b *testing.B) allowFunc {
-			store := goredis.New(newGoRedis(b), sluiceredis.WithPrefix(prefix()))
+			store := goredis.New(newGoRedis(b), redis.WithPrefix(prefix()))
 			return sluiceAllow(sluice.New(store), sluiceLimit(a))
 		})
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/sluice-go/sluice/internal/testing/redistest"
 	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/store/memory"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 	"github.com/sluice-go/sluice/store/storetest"
 )
 
@@ -467,7 +467,7 @@ rules:
 // rate-limit numbers, which would be made up.
 func TestStoreDown(t *testing.T) {
 	srv := redistest.Start(t)
-	store, err := sluiceredis.Open("redis://" + srv.Addr)
+	store, err := redis.Open("redis://" + srv.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/policy"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 	"github.com/sluice-go/sluice/store/storetest"
 )
 
@@ -33,7 +33,7 @@ func TestStackedHammer(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			clock := storetest.NewClock()
-			s, err := sluiceredis.Open("redis://"+srv.Addr, sluiceredis.WithPrefix(fmt.Sprintf("hammer%d", tt.perKey+tt.all)))
+			s, err := redis.Open("redis://"+srv.Addr, redis.WithPrefix(fmt.Sprintf("hammer%d", tt.perKey+tt.all)))
 			if err != nil {
 				t.Fatal(err)
 			}

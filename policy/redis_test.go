@@ -13,15 +13,15 @@ import (
 	"github.com/sluice-go/sluice/internal/testing/redistest"
 	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/store/memory"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 	"github.com/sluice-go/sluice/store/storetest"
 )
 
 // openRedis starts a redis-server for t and returns a store on it.
-func openRedis(t *testing.T) (*sluiceredis.Store, *redistest.Server) {
+func openRedis(t *testing.T) (*redis.Store, *redistest.Server) {
 	t.Helper()
 	srv := redistest.Start(t)
-	store, err := sluiceredis.Open("redis://" + srv.Addr)
+	store, err := redis.Open("redis://" + srv.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 	"github.com/sluice-go/sluice/store/redis/goredis"
 )
 
@@ -41,7 +41,7 @@ func BenchmarkAllow(b *testing.B) {
 		name  string
 		store sluice.Store
 	}{
-		{"rueidis", sluiceredis.FromRueidis(newRueidis(b, srv.Addr))},
+		{"rueidis", redis.FromRueidis(newRueidis(b, srv.Addr))},
 		{"go-redis", goredis.New(newGoRedis(b, srv.Addr))},
 	}
 	for _, c := range clients {
@@ -76,7 +76,7 @@ func BenchmarkAllow(b *testing.B) {
 //	go test -run '^$' -bench ClusterAllow -benchmem ./store/redis/
 func BenchmarkClusterAllow(b *testing.B) {
 	c := redistest.StartCluster(b)
-	lim := sluice.New(sluiceredis.FromRueidis(newRueidis(b, c.Addrs...)), sluice.WithErrorPolicy(sluice.AllowOnError))
+	lim := sluice.New(redis.FromRueidis(newRueidis(b, c.Addrs...)), sluice.WithErrorPolicy(sluice.AllowOnError))
 	l := benchLimit(sluice.GCRA)
 	ctx := context.Background()
 	b.Run("serial", func(b *testing.B) {
@@ -107,7 +107,7 @@ func BenchmarkClusterAllow(b *testing.B) {
 func BenchmarkScriptCPU(b *testing.B) {
 	srv := redistest.Start(b)
 	c := newRueidis(b, srv.Addr)
-	store := sluiceredis.FromRueidis(c)
+	store := redis.FromRueidis(c)
 	ctx := context.Background()
 	measure := func(b *testing.B, run func(i int) error) {
 		if err := c.Do(ctx, c.B().ConfigResetstat().Build()).Error(); err != nil {
@@ -228,10 +228,10 @@ func BenchmarkCoalesce(b *testing.B) {
 	ctx := context.Background()
 	modes := []struct {
 		name string
-		opts []sluiceredis.Option
+		opts []redis.Option
 	}{
 		{"on", nil},
-		{"off", []sluiceredis.Option{sluiceredis.WithBatch(1)}},
+		{"off", []redis.Option{redis.WithBatch(1)}},
 	}
 	type level struct {
 		callers int
@@ -246,7 +246,7 @@ func BenchmarkCoalesce(b *testing.B) {
 	for _, lv := range levels {
 		l := benchLimit(lv.alg)
 		for _, m := range modes {
-			store := sluiceredis.FromRueidis(newRueidis(b, srv.Addr), m.opts...)
+			store := redis.FromRueidis(newRueidis(b, srv.Addr), m.opts...)
 			name := strconv.Itoa(lv.callers) + "/" + string(lv.alg) + "/" + m.name
 			if lv.client != "" {
 				store = goredis.New(newGoRedis(b, srv.Addr), m.opts...)
@@ -273,7 +273,7 @@ func BenchmarkCoalesce(b *testing.B) {
 		}
 	}
 	for _, m := range modes {
-		lim := sluice.New(sluiceredis.FromRueidis(newRueidis(b, srv.Addr), m.opts...))
+		lim := sluice.New(redis.FromRueidis(newRueidis(b, srv.Addr), m.opts...))
 		l := benchLimit(sluice.GCRA)
 		b.Run("1/gcra/"+m.name, func(b *testing.B) {
 			lat := make([]time.Duration, 0, b.N)
@@ -308,7 +308,7 @@ func BenchmarkSettle(b *testing.B) {
 	for _, a := range []sluice.Algorithm{sluice.FixedWindow, sluice.GCRA} {
 		l := benchLimit(a)
 		for _, mode := range []string{"allow", "reserve+settle"} {
-			lim := sluice.New(sluiceredis.FromRueidis(newRueidis(b, srv.Addr)))
+			lim := sluice.New(redis.FromRueidis(newRueidis(b, srv.Addr)))
 			call := func(i int) error {
 				_, err := lim.Allow(ctx, benchKeyNames[i%benchKeys], l)
 				return err
@@ -371,7 +371,7 @@ func BenchmarkSlots(b *testing.B) {
 	rate := benchLimit(sluice.GCRA)
 	const callers = 256
 	decider := func() func(i int) error {
-		lim := sluice.New(sluiceredis.FromRueidis(newRueidis(b, srv.Addr)))
+		lim := sluice.New(redis.FromRueidis(newRueidis(b, srv.Addr)))
 		return func(i int) error {
 			_, err := lim.Allow(ctx, benchKeyNames[i%benchKeys], rate)
 			return err
@@ -381,7 +381,7 @@ func BenchmarkSlots(b *testing.B) {
 	for _, mode := range []string{"gcra/allow", "concurrency/acquire+release"} {
 		call := decider()
 		if mode != "gcra/allow" {
-			lim := sluice.New(sluiceredis.FromRueidis(newRueidis(b, srv.Addr)))
+			lim := sluice.New(redis.FromRueidis(newRueidis(b, srv.Addr)))
 			call = func(i int) error {
 				key := benchKeyNames[i%benchKeys]
 				r, err := lim.Acquire(ctx, key, slot)
@@ -518,7 +518,7 @@ func callParallel(b *testing.B, n, callers int, run func(i int) error) {
 func BenchmarkBatchScriptCPU(b *testing.B) {
 	srv := redistest.Start(b)
 	c := newRueidis(b, srv.Addr)
-	store := sluiceredis.FromRueidis(c)
+	store := redis.FromRueidis(c)
 	ctx := context.Background()
 	for _, a := range []sluice.Algorithm{sluice.FixedWindow, sluice.GCRA, sluice.SlidingLog} {
 		l := benchLimit(a)
@@ -556,21 +556,21 @@ func BenchmarkWaitReplicas(b *testing.B) {
 	ctx := context.Background()
 	for _, c := range []struct {
 		name string
-		open func(opts ...sluiceredis.Option) sluice.Store
+		open func(opts ...redis.Option) sluice.Store
 	}{
-		{"rueidis", func(opts ...sluiceredis.Option) sluice.Store {
-			return sluiceredis.FromRueidis(newRueidis(b, primary.Addr), opts...)
+		{"rueidis", func(opts ...redis.Option) sluice.Store {
+			return redis.FromRueidis(newRueidis(b, primary.Addr), opts...)
 		}},
-		{"go-redis", func(opts ...sluiceredis.Option) sluice.Store {
+		{"go-redis", func(opts ...redis.Option) sluice.Store {
 			return goredis.New(newGoRedis(b, primary.Addr), opts...)
 		}},
 	} {
 		for _, wait := range []bool{false, true} {
 			// Timeouts a loaded machine's hiccups never reach: a decision
 			// that waits them out would fail the benchmark.
-			var opts []sluiceredis.Option
+			var opts []redis.Option
 			if wait {
-				opts = append(opts, sluiceredis.WithWaitReplicas(1, time.Second))
+				opts = append(opts, redis.WithWaitReplicas(1, time.Second))
 			}
 			lim := sluice.New(c.open(opts...), sluice.WithStoreTimeout(2*time.Second))
 			name := c.name + "/wait=" + strconv.FormatBool(wait)
@@ -604,7 +604,7 @@ func BenchmarkWaitReplicas(b *testing.B) {
 func BenchmarkRefundScriptCPU(b *testing.B) {
 	srv := redistest.Start(b)
 	c := newRueidis(b, srv.Addr)
-	store := sluiceredis.FromRueidis(c)
+	store := redis.FromRueidis(c)
 	ctx := context.Background()
 	const n = 40
 	for _, a := range []sluice.Algorithm{sluice.FixedWindow, sluice.GCRA} {

@@ -17,7 +17,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 	"github.com/sluice-go/sluice/store/redis/goredis"
 	"github.com/sluice-go/sluice/store/storetest"
 )
@@ -48,7 +48,7 @@ func clusterURL(c *redistest.Cluster) string {
 
 // clusterStores returns n stores, each over its own cluster client:
 // rueidis for even i, go-redis for odd i.
-func clusterStores(t testing.TB, c *redistest.Cluster, n int, opts ...sluiceredis.Option) []*sluiceredis.Store {
+func clusterStores(t testing.TB, c *redistest.Cluster, n int, opts ...redis.Option) []*redis.Store {
 	return replicaStores(n,
 		func() rueidis.Client { return clusterRueidis(t, c) },
 		func() *goredislib.ClusterClient { return clusterGoRedis(t, c) }, opts...)
@@ -82,7 +82,7 @@ func TestCluster(t *testing.T) {
 func clusterConformance(t *testing.T, c *redistest.Cluster) {
 	t.Run("Open", func(t *testing.T) {
 		storetest.Run(t, func(t *testing.T, _ func() time.Time) sluice.Store {
-			s, err := sluiceredis.Open(clusterURL(c), prefix())
+			s, err := redis.Open(clusterURL(c), prefix())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -104,7 +104,7 @@ func clusterConformance(t *testing.T, c *redistest.Cluster) {
 func clusterSpread(t *testing.T, c *redistest.Cluster) {
 	const clientKeys = 60
 	p := fmt.Sprintf("spread%d", prefixes.Add(1))
-	lims := limitersOver(clusterStores(t, c, 2, sluiceredis.WithPrefix(p)), same())
+	lims := limitersOver(clusterStores(t, c, 2, redis.WithPrefix(p)), same())
 	var limits []sluice.Limit
 	for _, a := range sluice.Algorithms {
 		limits = append(limits, sluice.PerMinute(10).Using(a))
@@ -386,7 +386,7 @@ func clusterSlotMigration(t *testing.T, c *redistest.Cluster) {
 // nothing meanwhile, and decides as soon as the slot has moved.
 func clusterTryAgain(t *testing.T, c *redistest.Cluster) {
 	p := fmt.Sprintf("tryagain%d", prefixes.Add(1))
-	stores := clusterStores(t, c, 2, sluiceredis.WithPrefix(p))
+	stores := clusterStores(t, c, 2, redis.WithPrefix(p))
 	limits := []sluice.Limit{sluice.PerDay(10), sluice.PerHour(5).Using(sluice.SlidingLog)}
 	req := sluice.Request{Parts: []sluice.Part{{Key: "stuck", Limits: limits, Cost: 1}}}
 	slot := c.KeySlot(t, stores[0].Key(req.Parts[0].Key, limits[0]))
@@ -403,7 +403,7 @@ func clusterTryAgain(t *testing.T, c *redistest.Cluster) {
 		// No deadline: the store gives up by itself (after 2s), with the
 		// refusal.
 		rs, err := s.Take(context.Background(), req)
-		if !errors.Is(err, sluiceredis.ErrTryAgain) {
+		if !errors.Is(err, redis.ErrTryAgain) {
 			t.Errorf("store %d: Take during the migration = %+v, %v; want an error wrapping ErrTryAgain", i, rs, err)
 		}
 		// One attempt of the store gets one TRYAGAIN through rueidis,
@@ -458,10 +458,10 @@ func clusterMoved(t *testing.T, c *redistest.Cluster) {
 	})
 	stores := []struct {
 		name  string
-		store *sluiceredis.Store
+		store *redis.Store
 	}{
-		{"rueidis", sluiceredis.FromRueidis(rc, sluiceredis.WithPrefix(p))},
-		{"go-redis", goredis.New(clusterGoRedis(t, c), sluiceredis.WithPrefix(p))},
+		{"rueidis", redis.FromRueidis(rc, redis.WithPrefix(p))},
+		{"go-redis", goredis.New(clusterGoRedis(t, c), redis.WithPrefix(p))},
 	}
 	for _, s := range stores {
 		t.Run(s.name, func(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 	"github.com/sluice-go/sluice/store/redis/goredis"
 	"github.com/sluice-go/sluice/store/storetest"
 )
@@ -58,13 +58,13 @@ func TestCoalesceForms(t *testing.T) {
 		{"off", 1, "rueidis"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			opts := []sluiceredis.Option{prefix()}
+			opts := []redis.Option{prefix()}
 			if tc.batch > 0 {
-				opts = append(opts, sluiceredis.WithBatch(tc.batch))
+				opts = append(opts, redis.WithBatch(tc.batch))
 			}
-			var store *sluiceredis.Store
+			var store *redis.Store
 			if tc.client == "rueidis" {
-				store = sluiceredis.FromRueidis(newRueidis(t, srv.Addr), opts...)
+				store = redis.FromRueidis(newRueidis(t, srv.Addr), opts...)
 			} else {
 				store = goredis.New(newGoRedis(t, srv.Addr), opts...)
 			}
@@ -111,8 +111,8 @@ func TestCoalesceForms(t *testing.T) {
 // ones before it consumed.
 func TestCoalesceExact(t *testing.T) {
 	srv := redistest.Start(t)
-	stores := []*sluiceredis.Store{
-		sluiceredis.FromRueidis(newRueidis(t, srv.Addr)),
+	stores := []*redis.Store{
+		redis.FromRueidis(newRueidis(t, srv.Addr)),
 		goredis.New(newGoRedis(t, srv.Addr)),
 	}
 	const workers, attempts, limit = 128, 4, 100 // per store
@@ -195,8 +195,8 @@ func TestBatchScript(t *testing.T) {
 		case round >= 20:
 			form = "compact"
 		}
-		batched := sluiceredis.FromRueidis(c, prefix())
-		alone := sluiceredis.FromRueidis(c, prefix(), sluiceredis.WithBatch(1))
+		batched := redis.FromRueidis(c, prefix())
+		alone := redis.FromRueidis(c, prefix(), redis.WithBatch(1))
 		reqs := make([]sluice.Request, 40)
 		at := base.Add(time.Duration(round) * time.Minute)
 		for i := range reqs {
@@ -269,7 +269,7 @@ func TestBatchScript(t *testing.T) {
 
 	// Without a Now of their own, the requests of a batch share one
 	// server instant; a request with its own keeps it.
-	store := sluiceredis.FromRueidis(c, prefix())
+	store := redis.FromRueidis(c, prefix())
 	l := sluice.PerMinute(2).Using(sluice.SlidingLog)
 	own := time.Now().Add(-time.Hour)
 	reqs := []sluice.Request{
@@ -308,21 +308,21 @@ func slicesIndex(a sluice.Algorithm) int {
 // queue. The
 // pause lasts until unpause (or 60 s), and the server is stopped when the
 // test ends, before the clients close.
-func paused(t *testing.T, srv *redistest.Server, admin rueidis.Client, store *sluiceredis.Store) (inflight chan error, unpause func()) {
+func paused(t *testing.T, srv *redistest.Server, admin rueidis.Client, store *redis.Store) (inflight chan error, unpause func()) {
 	t.Helper()
 	t.Cleanup(srv.Stop)
 	ctx := context.Background()
 	if err := admin.Do(ctx, admin.B().ClientPause().Timeout(60000).Write().Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	inflight = make(chan error, sluiceredis.MaxInFlight)
-	for i := range sluiceredis.MaxInFlight {
+	inflight = make(chan error, redis.MaxInFlight)
+	for i := range redis.MaxInFlight {
 		go func() {
 			_, err := store.Take(ctx, one("inflight"+strconv.Itoa(i), 1))
 			inflight <- err
 		}()
 	}
-	eventually(t, "the calls in flight", func() bool { busy, _ := store.Lanes(); return busy == sluiceredis.MaxInFlight })
+	eventually(t, "the calls in flight", func() bool { busy, _ := store.Lanes(); return busy == redis.MaxInFlight })
 	return inflight, func() {
 		if err := admin.Do(ctx, admin.B().ClientUnpause().Build()).Error(); err != nil {
 			t.Fatal(err)
@@ -340,7 +340,7 @@ func one(key string, cost int) sluice.Request {
 
 // queue sends the decision of cost on each of keys, in order, each once
 // the one before it is queued, and returns their errors' channels.
-func queue(t *testing.T, ctx context.Context, store *sluiceredis.Store, cost int, keys ...string) []chan error {
+func queue(t *testing.T, ctx context.Context, store *redis.Store, cost int, keys ...string) []chan error {
 	t.Helper()
 	_, before := store.Lanes()
 	errs := make([]chan error, len(keys))
@@ -373,7 +373,7 @@ func within(t *testing.T, what string, ch chan error) error {
 func TestCoalesceCancel(t *testing.T) {
 	srv := redistest.Start(t)
 	admin := newRueidis(t, srv.Addr)
-	store := sluiceredis.FromRueidis(newRueidis(t, srv.Addr))
+	store := redis.FromRueidis(newRueidis(t, srv.Addr))
 	inflight, unpause := paused(t, srv, admin, store)
 	ctx := context.Background()
 	first := queue(t, ctx, store, 1, "first")
@@ -393,7 +393,7 @@ func TestCoalesceCancel(t *testing.T) {
 			t.Errorf("%s: %v", what, err)
 		}
 	}
-	for i := range sluiceredis.MaxInFlight {
+	for i := range redis.MaxInFlight {
 		if err := within(t, "in flight", inflight); err != nil {
 			t.Errorf("in flight %d: %v", i, err)
 		}
@@ -418,14 +418,14 @@ func TestCoalesceErrors(t *testing.T) {
 	t.Run("OOM", func(t *testing.T) {
 		srv := redistest.Start(t)
 		admin := newRueidis(t, srv.Addr)
-		store := sluiceredis.FromRueidis(newRueidis(t, srv.Addr))
+		store := redis.FromRueidis(newRueidis(t, srv.Addr))
 		inflight, unpause := paused(t, srv, admin, store)
 		errs := queue(t, ctx, store, 1, "a", "b", "c", "d")
 		if err := admin.Do(ctx, admin.B().ConfigSet().ParameterValue().ParameterValue("maxmemory", "1").Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
 		unpause()
-		for range sluiceredis.MaxInFlight {
+		for range redis.MaxInFlight {
 			errs = append(errs, inflight)
 		}
 		for i, ch := range errs {
@@ -446,7 +446,7 @@ func TestCoalesceErrors(t *testing.T) {
 	t.Run("NOSCRIPT", func(t *testing.T) {
 		srv := redistest.Start(t)
 		admin := newRueidis(t, srv.Addr)
-		store := sluiceredis.FromRueidis(newRueidis(t, srv.Addr))
+		store := redis.FromRueidis(newRueidis(t, srv.Addr))
 		if err := admin.Do(ctx, admin.B().ScriptFlush().Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
@@ -456,7 +456,7 @@ func TestCoalesceErrors(t *testing.T) {
 		inflight, unpause := paused(t, srv, admin, store)
 		errs := queue(t, ctx, store, 1, "a", "b", "c")
 		unpause()
-		for range sluiceredis.MaxInFlight {
+		for range redis.MaxInFlight {
 			errs = append(errs, inflight)
 		}
 		for i, ch := range errs {
@@ -555,7 +555,7 @@ func clusterCoalesce(t *testing.T, c *redistest.Cluster) {
 		m := c.BeginMigration(t, slot, to)
 		m.Move(t, store.Key("mig", l1))
 		batch := []sluice.Request{req(l1), req(l2), req(l1)}
-		if _, _, err := store.TakeBatch(ctx, batch); !errors.Is(err, sluiceredis.ErrTryAgain) {
+		if _, _, err := store.TakeBatch(ctx, batch); !errors.Is(err, redis.ErrTryAgain) {
 			t.Errorf("the batch with its keys split between the masters: %v, want ErrTryAgain", err)
 		}
 		rs, errs := store.SendBatch(ctx, batch)
@@ -595,11 +595,11 @@ func TestCoalesceSettles(t *testing.T) {
 		{"off", 1, []sluice.Algorithm{sluice.FixedWindow}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			opts := []sluiceredis.Option{prefix()}
+			opts := []redis.Option{prefix()}
 			if tc.batch > 0 {
-				opts = append(opts, sluiceredis.WithBatch(tc.batch))
+				opts = append(opts, redis.WithBatch(tc.batch))
 			}
-			store := sluiceredis.FromRueidis(newRueidis(t, srv.Addr), opts...)
+			store := redis.FromRueidis(newRueidis(t, srv.Addr), opts...)
 			// One instant for every call: no refill and no window's end
 			// to make the counts anything but the settles' sum.
 			at := storetest.Epoch.Add(time.Minute)

@@ -14,7 +14,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/algo"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 	"github.com/sluice-go/sluice/store/storetest"
 )
 
@@ -27,7 +27,7 @@ const (
 // serverStores returns n stores over the server at addr, each over a
 // client of its own, closed when t ends: rueidis for even i, go-redis for
 // odd i.
-func serverStores(t testing.TB, addr string, n int, opts ...sluiceredis.Option) []*sluiceredis.Store {
+func serverStores(t testing.TB, addr string, n int, opts ...redis.Option) []*redis.Store {
 	return replicaStores(n,
 		func() rueidis.Client { return newRueidis(t, addr) },
 		func() *goredislib.Client { return newGoRedis(t, addr) }, opts...)
@@ -44,7 +44,7 @@ func TestExactUnderConcurrency(t *testing.T) {
 // frozen clock and with the Redis server's clock; and two limits
 // checked together admit exactly the tighter one, denied requests
 // consuming nothing from the looser one.
-func exactSuite(t *testing.T, stores []*sluiceredis.Store) {
+func exactSuite(t *testing.T, stores []*redis.Store) {
 	frozen := storetest.NewClock()
 	frozenLims := limitersOver(stores, same(sluice.WithClock(frozen.Now)))
 	serverLims := limitersOver(stores, same())

@@ -14,7 +14,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 )
 
 // The failover over-admission test (TestFailoverOverAdmission): keys,
@@ -55,7 +55,7 @@ func (f *failoverTally) add(phase, key int, r sluice.Result, err error) {
 	switch {
 	case err != nil || r.Degraded != sluice.NotDegraded:
 		f.failed[phase][key]++
-		if errors.Is(err, sluiceredis.ErrNotReplicated) {
+		if errors.Is(err, redis.ErrNotReplicated) {
 			f.notReplicated++
 		}
 		if f.sampleErr == nil {
@@ -140,11 +140,11 @@ func TestFailoverOverAdmission(t *testing.T) {
 func failoverOverAdmission(t *testing.T, wait bool) {
 	s := redistest.StartSentinel(t)
 	pfx := prefix()
-	opts := []sluiceredis.Option{pfx}
+	opts := []redis.Option{pfx}
 	if wait {
-		opts = append(opts, sluiceredis.WithWaitReplicas(1, waitTimeout))
+		opts = append(opts, redis.WithWaitReplicas(1, waitTimeout))
 	}
-	store, err := sluiceredis.Open(s.URL(), opts...)
+	store, err := redis.Open(s.URL(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func failoverOverAdmission(t *testing.T, wait bool) {
 	key := func(k int) string { return "failover-" + strconv.Itoa(k) }
 	count := func(addr string, k int) int {
 		t.Helper()
-		rs, err := sluiceredis.FromRueidis(newRueidis(t, addr), pfx).Peek(ctx, oneLimit(key(k), failoverLim, 0))
+		rs, err := redis.FromRueidis(newRueidis(t, addr), pfx).Peek(ctx, oneLimit(key(k), failoverLim, 0))
 		if err != nil {
 			t.Fatalf("reading %s on %s: %v", key(k), addr, err)
 		}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/internal/testing/redistest"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 )
 
 // TestHeartbeat: replicas that beat are counted, each once however often
@@ -15,10 +15,10 @@ import (
 func TestHeartbeat(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newRueidis(t, srv.Addr)
-	s := sluiceredis.FromRueidis(c)
-	other := sluiceredis.FromRueidis(c, sluiceredis.WithPrefix("other"))
+	s := redis.FromRueidis(c)
+	other := redis.FromRueidis(c, redis.WithPrefix("other"))
 	ctx := context.Background()
-	beat := func(s *sluiceredis.Store, member string, ttl time.Duration) int {
+	beat := func(s *redis.Store, member string, ttl time.Duration) int {
 		t.Helper()
 		n, err := s.Heartbeat(ctx, member, ttl)
 		if err != nil {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 )
 
 // TestForeignFormats: what an algorithm finds at its key that this
@@ -18,7 +18,7 @@ import (
 func TestForeignFormats(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newRueidis(t, srv.Addr)
-	store := sluiceredis.FromRueidis(c)
+	store := redis.FromRueidis(c)
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	lim := sluice.New(store, sluice.WithClock(func() time.Time { return now }))
 	ctx := context.Background()

@@ -13,7 +13,7 @@ import (
 
 	"github.com/sluice-go/sluice/internal/testing/redistest"
 	"github.com/sluice-go/sluice/internal/testing/toxitest"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 )
 
 // TestCoalesceFarRedis: with Redis far away (its replies 5s late, through
@@ -29,11 +29,11 @@ func TestCoalesceFarRedis(t *testing.T) {
 	tp := toxitest.Start(t)
 	p := tp.Proxy(t, "redis", srv.Addr)
 	admin := newRueidis(t, srv.Addr) // not through the proxy
-	store := sluiceredis.FromRueidis(newRueidis(t, p.Addr), prefix())
+	store := redis.FromRueidis(newRueidis(t, p.Addr), prefix())
 	ctx := context.Background()
 	// Each key's connection open (a new one's handshake would wait for
 	// the latency), the scripts loaded; cost 0 writes no key.
-	for i := range sluiceredis.MaxInFlight {
+	for i := range redis.MaxInFlight {
 		if _, err := store.Take(ctx, one("inflight"+strconv.Itoa(i), 0)); err != nil {
 			t.Fatal(err)
 		}
@@ -58,16 +58,16 @@ func TestCoalesceFarRedis(t *testing.T) {
 		}
 		return n == 1
 	}
-	inflight := make(chan error, sluiceredis.MaxInFlight)
-	for i := range sluiceredis.MaxInFlight {
+	inflight := make(chan error, redis.MaxInFlight)
+	for i := range redis.MaxInFlight {
 		go func() {
 			_, err := store.Take(ctx, one("inflight"+strconv.Itoa(i), 1))
 			inflight <- err
 		}()
 	}
-	eventually(t, "the calls in flight", func() bool { busy, _ := store.Lanes(); return busy == sluiceredis.MaxInFlight })
+	eventually(t, "the calls in flight", func() bool { busy, _ := store.Lanes(); return busy == redis.MaxInFlight })
 	eventually(t, "Redis ran the calls in flight", func() bool {
-		for i := range sluiceredis.MaxInFlight {
+		for i := range redis.MaxInFlight {
 			if !exists("inflight" + strconv.Itoa(i)) {
 				return false
 			}
@@ -95,7 +95,7 @@ func TestCoalesceFarRedis(t *testing.T) {
 		t.Error("a queued decision with a deadline was not sent while the calls in flight had not returned: it waited for one to return, past its deadline")
 	}
 	release()
-	for i := range sluiceredis.MaxInFlight {
+	for i := range redis.MaxInFlight {
 		if err := within(t, "in flight", inflight); err != nil {
 			t.Errorf("in flight %d: %v", i, err)
 		}
@@ -118,7 +118,7 @@ func TestTimeoutKeepsConnection(t *testing.T) {
 	tp := toxitest.Start(t)
 	p := tp.Proxy(t, "redis", srv.Addr)
 	admin := newRueidis(t, srv.Addr) // not through the proxy
-	store := sluiceredis.FromRueidis(rueidisWith(t, rueidis.ClientOption{InitAddress: []string{p.Addr}, ClientName: "far"}), prefix())
+	store := redis.FromRueidis(rueidisWith(t, rueidis.ClientOption{InitAddress: []string{p.Addr}, ClientName: "far"}), prefix())
 	ctx := context.Background()
 	// The connections of the store's client, by id.
 	conns := func() map[string]bool {

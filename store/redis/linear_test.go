@@ -13,7 +13,7 @@ import (
 	"github.com/sluice-go/sluice/internal/testing/linear"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
 	"github.com/sluice-go/sluice/internal/testing/toxitest"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 	"github.com/sluice-go/sluice/store/storetest"
 )
 
@@ -31,7 +31,7 @@ const (
 
 // linearRun returns the run over stores (the replicas; clients shared out
 // among them) on keys named after prefix.
-func linearRun(stores []*sluiceredis.Store, prefix string) linear.Run {
+func linearRun(stores []*redis.Store, prefix string) linear.Run {
 	ss := make([]sluice.Store, len(stores))
 	for i, s := range stores {
 		ss[i] = s
@@ -42,7 +42,7 @@ func linearRun(stores []*sluiceredis.Store, prefix string) linear.Run {
 
 // coalesced logs and returns how many batch calls of two decisions or
 // more stores sent.
-func coalesced(t *testing.T, stores []*sluiceredis.Store) int64 {
+func coalesced(t *testing.T, stores []*redis.Store) int64 {
 	t.Helper()
 	var batches, decisions, largest int64
 	for _, s := range stores {
@@ -62,7 +62,7 @@ func coalesced(t *testing.T, stores []*sluiceredis.Store) int64 {
 func TestLinearizable(t *testing.T) {
 	srv := redistest.Start(t)
 	t.Run("coalescing off", func(t *testing.T) {
-		stores := serverStores(t, srv.Addr, 4, prefix(), sluiceredis.WithBatch(1))
+		stores := serverStores(t, srv.Addr, 4, prefix(), redis.WithBatch(1))
 		linear.Require(t, linearRun(stores, "off-").Record(t))
 	})
 	t.Run("coalescing", func(t *testing.T) {
@@ -200,7 +200,7 @@ func requireCaught(t *testing.T, r linear.Run, what string, wrong func() int64) 
 // its take. stale counts those answers (the Take's own Remaining was
 // another).
 type staleStore struct {
-	*sluiceredis.Store
+	*redis.Store
 	stale *atomic.Int64
 }
 

@@ -17,7 +17,7 @@ import (
 	"github.com/sluice-go/sluice/internal/testing/linear"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
 	"github.com/sluice-go/sluice/internal/testing/toxitest"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 	"github.com/sluice-go/sluice/store/redis/goredis"
 )
 
@@ -60,41 +60,41 @@ var replyLosses = []struct {
 // faultClient names a way to build a store of a fault run over addr.
 type faultClient struct {
 	name  string
-	store func(t *testing.T, addr string, opts ...sluiceredis.Option) *sluiceredis.Store
+	store func(t *testing.T, addr string, opts ...redis.Option) *redis.Store
 }
 
 var (
-	rueidisFaults = faultClient{"rueidis", func(t *testing.T, addr string, opts ...sluiceredis.Option) *sluiceredis.Store {
-		return sluiceredis.FromRueidis(newRueidis(t, addr), opts...)
+	rueidisFaults = faultClient{"rueidis", func(t *testing.T, addr string, opts ...redis.Option) *redis.Store {
+		return redis.FromRueidis(newRueidis(t, addr), opts...)
 	}}
-	goRedisFaults = faultClient{"go-redis", func(t *testing.T, addr string, opts ...sluiceredis.Option) *sluiceredis.Store {
+	goRedisFaults = faultClient{"go-redis", func(t *testing.T, addr string, opts ...redis.Option) *redis.Store {
 		return goredis.New(newGoRedis(t, addr), opts...)
 	}}
 	// ringFaults is a go-redis Ring of one shard.
-	ringFaults = faultClient{"go-redis Ring", func(t *testing.T, addr string, opts ...sluiceredis.Option) *sluiceredis.Store {
+	ringFaults = faultClient{"go-redis Ring", func(t *testing.T, addr string, opts ...redis.Option) *redis.Store {
 		r := goredislib.NewRing(&goredislib.RingOptions{Addrs: map[string]string{"one": addr}})
 		t.Cleanup(func() { _ = r.Close() })
 		return goredis.New(r, opts...)
 	}}
 	// resendingFaults is go-redis through resendingClient, over a
 	// client with go-redis's default options (MaxRetries 3).
-	resendingFaults = faultClient{"go-redis resending", func(t *testing.T, addr string, opts ...sluiceredis.Option) *sluiceredis.Store {
-		return sluiceredis.New(resendingClient{newGoRedis(t, addr)}, opts...)
+	resendingFaults = faultClient{"go-redis resending", func(t *testing.T, addr string, opts ...redis.Option) *redis.Store {
+		return redis.New(resendingClient{newGoRedis(t, addr)}, opts...)
 	}}
 )
 
 // replicas returns faultReplicas stores of fc over addr, sharing a fresh
 // prefix.
-func (fc faultClient) replicas(t *testing.T, addr string) []*sluiceredis.Store {
+func (fc faultClient) replicas(t *testing.T, addr string) []*redis.Store {
 	pre := prefix()
-	stores := make([]*sluiceredis.Store, faultReplicas)
+	stores := make([]*redis.Store, faultReplicas)
 	for i := range stores {
 		stores[i] = fc.store(t, addr, pre)
 	}
 	return stores
 }
 
-// resendingClient is a sluiceredis.Client over go-redis's own EvalSha and
+// resendingClient is a redis.Client over go-redis's own EvalSha and
 // Eval, as package goredis was before it refused go-redis's retries: what
 // a Client of a few lines over go-redis does. go-redis sends a script
 // again when its reply was lost.
@@ -103,7 +103,7 @@ type resendingClient struct{ c *goredislib.Client }
 func (r resendingClient) EvalSha(ctx context.Context, sha string, keys, args []string) ([]int64, error) {
 	v, err := r.c.EvalSha(ctx, sha, keys, stringArgs(args)...).Int64Slice()
 	if err != nil && goredislib.HasErrorPrefix(err, "NOSCRIPT") {
-		return nil, fmt.Errorf("%w: %w", sluiceredis.ErrNoScript, err)
+		return nil, fmt.Errorf("%w: %w", redis.ErrNoScript, err)
 	}
 	return v, err
 }
@@ -123,7 +123,7 @@ func stringArgs(args []string) []any {
 // watched is a store that reports its first failure of each fault on
 // failed.
 type watched struct {
-	*sluiceredis.Store
+	*redis.Store
 	failed chan<- struct{}
 }
 
@@ -219,7 +219,7 @@ func (b *blip) remove(name string) error {
 // and returns its history and the account of the ledger, read from the
 // server srv. It fails t when no decision failed: such a run proves
 // nothing about faults.
-func faultRun(t *testing.T, srv *redistest.Server, tp *toxitest.Server, p *toxitest.Proxy, toxic toxitest.Toxic, stores []*sluiceredis.Store, prefix string, seed uint64) (linear.History, linear.Account) {
+func faultRun(t *testing.T, srv *redistest.Server, tp *toxitest.Server, p *toxitest.Proxy, toxic toxitest.Toxic, stores []*redis.Store, prefix string, seed uint64) (linear.History, linear.Account) {
 	t.Helper()
 	b := newBlip(t, tp, p, toxic, faultRoundsOn)
 	ss := make([]sluice.Store, len(stores))

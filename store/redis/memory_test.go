@@ -11,7 +11,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 )
 
 // TestValueLayout: each algorithm stores its state as a decimal integer
@@ -21,7 +21,7 @@ func TestValueLayout(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newRueidis(t, srv.Addr)
 	snap := &snapshotClient{c: c}
-	store := sluiceredis.New(snap)
+	store := redis.New(snap)
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // 1767225600000000µs, minute 29453760
 	lim := sluice.New(store, sluice.WithClock(func() time.Time { return now }))
 	ctx := context.Background()
@@ -101,7 +101,7 @@ func TestRefundLayout(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newRueidis(t, srv.Addr)
 	snap := &snapshotClient{c: c}
-	store := sluiceredis.New(snap)
+	store := redis.New(snap)
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // minute 29453760
 	// A 1ms window's key lives until its window ends by the server's
 	// clock, and at least its 1ms: a window of 2100 (millisecond
@@ -183,7 +183,7 @@ type snapshotClient struct {
 
 // EvalSha makes the store send every script with Eval.
 func (s *snapshotClient) EvalSha(context.Context, string, []string, []string) ([]int64, error) {
-	return nil, fmt.Errorf("%w: snapshotClient sends the script", sluiceredis.ErrNoScript)
+	return nil, fmt.Errorf("%w: snapshotClient sends the script", redis.ErrNoScript)
 }
 
 func (s *snapshotClient) Eval(ctx context.Context, script string, keys, args []string) ([]int64, error) {
@@ -217,7 +217,7 @@ func TestMemoryUsage(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newRueidis(t, srv.Addr)
 	ctx := context.Background()
-	usage := func(store *sluiceredis.Store, key string, l sluice.Limit, n int) int64 {
+	usage := func(store *redis.Store, key string, l sluice.Limit, n int) int64 {
 		t.Helper()
 		for range n {
 			if _, err := sluice.New(store).Allow(ctx, key, l); err != nil {
@@ -230,8 +230,8 @@ func TestMemoryUsage(t *testing.T) {
 		}
 		return b
 	}
-	long := sluiceredis.FromRueidis(c)
-	short := sluiceredis.FromRueidis(c, sluiceredis.WithPrefix("s"))
+	long := redis.FromRueidis(c)
+	short := redis.FromRueidis(c, redis.WithPrefix("s"))
 	for _, a := range sluice.Algorithms {
 		l := sluice.PerMinute(100).Using(a)
 		if a == sluice.SlidingLog {
@@ -284,7 +284,7 @@ func TestKeysDistinct(t *testing.T) {
 	}
 	seen := make(map[string]input)
 	for _, p := range prefixes {
-		store := sluiceredis.New(nil, sluiceredis.WithPrefix(p))
+		store := redis.New(nil, redis.WithPrefix(p))
 		for _, k := range clientKeys {
 			for _, l := range limits {
 				in := input{p, k, l.Identity()}
@@ -302,7 +302,7 @@ func TestKeysDistinct(t *testing.T) {
 
 	srv := redistest.Start(t)
 	c := newRueidis(t, srv.Addr)
-	store := sluiceredis.FromRueidis(c)
+	store := redis.FromRueidis(c)
 	ctx := context.Background()
 	for i := 0; i < len(limits); i += 4 { // every algorithm and period, without names
 		// A state of a 1ms period lives about 2ms, which a loaded machine

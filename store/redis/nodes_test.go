@@ -12,7 +12,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 	"github.com/sluice-go/sluice/store/redis/goredis"
 )
 
@@ -25,10 +25,10 @@ import (
 func TestClusterNodes(t *testing.T) {
 	c := redistest.StartCluster(t)
 	ctx := context.Background()
-	rs := sluiceredis.FromRueidis(clusterRueidis(t, c), prefix())
+	rs := redis.FromRueidis(clusterRueidis(t, c), prefix())
 	gs := goredis.New(clusterGoRedis(t, c), prefix())
 	lim := sluice.PerMinute(100)
-	for name, s := range map[string]*sluiceredis.Store{"rueidis": rs, "go-redis": gs} {
+	for name, s := range map[string]*redis.Store{"rueidis": rs, "go-redis": gs} {
 		if err := s.Ready(readyCtx(t)); err != nil { // also reads the map
 			t.Fatalf("%s: Ready with every master up: %v", name, err)
 		}
@@ -92,13 +92,13 @@ func TestClusterNodes(t *testing.T) {
 		if !errors.As(err, &ne) || ne.Node != rs.Node(dead) || !slices.Equal(ne.Answered, []int{rs.Node(alive)}) {
 			t.Errorf("a split decision failing on the dead master: %v (%+v), want a NodeError of node %d, node %d answered", err, ne, rs.Node(dead), rs.Node(alive))
 		}
-		for name, s := range map[string]*sluiceredis.Store{"rueidis": rs, "go-redis": gs} {
+		for name, s := range map[string]*redis.Store{"rueidis": rs, "go-redis": gs} {
 			// Within a second: go-redis retries the dead master for
 			// seconds, and the Cluster fails it after 5.
 			rctx, cancel := context.WithTimeout(ctx, time.Second)
 			err := s.Ready(rctx)
 			cancel()
-			var re *sluiceredis.ReadyError
+			var re *redis.ReadyError
 			if !errors.As(err, &re) || re.Masters != len(c.Addrs) || !slices.Equal(re.Degraded(), []string{victim}) || !re.Serving() {
 				t.Errorf("%s: Ready with %s down: %v (%+v), want a ReadyError naming it alone, the others serving", name, victim, err, re)
 				continue
@@ -129,7 +129,7 @@ func TestClusterNodes(t *testing.T) {
 }
 
 // keyOn returns a client key that s maps to the master at addr.
-func keyOn(t *testing.T, s *sluiceredis.Store, addr string) string {
+func keyOn(t *testing.T, s *redis.Store, addr string) string {
 	t.Helper()
 	for i := range 10000 {
 		if k := fmt.Sprintf("on-%d", i); s.NodeName(s.Node(k)) == addr {
@@ -146,11 +146,11 @@ func TestClusterShardsSources(t *testing.T) {
 	c := redistest.StartCluster(t)
 	rc := clusterRueidis(t, c)
 	ctx := context.Background()
-	shards, err := sluiceredis.ShardsOf(rc).Shards(ctx)
+	shards, err := redis.ShardsOf(rc).Shards(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	slots, err := sluiceredis.SlotsShards(ctx, rc)
+	slots, err := redis.SlotsShards(ctx, rc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +160,7 @@ func TestClusterShardsSources(t *testing.T) {
 }
 
 // shardSet describes shards by master: their slot ranges and node IDs.
-func shardSet(shards []sluiceredis.Shard) map[string]string {
+func shardSet(shards []redis.Shard) map[string]string {
 	m := map[string]string{}
 	for _, s := range shards {
 		slots := slices.Clone(s.Slots)
@@ -177,8 +177,8 @@ func shardSet(shards []sluiceredis.Shard) map[string]string {
 // slot moved takes its keys to its new shard's number; a new shard gets a
 // new number; a shard without slots is left out.
 func TestShardNumbers(t *testing.T) {
-	s := sluiceredis.Mapped()
-	first := s.ApplyShards([]sluiceredis.Shard{
+	s := redis.Mapped()
+	first := s.ApplyShards([]redis.Shard{
 		{Master: "a:1", IDs: []string{"A", "A2"}, Slots: [][2]int{{0, 5000}}},
 		{Master: "b:1", IDs: []string{"B"}, Slots: [][2]int{{5001, 10000}}},
 		{Master: "c:1", Slots: [][2]int{{10001, 16383}}},
@@ -186,7 +186,7 @@ func TestShardNumbers(t *testing.T) {
 	if len(first) != 3 {
 		t.Fatalf("numbers %v, want 3", first)
 	}
-	next := s.ApplyShards([]sluiceredis.Shard{
+	next := s.ApplyShards([]redis.Shard{
 		{Master: "a:2", IDs: []string{"A2", "A"}, Slots: [][2]int{{0, 4999}}}, // A2 promoted
 		{Master: "x:9", IDs: []string{"X"}},                                   // no slots
 		{Master: "b:1", IDs: []string{"B"}, Slots: [][2]int{{4999, 10000}}},   // took slot 4999
@@ -202,7 +202,7 @@ func TestShardNumbers(t *testing.T) {
 	}
 	for key, master := range map[string]string{keyInSlot(t, 4999): "b:1", keyInSlot(t, 0): "a:2", keyInSlot(t, 16383): "d:1"} {
 		if got := s.NodeName(s.Node(key)); got != master {
-			t.Errorf("key %q of slot %d: node %d (%q), want %s's", key, sluiceredis.Slot("{"+key+"}"), s.Node(key), got, master)
+			t.Errorf("key %q of slot %d: node %d (%q), want %s's", key, redis.Slot("{"+key+"}"), s.Node(key), got, master)
 		}
 	}
 }
@@ -211,7 +211,7 @@ func TestShardNumbers(t *testing.T) {
 func keyInSlot(t *testing.T, slot int) string {
 	t.Helper()
 	for i := range 1 << 20 {
-		if k := fmt.Sprintf("k%d", i); sluiceredis.Slot("{"+k+"}") == slot {
+		if k := fmt.Sprintf("k%d", i); redis.Slot("{"+k+"}") == slot {
 			return k
 		}
 	}

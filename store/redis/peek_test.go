@@ -7,7 +7,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 )
 
 // TestPeekWritesNothing: peeks, at the server's clock and at a request's
@@ -18,7 +18,7 @@ import (
 func TestPeekWritesNothing(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newRueidis(t, srv.Addr)
-	store := sluiceredis.FromRueidis(c, prefix())
+	store := redis.FromRueidis(c, prefix())
 	lim := sluice.New(store)
 	ctx := context.Background()
 	var limits, raised []sluice.Limit

@@ -11,7 +11,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 )
 
 // aclCommands are the commands a sluice user needs, as the README lists
@@ -51,9 +51,9 @@ func noPerm(err error) bool {
 }
 
 // openOrFail opens the store at url, closed when t ends.
-func openOrFail(t *testing.T, url string, opts ...sluiceredis.Option) *sluiceredis.Store {
+func openOrFail(t *testing.T, url string, opts ...redis.Option) *redis.Store {
 	t.Helper()
-	s, err := sluiceredis.Open(url, opts...)
+	s, err := redis.Open(url, opts...)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -75,7 +75,7 @@ func readyCtx(t *testing.T) context.Context {
 func TestReady(t *testing.T) {
 	srv := redistest.Start(t)
 	admin := newRueidis(t, srv.Addr)
-	s := openOrFail(t, "redis://"+srv.Addr, sluiceredis.WithPrefix("app"))
+	s := openOrFail(t, "redis://"+srv.Addr, redis.WithPrefix("app"))
 	ctx := context.Background()
 	if err := s.Ready(readyCtx(t)); err != nil {
 		t.Fatalf("Ready on a healthy server: %v", err)
@@ -197,7 +197,7 @@ func TestMinimalACL(t *testing.T) {
 		limits = append(limits, sluice.PerMinute(5).Using(a))
 	}
 	// run runs what the store does on keys of its own for tag.
-	run := func(s *sluiceredis.Store, tag string) error {
+	run := func(s *redis.Store, tag string) error {
 		lim := sluice.New(s)
 		ctx := readyCtx(t)
 		for _, l := range limits {
@@ -260,12 +260,12 @@ func TestMinimalACL(t *testing.T) {
 	}
 	setUser(t, admin, "sluice", "pw", rules(aclCommands)...)
 
-	s := openOrFail(t, "redis://sluice:pw@"+srv.Addr, sluiceredis.WithPrefix("app"))
+	s := openOrFail(t, "redis://sluice:pw@"+srv.Addr, redis.WithPrefix("app"))
 	if err := run(s, "all"); err != nil {
 		t.Fatalf("as a user permitted %v: %v", aclCommands, err)
 	}
 	// Another prefix is outside the user's keys.
-	other := openOrFail(t, "redis://sluice:pw@"+srv.Addr, sluiceredis.WithPrefix("other"))
+	other := openOrFail(t, "redis://sluice:pw@"+srv.Addr, redis.WithPrefix("other"))
 	if err := other.Ready(readyCtx(t)); !noPerm(err) {
 		t.Errorf("Ready on keys outside the user's = %v, want NOPERM", err)
 	}
@@ -279,7 +279,7 @@ func TestMinimalACL(t *testing.T) {
 		if err := admin.Do(context.Background(), admin.B().ScriptFlush().Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
-		s := openOrFail(t, "redis://sluice:pw@"+srv.Addr, sluiceredis.WithPrefix("app"))
+		s := openOrFail(t, "redis://sluice:pw@"+srv.Addr, redis.WithPrefix("app"))
 		if err := run(s, c); !noPerm(err) {
 			t.Errorf("without %s: %v, want a NOPERM failure", c, err)
 		}

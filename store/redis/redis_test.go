@@ -12,7 +12,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 	"github.com/sluice-go/sluice/store/redis/goredis"
 	"github.com/sluice-go/sluice/store/storetest"
 )
@@ -25,11 +25,11 @@ func newRueidis(t testing.TB, addrs ...string) rueidis.Client {
 }
 
 // rueidisWith connects a rueidis client with opt as Open does
-// (sluiceredis.NewClient: no client-side cache, Sentinel refresh), closed
+// (redis.NewClient: no client-side cache, Sentinel refresh), closed
 // when t ends.
 func rueidisWith(t testing.TB, opt rueidis.ClientOption) rueidis.Client {
 	t.Helper()
-	c, err := sluiceredis.NewClient(opt)
+	c, err := redis.NewClient(opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,11 +48,11 @@ func newGoRedis(t testing.TB, addr string) *goredislib.Client {
 // replicaStores returns n stores, each over a client of its own, as n
 // replicas would have: rueidis (from newR) for even i, go-redis (from newG)
 // for odd i.
-func replicaStores[G goredislib.Scripter](n int, newR func() rueidis.Client, newG func() G, opts ...sluiceredis.Option) []*sluiceredis.Store {
-	stores := make([]*sluiceredis.Store, n)
+func replicaStores[G goredislib.Scripter](n int, newR func() rueidis.Client, newG func() G, opts ...redis.Option) []*redis.Store {
+	stores := make([]*redis.Store, n)
 	for i := range stores {
 		if i%2 == 0 {
-			stores[i] = sluiceredis.FromRueidis(newR(), opts...)
+			stores[i] = redis.FromRueidis(newR(), opts...)
 		} else {
 			stores[i] = goredis.New(newG(), opts...)
 		}
@@ -61,7 +61,7 @@ func replicaStores[G goredislib.Scripter](n int, newR func() rueidis.Client, new
 }
 
 // limitersOver returns one Limiter per store, each with opts(i).
-func limitersOver(stores []*sluiceredis.Store, opts func(i int) []sluice.Option) []*sluice.Limiter {
+func limitersOver(stores []*redis.Store, opts func(i int) []sluice.Option) []*sluice.Limiter {
 	lims := make([]*sluice.Limiter, len(stores))
 	for i, s := range stores {
 		lims[i] = sluice.New(s, opts(i)...)
@@ -77,15 +77,15 @@ func same(opts ...sluice.Option) func(int) []sluice.Option {
 // prefixes gives every store of a test run its own key space on one server.
 var prefixes atomic.Int64
 
-func prefix() sluiceredis.Option {
-	return sluiceredis.WithPrefix(fmt.Sprintf("t%d", prefixes.Add(1)))
+func prefix() redis.Option {
+	return redis.WithPrefix(fmt.Sprintf("t%d", prefixes.Add(1)))
 }
 
 func TestConformanceRueidis(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newRueidis(t, srv.Addr)
 	storetest.Run(t, func(t *testing.T, _ func() time.Time) sluice.Store {
-		return sluiceredis.FromRueidis(c, prefix())
+		return redis.FromRueidis(c, prefix())
 	})
 }
 
@@ -99,7 +99,7 @@ func TestConformanceGoRedis(t *testing.T) {
 
 func TestConformanceOpen(t *testing.T) {
 	srv := redistest.Start(t)
-	s, err := sluiceredis.Open("redis://"+srv.Addr+"/0", prefix())
+	s, err := redis.Open("redis://"+srv.Addr+"/0", prefix())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 )
 
 // TestCoalesceKeepsNoRequestPastTake: a decision whose caller leaves
@@ -30,7 +30,7 @@ func TestCoalesceKeepsNoRequestPastTake(t *testing.T) {
 	srv := redistest.Start(t)
 	t.Cleanup(srv.Stop)
 	admin := newRueidis(t, srv.Addr)
-	store := sluiceredis.FromRueidis(newRueidis(t, srv.Addr), prefix())
+	store := redis.FromRueidis(newRueidis(t, srv.Addr), prefix())
 	lim := sluice.New(store)
 	ctx := context.Background()
 	if err := admin.Do(ctx, admin.B().ClientPause().Timeout(60000).Write().Build()).Error(); err != nil {
@@ -45,14 +45,14 @@ func TestCoalesceKeepsNoRequestPastTake(t *testing.T) {
 	// later: that ends their calls and sends the queue as one batch.
 	inCtx, inCancel := context.WithCancel(ctx)
 	defer inCancel()
-	inflight := make(chan error, sluiceredis.MaxInFlight)
-	for i := range sluiceredis.MaxInFlight {
+	inflight := make(chan error, redis.MaxInFlight)
+	for i := range redis.MaxInFlight {
 		go func() {
 			_, err := store.Take(inCtx, one("inflight"+strconv.Itoa(i), 1))
 			inflight <- err
 		}()
 	}
-	eventually(t, "the calls in flight", func() bool { busy, _ := store.Lanes(); return busy == sluiceredis.MaxInFlight })
+	eventually(t, "the calls in flight", func() bool { busy, _ := store.Lanes(); return busy == redis.MaxInFlight })
 
 	// x decides through a Limiter (its pooled request), y directly.
 	xCtx, xCancel := context.WithCancel(ctx)
@@ -66,7 +66,7 @@ func TestCoalesceKeepsNoRequestPastTake(t *testing.T) {
 	y := queue(t, ctx, store, 1, "y")[0]
 
 	inCancel()
-	for i := range sluiceredis.MaxInFlight {
+	for i := range redis.MaxInFlight {
 		if err := within(t, "in flight", inflight); !errors.Is(err, context.Canceled) {
 			t.Fatalf("in flight %d: %v, want context.Canceled", i, err)
 		}
@@ -100,7 +100,7 @@ func TestCoalesceKeepsNoRequestPastTake(t *testing.T) {
 func TestWindowAddInPlaceKeepsOwnNowTTL(t *testing.T) {
 	srv := redistest.Start(t)
 	admin := newRueidis(t, srv.Addr)
-	store := sluiceredis.FromRueidis(newRueidis(t, srv.Addr), prefix())
+	store := redis.FromRueidis(newRueidis(t, srv.Addr), prefix())
 	ctx := context.Background()
 	const period = 3 * time.Second
 	l := sluice.Limit{Algorithm: sluice.FixedWindow, Limit: 2, Period: period}
@@ -162,7 +162,7 @@ func (p *panicking) EvalSha(ctx context.Context, sha string, keys, args []string
 	}
 	v, err := p.c.Do(ctx, p.c.B().Evalsha().Sha1(sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()).AsIntSlice()
 	if re, ok := rueidis.IsRedisErr(err); ok && re.IsNoScript() {
-		return nil, fmt.Errorf("%w: %w", sluiceredis.ErrNoScript, err)
+		return nil, fmt.Errorf("%w: %w", redis.ErrNoScript, err)
 	}
 	return v, err
 }
@@ -179,13 +179,13 @@ func (p *panicking) Eval(ctx context.Context, src string, keys, args []string) (
 // deadline). Without coalescing (WithBatch(1)) nothing sticks.
 func TestCoalescePanicFreesLane(t *testing.T) {
 	srv := redistest.Start(t)
-	for _, batch := range []int{sluiceredis.DefaultBatch, 1} {
+	for _, batch := range []int{redis.DefaultBatch, 1} {
 		t.Run(fmt.Sprint("batch ", batch), func(t *testing.T) {
 			c := &panicking{c: newRueidis(t, srv.Addr)}
-			c.left.Store(sluiceredis.MaxInFlight)
-			store := sluiceredis.New(c, prefix(), sluiceredis.WithBatch(batch))
+			c.left.Store(redis.MaxInFlight)
+			store := redis.New(c, prefix(), redis.WithBatch(batch))
 			ctx := context.Background()
-			for i := range sluiceredis.MaxInFlight {
+			for i := range redis.MaxInFlight {
 				func() {
 					defer func() {
 						if recover() == nil {
@@ -217,7 +217,7 @@ func TestCoalescePanicFreesLane(t *testing.T) {
 // admitted.
 func TestCoalesceLeaversNoOverAdmission(t *testing.T) {
 	srv := redistest.Start(t)
-	store := sluiceredis.FromRueidis(newRueidis(t, srv.Addr), prefix())
+	store := redis.FromRueidis(newRueidis(t, srv.Addr), prefix())
 	lim := sluice.New(store)
 	const limit = 20
 	l := sluice.PerDay(limit).Using(sluice.FixedWindow)

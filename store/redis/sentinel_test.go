@@ -14,15 +14,15 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
 	"github.com/sluice-go/sluice/store/memory"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 	"github.com/sluice-go/sluice/store/storetest"
 )
 
 // sentinelOpen opens the store through the sentinels of s, closed when t
 // ends.
-func sentinelOpen(t *testing.T, s *redistest.Sentinel) *sluiceredis.Store {
+func sentinelOpen(t *testing.T, s *redistest.Sentinel) *redis.Store {
 	t.Helper()
-	store, err := sluiceredis.Open(s.URL(), prefix())
+	store, err := redis.Open(s.URL(), prefix())
 	if err != nil {
 		t.Fatalf("Open(%s): %v", s.URL(), err)
 	}
@@ -72,7 +72,7 @@ func TestSentinelStore(t *testing.T) {
 			t.Fatalf("client mode %v, want sentinel", c.Mode())
 		}
 		storetest.Run(t, func(t *testing.T, _ func() time.Time) sluice.Store {
-			return sluiceredis.FromRueidis(c, prefix())
+			return redis.FromRueidis(c, prefix())
 		})
 	})
 }

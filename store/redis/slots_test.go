@@ -8,7 +8,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 )
 
 // TestSlotKeys: a concurrency limit's state is the documented sorted set
@@ -18,7 +18,7 @@ import (
 func TestSlotKeys(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newRueidis(t, srv.Addr)
-	store := sluiceredis.FromRueidis(c)
+	store := redis.FromRueidis(c)
 	lim := sluice.New(store)
 	ctx := context.Background()
 	l := sluice.Concurrent(2).Named("exports")

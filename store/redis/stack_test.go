@@ -10,7 +10,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 	"github.com/sluice-go/sluice/store/redis/goredis"
 	"github.com/sluice-go/sluice/store/storetest"
 )
@@ -265,13 +265,13 @@ func separately(ctx context.Context, lim *sluice.Limiter, parts []sluice.Part) (
 // computes their slots as the cluster does.
 func keysOn(t *testing.T, c *redistest.Cluster, name, owner string, n int) []string {
 	t.Helper()
-	s := sluiceredis.New(nil)
+	s := redis.New(nil)
 	var keys []string
 	for i := 0; len(keys) < n; i++ {
 		k := fmt.Sprintf(name, i)
 		key := s.Key(k, sluice.PerDay(1))
 		slot := c.KeySlot(t, key)
-		if got := sluiceredis.Slot(key); got != slot {
+		if got := redis.Slot(key); got != slot {
 			t.Fatalf("the store puts %s in slot %d, the cluster in %d", key, got, slot)
 		}
 		if c.Owner(t, slot) == owner {
@@ -296,7 +296,7 @@ func clusterKeys(t *testing.T, c *redistest.Cluster) func(w *stackWorkload) {
 // documents and a store key.
 func clusterSlot(t *testing.T, c *redistest.Cluster) {
 	for _, key := range []string{"", "a", "foo", "{user1000}.following", "foo{}{bar}", "foo{{bar}}zap", "foo{bar}{zap}", "sluice:{k}:fw:5:60000000"} {
-		if got, want := sluiceredis.Slot(key), c.KeySlot(t, key); got != want {
+		if got, want := redis.Slot(key), c.KeySlot(t, key); got != want {
 			t.Errorf("Slot(%q) = %d, CLUSTER KEYSLOT says %d", key, got, want)
 		}
 	}
@@ -314,13 +314,13 @@ func clusterStacked(t *testing.T, c *redistest.Cluster) {
 	keys := clusterKeys(t, c)
 	clients := []struct {
 		name   string
-		stores func(t *testing.T) []*sluiceredis.Store
+		stores func(t *testing.T) []*redis.Store
 	}{
-		{"Open", func(t *testing.T) []*sluiceredis.Store {
+		{"Open", func(t *testing.T) []*redis.Store {
 			p := prefix()
-			stores := make([]*sluiceredis.Store, replicas)
+			stores := make([]*redis.Store, replicas)
 			for i := range stores {
-				s, err := sluiceredis.Open(clusterURL(c), p)
+				s, err := redis.Open(clusterURL(c), p)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -329,9 +329,9 @@ func clusterStacked(t *testing.T, c *redistest.Cluster) {
 			}
 			return stores
 		}},
-		{"go-redis", func(t *testing.T) []*sluiceredis.Store {
+		{"go-redis", func(t *testing.T) []*redis.Store {
 			p := prefix()
-			stores := make([]*sluiceredis.Store, replicas)
+			stores := make([]*redis.Store, replicas)
 			for i := range stores {
 				stores[i] = goredis.New(clusterGoRedis(t, c), p)
 			}
@@ -394,8 +394,8 @@ func clusterStacked(t *testing.T, c *redistest.Cluster) {
 // (its key holds a hash), the first part is refunded and Take returns the
 // error; when the third part's state cannot be read, the denial stands.
 func clusterSplitResults(t *testing.T, c *redistest.Cluster) {
-	stores := map[string]*sluiceredis.Store{
-		"rueidis":  sluiceredis.FromRueidis(clusterRueidis(t, c), prefix()),
+	stores := map[string]*redis.Store{
+		"rueidis":  redis.FromRueidis(clusterRueidis(t, c), prefix()),
 		"go-redis": goredis.New(clusterGoRedis(t, c), prefix()),
 	}
 	first := sluice.PerDay(5).Using(sluice.FixedWindow)

@@ -15,7 +15,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
 	"github.com/sluice-go/sluice/store/memory"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 	"github.com/sluice-go/sluice/store/redis/goredis"
 )
 
@@ -67,7 +67,7 @@ func TestScriptLoadedOnceAndReloaded(t *testing.T) {
 	srv := redistest.Start(t)
 	admin := newRueidis(t, srv.Addr)
 	stores := map[string]sluice.Store{
-		"rueidis":  sluiceredis.FromRueidis(newRueidis(t, srv.Addr)),
+		"rueidis":  redis.FromRueidis(newRueidis(t, srv.Addr)),
 		"go-redis": goredis.New(newGoRedis(t, srv.Addr)),
 	}
 	for name, store := range stores {
@@ -99,7 +99,7 @@ func TestScriptLoadedOnceAndReloaded(t *testing.T) {
 func TestKeys(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newRueidis(t, srv.Addr)
-	store := sluiceredis.FromRueidis(c)
+	store := redis.FromRueidis(c)
 	lim := sluice.New(store)
 	ctx := context.Background()
 	var limits []sluice.Limit
@@ -150,7 +150,7 @@ func TestKeys(t *testing.T) {
 // documented and nothing panics.
 func TestOutage(t *testing.T) {
 	srv := redistest.Start(t)
-	store := sluiceredis.FromRueidis(newRueidis(t, srv.Addr))
+	store := redis.FromRueidis(newRueidis(t, srv.Addr))
 	l := sluice.PerMinute(2)
 	if _, err := sluice.New(store).Allow(context.Background(), "k", l); err != nil {
 		t.Fatal(err)
@@ -225,7 +225,7 @@ func TestOutage(t *testing.T) {
 func TestHungServer(t *testing.T) {
 	srv := redistest.Start(t)
 	admin := newRueidis(t, srv.Addr)
-	store := sluiceredis.FromRueidis(newRueidis(t, srv.Addr))
+	store := redis.FromRueidis(newRueidis(t, srv.Addr))
 	lim := sluice.New(store, sluice.WithStoreTimeout(100*time.Millisecond), sluice.WithErrorPolicy(sluice.DenyOnError))
 	ctx := context.Background()
 	if r, err := lim.Allow(ctx, "k", sluice.PerMinute(5)); err != nil || r.Degraded != sluice.NotDegraded || !r.Allowed {
@@ -260,7 +260,7 @@ func TestHungServer(t *testing.T) {
 func TestForeignState(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newRueidis(t, srv.Addr)
-	store := sluiceredis.FromRueidis(c)
+	store := redis.FromRueidis(c)
 	lim := sluice.New(store)
 	ctx := context.Background()
 	for _, a := range sluice.Algorithms {
@@ -300,10 +300,10 @@ func TestPrefix(t *testing.T) {
 	}
 	ctx := context.Background()
 	for _, tt := range tests {
-		store := sluiceredis.FromRueidis(c, sluiceredis.WithPrefix(tt.prefix))
+		store := redis.FromRueidis(c, redis.WithPrefix(tt.prefix))
 		for _, key := range []string{"k", "", "br{ace}"} {
 			got := store.Key(key, l)
-			want := sluiceredis.FromRueidis(c).Key(key, l)
+			want := redis.FromRueidis(c).Key(key, l)
 			want = tt.encoded + strings.TrimPrefix(want, "sluice")
 			if got != want {
 				t.Errorf("WithPrefix(%q): key of %q = %q, want %q", tt.prefix, key, got, want)
@@ -322,7 +322,7 @@ func TestPrefix(t *testing.T) {
 			t.Error(`WithPrefix("") did not panic; keys would start with ':'`)
 		}
 	}()
-	sluiceredis.WithPrefix("")
+	redis.WithPrefix("")
 }
 
 // TestScriptChoice: a decision whose limits share one algorithm runs that
@@ -332,8 +332,8 @@ func TestPrefix(t *testing.T) {
 func TestScriptChoice(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newRueidis(t, srv.Addr)
-	lim := sluice.New(sluiceredis.FromRueidis(c))
-	shas, all := sluiceredis.ScriptSHAs()
+	lim := sluice.New(redis.FromRueidis(c))
+	shas, all := redis.ScriptSHAs()
 	byDefault := sluice.Limit{Limit: 5, Period: time.Minute} // Algorithm "": token_bucket
 	tests := []struct {
 		name   string

@@ -9,13 +9,13 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 )
 
 // decideOver opens the store at url and runs one decision through it,
 // returning the error of Open or of the decision.
 func decideOver(url string) error {
-	s, err := sluiceredis.Open(url, prefix())
+	s, err := redis.Open(url, prefix())
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/sluice-go/sluice/internal/testing/redistest"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 )
 
 // TestURLErrorHidesPassword: a URL that does not parse is reported, by
@@ -24,14 +24,14 @@ func TestURLErrorHidesPassword(t *testing.T) {
 		"rediss://user:" + secret + "@host:6379?tls_ca_file=/nonexistent/ca.pem",
 		"rediss://user:" + secret + "@host:6379?db=1&q=%zz",
 	} {
-		s, err := sluiceredis.Open(url)
+		s, err := redis.Open(url)
 		if err == nil {
 			s.Close()
 			t.Errorf("Open(%q) succeeded, want a parse error", url)
 		} else if strings.Contains(err.Error(), secret+"@") || strings.Contains(err.Error(), "user:") {
 			t.Errorf("Open: error quotes the URL: %v", err)
 		}
-		err = sluiceredis.CheckURL(url)
+		err = redis.CheckURL(url)
 		if err == nil {
 			t.Errorf("CheckURL(%q) = nil, want a parse error", url)
 		} else if strings.Contains(err.Error(), secret+"@") || strings.Contains(err.Error(), "user:") {
@@ -81,7 +81,7 @@ func TestURLOptions(t *testing.T) {
 		{"redis://h:1?client_cache=", []string{`option client_cache is "", want 0 or 1`}},
 		{"redis://h:1?max_retries=3", []string{`option max_retries is "3", want 0`}},
 	} {
-		err := sluiceredis.CheckURL(tc.url)
+		err := redis.CheckURL(tc.url)
 		if tc.want == nil {
 			if err != nil {
 				t.Errorf("CheckURL(%q) = %v, want nil", tc.url, err)
@@ -97,7 +97,7 @@ func TestURLOptions(t *testing.T) {
 				t.Errorf("CheckURL(%q) = %v, want it to say %q", tc.url, err, w)
 			}
 		}
-		s, oerr := sluiceredis.Open(tc.url)
+		s, oerr := redis.Open(tc.url)
 		if oerr == nil {
 			s.Close()
 			t.Errorf("Open(%q) succeeded, want %v", tc.url, err)
@@ -114,7 +114,7 @@ func TestURLOptions(t *testing.T) {
 func TestURLTLSConfig(t *testing.T) {
 	pki := redistest.NewTLSFiles(t)
 	q := "tls_ca_file=" + pki.CA + "&tls_cert_file=" + pki.ClientCert + "&tls_key_file=" + pki.ClientKey
-	opt, err := sluiceredis.ParseURL("rediss://h:1?dial_timeout=3s&master_set=m&tls_server_name=redis.example&" + q)
+	opt, err := redis.ParseURL("rediss://h:1?dial_timeout=3s&master_set=m&tls_server_name=redis.example&" + q)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,14 +133,14 @@ func TestURLTLSConfig(t *testing.T) {
 	if opt.Sentinel.Dialer.Timeout != opt.Dialer.Timeout || opt.Dialer.Timeout == 0 {
 		t.Errorf("sentinels dial with timeout %v, the servers with %v; want dial_timeout for both", opt.Sentinel.Dialer.Timeout, opt.Dialer.Timeout)
 	}
-	opt, err = sluiceredis.ParseURL("rediss://h:1?" + q)
+	opt, err = redis.ParseURL("rediss://h:1?" + q)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c := opt.TLSConfig; c == nil || c.ServerName != "" || c.MinVersion != tls.VersionTLS12 || opt.Sentinel.TLSConfig != nil {
 		t.Errorf("standalone: TLS %v, sentinels' TLS %v; want TLS 1.2 or later, ServerName empty (each dialed host), and no sentinel TLS", c, opt.Sentinel.TLSConfig)
 	}
-	opt, err = sluiceredis.ParseURL("redis://h:1?master_set=m")
+	opt, err = redis.ParseURL("redis://h:1?master_set=m")
 	if err != nil {
 		t.Fatal(err)
 	}

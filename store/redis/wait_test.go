@@ -11,7 +11,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 	"github.com/sluice-go/sluice/store/redis/goredis"
 )
 
@@ -55,12 +55,12 @@ func TestWaitReplicas(t *testing.T) {
 	onReplica := newRueidis(t, replica.Addr)
 	clients := []struct {
 		name string
-		open func(opts ...sluiceredis.Option) *sluiceredis.Store
+		open func(opts ...redis.Option) *redis.Store
 	}{
-		{"rueidis", func(opts ...sluiceredis.Option) *sluiceredis.Store {
-			return sluiceredis.FromRueidis(newRueidis(t, primary.Addr), opts...)
+		{"rueidis", func(opts ...redis.Option) *redis.Store {
+			return redis.FromRueidis(newRueidis(t, primary.Addr), opts...)
 		}},
-		{"go-redis", func(opts ...sluiceredis.Option) *sluiceredis.Store {
+		{"go-redis", func(opts ...redis.Option) *redis.Store {
 			return goredis.New(newGoRedis(t, primary.Addr), opts...)
 		}},
 	}
@@ -72,8 +72,8 @@ func TestWaitReplicas(t *testing.T) {
 			// waiting, which the replicating checks use, has time enough
 			// for a loaded machine; short fails fast where the replica is
 			// stopped.
-			waiting := c.open(pfx, sluiceredis.WithWaitReplicas(1, 10*time.Second))
-			short := c.open(pfx, sluiceredis.WithWaitReplicas(1, waitTimeout))
+			waiting := c.open(pfx, redis.WithWaitReplicas(1, 10*time.Second))
+			short := c.open(pfx, redis.WithWaitReplicas(1, waitTimeout))
 			plain := c.open(pfx)
 			onReplicaHas := func(key string) bool {
 				t.Helper()
@@ -83,7 +83,7 @@ func TestWaitReplicas(t *testing.T) {
 				}
 				return n == 1
 			}
-			take := func(s *sluiceredis.Store, key string, cost int) (sluice.Result, error) {
+			take := func(s *redis.Store, key string, cost int) (sluice.Result, error) {
 				t.Helper()
 				rs, err := s.Take(ctx, oneLimit(key, l, cost))
 				if err != nil {
@@ -107,7 +107,7 @@ func TestWaitReplicas(t *testing.T) {
 
 			resume := pause(t, replica)
 			r, err := take(short, "a", 1)
-			if !errors.Is(err, sluiceredis.ErrNotReplicated) {
+			if !errors.Is(err, redis.ErrNotReplicated) {
 				t.Errorf("take a, replica stopped = %+v, %v; want an error wrapping ErrNotReplicated", r, err)
 			}
 			if r, err := take(short, "full", 1); err != nil || r.Allowed {
@@ -133,13 +133,13 @@ func TestWaitReplicas(t *testing.T) {
 				notReplicated, allowed bool
 			}{{true, false}, {false, false}, {false, true}, {true, false}} {
 				switch {
-				case want.notReplicated && !errors.Is(errs[i], sluiceredis.ErrNotReplicated):
+				case want.notReplicated && !errors.Is(errs[i], redis.ErrNotReplicated):
 					t.Errorf("batch decision %d, replica stopped = %v, %v; want an error wrapping ErrNotReplicated", i, rs[i], errs[i])
 				case !want.notReplicated && (errs[i] != nil || rs[i][0].Allowed != want.allowed):
 					t.Errorf("batch decision %d, replica stopped = %v, %v; want allowed %v, no error", i, rs[i], errs[i], want.allowed)
 				}
 			}
-			if err := short.Ready(ctx); !errors.Is(err, sluiceredis.ErrNotReplicated) {
+			if err := short.Ready(ctx); !errors.Is(err, redis.ErrNotReplicated) {
 				t.Errorf("Ready, replica stopped = %v; want an error wrapping ErrNotReplicated", err)
 			}
 
@@ -173,31 +173,31 @@ func TestWaitReplicasRefused(t *testing.T) {
 		}()
 		f()
 	}
-	mustPanic("WithWaitReplicas(0, 50ms)", func() { sluiceredis.WithWaitReplicas(0, waitTimeout) })
-	mustPanic("WithWaitReplicas(1, 0)", func() { sluiceredis.WithWaitReplicas(1, 0) })
+	mustPanic("WithWaitReplicas(0, 50ms)", func() { redis.WithWaitReplicas(0, waitTimeout) })
+	mustPanic("WithWaitReplicas(1, 0)", func() { redis.WithWaitReplicas(1, 0) })
 	cluster := goredislib.NewClusterClient(&goredislib.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	t.Cleanup(func() { _ = cluster.Close() })
-	mustPanic("goredis.New(ClusterClient, WithWaitReplicas)", func() { goredis.New(cluster, sluiceredis.WithWaitReplicas(1, waitTimeout)) })
+	mustPanic("goredis.New(ClusterClient, WithWaitReplicas)", func() { goredis.New(cluster, redis.WithWaitReplicas(1, waitTimeout)) })
 	ring := goredislib.NewRing(&goredislib.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
 	t.Cleanup(func() { _ = ring.Close() })
-	mustPanic("goredis.New(Ring, WithWaitReplicas)", func() { goredis.New(ring, sluiceredis.WithWaitReplicas(1, waitTimeout)) })
+	mustPanic("goredis.New(Ring, WithWaitReplicas)", func() { goredis.New(ring, redis.WithWaitReplicas(1, waitTimeout)) })
 	// The control: the same clients without it, and a plain client with it.
 	goredis.New(cluster)
 	goredis.New(ring)
 	plain := goredislib.NewClient(&goredislib.Options{Addr: "127.0.0.1:1"})
 	t.Cleanup(func() { _ = plain.Close() })
-	goredis.New(plain, sluiceredis.WithWaitReplicas(1, waitTimeout))
+	goredis.New(plain, redis.WithWaitReplicas(1, waitTimeout))
 
 }
 
 // clusterWaitRefused: Open refuses WithWaitReplicas on a Cluster, and
 // opens it without.
 func clusterWaitRefused(t *testing.T, c *redistest.Cluster) {
-	_, err := sluiceredis.Open(clusterURL(c), sluiceredis.WithWaitReplicas(1, waitTimeout))
-	if !errors.Is(err, sluiceredis.ErrWaitUnsupported) {
+	_, err := redis.Open(clusterURL(c), redis.WithWaitReplicas(1, waitTimeout))
+	if !errors.Is(err, redis.ErrWaitUnsupported) {
 		t.Errorf("Open(cluster, WithWaitReplicas) = %v; want an error wrapping ErrWaitUnsupported", err)
 	}
-	s, err := sluiceredis.Open(clusterURL(c))
+	s, err := redis.Open(clusterURL(c))
 	if err != nil {
 		t.Fatalf("Open(cluster) = %v", err)
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/bench/internal/peers"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 )
 
 // allowFunc decides one request of cost 1 by key and reports whether it
@@ -73,11 +73,11 @@ type sluiceOpts struct{ denyCache, settle, slot bool }
 // its defaults, so that the figures are what a user gets.
 func openSluice(a sluice.Algorithm, o sluiceOpts) func(ctx context.Context, addr, prefix string, r rate) (allowFunc, func(), error) {
 	return func(ctx context.Context, addr, prefix string, r rate) (allowFunc, func(), error) {
-		var opts []sluiceredis.Option
+		var opts []redis.Option
 		if prefix != "" {
-			opts = append(opts, sluiceredis.WithPrefix(prefix))
+			opts = append(opts, redis.WithPrefix(prefix))
 		}
-		store, err := sluiceredis.Open("redis://"+addr, opts...)
+		store, err := redis.Open("redis://"+addr, opts...)
 		if err != nil {
 			return nil, nil, err
 		}

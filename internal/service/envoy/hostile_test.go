@@ -15,7 +15,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
 	"github.com/sluice-go/sluice/store/memory"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 )
 
 // TestDegradedNumbers: while the store is down, a status decided by
@@ -25,7 +25,7 @@ import (
 // real count, and reported.
 func TestDegradedNumbers(t *testing.T) {
 	srv := redistest.Start(t)
-	store, err := sluiceredis.Open("redis://" + srv.Addr)
+	store, err := redis.Open("redis://" + srv.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/testing/proc"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 )
 
 // upstreamEnv names the environment variable that holds the path of
@@ -64,7 +64,7 @@ func TestAgainstUpstreamHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := sluiceredis.Open("redis://" + redistest.Start(t).Addr)
+	store, err := redis.Open("redis://" + redistest.Start(t).Addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
 	"github.com/sluice-go/sluice/store/memory"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 )
 
 // The conformance suite: the files of testdata/upstream, loaded as one
@@ -176,7 +176,7 @@ func conformanceStores(t *testing.T, f func(t *testing.T, store sluice.Store)) {
 	t.Run("memory", func(t *testing.T) { f(t, memory.New()) })
 	t.Run("redis", func(t *testing.T) {
 		srv := redistest.Start(t)
-		store, err := sluiceredis.Open("redis://" + srv.Addr)
+		store, err := redis.Open("redis://" + srv.Addr)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -31,7 +31,7 @@ import (
 	"github.com/sluice-go/sluice/internal/service/server"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
 	"github.com/sluice-go/sluice/policy"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 	"github.com/sluice-go/sluice/store/storetest"
 )
 
@@ -61,7 +61,7 @@ const (
 // tokens it used), the decision service, and Envoy's gRPC on the rules.
 type replica struct {
 	engine *policy.Engine
-	store  *sluiceredis.Store
+	store  *redis.Store
 	redis  rueidis.Client
 	chat   *httptest.Server // the middleware before the LLM
 	api    *httptest.Server // the decision service
@@ -84,7 +84,7 @@ func newReplicas(t *testing.T, rules string, clock func() time.Time) []*replica 
 	}
 	var out []*replica
 	for range 3 {
-		store, err := sluiceredis.Open("redis://" + srv.Addr)
+		store, err := redis.Open("redis://" + srv.Addr)
 		if err != nil {
 			t.Fatal(err)
 		}

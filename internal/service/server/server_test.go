@@ -21,7 +21,7 @@ import (
 	"github.com/sluice-go/sluice/internal/testing/redistest"
 	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/store/memory"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 	"github.com/sluice-go/sluice/store/storetest"
 )
 
@@ -723,7 +723,7 @@ func TestReadyDegraded(t *testing.T) {
 // error policy decides, and responses carry no rate-limit headers.
 func TestStoreDown(t *testing.T) {
 	srv := redistest.Start(t)
-	store, err := sluiceredis.Open("redis://" + srv.Addr)
+	store, err := redis.Open("redis://" + srv.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
 	"github.com/sluice-go/sluice/store/memory"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 	"github.com/sluice-go/sluice/store/storetest"
 )
 
@@ -152,7 +152,7 @@ func TestSettle(t *testing.T) {
 // settles nothing; once Redis is back, the same settle succeeds, once.
 func TestSettleStoreDown(t *testing.T) {
 	srv := redistest.Start(t)
-	store, err := sluiceredis.Open("redis://" + srv.Addr)
+	store, err := redis.Open("redis://" + srv.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}

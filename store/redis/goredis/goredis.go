@@ -6,7 +6,7 @@
 //	lim := sluice.New(store)
 //
 // Any go-redis client works: Client, ClusterClient, Ring, the failover
-// (Sentinel) client, or a UniversalClient. sluiceredis.WithWaitReplicas
+// (Sentinel) client, or a UniversalClient. redis.WithWaitReplicas
 // works over a Client and the failover client (a pipeline sends a
 // decision's script and its WAIT on one connection), not over a
 // ClusterClient or a Ring, where New panics with it.
@@ -42,26 +42,26 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 )
 
 // New returns a Redis store that runs its scripts through c. The caller
 // keeps owning c and closes it. Over a ClusterClient the store splits
-// decisions by slot (sluiceredis.WithCluster), over a Ring by client key
-// (sluiceredis.WithSharding), so that each key is decided where it lives.
-func New(c goredis.Scripter, opts ...sluiceredis.Option) *sluiceredis.Store {
+// decisions by slot (redis.WithCluster), over a Ring by client key
+// (redis.WithSharding), so that each key is decided where it lives.
+func New(c goredis.Scripter, opts ...redis.Option) *redis.Store {
 	switch c.(type) {
 	case *goredis.ClusterClient:
-		opts = append([]sluiceredis.Option{sluiceredis.WithCluster()}, opts...)
+		opts = append([]redis.Option{redis.WithCluster()}, opts...)
 	case *goredis.Ring:
-		opts = append([]sluiceredis.Option{sluiceredis.WithSharding()}, opts...)
+		opts = append([]redis.Option{redis.WithSharding()}, opts...)
 	}
 	cl := client{s: c}
 	cl.p, _ = c.(processor)
 	if p, ok := c.(pipeliner); ok {
-		return sluiceredis.New(waitClient{cl, p}, opts...)
+		return redis.New(waitClient{cl, p}, opts...)
 	}
-	return sluiceredis.New(cl, opts...)
+	return redis.New(cl, opts...)
 }
 
 // processor is a go-redis client that runs a command it is given: every
@@ -77,13 +77,13 @@ type pipeliner interface {
 }
 
 // client adapts a go-redis client (any of its client types) to
-// sluiceredis.Client.
+// redis.Client.
 type client struct {
 	s goredis.Scripter
 	p processor // s, when it is one: it runs the scripts (see "Retries")
 }
 
-// EvalSha implements sluiceredis.Client.
+// EvalSha implements redis.Client.
 func (c client) EvalSha(ctx context.Context, sha string, keys, args []string) ([]int64, error) {
 	if c.p == nil {
 		return c.ints(c.s.EvalSha(ctx, sha, keys, anys(args)...))
@@ -91,7 +91,7 @@ func (c client) EvalSha(ctx context.Context, sha string, keys, args []string) ([
 	return c.ints(c.run(ctx, "evalsha", sha, keys, args))
 }
 
-// Eval implements sluiceredis.Client.
+// Eval implements redis.Client.
 func (c client) Eval(ctx context.Context, script string, keys, args []string) ([]int64, error) {
 	if c.p == nil {
 		return c.ints(c.s.Eval(ctx, script, keys, anys(args)...))
@@ -148,9 +148,9 @@ func (c client) ints(cmd *goredis.Cmd) ([]int64, error) {
 	_, moved := goredis.IsMovedError(err)
 	switch {
 	case goredis.HasErrorPrefix(err, "NOSCRIPT"):
-		return nil, fmt.Errorf("%w: %w", sluiceredis.ErrNoScript, err)
+		return nil, fmt.Errorf("%w: %w", redis.ErrNoScript, err)
 	case goredis.IsTryAgainError(err), ask, moved && cluster:
-		return nil, fmt.Errorf("%w: %w", sluiceredis.ErrTryAgain, err)
+		return nil, fmt.Errorf("%w: %w", redis.ErrTryAgain, err)
 	}
 	return v, err
 }
@@ -171,9 +171,9 @@ type clusterCmds interface {
 	ClusterSlots(ctx context.Context) *goredis.ClusterSlotsCmd
 }
 
-// Shards implements sluiceredis.ShardLister: CLUSTER SHARDS, or CLUSTER
+// Shards implements redis.ShardLister: CLUSTER SHARDS, or CLUSTER
 // SLOTS on a server before Redis 7.0, which lacks it.
-func (c client) Shards(ctx context.Context) ([]sluiceredis.Shard, error) {
+func (c client) Shards(ctx context.Context) ([]redis.Shard, error) {
 	cc, ok := c.s.(clusterCmds)
 	if !ok {
 		return nil, fmt.Errorf("a %T cannot read a Cluster's shards", c.s)
@@ -185,9 +185,9 @@ func (c client) Shards(ctx context.Context) ([]sluiceredis.Shard, error) {
 	if err != nil {
 		return nil, err
 	}
-	shards := make([]sluiceredis.Shard, 0, len(v))
+	shards := make([]redis.Shard, 0, len(v))
 	for _, s := range v {
-		var sh sluiceredis.Shard
+		var sh redis.Shard
 		for _, r := range s.Slots {
 			sh.Slots = append(sh.Slots, [2]int{int(r.Start), int(r.End)})
 		}
@@ -208,12 +208,12 @@ func (c client) Shards(ctx context.Context) ([]sluiceredis.Shard, error) {
 
 // slotsShards returns the shards of a reply to CLUSTER SLOTS, whose
 // entries are ranges of slots, each with its master first.
-func slotsShards(v []goredis.ClusterSlot, err error) ([]sluiceredis.Shard, error) {
+func slotsShards(v []goredis.ClusterSlot, err error) ([]redis.Shard, error) {
 	if err != nil {
 		return nil, err
 	}
 	byMaster := map[string]int{}
-	var shards []sluiceredis.Shard
+	var shards []redis.Shard
 	for _, e := range v {
 		if len(e.Nodes) == 0 {
 			continue
@@ -222,7 +222,7 @@ func slotsShards(v []goredis.ClusterSlot, err error) ([]sluiceredis.Shard, error
 		if !ok {
 			k = len(shards)
 			byMaster[e.Nodes[0].Addr] = k
-			sh := sluiceredis.Shard{Master: e.Nodes[0].Addr}
+			sh := redis.Shard{Master: e.Nodes[0].Addr}
 			for _, n := range e.Nodes {
 				sh.IDs = append(sh.IDs, n.ID)
 			}
@@ -234,20 +234,20 @@ func slotsShards(v []goredis.ClusterSlot, err error) ([]sluiceredis.Shard, error
 }
 
 // waitClient is a client that can pipeline, which implements
-// sluiceredis.Waiter too.
+// redis.Waiter too.
 type waitClient struct {
 	client
 	p pipeliner
 }
 
-// EvalShaWait implements sluiceredis.Waiter: EVALSHA and WAIT in one
+// EvalShaWait implements redis.Waiter: EVALSHA and WAIT in one
 // pipeline, which go-redis writes and reads on one connection, in order.
 // A pipeline with a NoRetry command in it is not sent again either.
 func (c waitClient) EvalShaWait(ctx context.Context, sha string, keys, args []string, replicas int, timeout time.Duration) ([]int64, int64, error) {
 	return c.wait(ctx, scriptCmd(ctx, "evalsha", sha, keys, args), replicas, timeout)
 }
 
-// EvalWait implements sluiceredis.Waiter.
+// EvalWait implements redis.Waiter.
 func (c waitClient) EvalWait(ctx context.Context, script string, keys, args []string, replicas int, timeout time.Duration) ([]int64, int64, error) {
 	return c.wait(ctx, scriptCmd(ctx, "eval", script, keys, args), replicas, timeout)
 }

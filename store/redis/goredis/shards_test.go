@@ -10,7 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluice-go/sluice/internal/testing/redistest"
-	sluiceredis "github.com/sluice-go/sluice/store/redis"
+	"github.com/sluice-go/sluice/store/redis"
 )
 
 // TestShards: a ClusterClient's Shards reads every master with its slots
@@ -43,7 +43,7 @@ func TestShards(t *testing.T) {
 }
 
 // describe gives each shard's slot ranges and IDs by master.
-func describe(shards []sluiceredis.Shard) map[string]string {
+func describe(shards []redis.Shard) map[string]string {
 	m := map[string]string{}
 	for _, s := range shards {
 		slots := slices.Clone(s.Slots)
