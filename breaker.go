@@ -96,15 +96,6 @@ func WithBreaker(b Breaker) Option {
 	return func(l *Limiter) { l.breakerSet, l.breakerConf = true, b }
 }
 
-// WithBreakerHandler registers f to be told when a node's breaker opens
-// (with the failure that opened it) and when it closes again (with a nil
-// error): once per change, not per decision, and not of the probes in
-// between. Calls are never concurrent, in the order of the changes,
-// whatever the node; f must not block.
-func WithBreakerHandler(f func(BreakerChange)) Option {
-	return func(l *Limiter) { l.onBreaker = f }
-}
-
 // NodeBreaker is the state of the circuit breaker of one node of a
 // Limiter's store.
 type NodeBreaker struct {
@@ -116,13 +107,8 @@ type NodeBreaker struct {
 	Name string
 	// State is the state of the node's breaker.
 	State BreakerState
-}
-
-// BreakerChange is a change of a node's breaker, as WithBreakerHandler
-// reports it.
-type BreakerChange struct {
-	NodeBreaker
-	// Err is the failure that opened the breaker; nil when it closed.
+	// Err, in a change told to Hooks.Breaker, is the failure that opened
+	// the breaker: nil when it closed, and in Breakers.
 	Err error
 }
 
@@ -170,13 +156,13 @@ type breakers struct {
 	span, probe time.Duration
 	start       time.Time             // the zero of every breaker's times, for a monotonic clock
 	name        func(node int) string // the store's NodeName; nil: it is no Noder
-	onChange    func(BreakerChange)
+	onChange    func(NodeBreaker)
 
 	mu    sync.Mutex                 // orders the changes reported; adds nodes
 	nodes atomic.Pointer[[]*breaker] // by node, nil where not made yet; node 0's always made
 }
 
-func newBreakers(b Breaker, name func(int) string, onChange func(BreakerChange)) *breakers {
+func newBreakers(b Breaker, name func(int) string, onChange func(NodeBreaker)) *breakers {
 	if b.Failures < 0 {
 		return nil
 	}
@@ -351,7 +337,7 @@ func (b *breaker) change(state BreakerState, err error) bool {
 	}
 	b.state.Store(uint32(state))
 	if s.onChange != nil {
-		s.onChange(BreakerChange{NodeBreaker: NodeBreaker{Node: b.node, Name: s.nameOf(b.node), State: state}, Err: err})
+		s.onChange(NodeBreaker{Node: b.node, Name: s.nameOf(b.node), State: state, Err: err})
 	}
 	return true
 }

@@ -13,6 +13,7 @@ import (
 // (until its context ends), and otherwise admits; it counts the calls that
 // reached it.
 type switchStore struct {
+	unsupported
 	fail, hang atomic.Bool
 	calls      atomic.Int64
 	spent      atomic.Int64 // the costs of the calls that succeeded
@@ -51,7 +52,12 @@ func (s *switchStore) Reset(context.Context, string, ...Limit) error { return ni
 type oneSwitch struct{ *switchStore }
 
 func (s oneSwitch) TakeOne(ctx context.Context, key string, limit Limit, cost int, now time.Time) (Result, error) {
-	return first(s.Take(ctx, oneRequest(key, limit, cost, now)))
+	c := call{op: opTakeOne, key: key, limit: limit, n: cost, now: now}
+	rs, err := s.Take(ctx, c.request())
+	if err != nil {
+		return Result{}, err
+	}
+	return rs[0], nil
 }
 
 // changes records what a breaker handler was told.
@@ -61,7 +67,7 @@ type changes struct {
 	nodes []int
 }
 
-func (c *changes) handle(ch BreakerChange) {
+func (c *changes) handle(ch NodeBreaker) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if (ch.State == BreakerOpen) != (ch.Err != nil) {
@@ -115,7 +121,7 @@ func TestBreakerOpensAndCloses(t *testing.T) {
 			}
 			var ch changes
 			conf := Breaker{Failures: 3, Span: time.Nanosecond, Probe: 20 * time.Millisecond}
-			lim := New(store, WithErrorPolicy(p), WithBreaker(conf), WithBreakerHandler(ch.handle))
+			lim := New(store, WithErrorPolicy(p), WithBreaker(conf), WithHooks(Hooks{Breaker: ch.handle}))
 			if (lim.one != nil) != tc.one {
 				t.Fatalf("the Limiter sees a OneTaker: %v, want %v", lim.one != nil, tc.one)
 			}
@@ -269,7 +275,7 @@ func TestBreakerIgnoresStaleFailures(t *testing.T) {
 	st := &switchStore{}
 	var ch changes
 	conf := Breaker{Failures: 2, Span: time.Nanosecond, Probe: time.Millisecond}
-	lim := New(st, WithErrorPolicy(AllowOnError), WithBreaker(conf), WithBreakerHandler(ch.handle))
+	lim := New(st, WithErrorPolicy(AllowOnError), WithBreaker(conf), WithHooks(Hooks{Breaker: ch.handle}))
 	b := lim.breaker
 	stale := []ticket{}
 	for range 5 {
@@ -325,7 +331,7 @@ func TestBreakerDefaults(t *testing.T) {
 func TestBreakerConcurrent(t *testing.T) {
 	st := &switchStore{}
 	var ch changes
-	lim := New(st, WithErrorPolicy(AllowOnError), WithBreaker(Breaker{Failures: 5, Span: time.Millisecond, Probe: time.Millisecond}), WithBreakerHandler(ch.handle))
+	lim := New(st, WithErrorPolicy(AllowOnError), WithBreaker(Breaker{Failures: 5, Span: time.Millisecond, Probe: time.Millisecond}), WithHooks(Hooks{Breaker: ch.handle}))
 	st.fail.Store(true)
 	var wg sync.WaitGroup
 	var stop atomic.Bool

@@ -3,7 +3,6 @@ package sluice
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 
@@ -60,64 +59,6 @@ func (g *gate) holdsNode(node int) bool {
 	found := false
 	g.each(func(p *pass) { found = found || p.b.node == node })
 	return found
-}
-
-// decide asks the store for req, through the breakers of its nodes, and
-// the error policy when the store fails or a breaker is open.
-func (l *Limiter) decide(ctx context.Context, req Request) ([]Result, error) {
-	var g gate
-	if l.breaker != nil && !l.enter(&g, req.Parts[0].Key, req.Parts[1:]) {
-		return l.degrade(ctx, req, l.refused(&g, req))
-	}
-	rs, err := l.takeWithin(ctx, req)
-	if err == nil {
-		l.passed(&g)
-		return rs, nil
-	}
-	l.failure(ctx, &g, err, req)
-	return l.failed(ctx, req, err)
-}
-
-// decideAt is decide through st, the store's Settler, for a reservation:
-// it also returns the instants the store decided at (a Taken with At nil
-// when the error policy answered) and the parts the local fallback
-// decided (nil: none).
-func (l *Limiter) decideAt(ctx context.Context, req Request, st Settler) (Taken, []Part, error) {
-	var g gate
-	if l.breaker != nil && !l.enter(&g, req.Parts[0].Key, req.Parts[1:]) {
-		rs, local, err := l.degradeLocal(ctx, req, l.refused(&g, req))
-		return Taken{Results: rs}, local, err
-	}
-	bctx, cancel := l.bound(ctx)
-	t, err := st.TakeAt(bctx, req)
-	cancel()
-	if err == nil && (len(t.Results) != req.Len() || len(t.At) != req.Len()) {
-		err = fmt.Errorf("the store returned %d results and %d instants for %d limits", len(t.Results), len(t.At), req.Len())
-	}
-	if err == nil {
-		l.passed(&g)
-		return t, nil, nil
-	}
-	l.failure(ctx, &g, err, req)
-	rs, local, err := l.failedLocal(ctx, req, err)
-	return Taken{Results: rs}, local, err
-}
-
-// decideOne is decide for takeOne.
-func (l *Limiter) decideOne(ctx context.Context, key string, limit Limit, n int, now time.Time) (Result, error) {
-	var g gate
-	if l.breaker != nil && !l.enter(&g, key, nil) {
-		req := oneRequest(key, limit, n, now)
-		return first(l.degrade(ctx, req, l.refused(&g, req)))
-	}
-	r, err := l.takeOneWithin(ctx, key, limit, n, now)
-	if err == nil {
-		l.passed(&g)
-		return r, nil
-	}
-	req := oneRequest(key, limit, n, now)
-	l.failure(ctx, &g, err, req)
-	return first(l.failed(ctx, req, err))
 }
 
 // enter fills g with the breakers of the nodes of key and of the keys of
@@ -270,6 +211,8 @@ func (l *Limiter) probe(b *breaker, t ticket, look Request) {
 	}
 	ctx, cancel := deadline.WithTimeout(context.Background(), d)
 	defer cancel()
+	start := l.started()
 	_, err := l.store.Take(ctx, look)
+	l.called("take", start, err)
 	b.done(t, err)
 }

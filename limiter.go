@@ -19,16 +19,14 @@ import (
 type Limiter struct {
 	store    Store
 	one      OneTaker // store's, if it is one: Allow and AllowN ask it
-	direct   bool     // one, and no breaker, deny cache or store timeout
 	now      func() time.Time
 	policy   ErrorPolicy
-	onError  func(ctx context.Context, err error)
+	hooks    Hooks
 	timeout  time.Duration // 0: DefaultStoreTimeout unless the policy is ReturnErrors
 	replicas func() int    // nil: 1
 
 	breakerSet  bool
 	breakerConf Breaker
-	onBreaker   func(BreakerChange)
 	breakers    *breakers // nil: none
 	breaker     *breaker  // node 0's: the only one unless noder is set; nil: none
 	noder       Noder     // store's, if it is one and there are breakers (gate.go)
@@ -52,13 +50,12 @@ func New(store Store, opts ...Option) *Limiter {
 		if n, ok := store.(Noder); ok {
 			l.noder, name = n, n.NodeName
 		}
-		if l.breakers = newBreakers(l.breakerConf, name, l.onBreaker); l.breakers != nil {
+		if l.breakers = newBreakers(l.breakerConf, name, l.hooks.Breaker); l.breakers != nil {
 			l.breaker = (*l.breakers.nodes.Load())[0]
 		} else {
 			l.noder = nil
 		}
 	}
-	l.direct = l.one != nil && l.breaker == nil && l.deny == nil && l.storeTimeout() <= 0
 	return l
 }
 
@@ -130,10 +127,33 @@ func WithReplicas(replicas func() int) Option {
 	return func(l *Limiter) { l.replicas = replicas }
 }
 
-// WithErrorHandler registers f to be told of every store failure, before
-// the ErrorPolicy decides; use it to log or count outages.
-func WithErrorHandler(f func(ctx context.Context, err error)) Option {
-	return func(l *Limiter) { l.onError = f }
+// Hooks are functions a Limiter calls as it works, for metrics and logs, in
+// the manner of net/http/httptrace's ClientTrace: set the ones you need,
+// and leave the others nil. They are called synchronously, from the
+// goroutine that makes the call (a probe's from its own), so they must be
+// quick and must not block; they may be called concurrently, except
+// Breaker.
+type Hooks struct {
+	// StoreCall is told of every call the Limiter makes to its store
+	// (not to a LocalOnError fallback), the breaker's probes included:
+	// the operation, how long the call took, and its error. The
+	// operations are "take" (Take, TakeOne and TakeAt), "reset", "peek",
+	// "refund", "charge" and "renew".
+	StoreCall func(op string, took time.Duration, err error)
+	// StoreError is told of every store failure of a decision, before
+	// the ErrorPolicy decides; use it to log or count outages.
+	StoreError func(ctx context.Context, err error)
+	// Breaker is told when a node's breaker opens (with the failure that
+	// opened it in Err) and when it closes again (Err nil): once per
+	// change, not per decision, and not of the probes in between. Calls
+	// are never concurrent, in the order of the changes, whatever the
+	// node.
+	Breaker func(NodeBreaker)
+}
+
+// WithHooks sets the functions the Limiter calls as it works (see Hooks).
+func WithHooks(h Hooks) Option {
+	return func(l *Limiter) { l.hooks = h }
 }
 
 // Allow is shorthand for AllowN(ctx, key, limit, 1).
@@ -148,28 +168,21 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 // a store error only under the ReturnErrors policy (or LocalOnError without
 // a working fallback).
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (Result, error) {
-	if l.direct && limit.Algorithm != Concurrency {
-		// takeOne, with nothing between the Limiter and the store.
+	if l.one != nil && limit.Algorithm != Concurrency { // a slot needs a Request
 		if err := validateOne(limit, n); err != nil {
 			return Result{}, err
 		}
-		var now time.Time
+		c := call{op: opTakeOne, key: key, limit: limit, n: n}
 		if l.now != nil {
-			now = l.now()
+			c.now = l.now()
 		}
-		r, err := l.one.TakeOne(ctx, key, limit, n, now)
-		if err != nil {
-			return first(l.failed(ctx, oneRequest(key, limit, n, now), err))
-		}
-		return r, nil
-	}
-	if l.one != nil && limit.Algorithm != Concurrency { // a slot needs a Request
-		return l.takeOne(ctx, key, limit, n)
+		err := l.take(ctx, &c)
+		return c.r, err
 	}
 	o := onePool.Get().(*onePart)
 	o.limit[0] = limit
 	o.part[0] = Part{Key: key, Limits: o.limit[:], Cost: n}
-	rs, err := l.take(ctx, o.part[:])
+	rs, err := l.takeParts(ctx, o.part[:])
 	*o = onePart{}
 	onePool.Put(o)
 	if err != nil {
@@ -209,7 +222,7 @@ func (l *Limiter) AllowParts(ctx context.Context, parts ...Part) (MultiResult, e
 	if err := someLimits(parts, "decision"); err != nil {
 		return MultiResult{}, err
 	}
-	rs, err := l.take(ctx, parts)
+	rs, err := l.takeParts(ctx, parts)
 	if err != nil {
 		return MultiResult{}, err
 	}
@@ -251,7 +264,10 @@ func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error 
 			return fmt.Errorf("sluice: reset fallback: %w", err)
 		}
 	}
-	if err := l.store.Reset(ctx, key, limits...); err != nil {
+	start := l.started()
+	err := l.store.Reset(ctx, key, limits...)
+	l.called("reset", start, err)
+	if err != nil {
 		return fmt.Errorf("sluice: reset: %w", err)
 	}
 	if l.deny != nil {
@@ -261,24 +277,20 @@ func (l *Limiter) Reset(ctx context.Context, key string, limits ...Limit) error 
 	return nil
 }
 
-// ErrPeekUnsupported is wrapped by the error of Limiter.Peek when the
-// Limiter's store is no Peeker.
-var ErrPeekUnsupported = errors.New("the store cannot be read without deciding (it is no sluice.Peeker)")
-
 // Peek returns what AllowParts(ctx, parts...) would answer now, if
 // nothing else happened first, and spends nothing: the Results of a
 // request of each part's Cost (0: the state as it is), and whether it
 // would be admitted. It validates parts as AllowParts does, and asks the
-// store directly (its Peeker), bounded by the store timeout
+// store directly (Store.Peek), bounded by the store timeout
 // (WithStoreTimeout).
 //
 // Peek reports the store's state only. It never answers from the deny
 // cache (WithDenyCache), whose denials agree with the store's state
 // anyway, and it is neither refused by an open breaker nor counted by it.
-// It never applies the ErrorPolicy: when the store fails, or is no
-// Peeker, Peek returns the error (wrapping ErrPeekUnsupported for the
-// latter), never a made-up or local answer, whatever the policy; a
-// request decided meanwhile would get the policy's answer.
+// It never applies the ErrorPolicy: when the store fails, or cannot peek
+// (an error wrapping errors.ErrUnsupported), Peek returns the error, never
+// a made-up or local answer, whatever the policy; a request decided
+// meanwhile would get the policy's answer.
 func (l *Limiter) Peek(ctx context.Context, parts ...Part) (MultiResult, error) {
 	if err := someLimits(parts, "peek"); err != nil {
 		return MultiResult{}, err
@@ -286,17 +298,15 @@ func (l *Limiter) Peek(ctx context.Context, parts ...Part) (MultiResult, error) 
 	if err := validate(parts); err != nil {
 		return MultiResult{}, err
 	}
-	pk, ok := l.store.(Peeker)
-	if !ok {
-		return MultiResult{}, fmt.Errorf("sluice: peek: %w: %T", ErrPeekUnsupported, l.store)
-	}
 	req := Request{Parts: parts}
 	if l.now != nil {
 		req.Now = l.now()
 	}
 	ctx, cancel := l.bound(ctx)
 	defer cancel()
-	rs, err := pk.Peek(ctx, req)
+	start := l.started()
+	rs, err := l.store.Peek(ctx, req)
+	l.called("peek", start, err)
 	if err != nil {
 		return MultiResult{}, fmt.Errorf("sluice: peek: %w", err)
 	}
@@ -304,83 +314,6 @@ func (l *Limiter) Peek(ctx context.Context, parts ...Part) (MultiResult, error) 
 		return MultiResult{}, fmt.Errorf("sluice: peek: the store returned %d results for %d limits", len(rs), req.Len())
 	}
 	return Combine(rs), nil
-}
-
-func (l *Limiter) take(ctx context.Context, parts []Part) ([]Result, error) {
-	if err := validate(parts); err != nil {
-		return nil, err
-	}
-	req := Request{Parts: parts, Slot: slotFor(parts)}
-	if l.now != nil {
-		req.Now = l.now()
-	}
-	if l.deny == nil || !cacheable(parts) {
-		return l.decide(ctx, req)
-	}
-	// t0 is taken before the store is asked: no later than its decision.
-	t0 := req.Now
-	if t0.IsZero() {
-		t0 = time.Now()
-	}
-	p := parts[0]
-	r, resets, ok := l.deny.answer(p.Key, p.Limits[0], t0)
-	if ok {
-		return []Result{r}, nil
-	}
-	rs, err := l.decide(ctx, req)
-	if err == nil {
-		l.deny.keep(p.Key, p.Limits[0], rs[0], t0, resets)
-	}
-	return rs, err
-}
-
-// takeOne is take for a request of cost n by key under limit alone, asked
-// of the store's OneTaker: no Request and no []Result unless the store
-// fails (the error policy and the breaker's probes need them).
-func (l *Limiter) takeOne(ctx context.Context, key string, limit Limit, n int) (Result, error) {
-	if err := validateOne(limit, n); err != nil {
-		return Result{}, err
-	}
-	var now time.Time
-	if l.now != nil {
-		now = l.now()
-	}
-	if l.deny == nil || n != 1 { // cacheable
-		return l.decideOne(ctx, key, limit, n, now)
-	}
-	t0 := now // as in take
-	if t0.IsZero() {
-		t0 = time.Now()
-	}
-	r, resets, ok := l.deny.answer(key, limit, t0)
-	if ok {
-		return r, nil
-	}
-	r, err := l.decideOne(ctx, key, limit, n, now)
-	if err == nil {
-		l.deny.keep(key, limit, r, t0, resets)
-	}
-	return r, err
-}
-
-// oneRequest is the Request that takeOne decides without building it.
-func oneRequest(key string, limit Limit, n int, now time.Time) Request {
-	return Request{Parts: []Part{{Key: key, Limits: []Limit{limit}, Cost: n}}, Now: now}
-}
-
-// first returns the only Result of rs, or err.
-func first(rs []Result, err error) (Result, error) {
-	if err != nil {
-		return Result{}, err
-	}
-	return rs[0], nil
-}
-
-// failed answers req, which the store failed with err: the caller's
-// cancellation if it gave up, otherwise the error policy's answer.
-func (l *Limiter) failed(ctx context.Context, req Request, err error) ([]Result, error) {
-	rs, _, err := l.failedLocal(ctx, req, err)
-	return rs, err
 }
 
 // failedLocal is failed, and also returns the parts the local fallback
@@ -396,22 +329,10 @@ func (l *Limiter) failedLocal(ctx context.Context, req Request, err error) ([]Re
 		}
 		return nil, nil, fmt.Errorf("sluice: %w: %w", cerr, err)
 	}
-	if l.onError != nil {
-		l.onError(ctx, err)
+	if l.hooks.StoreError != nil {
+		l.hooks.StoreError(ctx, err)
 	}
 	return l.degradeLocal(ctx, req, err)
-}
-
-func (l *Limiter) takeWithin(ctx context.Context, req Request) ([]Result, error) {
-	ctx, cancel := l.bound(ctx)
-	defer cancel()
-	return l.store.Take(ctx, req)
-}
-
-func (l *Limiter) takeOneWithin(ctx context.Context, key string, limit Limit, n int, now time.Time) (Result, error) {
-	ctx, cancel := l.bound(ctx)
-	defer cancel()
-	return l.one.TakeOne(ctx, key, limit, n, now)
 }
 
 // bound applies the store timeout to ctx: a timeout that does not count
@@ -483,7 +404,7 @@ func validateOne(limit Limit, n int) error {
 //
 // The policy answers every store error, including errors that are not
 // outages (a key holding a value of another type): watch them with
-// WithErrorHandler.
+// Hooks.StoreError.
 type ErrorPolicy struct {
 	mode     policyMode
 	fallback Store

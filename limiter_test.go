@@ -8,6 +8,7 @@ import (
 
 // failingStore fails every call with err, after calling before.
 type failingStore struct {
+	unsupported
 	before func()
 	err    error
 }

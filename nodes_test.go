@@ -18,6 +18,7 @@ import (
 // slots, and fails with a NodeError naming the node that failed and those
 // that answered before it; named false, with the error alone.
 type nodeSwitch struct {
+	unsupported
 	nodes [3]*switchStore
 	plain bool // fail with the node's error alone, not a NodeError
 
@@ -186,7 +187,7 @@ func TestBreakerPerNode(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newNodeSwitch()
 			var ch changes
-			lim := New(s, WithErrorPolicy(AllowOnError), WithBreaker(conf), WithBreakerHandler(ch.handle))
+			lim := New(s, WithErrorPolicy(AllowOnError), WithBreaker(conf), WithHooks(Hooks{Breaker: ch.handle}))
 			tc.run(t, s, lim)
 			ch.mu.Lock()
 			defer ch.mu.Unlock()
@@ -205,13 +206,13 @@ func TestBreakerPerNode(t *testing.T) {
 func TestBreakerPerNodeReports(t *testing.T) {
 	s := newNodeSwitch()
 	var mu sync.Mutex
-	var got []BreakerChange
+	var got []NodeBreaker
 	conf := Breaker{Failures: 2, Span: time.Nanosecond, Probe: time.Millisecond}
-	lim := New(s, WithErrorPolicy(AllowOnError), WithBreaker(conf), WithBreakerHandler(func(ch BreakerChange) {
+	lim := New(s, WithErrorPolicy(AllowOnError), WithBreaker(conf), WithHooks(Hooks{Breaker: func(ch NodeBreaker) {
 		mu.Lock()
 		defer mu.Unlock()
 		got = append(got, ch)
-	}))
+	}}))
 	s.nodes[2].fail.Store(true)
 	for range 2 {
 		decide(t, lim, "0k", "2k")

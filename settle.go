@@ -9,45 +9,7 @@ import (
 	"time"
 )
 
-// Settler is an optional interface of a Store: a Store that has it gives
-// back what a decision consumed (Refund) and consumes beyond a limit
-// (Charge), for work whose cost is known only once it is done
-// (Limiter.Reserve, Reservation.Settle). The memory and Redis stores have
-// it, and so do the wrappers in this module that forward to a store. A
-// store that wraps another is a Settler only if it forwards all three
-// methods; a Limiter over a store without it refuses Reserve with an
-// error wrapping ErrSettleUnsupported.
-//
-// As for Take, every request is valid: each Cost is at most the Capacity
-// of each of its part's limits.
-type Settler interface {
-	// TakeAt is Take, and also reports the instants the store decided at,
-	// which make a Refund of the take exact.
-	TakeAt(ctx context.Context, req Request) (Taken, error)
-	// Refund gives back what a take of the same parts consumed: each
-	// part's Cost (at most the take's) from each of its limits, at
-	// req.Now (the zero Now: the store's clock). t is the take's Taken,
-	// or the zero Taken when it is not known. A refund never gives back
-	// more than the take consumed, nor to state that is no longer the
-	// take's (a window that ended, state reset since): see the
-	// algorithms' rules in Reservation.Settle. A Concurrency limit of a
-	// Cost above 0 releases its slot t.Slot if it is still held (or,
-	// when t.Slot is empty, the held slot whose lease ends first). It
-	// returns the state after the refund, one Result per limit as Take of
-	// cost 0 would.
-	Refund(ctx context.Context, req Request, t Taken) ([]Result, error)
-	// Charge consumes each part's Cost from each of its limits whatever
-	// they hold, and is never denied: a window's count or a log may
-	// exceed its limit, a bucket's debt its capacity, and the key's next
-	// requests are denied until the debt is repaid. It returns the state
-	// after the charge, one Result per limit as Take of cost 0 would (a
-	// limit in debt reports it denied, with the RetryAfter until a
-	// request of cost 0 fits again). A Concurrency limit is not charged:
-	// its slots stay as they are.
-	Charge(ctx context.Context, req Request) ([]Result, error)
-}
-
-// Taken is what a Settler's TakeAt reports of a take, for its Refund.
+// Taken is what a Store's TakeAt reports of a take, for its Refund.
 type Taken struct {
 	// Results are the take's, one per limit, as Take returns them.
 	Results []Result
@@ -66,9 +28,6 @@ type Taken struct {
 
 // Errors of Reserve and Settle.
 var (
-	// ErrSettleUnsupported is wrapped by the error of Limiter.Reserve
-	// when the Limiter's store, or its local fallback, is no Settler.
-	ErrSettleUnsupported = errors.New("the store cannot give back or charge units (it is no sluice.Settler)")
 	// ErrSettled is wrapped by the error of Reservation.Settle when the
 	// reservation was settled already: a retried settle never refunds
 	// twice.
@@ -125,8 +84,8 @@ func (l *Limiter) Reserve(ctx context.Context, key string, limit Limit, max int)
 
 // ReserveParts decides parts as AllowParts does, each at its largest
 // cost, and returns a Reservation to settle at the actual costs. The
-// errors are AllowParts's, and one wrapping ErrSettleUnsupported when the
-// store is no Settler. It never answers from the deny cache
+// errors are AllowParts's, and one wrapping errors.ErrUnsupported when the
+// store cannot report its instants (Store.TakeAt). It never answers from the deny cache
 // (WithDenyCache). A store failure gets the error policy's answer, as in
 // AllowParts, and the Reservation remembers who decided: see
 // Reservation.SettleParts.
@@ -156,26 +115,17 @@ func (l *Limiter) reserve(ctx context.Context, r *Reservation, parts []Part) (*R
 	if err := validate(parts); err != nil {
 		return nil, err
 	}
-	st, ok := l.store.(Settler)
-	if !ok {
-		return nil, fmt.Errorf("sluice: reserve: %w: %T", ErrSettleUnsupported, l.store)
-	}
-	if f := l.policy.fallback; f != nil {
-		if _, ok := f.(Settler); !ok {
-			return nil, fmt.Errorf("sluice: reserve: the fallback store: %w: %T", ErrSettleUnsupported, f)
-		}
-	}
-	req := Request{Parts: parts, Slot: slotFor(parts)}
+	c := call{op: opTakeAt, req: Request{Parts: parts, Slot: slotFor(parts)}}
 	if l.now != nil {
-		req.Now = l.now()
+		c.req.Now = l.now()
 	}
-	t, local, err := l.decideAt(ctx, req, st)
-	if err != nil {
+	c.now = c.req.Now
+	if err := l.decide(ctx, &c); err != nil {
 		return nil, err
 	}
-	t.Slot = req.Slot
+	t := Taken{Results: c.rs, At: c.at, Slot: c.req.Slot}
 	r.MultiResult, r.lim, r.parts, r.taken = Combine(t.Results), l, parts, t
-	for i, p := range local {
+	for i, p := range c.local {
 		if p.Cost > 0 {
 			r.local = append(r.local, localPart{index: localIndex(parts, l, i), part: p})
 		}
@@ -280,12 +230,11 @@ func (r *Reservation) SettleParts(ctx context.Context, actual ...int) (MultiResu
 		return r.MultiResult, nil
 	}
 	var rs []Result
-	st := l.store.(Settler)
 	for _, s := range []*settling{refund, charge} {
 		if s == nil {
 			continue
 		}
-		got, refused, err := l.settleCall(ctx, s, st, r.taken)
+		got, refused, err := l.settleCall(ctx, s, r.taken)
 		if refused {
 			return MultiResult{}, fmt.Errorf("sluice: settle: %w", err)
 		}
@@ -469,30 +418,38 @@ func (s *settling) taken(t Taken) Taken {
 	return out
 }
 
-// settleCall runs the refund or charge s on st, through the breakers of
+// settleCall runs the refund, charge or renewal s on the store, through the breakers of
 // its nodes and within the store timeout. refused reports that a breaker
 // kept it from the store: it did not run.
-func (l *Limiter) settleCall(ctx context.Context, s *settling, st Settler, t Taken) (rs []Result, refused bool, err error) {
+func (l *Limiter) settleCall(ctx context.Context, s *settling, t Taken) (rs []Result, refused bool, err error) {
 	req := s.req
 	var g gate
 	if l.breaker != nil && !l.enter(&g, req.Parts[0].Key, req.Parts[1:]) {
 		return nil, true, l.refused(&g, req)
 	}
 	bctx, cancel := l.bound(ctx)
+	start, op := l.started(), "charge"
 	switch {
 	case s.renew:
-		rs, err = l.store.(Renewer).Renew(bctx, req)
+		op = "renew"
+		rs, err = l.store.Renew(bctx, req)
 	case s.refund:
-		rs, err = st.Refund(bctx, req, s.taken(t))
+		op = "refund"
+		rs, err = l.store.Refund(bctx, req, s.taken(t))
 	default:
-		rs, err = st.Charge(bctx, req)
+		rs, err = l.store.Charge(bctx, req)
 	}
+	l.called(op, start, err)
 	cancel()
 	if err == nil && len(rs) != req.Len() {
 		err = fmt.Errorf("the store returned %d results for %d limits", len(rs), req.Len())
 	}
 	if err != nil {
-		l.failure(ctx, &g, err, req)
+		if errors.Is(err, errors.ErrUnsupported) {
+			l.passed(&g) // the store answered
+		} else {
+			l.failure(ctx, &g, err, req)
+		}
 		return nil, false, err
 	}
 	l.passed(&g)
@@ -512,7 +469,7 @@ func (r *Reservation) settleLocal(ctx context.Context, actual []int) (MultiResul
 	}
 	refund, charge := r.split(actual, func(i int) Part { return byIndex[i] })
 	rs := slices.Clone(r.Results)
-	st := r.lim.policy.fallback.(Settler) // checked by ReserveParts
+	st := r.lim.policy.fallback
 	ctx, cancel := r.lim.bound(ctx)
 	defer cancel()
 	for _, s := range []*settling{refund, charge} {
@@ -553,8 +510,9 @@ func (r *Reservation) settleLocal(ctx context.Context, actual []int) (MultiResul
 // request of cost 0 would see it. It goes through the breaker of each
 // part's node and the store timeout as a decision does, but no error
 // policy answers for it: a store failure, or a breaker that keeps it from
-// the store, is returned (the units stay consumed), and a store that is
-// no Settler gives an error wrapping ErrSettleUnsupported. A refund drops
+// the store, is returned (the units stay consumed), and a store that
+// cannot give back gives an error wrapping errors.ErrUnsupported. A refund
+// drops
 // the deny cache's entries of each key it gives back to.
 func (l *Limiter) Refund(ctx context.Context, parts ...Part) (MultiResult, error) {
 	if err := someLimits(parts, "refund"); err != nil {
@@ -562,10 +520,6 @@ func (l *Limiter) Refund(ctx context.Context, parts ...Part) (MultiResult, error
 	}
 	if err := validate(parts); err != nil {
 		return MultiResult{}, err
-	}
-	st, ok := l.store.(Settler)
-	if !ok {
-		return MultiResult{}, fmt.Errorf("sluice: refund: %w: %T", ErrSettleUnsupported, l.store)
 	}
 	s := &settling{refund: true}
 	for _, p := range parts {
@@ -575,7 +529,7 @@ func (l *Limiter) Refund(ctx context.Context, parts ...Part) (MultiResult, error
 	if l.now != nil {
 		s.req.Now = l.now()
 	}
-	rs, _, err := l.settleCall(ctx, s, st, Taken{})
+	rs, _, err := l.settleCall(ctx, s, Taken{})
 	if err != nil {
 		return MultiResult{}, fmt.Errorf("sluice: refund: %w", err)
 	}
@@ -613,17 +567,14 @@ func (r *Reservation) Taken() (parts []Part, t Taken, ok bool) {
 // those the caller holds now (a reloaded rule's): a limit whose Identity
 // is the reserved one's shares its state, and the caller should leave out
 // one whose Identity changed, whose state the reservation never touched.
-// The errors are ReserveParts's for invalid parts, one wrapping
-// ErrSettleUnsupported, and one for a t that does not fit the parts.
+// The errors are ReserveParts's for invalid parts, and one for a t that
+// does not fit the parts.
 func (l *Limiter) Resume(parts []Part, t Taken) (*Reservation, error) {
 	if err := someLimits(parts, "reservation"); err != nil {
 		return nil, err
 	}
 	if err := validate(parts); err != nil {
 		return nil, err
-	}
-	if _, ok := l.store.(Settler); !ok {
-		return nil, fmt.Errorf("sluice: resume: %w: %T", ErrSettleUnsupported, l.store)
 	}
 	n := 0
 	own := make([]Part, len(parts))

@@ -12,20 +12,17 @@ import (
 // Errors of Concurrency slots.
 var (
 	// ErrSlotLost is wrapped by the error of Reservation.Renew when a
-	// slot the reservation held is no longer held: its lease ended
-	// before the renewal (a process stalled for longer than the lease),
+	// slot the reservation held is no longer held: its TTL ran out
+	// before the renewal (a process stalled for longer than the TTL),
 	// and another request may have taken its place.
 	ErrSlotLost = errors.New("the slot's lease ended before it was renewed")
-	// ErrRenewUnsupported is wrapped by the error of Reservation.Renew
-	// when the store that holds the slots is no Renewer.
-	ErrRenewUnsupported = errors.New("the store cannot renew slots (it is no sluice.Renewer)")
 )
 
 // Acquire holds one slot of limit, a Concurrency limit, for key: it is
 // Reserve(ctx, key, limit, 1). The Reservation is admitted while fewer
 // than limit.Limit slots of key are held; release the slot with its
 // Release when the work ends, and keep it with KeepAlive (or Renew)
-// while the work may outlast the lease.
+// while the work may outlast the slot's TTL.
 func (l *Limiter) Acquire(ctx context.Context, key string, limit Limit) (*Reservation, error) {
 	if limit.Algorithm != Concurrency {
 		return nil, fmt.Errorf("%w: acquire needs a concurrency limit, got %s", ErrInvalidLimit, limit)
@@ -85,17 +82,17 @@ func (r *Reservation) Release(ctx context.Context) (MultiResult, error) {
 	return r.SettleParts(ctx, costs...)
 }
 
-// Renew extends the lease of each slot the reservation holds to a full
+// Renew extends the hold of each slot the reservation holds to a full
 // SlotTTL from now, and returns the state of its Concurrency limits (the
 // Results of those limits alone, in order). A slot that is no longer held
-// (its lease ended first) is not taken again: Renew then returns the
+// (its TTL ran out first) is not taken again: Renew then returns the
 // state and an error wrapping ErrSlotLost, and the work should stop or
 // take a new slot. A reservation without slots has nothing to renew and
 // returns its own MultiResult. The errors are also Settle's for a denied
-// or settled reservation, one wrapping ErrRenewUnsupported, and a store
-// failure, through the breaker and store timeout as a settle (no error
-// policy answers it: the lease goes on until it ends, and KeepAlive tries
-// again).
+// or settled reservation, one wrapping errors.ErrUnsupported when the
+// store cannot renew (Store.Renew), and a store failure, through the
+// breaker and store timeout as a settle (no error policy answers it: the
+// slot stays held until its TTL runs out, and KeepAlive tries again).
 func (r *Reservation) Renew(ctx context.Context) (MultiResult, error) {
 	r.mu.Lock()
 	settled := r.settled
@@ -106,14 +103,12 @@ func (r *Reservation) Renew(ctx context.Context) (MultiResult, error) {
 	case !r.Allowed:
 		return MultiResult{}, fmt.Errorf("sluice: renew: %w", ErrNotReserved)
 	}
-	s, st, err := r.renewal()
-	if err != nil || s == nil {
-		if err != nil {
-			err = fmt.Errorf("sluice: renew: %w", err)
-		}
-		return r.MultiResult, err
+	s, st := r.renewal()
+	if s == nil {
+		return r.MultiResult, nil
 	}
 	var rs []Result
+	var err error
 	if r.taken.At == nil {
 		ctx, cancel := r.lim.bound(ctx)
 		rs, err = st.Renew(ctx, s.req)
@@ -122,7 +117,7 @@ func (r *Reservation) Renew(ctx context.Context) (MultiResult, error) {
 			rs[i].Degraded = DegradedLocal
 		}
 	} else {
-		rs, _, err = r.lim.settleCall(ctx, s, nil, Taken{})
+		rs, _, err = r.lim.settleCall(ctx, s, Taken{})
 	}
 	if err == nil && len(rs) != s.req.Len() {
 		err = fmt.Errorf("the store returned %d results for %d limits", len(rs), s.req.Len())
@@ -139,7 +134,7 @@ func (r *Reservation) Renew(ctx context.Context) (MultiResult, error) {
 
 // renewal returns the renewal of the reservation's slots, and the store
 // that holds them: nil and nil when it holds none.
-func (r *Reservation) renewal() (*settling, Renewer, error) {
+func (r *Reservation) renewal() (*settling, Store) {
 	s := &settling{renew: true}
 	s.req.Slot = r.taken.Slot
 	if r.lim.now != nil {
@@ -162,20 +157,16 @@ func (r *Reservation) renewal() (*settling, Renewer, error) {
 		s.req.Parts = append(s.req.Parts, p)
 	}
 	if len(s.req.Parts) == 0 {
-		return nil, nil, nil
+		return nil, nil
 	}
-	st, ok := store.(Renewer)
-	if !ok {
-		return nil, nil, fmt.Errorf("%w: %T", ErrRenewUnsupported, store)
-	}
-	return s, st, nil
+	return s, store
 }
 
 // KeepAlive renews the reservation's slots (Renew) every third of their
-// shortest lease, from a goroutine of its own, until stop is called, the
+// shortest SlotTTL, from a goroutine of its own, until stop is called, the
 // reservation is settled or denied, a slot is lost, or ctx is done: the
-// slots of work that runs longer than their lease stay held while the
-// process lives, and free themselves within a lease when it dies. A
+// slots of work that runs longer than their TTL stay held while the
+// process lives, and free themselves within a TTL when it dies. A
 // renewal that fails (a store outage) is tried again at the next tick.
 // stop returns at once; a renewal under way when it is called may still
 // reach the store, where a released slot is not taken again.
@@ -202,7 +193,7 @@ func (r *Reservation) KeepAlive(ctx context.Context) (stop func()) {
 			case <-t.C:
 			}
 			_, err := r.Renew(ctx)
-			if errors.Is(err, ErrSlotLost) || errors.Is(err, ErrSettled) || errors.Is(err, ErrRenewUnsupported) {
+			if errors.Is(err, ErrSlotLost) || errors.Is(err, ErrSettled) || errors.Is(err, errors.ErrUnsupported) {
 				return
 			}
 		}

@@ -11,7 +11,15 @@ import (
 // pass the conformance suite in package storetest.
 //
 // A Limiter validates every Request before it reaches the store, so a Store
-// may assume valid limits and costs.
+// may assume valid limits and costs: each Cost is at most the Capacity of
+// each of its part's limits.
+//
+// A store that cannot do one of the operations (a backend that cannot read
+// without deciding, or give units back) returns an error wrapping
+// errors.ErrUnsupported from it: the Limiter then returns that error to
+// the caller of the method that needed it (Peek, Reserve, Refund,
+// Reservation.Renew), whatever its ErrorPolicy, and its breaker does not
+// count it as a failure.
 type Store interface {
 	// Take decides whether every part of req fits: each part's Cost in
 	// every one of its Limits for its Key. If and only if all of them fit,
@@ -25,6 +33,45 @@ type Store interface {
 	// Cluster slots may deny requests that would fit while it gives back
 	// what a denied request took).
 	Take(ctx context.Context, req Request) ([]Result, error)
+	// TakeAt is Take, and also reports the instants the store decided at,
+	// which make a Refund of the take exact (Limiter.Reserve).
+	TakeAt(ctx context.Context, req Request) (Taken, error)
+	// Refund gives back what a take of the same parts consumed: each
+	// part's Cost (at most the take's) from each of its limits, at
+	// req.Now (the zero Now: the store's clock). t is the take's Taken,
+	// or the zero Taken when it is not known. A refund never gives back
+	// more than the take consumed, nor to state that is no longer the
+	// take's (a window that ended, state reset since): see the
+	// algorithms' rules in Reservation.Settle. A Concurrency limit of a
+	// Cost above 0 releases its slot t.Slot if it is still held (or,
+	// when t.Slot is empty, the held slot whose hold ends first). It
+	// returns the state after the refund, one Result per limit as Take of
+	// cost 0 would.
+	Refund(ctx context.Context, req Request, t Taken) ([]Result, error)
+	// Charge consumes each part's Cost from each of its limits whatever
+	// they hold, and is never denied: a window's count or a log may
+	// exceed its limit, a bucket's debt its capacity, and the key's next
+	// requests are denied until the debt is repaid. It returns the state
+	// after the charge, one Result per limit as Take of cost 0 would (a
+	// limit in debt reports it denied, with the RetryAfter until a
+	// request of cost 0 fits again). A Concurrency limit is not charged:
+	// its slots stay as they are.
+	Charge(ctx context.Context, req Request) ([]Result, error)
+	// Renew extends the hold of slot req.Slot under each Concurrency
+	// limit of req's parts (their Costs are not read) to end one
+	// SlotTTL after req.Now (the zero Now: the store's clock), for
+	// Reservation.Renew and KeepAlive. A slot that is no longer held
+	// (released, or its TTL ran out) is not taken again. It returns one
+	// Result per limit: Allowed if the slot was held and is renewed, and
+	// the limit's state as Take of cost 0 would report it.
+	Renew(ctx context.Context, req Request) ([]Result, error)
+	// Peek returns what Take(ctx, req) would return at req.Now (the zero
+	// Now: the store's clock), the same Results in the same order, and
+	// changes nothing in the store: it writes no state, converts none
+	// kept under another Limit or Burst, creates no entry, extends no
+	// expiry and, in a store that forgets its least recently used
+	// entries, does not count as a use (Limiter.Peek: sluice inspect).
+	Peek(ctx context.Context, req Request) ([]Result, error)
 	// Reset forgets the state of key under each of limits.
 	Reset(ctx context.Context, key string, limits ...Limit) error
 }
@@ -62,21 +109,6 @@ type Request struct {
 	// held twice: an admitted take of it renews it (the decision does not
 	// tell it apart from a new one).
 	Slot string
-}
-
-// Renewer is an optional interface of a Store: a Store that has it
-// extends the leases of Concurrency slots (Reservation.Renew and
-// KeepAlive). The memory and Redis stores have it, and so do the wrappers
-// in this module that forward to a store.
-type Renewer interface {
-	// Renew extends the lease of slot req.Slot under each Concurrency
-	// limit of req's parts (their Costs are not read) to end one
-	// SlotTTL after req.Now (the zero Now: the store's clock). A slot
-	// that is no longer held (released, or its lease ended) is not taken
-	// again. It returns one Result per limit: Allowed if the slot was
-	// held and is renewed, and the limit's state as Take of cost 0 would
-	// report it.
-	Renew(ctx context.Context, req Request) ([]Result, error)
 }
 
 // MaxSlotLen bounds the length of a Request's Slot.
@@ -136,25 +168,6 @@ func (req Request) Len() int {
 		n += len(p.Limits)
 	}
 	return n
-}
-
-// Peeker is an optional interface of a Store: a Store that has it reads a
-// request's state without deciding it, for Limiter.Peek (an operator's
-// look at a client: sluice inspect). The memory and Redis stores have it,
-// and so do the wrappers in this module that forward to a store
-// (storetest.Counting, lease.Store, the metrics package's instrumented
-// store).
-//
-// Peek(ctx, req) returns what Take(ctx, req) would return at req.Now (the
-// zero Now: the store's clock), the same Results in the same order, and
-// changes nothing in the store: it writes no state, converts none kept
-// under another Limit or Burst, creates no entry, extends no expiry and,
-// in a store that forgets its least recently used entries, does not count
-// as a use. As for Take, the request is valid. A store that wraps another
-// is a Peeker only if it forwards Peek; a Limiter over a store without it
-// answers Peek with an error wrapping ErrPeekUnsupported.
-type Peeker interface {
-	Peek(ctx context.Context, req Request) ([]Result, error)
 }
 
 // Noder is an optional interface of a Store whose keys live on several

@@ -34,7 +34,7 @@
 package metrics
 
 import (
-	"context"
+	"errors"
 	"maps"
 	"net/http"
 	"strconv"
@@ -90,14 +90,6 @@ type opSeries struct {
 	errors  prometheus.Counter
 }
 
-// observe records a call of the operation that started at start and
-// ended with err.
-func (o opSeries) observe(start time.Time, err error) {
-	o.seconds.Observe(time.Since(start).Seconds())
-	if err != nil {
-		o.errors.Inc()
-	}
-}
 
 // The doors, the values of sluice_decision_duration_seconds' door label:
 // POST /v1/check and /v1/check/batch (DoorHTTP), Envoy's gRPC
@@ -327,11 +319,11 @@ func (m *Metrics) counter(k ruleOutcome) prometheus.Counter {
 }
 
 // Breaker records a change of one of the store's circuit breakers: a
-// sluice.WithBreakerHandler (policyfile.WithBreakerReport). A node's
+// sluice.Hooks Breaker (see Hooks). A node's
 // series is named as the change names it: when a node's name changes (a
 // Cluster shard's new master), the series of its old name goes. A store
 // of one node (which names none) has sluice_breaker_open alone.
-func (m *Metrics) Breaker(ch sluice.BreakerChange) {
+func (m *Metrics) Breaker(ch sluice.NodeBreaker) {
 	m.nodesMu.Lock()
 	defer m.nodesMu.Unlock()
 	open := ch.State == sluice.BreakerOpen
@@ -382,54 +374,41 @@ func (m *Metrics) Reload(err error) {
 // envoy.Service logs the domains by name.
 func (m *Metrics) UnknownDomain(string) { m.unknown.Inc() }
 
-// Store returns s instrumented: the latency and errors of every call.
-// It is a sluice.Noder that forwards to s (one node if s is no Noder), so
-// that a Limiter over it keeps one breaker per node of s, and a
-// sluice.Settler if s is one, so that it can Reserve (refunds and charges
-// are timed under op="refund" and op="charge"), and then a sluice.Renewer
-// too, whose renewals fail with sluice.ErrRenewUnsupported if s is none
-// (op="renew").
-func (m *Metrics) Store(s sluice.Store) sluice.Store {
-	n, _ := s.(sluice.Noder)
-	st := &store{s, n, m}
-	if set, ok := s.(sluice.Settler); ok {
-		return &settling{st, set}
+// Hooks returns the Limiter hooks that record the store's calls
+// (sluice_store_duration_seconds and sluice_store_errors_total by op)
+// and its breakers' changes (Breaker): install them with sluice.WithHooks
+// (policyfile.WithHooks).
+func (m *Metrics) Hooks() sluice.Hooks {
+	return sluice.Hooks{StoreCall: m.StoreCall, Breaker: m.Breaker}
+}
+
+// StoreCall records one store call of op ("take", "reset", "peek",
+// "refund", "charge" or "renew") that took d and ended with err: a
+// sluice.Hooks StoreCall. Another op, and a call the store cannot make
+// (errors.ErrUnsupported), are recorded nowhere.
+func (m *Metrics) StoreCall(op string, d time.Duration, err error) {
+	var o *opSeries
+	switch op {
+	case "take":
+		o = &m.take
+	case "reset":
+		o = &m.reset
+	case "peek":
+		o = &m.peek
+	case "refund":
+		o = &m.refund
+	case "charge":
+		o = &m.charge
+	case "renew":
+		o = &m.renew
+	default:
+		return
 	}
-	return st
-}
-
-type store struct {
-	next  sluice.Store
-	noder sluice.Noder // next's, if it is one
-	m     *Metrics
-}
-
-// Node implements sluice.Noder: the wrapped store's node of key.
-func (s *store) Node(key string) int {
-	if s.noder == nil {
-		return 0
+	if errors.Is(err, errors.ErrUnsupported) {
+		return // the store cannot: no call was made
 	}
-	return s.noder.Node(key)
-}
-
-// NodeName implements sluice.Noder: the wrapped store's name of node.
-func (s *store) NodeName(node int) string {
-	if s.noder == nil {
-		return ""
+	o.seconds.Observe(d.Seconds())
+	if err != nil {
+		o.errors.Inc()
 	}
-	return s.noder.NodeName(node)
-}
-
-func (s *store) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
-	start := time.Now()
-	rs, err := s.next.Take(ctx, req)
-	s.m.take.observe(start, err)
-	return rs, err
-}
-
-func (s *store) Reset(ctx context.Context, key string, limits ...sluice.Limit) error {
-	start := time.Now()
-	err := s.next.Reset(ctx, key, limits...)
-	s.m.reset.observe(start, err)
-	return err
 }

@@ -72,7 +72,7 @@ func (in *Inspection) Result() sluice.Result {
 // sluice.ErrInvalidCost for a cost a limit of the rule could never
 // admit, whether or not the rule is in shadow mode; or the Limiter's:
 // the store failed (whatever its error policy), or it cannot be read
-// without deciding (sluice.ErrPeekUnsupported).
+// without deciding (errors.ErrUnsupported).
 func (e *Engine) Inspect(ctx context.Context, c Check) (*Inspection, error) {
 	a, err := e.set.Load().check(c)
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 // refund decides nothing, and the SettleObserver is told of the units
 // given back. The errors are Check's for a check that names
 // no rule, a key its rule refuses or a repeated check, and Limiter.Refund's
-// (a store failure, or sluice.ErrSettleUnsupported): no error policy
+// (a store failure, or errors.ErrUnsupported): no error policy
 // answers for a refund.
 func (e *Engine) Refund(ctx context.Context, checks ...Check) (*Decision, error) {
 	applied, err := e.set.Load().resolve(checks)

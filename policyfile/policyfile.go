@@ -40,12 +40,11 @@ type Option func(*settings)
 type settings struct {
 	log       *slog.Logger
 	obs       policy.Observer
-	wrap      func(sluice.Store) sluice.Store
+	hooks     sluice.Hooks
 	redis     func(config.Redis) config.Redis
 	rules     []policy.Option
 	engine    []policy.EngineOption
 	onReload  func(err error)
-	onBreaker func(sluice.BreakerChange)
 	onMemory  func(*memory.Store)
 }
 
@@ -58,10 +57,12 @@ func WithLogger(l *slog.Logger) Option { return func(s *settings) { s.log = l } 
 // metrics; see policy.WithObserver).
 func WithObserver(f policy.Observer) Option { return func(s *settings) { s.obs = f } }
 
-// WithStore wraps the store the file configures, for example to time its
-// calls.
-func WithStore(wrap func(sluice.Store) sluice.Store) Option {
-	return func(s *settings) { s.wrap = wrap }
+// WithHooks sets the hooks of the Limiter the file configures
+// (sluice.WithHooks), for example to time its store calls and hear each
+// change of its circuit breakers, one per Redis node
+// (metrics.Metrics.Hooks); the breakers' changes are logged anyway.
+func WithHooks(h sluice.Hooks) Option {
+	return func(s *settings) { s.hooks = h }
 }
 
 // WithRedis overrides the file's redis section: f gets the section and
@@ -87,13 +88,6 @@ func WithEngineOptions(opts ...policy.EngineOption) Option {
 // when the file was applied, else the error that rejected it, the same
 // error Reload returns (for metrics and the dashboard's recent reloads).
 func WithReloadReport(f func(err error)) Option { return func(s *settings) { s.onReload = f } }
-
-// WithBreakerReport registers f to hear each change of the store's
-// circuit breakers, one per Redis node (see sluice.WithBreakerHandler),
-// for metrics; the changes are logged anyway.
-func WithBreakerReport(f func(sluice.BreakerChange)) Option {
-	return func(s *settings) { s.onBreaker = f }
-}
 
 // WithMemoryStore registers f to be handed the in-memory store the file
 // configures, the store itself or Redis's local fallback, when it is
@@ -170,7 +164,7 @@ func newPolicy(f *config.File, fp fingerprint, opts []Option) (*Policy, error) {
 
 func defaults() settings {
 	return settings{log: slog.Default(), obs: func(string, string, policy.Outcome) {}, redis: func(r config.Redis) config.Redis { return r }, onReload: func(error) {},
-		onBreaker: func(sluice.BreakerChange) {}, onMemory: func(*memory.Store) {}}
+		onMemory: func(*memory.Store) {}}
 }
 
 // compile returns f's rules compiled and its response options.

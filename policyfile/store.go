@@ -54,10 +54,7 @@ const fleetTTL = 3 * time.Second
 // the lease block of each limit (lease.BlockFor): the Redis store is then
 // behind a lease store, whose rests Close gives back.
 func openBackend(r config.Redis, m config.Memory, st settings, blocks func(sluice.Limit) int) (*Backend, error) {
-	wrap, log := st.wrap, st.log
-	if wrap == nil {
-		wrap = func(s sluice.Store) sluice.Store { return s }
-	}
+	log := st.log
 	// The in-memory store: the store, or Redis's local fallback.
 	mem := func(ctx context.Context) *memory.Store {
 		s := memory.New(memory.WithCapacity(m.MaxKeys))
@@ -75,7 +72,7 @@ func openBackend(r config.Redis, m config.Memory, st settings, blocks func(sluic
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		return &Backend{
-			Limiter: sluice.New(wrap(mem(ctx))),
+			Limiter: sluice.New(mem(ctx), sluice.WithHooks(st.hooks)),
 			Ready:   func(context.Context) error { return nil },
 			Close:   cancel,
 		}, nil
@@ -106,14 +103,15 @@ func openBackend(r config.Redis, m config.Memory, st settings, blocks func(sluic
 	if r.DenyCache {
 		opts = append(opts, sluice.WithDenyCache(0))
 	}
-	base, release, err := leased(wrap(store), blocks)
+	base, release, err := leased(store, blocks)
 	if err != nil {
 		cancel()
 		store.Close()
 		return nil, err
 	}
+	hooks := st.hooks
 	lim := sluice.New(base, append(opts,
-		sluice.WithBreakerHandler(func(ch sluice.BreakerChange) {
+		sluice.WithHooks(sluice.Hooks{StoreCall: hooks.StoreCall, StoreError: hooks.StoreError, Breaker: func(ch sluice.NodeBreaker) {
 			// Once per change of a node's state, not per failed decision.
 			if ch.State == sluice.BreakerOpen {
 				down[ch.Node] = time.Now()
@@ -121,8 +119,10 @@ func openBackend(r config.Redis, m config.Memory, st settings, blocks func(sluic
 			} else {
 				log.Info("store recovered", "node", nodeAttr(ch.Name), "after", time.Since(down[ch.Node]).Round(time.Millisecond))
 			}
-			st.onBreaker(ch)
-		}))...)
+			if hooks.Breaker != nil {
+				hooks.Breaker(ch)
+			}
+		}}))...)
 	log.Info("store", "kind", "redis", "on_error", policy.String(), "timeout", r.Timeout, "replicas", replicasSetting(r.Replicas), "wait_replicas", r.WaitReplicas)
 	ready := func(context.Context) error { return nil }
 	if policy.String() == sluice.DenyOnError.String() {
@@ -148,19 +148,11 @@ func openBackend(r config.Redis, m config.Memory, st settings, blocks func(sluic
 	return &Backend{Limiter: lim, Ready: ready, Close: closeAll}, nil
 }
 
-// leased returns s behind a lease store leasing blocks (a Settling one
-// when s is a sluice.Settler, so that rules that settle still do), and
-// what gives the leases' rests back; s itself when blocks is nil.
+// leased returns s behind a lease store leasing blocks, and what gives
+// the leases' rests back; s itself when blocks is nil.
 func leased(s sluice.Store, blocks func(sluice.Limit) int) (sluice.Store, func(context.Context) error, error) {
 	if blocks == nil {
 		return s, func(context.Context) error { return nil }, nil
-	}
-	if _, ok := s.(sluice.Settler); ok {
-		l, err := lease.NewSettling(s, lease.BlockFor(blocks))
-		if err != nil {
-			return nil, nil, err
-		}
-		return l, l.Release, nil
 	}
 	l, err := lease.New(s, lease.BlockFor(blocks))
 	if err != nil {

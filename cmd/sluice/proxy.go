@@ -70,7 +70,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	opts := []policyfile.Option{policyfile.WithLogger(log), policyfile.WithRedis(df.storeSettings), policyfile.WithReloadReport(forwarding), df.engineOptions()}
 	if *metricsListen != "" {
 		m = metrics.New()
-		opts = append(opts, policyfile.WithStore(m.Store), policyfile.WithObserver(m.Decision), policyfile.WithBreakerReport(m.Breaker), policyfile.WithMemoryStore(m.MemoryStore),
+		opts = append(opts, policyfile.WithHooks(m.Hooks()), policyfile.WithObserver(m.Decision), policyfile.WithMemoryStore(m.MemoryStore),
 			policyfile.WithEngineOptions(policy.WithSettleObserver(m.Settled), policy.WithShedObserver(m.Shed), policy.WithSlotObserver(m.Slots)))
 	}
 	p, err = policyfile.Open(*df.path, opts...)

@@ -59,8 +59,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	open := []policyfile.Option{policyfile.WithLogger(log), policyfile.WithRedis(df.storeSettings),
-		policyfile.WithStore(m.Store), policyfile.WithObserver(dash.observer(m.Decision)), policyfile.WithReloadReport(dash.reloaded(m.Reload)),
-		policyfile.WithBreakerReport(m.Breaker), policyfile.WithMemoryStore(m.MemoryStore), df.engineOptions(),
+		policyfile.WithHooks(m.Hooks()), policyfile.WithObserver(dash.observer(m.Decision)), policyfile.WithReloadReport(dash.reloaded(m.Reload)),
+		policyfile.WithMemoryStore(m.MemoryStore), df.engineOptions(),
 		policyfile.WithEngineOptions(policy.WithSettleObserver(m.Settled), policy.WithShedObserver(m.Shed), policy.WithSlotObserver(m.Slots))}
 	// A file or directory written for envoyproxy/ratelimit configures the
 	// Envoy gRPC service; a sluice policy file, the HTTP API and Envoy's

@@ -77,7 +77,7 @@ func (s *Store) giveBack(ctx context.Context, rests []rest) error {
 			t.Results = append(t.Results, sluice.Result{Allowed: true, Limit: r.lim.Capacity(), ResetAfter: r.reset})
 			t.At = append(t.At, r.at)
 		}
-		if _, err := s.settler.Refund(ctx, req, t); err != nil {
+		if _, err := s.backing.Refund(ctx, req, t); err != nil {
 			errs = append(errs, fmt.Errorf("lease: giving back the rest of %d leases (%q first): %w", n, rests[0].key, err))
 		}
 		rests = rests[n:]

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-go/sluice"
@@ -79,7 +80,7 @@ func MaxLeases(n int) Option { return func(c *config) { c.maxLeases = n } }
 // New.
 type Store struct {
 	backing sluice.Store
-	settler sluice.Settler // backing's, nil if it is none: no give-backs
+	settles atomic.Bool // backing does TakeAt (until it says errors.ErrUnsupported): give-backs
 	blocks  func(sluice.Limit) int
 	block   int
 	minCap  int
@@ -124,9 +125,9 @@ type entry struct {
 
 // New returns a Store leasing blocks of quota from backing. It returns an
 // error naming the option when Block, MaxAge or MaxLeases is out of range
-// or backing is nil. Over a backing store that is a sluice.Settler the
-// Store gives unspent units back (see the package documentation);
-// NewSettling makes it a sluice.Settler too, for Limiter.Reserve.
+// or backing is nil. Over a backing store that settles (its TakeAt and
+// Refund do not fail with errors.ErrUnsupported) the Store gives unspent
+// units back (see the package documentation).
 func New(backing sluice.Store, opts ...Option) (*Store, error) {
 	if backing == nil {
 		return nil, fmt.Errorf("lease: the backing store is nil")
@@ -151,10 +152,8 @@ func New(backing sluice.Store, opts ...Option) (*Store, error) {
 		c.minCap = DefaultMinCapacityBlocks * c.block
 	}
 	n := min(maxShards, c.maxLeases)
-	settler, _ := backing.(sluice.Settler)
 	s := &Store{
 		backing: backing,
-		settler: settler,
 		blocks:  c.blocks,
 		block:   c.block,
 		minCap:  c.minCap,
@@ -166,6 +165,7 @@ func New(backing sluice.Store, opts ...Option) (*Store, error) {
 	for i := range s.shards {
 		s.shards[i].m = make(map[leaseKey]*entry)
 	}
+	s.settles.Store(true)
 	return s, nil
 }
 

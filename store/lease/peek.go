@@ -8,12 +8,12 @@ import (
 	"github.com/sluice-go/sluice"
 )
 
-// Peek implements sluice.Peeker: what Take would answer for req on this
+// Peek implements sluice.Store: what Take would answer for req on this
 // replica, spending nothing. A leasable request (see the package
 // documentation) that this replica's lease for its key can serve now is
 // answered from the lease, as Take would answer it (admitted, Remaining
 // what the lease would hold after it). Every other request is read from
-// the backing store, which must be a sluice.Peeker, so that its Result is
+// the backing store, so that its Result is
 // the backing state's: that state counts the units leased to every
 // replica as spent, used or not, so Remaining may be lower, and a denial
 // may come sooner, than the units left unspent in leases would make it;
@@ -41,11 +41,7 @@ func (s *Store) Peek(ctx context.Context, req sluice.Request) ([]sluice.Result, 
 		}
 		sh.mu.Unlock()
 	}
-	pk, ok := s.backing.(sluice.Peeker)
-	if !ok {
-		return nil, fmt.Errorf("lease: the backing store %T: %w", s.backing, sluice.ErrPeekUnsupported)
-	}
-	rs, err := pk.Peek(ctx, req)
+	rs, err := s.backing.Peek(ctx, req)
 	if err != nil {
 		return nil, fmt.Errorf("lease: %w", err)
 	}

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"errors"
 	"context"
 	"fmt"
 	"time"
@@ -9,13 +10,13 @@ import (
 )
 
 // leftover returns what becomes of what is left of e, the lease of k that
-// req at now refills: over a Settler, the rest to give back (if its state
+// req at now refills: over a backing store that settles, the rest to give back (if its state
 // still holds it) before a new block is taken; otherwise what is kept of a
 // lease still running, topped up to a block (it was counted in the same
 // state), that of one that ended being dropped. The refill holds it
 // meanwhile: at most one block per key is outstanding. sh.mu is held.
 func (s *Store) leftover(sh *shard, k leaseKey, e *entry, req sluice.Request, now time.Time) (held, rest) {
-	if s.settler != nil {
+	if s.settles.Load() {
 		return held{}, sh.rest(k, e, req.Now)
 	}
 	if e.own == req.Now.IsZero() && !now.Before(e.start) && now.Before(e.end) {
@@ -107,14 +108,19 @@ func (s *Store) takeN(ctx context.Context, req sluice.Request, n int) ([]sluice.
 }
 
 // takeAt decides req, of one limit, on the backing store, and returns the
-// instant the store decided it at: through its TakeAt over a Settler,
-// zero otherwise.
+// instant the store decided it at: through its TakeAt, or zero over a
+// backing store that cannot TakeAt (errors.ErrUnsupported), which is then
+// asked its Take from then on and gets nothing given back.
 func (s *Store) takeAt(ctx context.Context, req sluice.Request) ([]sluice.Result, time.Time, error) {
-	if s.settler == nil {
+	if !s.settles.Load() {
 		rs, err := s.backing.Take(ctx, req)
 		return rs, time.Time{}, err
 	}
-	t, err := s.settler.TakeAt(ctx, req)
+	t, err := s.backing.TakeAt(ctx, req)
+	if errors.Is(err, errors.ErrUnsupported) {
+		s.settles.Store(false)
+		return s.takeAt(ctx, req)
+	}
 	if err != nil {
 		return nil, time.Time{}, err
 	}

@@ -2,45 +2,19 @@ package lease
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/sluice-go/sluice"
 )
 
-// Settling is a Store over a backing store that is a sluice.Settler, and
-// a sluice.Settler itself, so that a Limiter over it can Reserve, Settle
-// and Refund (Limiter.Reserve, Reservation.Settle, Limiter.Refund). A
-// request answered from a lease is settled in the lease while it runs,
-// with no backing-store call (see the package documentation). Create it
-// with NewSettling; a Store made by New is no Settler, even over one.
-type Settling struct {
-	*Store
-}
-
-// NewSettling returns a Settling store leasing blocks of quota from
-// backing, as New does. It returns an error wrapping
-// sluice.ErrSettleUnsupported when backing is no sluice.Settler, and New's
-// errors.
-func NewSettling(backing sluice.Store, opts ...Option) (*Settling, error) {
-	if _, ok := backing.(sluice.Settler); backing != nil && !ok {
-		return nil, fmt.Errorf("lease: the backing store %T: %w", backing, sluice.ErrSettleUnsupported)
-	}
-	s, err := New(backing, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return &Settling{s}, nil
-}
-
-// TakeAt implements sluice.Settler: Take, and the instant the backing
+// TakeAt implements sluice.Store: Take, and the instant the backing
 // store consumed what the request spent at. For a request answered from a
 // lease that is the instant of the lease's block take, which the lease
 // remembers, so that Refund knows the take as the lease's; for any other
 // request, the backing store's TakeAt.
-func (s *Settling) TakeAt(ctx context.Context, req sluice.Request) (sluice.Taken, error) {
+func (s *Store) TakeAt(ctx context.Context, req sluice.Request) (sluice.Taken, error) {
 	if !s.leasable(req) {
-		return s.settler.TakeAt(ctx, req)
+		return s.backing.TakeAt(ctx, req)
 	}
 	rs, at, err := s.decide(ctx, req)
 	if err != nil {
@@ -49,7 +23,7 @@ func (s *Settling) TakeAt(ctx context.Context, req sluice.Request) (sluice.Taken
 	return sluice.Taken{Results: rs, At: []time.Time{at}}, nil
 }
 
-// Refund implements sluice.Settler. A refund of a take answered from the
+// Refund implements sluice.Store. A refund of a take answered from the
 // replica's running lease for its key (t's instant is the lease's block
 // take) goes back into that lease, in process, as long as the lease then
 // holds no more than a block: it returns the lease's Result after it, as a
@@ -58,32 +32,27 @@ func (s *Settling) TakeAt(ctx context.Context, req sluice.Request) (sluice.Taken
 // replaced is refunded at the instant of its block's take, which consumed
 // what it spent; a refund without a take (t's At nil, Limiter.Refund) is
 // the backing store's refund of the latest consumption.
-func (s *Settling) Refund(ctx context.Context, req sluice.Request, t sluice.Taken) ([]sluice.Result, error) {
+func (s *Store) Refund(ctx context.Context, req sluice.Request, t sluice.Taken) ([]sluice.Result, error) {
 	if r, ok := s.refundLease(req, t); ok {
 		return []sluice.Result{r}, nil
 	}
-	return s.settler.Refund(ctx, req, t)
+	return s.backing.Refund(ctx, req, t)
 }
 
-// Renew implements sluice.Renewer: a Concurrency limit is never leased,
-// so its renewal is the backing store's (an error wrapping
-// sluice.ErrRenewUnsupported if that is no Renewer).
-func (s *Settling) Renew(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
-	rn, ok := s.backing.(sluice.Renewer)
-	if !ok {
-		return nil, fmt.Errorf("lease: the backing store %T: %w", s.backing, sluice.ErrRenewUnsupported)
-	}
-	return rn.Renew(ctx, req)
+// Renew implements sluice.Store: a Concurrency limit is never leased,
+// so its renewal is the backing store's.
+func (s *Store) Renew(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	return s.backing.Renew(ctx, req)
 }
 
-// Charge implements sluice.Settler. A charge of a leased limit is spent
+// Charge implements sluice.Store. A charge of a leased limit is spent
 // first from the replica's running lease for its key, whose units the
 // backing store has counted already, and what the lease does not hold is
 // charged to the backing store, which leaves the lease spent: the key's
 // next request refills it and meets the debt. A charge the lease holds
 // whole costs no backing-store call and returns the lease's Result after
 // it. Every other charge is the backing store's.
-func (s *Settling) Charge(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+func (s *Store) Charge(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
 	if left, r, ok := s.chargeLease(req); ok {
 		if left == 0 {
 			return []sluice.Result{r}, nil
@@ -92,7 +61,7 @@ func (s *Settling) Charge(ctx context.Context, req sluice.Request) ([]sluice.Res
 		p.Cost = left
 		req.Parts = []sluice.Part{p}
 	}
-	return s.settler.Charge(ctx, req)
+	return s.backing.Charge(ctx, req)
 }
 
 // running returns the lease of req's one part and limit if it runs at

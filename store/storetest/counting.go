@@ -2,8 +2,7 @@ package storetest
 
 import (
 	"context"
-	"fmt"
-	"sync/atomic"
+		"sync/atomic"
 
 	"github.com/sluice-go/sluice"
 )
@@ -32,57 +31,28 @@ func (c *Counting) Take(ctx context.Context, req sluice.Request) ([]sluice.Resul
 // Takes returns how many Take calls have reached the wrapped Store.
 func (c *Counting) Takes() int64 { return c.takes.Load() }
 
-// Peek counts the call and passes it to the wrapped Store, which must be
-// a sluice.Peeker (else the error wraps sluice.ErrPeekUnsupported).
+// Peek counts the call and passes it to the wrapped Store.
 func (c *Counting) Peek(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
 	c.peeks.Add(1)
-	pk, ok := c.Store.(sluice.Peeker)
-	if !ok {
-		return nil, fmt.Errorf("storetest: %T: %w", c.Store, sluice.ErrPeekUnsupported)
-	}
-	return pk.Peek(ctx, req)
+	return c.Store.Peek(ctx, req)
 }
 
-// TakeAt counts the call as a Take and passes it to the wrapped Store,
-// which must be a sluice.Settler (else the error wraps
-// sluice.ErrSettleUnsupported), as must Refund's and Charge's.
+// TakeAt counts the call as a Take and passes it to the wrapped Store.
 func (c *Counting) TakeAt(ctx context.Context, req sluice.Request) (sluice.Taken, error) {
 	c.takes.Add(1)
-	st, err := c.settler()
-	if err != nil {
-		return sluice.Taken{}, err
-	}
-	return st.TakeAt(ctx, req)
+	return c.Store.TakeAt(ctx, req)
 }
 
 // Refund counts the call and passes it to the wrapped Store.
 func (c *Counting) Refund(ctx context.Context, req sluice.Request, t sluice.Taken) ([]sluice.Result, error) {
 	c.refunds.Add(1)
-	st, err := c.settler()
-	if err != nil {
-		return nil, err
-	}
-	return st.Refund(ctx, req, t)
+	return c.Store.Refund(ctx, req, t)
 }
 
 // Charge counts the call and passes it to the wrapped Store.
 func (c *Counting) Charge(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
 	c.charges.Add(1)
-	st, err := c.settler()
-	if err != nil {
-		return nil, err
-	}
-	return st.Charge(ctx, req)
-}
-
-// Renew passes the call to the wrapped Store, which must be a
-// sluice.Renewer (else the error wraps sluice.ErrRenewUnsupported).
-func (c *Counting) Renew(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
-	rn, ok := c.Store.(sluice.Renewer)
-	if !ok {
-		return nil, fmt.Errorf("storetest: %T: %w", c.Store, sluice.ErrRenewUnsupported)
-	}
-	return rn.Renew(ctx, req)
+	return c.Store.Charge(ctx, req)
 }
 
 // Refunds returns how many Refund calls have reached the Counting store.
@@ -90,14 +60,6 @@ func (c *Counting) Refunds() int64 { return c.refunds.Load() }
 
 // Charges returns how many Charge calls have reached the Counting store.
 func (c *Counting) Charges() int64 { return c.charges.Load() }
-
-func (c *Counting) settler() (sluice.Settler, error) {
-	st, ok := c.Store.(sluice.Settler)
-	if !ok {
-		return nil, fmt.Errorf("storetest: %T: %w", c.Store, sluice.ErrSettleUnsupported)
-	}
-	return st, nil
-}
 
 // Peeks returns how many Peek calls have reached the Counting store.
 func (c *Counting) Peeks() int64 { return c.peeks.Load() }

@@ -11,7 +11,7 @@ import (
 	"github.com/sluice-go/sluice"
 )
 
-// testPeek: a store's Peek (sluice.Peeker) answers what its Take answers
+// testPeek: a store's Peek (Store.Peek) answers what its Take answers
 // for the same request at the same instant, for every algorithm, for one
 // limit, several and several parts, for a key never seen, for costs above
 // what remains and under limits whose Limit or Burst changed; and it
@@ -25,15 +25,8 @@ func testPeek(t *testing.T, newStore Factory) {
 	t.Run("cost 0", func(t *testing.T) { peekCostZero(t, newStore) })
 }
 
-// peeker returns s as a sluice.Peeker, failing the test if it is not one.
-func peeker(t *testing.T, s sluice.Store) sluice.Peeker {
-	t.Helper()
-	p, ok := s.(sluice.Peeker)
-	if !ok {
-		t.Fatalf("%T does not implement sluice.Peeker: the suite checks Peek", s)
-	}
-	return p
-}
+// peeker returns s: every Store peeks.
+func peeker(_ *testing.T, s sluice.Store) sluice.Store { return s }
 
 // peekVariants returns limits of one identity (a minute, no name) of
 // algorithm a under several Limits and Bursts, so that a store converts

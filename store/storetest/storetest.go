@@ -5,11 +5,11 @@
 // time, costs, Remaining, ResetAfter and RetryAfter values, RetryAfter
 // honesty, state lifetimes, multi-limit all or nothing, token_bucket and
 // gcra agreeing, invalid limits, key isolation, exactness under
-// concurrency, a Peek (sluice.Peeker, which the suite requires) that
+// concurrency, a Peek (Store.Peek) that
 // answers what Take would and changes nothing, and refunds, settles and
-// debts (sluice.Settler, which the suite requires too) that leave a key as
+// debts (Store.Refund and Charge) that leave a key as
 // if it had consumed what the work cost, and Concurrency slots (held,
-// released, renewed and leased: sluice.Renewer, required too). Because the expected Results are the same constants for
+// released, renewed and leased: Store.Renew). Because the expected Results are the same constants for
 // every store, a scenario produces the same Result in every store; a
 // randomized differential test compares every store with the reference
 // algorithms in internal/algo besides.

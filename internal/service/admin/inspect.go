@@ -161,7 +161,7 @@ func operatorError(w http.ResponseWriter, err error) {
 	case errors.As(err, &unknown), errors.Is(err, policy.ErrInvalidKey), errors.Is(err, sluice.ErrInvalidCost),
 		errors.Is(err, ErrUnknownMask), errors.Is(err, ErrAmbiguousMask):
 		httpjson.Error(w, http.StatusBadRequest, "BAD_REQUEST", err.Error())
-	case errors.Is(err, sluice.ErrPeekUnsupported):
+	case errors.Is(err, errors.ErrUnsupported):
 		httpjson.Error(w, http.StatusNotImplemented, "NOT_IMPLEMENTED", err.Error())
 	case errors.Is(err, context.Canceled):
 		// The operator went away: nobody to answer.

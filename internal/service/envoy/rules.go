@@ -117,7 +117,7 @@ func (s *RulesService) refund(ctx context.Context, checks []policy.Check, hits, 
 	}
 	dec, err := s.engine.Refund(ctx, pick(refunds)...)
 	if err != nil {
-		if errors.Is(err, sluice.ErrSettleUnsupported) {
+		if errors.Is(err, errors.ErrUnsupported) {
 			return nil, status.Errorf(codes.FailedPrecondition, "is_negative_hits: %v", err)
 		}
 		return nil, checkError(err)

@@ -560,7 +560,7 @@ func (s *Service) refund(ctx context.Context, v verdict, box *statusOf, lim slui
 		res = mr.Result
 	}
 	switch {
-	case errors.Is(err, sluice.ErrSettleUnsupported):
+	case errors.Is(err, errors.ErrUnsupported):
 		return verdict{}, status.Errorf(codes.FailedPrecondition, "is_negative_hits: %v", err)
 	case err != nil:
 		return verdict{}, storeError(err)
