@@ -90,7 +90,6 @@ type opSeries struct {
 	errors  prometheus.Counter
 }
 
-
 // The doors, the values of sluice_decision_duration_seconds' door label:
 // POST /v1/check and /v1/check/batch (DoorHTTP), Envoy's gRPC
 // ShouldRateLimit (DoorGRPC), Envoy's JSON at POST /json (DoorJSON), and

@@ -38,14 +38,14 @@ import (
 type Option func(*settings)
 
 type settings struct {
-	log       *slog.Logger
-	obs       policy.Observer
-	hooks     sluice.Hooks
-	redis     func(config.Redis) config.Redis
-	rules     []policy.Option
-	engine    []policy.EngineOption
-	onReload  func(err error)
-	onMemory  func(*memory.Store)
+	log      *slog.Logger
+	obs      policy.Observer
+	hooks    sluice.Hooks
+	redis    func(config.Redis) config.Redis
+	rules    []policy.Option
+	engine   []policy.EngineOption
+	onReload func(err error)
+	onMemory func(*memory.Store)
 }
 
 // WithLogger sets where the store's changes of state, reloads and

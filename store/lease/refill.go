@@ -1,8 +1,8 @@
 package lease
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 

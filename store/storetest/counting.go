@@ -2,7 +2,7 @@ package storetest
 
 import (
 	"context"
-		"sync/atomic"
+	"sync/atomic"
 
 	"github.com/sluice-go/sluice"
 )
