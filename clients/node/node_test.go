@@ -1,3 +1,5 @@
+//go:build e2e
+
 // Package node_test runs the tests of sluice's Node.js client
 // (clients/node/sluice.js) with node's own test runner against a real
 // sluice serve, and Express as Debian packages it (node-express), with no
