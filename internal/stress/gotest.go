@@ -63,13 +63,13 @@ type testEvent struct {
 // goTestArgs are the arguments of the go command for t, as make test runs
 // its tests (-race -count=1).
 func goTestArgs(t target, timeout time.Duration, extra ...string) []string {
-	return append([]string{"test", "-race", "-count=1", "-timeout", timeout.String(), "-json", "-run", t.run}, append(extra, t.pkg)...)
+	return append([]string{"test", "-race", "-count=1", "-tags", "integration", "-timeout", timeout.String(), "-json", "-run", t.run}, append(extra, t.pkg)...)
 }
 
 // warm builds what every target's tests need, running none of them.
 func warm(ctx context.Context, targets []target) error {
 	for _, t := range targets {
-		cmd := exec.CommandContext(ctx, "go", "test", "-race", "-count=1", "-run", "^$", t.pkg)
+		cmd := exec.CommandContext(ctx, "go", "test", "-race", "-count=1", "-tags", "integration", "-run", "^$", t.pkg)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("go test -race -run '^$' %s: %w\n%s", t.pkg, err, out)
 		}
