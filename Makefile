@@ -129,7 +129,7 @@ govulncheck:
 	$(call goinstall,$(GOVULNCHECK_BIN),$(GOVULNCHECK))
 
 upstream:
-	@cd tools && GOWORK=off $(GO) tool -n service_cmd
+	@cd tools/service_cmd && GOWORK=off $(GO) tool -n service_cmd
 
 toxiproxy:
 	@cd tools && GOWORK=off $(GO) tool -n server

@@ -69,6 +69,11 @@ func buildTool(name string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("the go command is not in PATH: %w", err)
 	}
+	// A tool whose dependencies clash with the others' has a module of
+	// its own, tools/NAME.
+	if _, err := os.Stat(filepath.Join(dir, name, "go.mod")); err == nil {
+		dir = filepath.Join(dir, name)
+	}
 	cmd := exec.Command(goCmd, "tool", "-n", name)
 	cmd.Dir = dir
 	// tools/ is no module of the workspace (go.work): its directives are
