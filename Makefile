@@ -1,7 +1,9 @@
 # make test: everything CI runs. It installs redis-server, redis-cli,
-# nginx and chromium with apt-get when they are missing, then checks
+# nginx, chromium, firefox-esr and the rest with apt-get when they are
+# missing (and tools/node's npm packages with npm ci), then checks
 # formatting, vets, lints and runs every test with the race detector
-# against real redis-server (and nginx, and headless Chromium) processes.
+# against real redis-server (and nginx, and headless Chromium and
+# Firefox) processes: the end-to-end browser tests too (-tags e2e).
 
 GO          ?= go
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -154,8 +156,11 @@ short:
 # unit-tests the alert rules, podman builds and runs the image (runc
 # beside it: crun refuses a hybrid cgroup hierarchy), systemd-analyze
 # (systemd) verifies the unit; chromium and firefox-esr: the dashboard's
-# end-to-end tests drive them headless (internal/cdp over the DevTools
-# protocol, internal/bidi over WebDriver BiDi).
+# end-to-end tests (-tags e2e) drive them headless, Chromium with chromedp
+# over the DevTools protocol, Firefox with puppeteer-core over WebDriver
+# BiDi, run by node; npm installs the puppeteer-core that tools/node's
+# package-lock.json pins into tools/node/node_modules (npm ci, again when
+# the lock file is newer than what it installed).
 deps:
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
@@ -168,14 +173,17 @@ deps:
 	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; \
 	command -v git >/dev/null 2>&1 || missing="$$missing git"; \
 	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
 	[ -f /usr/share/nodejs/express/package.json ] || missing="$$missing node-express"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v firefox-esr >/dev/null 2>&1 || command -v firefox >/dev/null 2>&1 || missing="$$missing firefox-esr"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing with apt-get:$$missing"; \
 		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
-	fi
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing || exit 1; \
+	fi; \
+	[ tools/node/node_modules/.package-lock.json -nt tools/node/package-lock.json ] || \
+		npm ci --prefix tools/node --ignore-scripts --no-audit --no-fund
 
 # make image: the container image of deploy/Dockerfile, tagged $(IMAGE),
 # with podman (or docker). IMAGE_BINARY=prebuilt builds the static binary
