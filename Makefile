@@ -78,7 +78,7 @@ GOVULNCHECK_BIN  = $(call tool,govulncheck-$(GO_RELEASE),$(GOVULNCHECK))
 VULNDB_VERSION := v0.0.0-20261105234957-e22db6528018
 VULNDB_DIR     ?= $(SLUICE_CACHE)/vulndb
 
-.PHONY: test coldtest gotest modules short deps fmt vet lint vuln vulndb fuzz bench benchcheck examples run soak stress image $(TOOLS)
+.PHONY: test coldtest gotest modules deps fmt vet lint vuln vulndb fuzz bench benchcheck examples run soak stress image $(TOOLS)
 
 test:
 	@$(GO) run ./internal/tools/stages -make '$(MAKE)' -since $$(date +%s.%N) $(TEST_STEPS)
@@ -138,14 +138,6 @@ toxiproxy:
 
 helm:
 	@cd tools && GOWORK=off $(GO) tool -n helm
-
-# make short: the development loop. It installs nothing, and skips every
-# test that needs redis-server, redis-cli or nginx (the helpers in
-# internal/testing/redistest and internal/testing/nginxtest skip under -short), so it
-# passes in seconds on a machine without them. Outside -short a missing
-# program fails its tests: make test skips nothing.
-short:
-	$(GO) test -short -count=1 $(PKGS)
 
 # redis-server and redis-cli (Cluster and Sentinel tests), nginx (the load
 # balancer of the scale-out test), gcc for the race detector (cgo), git

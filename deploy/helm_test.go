@@ -31,12 +31,9 @@ var chartLabels = []string{"app.kubernetes.io/instance", "app.kubernetes.io/mana
 
 // needHelm returns the path of helm for t: the tool directive of
 // tools/go.mod, built by go tool into the Go build cache the first time
-// (testutil.Tool). Under -short it skips t.
+// (testutil.Tool).
 func needHelm(t *testing.T) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("skipped under -short: this test needs helm (run go test without -short, or make test)")
-	}
 	return testutil.Tool(t, "helm")
 }
 

@@ -141,9 +141,7 @@ func dialUpstream(t *testing.T, addr string) rlsv3.RateLimitServiceClient {
 
 // needUpstream returns the path of upstream's service_cmd at the version
 // the suite is judged by: the tool directive of tools/go.mod, built by go
-// tool into the Go build cache the first time (testutil.Tool). The test also runs redis-server,
-// whose check (redistest.Need) is what -short skips, as for every test
-// that starts a server.
+// tool into the Go build cache the first time (testutil.Tool).
 func needUpstream(t *testing.T) string {
 	t.Helper()
 	redistest.Need(t)

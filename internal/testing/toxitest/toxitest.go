@@ -7,7 +7,7 @@
 // The server binary is toxiproxy's cmd/server at the version of the
 // tool directive in tools/go.mod, built by go tool into the Go build
 // cache (testutil.Tool) the first time a test needs it: nothing but Go is
-// needed. Under go test -short a test that needs it is skipped.
+// needed.
 package toxitest
 
 import (
@@ -43,12 +43,9 @@ type Server struct {
 }
 
 // Need returns the path of the toxiproxy server for t, building it the
-// first time (testutil.Tool). Under -short it skips t.
+// first time (testutil.Tool).
 func Need(t testing.TB) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("skipped under -short: this test needs toxiproxy (run go test without -short, or make test)")
-	}
 	return testutil.Tool(t, "server")
 }
 
