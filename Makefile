@@ -1,7 +1,9 @@
 # make test: everything CI runs. It installs redis-server, redis-cli,
-# nginx and chromium with apt-get when they are missing, then checks
+# nginx, chromium, firefox-esr and the rest with apt-get when they are
+# missing (and tools/node's npm packages with npm ci), then checks
 # formatting, vets, lints and runs every test with the race detector
-# against real redis-server (and nginx, and headless Chromium) processes.
+# against real redis-server (and nginx, and headless Chromium and
+# Firefox) processes: the end-to-end browser tests too (-tags e2e).
 
 GO          ?= go
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -25,36 +27,35 @@ SLUICE_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sluice
 # none of which times anything.
 TEST_STEPS = 'deps & modules vulndb & $(TOOLS)' 'fmt vet & lint vuln' gotest 'fuzz & benchcheck examples'
 
-# The Go commands the stages run, each installed with go install, once,
-# into a directory of its own named by its version (so that a bumped
-# version installs afresh), each by a target of its own that prints its
-# path: export SLUICE_TOXIPROXY=$$(make -s toxiproxy) before running
-# those tests by hand. CGO_ENABLED=0: none needs C, so none waits for the
-# gcc that apt-get may be installing beside them.
-#  staticcheck: make lint.
-#  govulncheck: make vuln.
+# The Go commands the stages run. staticcheck (make lint) and govulncheck
+# (make vuln) are installed with go install, once, into a directory of
+# their own named by their version. The tests' tools are tool directives
+# of tools/go.mod, which the tests build themselves through
+# internal/testing/testutil.Tool (go tool -n, cached by the go build
+# cache), so no test reads a variable set here; their targets below only
+# build them early, beside the other downloads of a cold run:
 #  upstream: envoyproxy/ratelimit's service_cmd at the version the Envoy
-#    drop-in is judged by, for envoy's TestAgainstUpstream
-#    (SLUICE_UPSTREAM_RATELIMIT); bench/cmd/servicebench uses the same.
-#  toxiproxy: Shopify's toxiproxy server, for the network-fault tests
-#    (internal/testing/toxitest reads its path from SLUICE_TOXIPROXY).
-#  helm: for deploy's chart tests (SLUICE_HELM). Helm 4: Helm 3's last
-#    feature release was v3.22.0 and its security fixes end in February
-#    2027; the chart (apiVersion v2) uses nothing Helm 3 lacks. The
-#    slowest build of them (minutes, once).
+#    drop-in is judged by, for envoy's TestAgainstUpstream.
+#  toxiproxy: Shopify's toxiproxy server, for the network-fault tests.
+#  helm: for deploy's chart tests. Helm 4: Helm 3's last feature release
+#    was v3.22.0 and its security fixes end in February 2027; the chart
+#    (apiVersion v2) uses nothing Helm 3 lacks. The slowest build of them.
 # The packages of the workspace (go.work): the library (.), the service
 # it serves (internal/service), the command, the deployment kit and the
 # guides, each a module of its own so that a library user's go.sum holds
 # only what the library needs. ./... alone names only the root module.
 PKGS := ./... ./internal/service/... ./cmd/sluice/... ./deploy/... ./docs/...
 
+# The test tiers (docs/contributing.md): no tag is the unit tier, which
+# go test ./... runs with nothing but Go; integration starts redis-server,
+# nginx, toxiproxy and the binary; e2e drives browsers, podman, Helm,
+# systemd, Node and the shell guides. make test runs them all.
+TAGS := integration,e2e
+
 TOOLS := staticcheck govulncheck upstream toxiproxy helm
 
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GOVULNCHECK := golang.org/x/vuln/cmd/govulncheck@v1.9.0
-UPSTREAM    := github.com/envoyproxy/ratelimit/src/service_cmd@v1.4.1-0.20260122083618-3fb702589d36
-TOXIPROXY   := github.com/Shopify/toxiproxy/v2/cmd/server@v2.5.0
-HELM        := helm.sh/helm/v4/cmd/helm@v4.3.1
 
 # $(call tool,NAME,PACKAGE@VERSION): the path go install puts that
 # command at, in $(SLUICE_CACHE)/NAME-VERSION.
@@ -68,14 +69,7 @@ goinstall = @([ -x "$(1)" ] || GOBIN="$(dir $(1))" CGO_ENABLED=0 $(GO) install $
 GO_RELEASE       = $(shell $(GO) env GOVERSION)
 STATICCHECK_BIN  = $(call tool,staticcheck-$(GO_RELEASE),$(STATICCHECK))
 GOVULNCHECK_BIN  = $(call tool,govulncheck-$(GO_RELEASE),$(GOVULNCHECK))
-UPSTREAM_BIN    := $(call tool,ratelimit,$(UPSTREAM))
-TOXIPROXY_BIN   := $(call tool,toxiproxy,$(TOXIPROXY))
-HELM_BIN        := $(call tool,helm,$(HELM))
 
-# The variables make gotest gives the tests, each the path of a tool they
-# run (a new tool: its name in TOOLS, its package and path above, its
-# target below, its variable here and its target among gotest's).
-TEST_ENV = SLUICE_UPSTREAM_RATELIMIT=$(UPSTREAM_BIN) SLUICE_TOXIPROXY=$(TOXIPROXY_BIN) SLUICE_HELM=$(HELM_BIN)
 
 # The snapshot of the Go vulnerability database govulncheck reads: the
 # module golang.org/x/vulndb from the module proxy (vuln.go.dev cannot
@@ -84,7 +78,7 @@ TEST_ENV = SLUICE_UPSTREAM_RATELIMIT=$(UPSTREAM_BIN) SLUICE_TOXIPROXY=$(TOXIPROX
 VULNDB_VERSION := v0.0.0-20261105234957-e22db6528018
 VULNDB_DIR     ?= $(SLUICE_CACHE)/vulndb
 
-.PHONY: test coldtest gotest modules short deps fmt vet lint vuln vulndb fuzz bench benchcheck examples run soak stress image $(TOOLS)
+.PHONY: test coldtest gotest modules deps fmt vet lint vuln vulndb fuzz bench benchcheck examples run soak stress image $(TOOLS)
 
 test:
 	@$(GO) run ./internal/tools/stages -make '$(MAKE)' -since $$(date +%s.%N) $(TEST_STEPS)
@@ -102,8 +96,8 @@ coldtest:
 
 # make gotest: every test of ./... with the race detector, given the
 # tools they run.
-gotest: deps upstream toxiproxy helm
-	$(TEST_ENV) $(GO) test -race -count=1 $(PKGS)
+gotest: upstream toxiproxy helm
+	$(GO) test -race -count=1 -tags $(TAGS) $(PKGS)
 
 # make modules: download the modules of ., bench and examples/frameworks
 # (three go mod download at once, 17 s cold here against 49 s one after
@@ -137,21 +131,13 @@ govulncheck:
 	$(call goinstall,$(GOVULNCHECK_BIN),$(GOVULNCHECK))
 
 upstream:
-	$(call goinstall,$(UPSTREAM_BIN),$(UPSTREAM))
+	@cd tools/service_cmd && GOWORK=off $(GO) tool -n service_cmd
 
 toxiproxy:
-	$(call goinstall,$(TOXIPROXY_BIN),$(TOXIPROXY))
+	@cd tools && GOWORK=off $(GO) tool -n server
 
 helm:
-	$(call goinstall,$(HELM_BIN),$(HELM))
-
-# make short: the development loop. It installs nothing, and skips every
-# test that needs redis-server, redis-cli or nginx (the helpers in
-# internal/testing/redistest and internal/testing/nginxtest skip under -short), so it
-# passes in seconds on a machine without them. Outside -short a missing
-# program fails its tests: make test skips nothing.
-short:
-	$(GO) test -short -count=1 $(PKGS)
+	@cd tools && GOWORK=off $(GO) tool -n helm
 
 # redis-server and redis-cli (Cluster and Sentinel tests), nginx (the load
 # balancer of the scale-out test), gcc for the race detector (cgo), git
@@ -162,8 +148,11 @@ short:
 # unit-tests the alert rules, podman builds and runs the image (runc
 # beside it: crun refuses a hybrid cgroup hierarchy), systemd-analyze
 # (systemd) verifies the unit; chromium and firefox-esr: the dashboard's
-# end-to-end tests drive them headless (internal/cdp over the DevTools
-# protocol, internal/bidi over WebDriver BiDi).
+# end-to-end tests (-tags e2e) drive them headless, Chromium with chromedp
+# over the DevTools protocol, Firefox with puppeteer-core over WebDriver
+# BiDi, run by node; npm installs the puppeteer-core that tools/node's
+# package-lock.json pins into tools/node/node_modules (npm ci, again when
+# the lock file is newer than what it installed).
 deps:
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
@@ -176,14 +165,17 @@ deps:
 	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; \
 	command -v git >/dev/null 2>&1 || missing="$$missing git"; \
 	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
 	[ -f /usr/share/nodejs/express/package.json ] || missing="$$missing node-express"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v firefox-esr >/dev/null 2>&1 || command -v firefox >/dev/null 2>&1 || missing="$$missing firefox-esr"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing with apt-get:$$missing"; \
 		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
-	fi
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing || exit 1; \
+	fi; \
+	[ tools/node/node_modules/.package-lock.json -nt tools/node/package-lock.json ] || \
+		npm ci --prefix tools/node --ignore-scripts --no-audit --no-fund
 
 # make image: the container image of deploy/Dockerfile, tagged $(IMAGE),
 # with podman (or docker). IMAGE_BINARY=prebuilt builds the static binary
@@ -206,11 +198,12 @@ fmt:
 
 vet:
 	$(GO) vet $(PKGS)
-	GOARCH=386 $(GO) vet $(PKGS)
+	$(GO) vet -tags $(TAGS) $(PKGS)
+	GOARCH=386 $(GO) vet -tags $(TAGS) $(PKGS)
 	cd internal/tools/kubestrict && $(GO) vet ./...
 
 lint: staticcheck
-	$(STATICCHECK_BIN) $(PKGS)
+	$(STATICCHECK_BIN) -tags $(TAGS) $(PKGS)
 
 # make vuln: govulncheck over ./... against the pinned database snapshot.
 # It fails on any vulnerability the code calls that
@@ -283,8 +276,8 @@ STRESS_TESTS ?= \
 	'./store/redis=Breaker|^TestOutage|^TestHungServer|^TestExactUnderConcurrency|^TestSettleExact|^TestHarnessCatchesRace|^TestStackedExact|^TestCoalesceExact|^TestConformance|^TestLinearizable' \
 	'./internal/service/admin=.'
 
-stress: deps toxiproxy
-	SLUICE_TOXIPROXY=$(TOXIPROXY_BIN) $(GO) run ./internal/stress $(STRESS_TESTS)
+stress: toxiproxy
+	$(GO) run ./internal/stress $(STRESS_TESTS)
 
 run:
 	$(GO) run ./examples/basic

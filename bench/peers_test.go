@@ -1,3 +1,5 @@
+//go:build integration
+
 // Package bench compares sluice with peer rate-limiting libraries. It is a
 // module of its own so that the peers stay out of sluice's go.mod; see
 // README.md for how to run it and for measured results.

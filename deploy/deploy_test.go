@@ -1,3 +1,5 @@
+//go:build e2e
+
 package deploy_test
 
 import (
@@ -427,13 +429,9 @@ func runErr(within time.Duration, name string, args ...string) (string, error) {
 	return string(out), err
 }
 
-// need returns the path of program, which make deps installs; under
-// -short, which runs no test that starts a server or a tool, it skips t.
+// need returns the path of program, which make deps installs.
 func need(t *testing.T, program, pkg string) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skipf("skipped under -short: this test needs %s", program)
-	}
 	path, err := exec.LookPath(program)
 	if err != nil {
 		if _, serr := os.Stat("/usr/sbin/" + program); serr == nil {

@@ -1,3 +1,5 @@
+//go:build e2e
+
 package deploy_test
 
 import (
@@ -16,12 +18,9 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
-)
 
-// helmEnv names the environment variable that holds the path of helm at
-// the version make helm installs (with go install, into a cache
-// directory, never into the repository); make test passes it.
-const helmEnv = "SLUICE_HELM"
+	"github.com/sluice-go/sluice/internal/testing/testutil"
+)
 
 // chartDir is the Helm chart, relative to deploy/.
 const chartDir = "helm/sluice"
@@ -30,22 +29,12 @@ const chartDir = "helm/sluice"
 // selectors, that deploy/kubernetes has not: a release's own.
 var chartLabels = []string{"app.kubernetes.io/instance", "app.kubernetes.io/managed-by", "helm.sh/chart"}
 
-// needHelm returns the path of helm for t. Under -short it skips t;
-// otherwise it fails t, with how to install helm, when helmEnv names no
-// program.
+// needHelm returns the path of helm for t: the tool directive of
+// tools/go.mod, built by go tool into the Go build cache the first time
+// (testutil.Tool).
 func needHelm(t *testing.T) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("skipped under -short: this test needs helm (run go test without -short, or make test)")
-	}
-	path := os.Getenv(helmEnv)
-	if path == "" {
-		t.Fatalf("helm is not installed: run `make test`, or `export %s=$(make -s helm)` and go test again", helmEnv)
-	}
-	if _, err := exec.LookPath(path); err != nil {
-		t.Fatalf("%s=%s: %v: run `make helm`, which installs it there", helmEnv, path, err)
-	}
-	return path
+	return testutil.Tool(t, "helm")
 }
 
 // helmCmd returns the command helm args, with helm's configuration,

@@ -1,3 +1,5 @@
+//go:build e2e
+
 package deploy_test
 
 import (
@@ -93,7 +95,7 @@ func finalStage(t *testing.T) image {
 		}
 		if in.cmd == "RUN" && strings.Contains(in.args, "go build") {
 			built = true
-			for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "./cmd/sluice"} {
+			for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "cmd/sluice"} {
 				if !strings.Contains(in.args, want) {
 					t.Errorf("Dockerfile:%d: the build lacks %s", in.line, want)
 				}

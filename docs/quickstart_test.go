@@ -1,3 +1,5 @@
+//go:build e2e
+
 package docs_test
 
 import (
@@ -22,9 +24,6 @@ import (
 // denial is in sluice's log, and sluice inspect, as the guide runs it,
 // says the key is denied.
 func TestQuickStart(t *testing.T) {
-	if testing.Short() {
-		t.Skip("skipped under -short: runs sluice serve")
-	}
 	bin := binary(t)
 	for _, guide := range []string{"README.md", "docs/getting-started.md"} {
 		t.Run(guide, func(t *testing.T) {

@@ -1,3 +1,5 @@
+//go:build e2e
+
 package docs_test
 
 import (
@@ -27,7 +29,8 @@ var tools = map[string]bool{
 // accepts the file it is given; a make target is in the Makefile; go run
 // names a directory of the repository; go test names packages that exist
 // and a -run or -bench pattern that matches one of their functions; go get
-// and go install name this module's packages.
+// and go install name this module's packages; go build names a directory
+// of the repository.
 func TestShellBlocks(t *testing.T) {
 	bin := binary(t)
 	for _, b := range blocks(t) {
@@ -99,6 +102,8 @@ func checkCommand(t *testing.T, bin string, args []string) string {
 			return "names a package of another module"
 		}
 		return checkDir("." + rel)
+	case args[0] == "go" && len(args) > 2 && args[1] == "build":
+		return checkDir(args[len(args)-1])
 	case args[0] == "go" && len(args) > 1 && (args[1] == "doc" || args[1] == "vet"):
 		for _, a := range args[2:] {
 			if strings.HasPrefix(a, "./") {

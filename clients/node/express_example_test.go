@@ -1,3 +1,5 @@
+//go:build e2e
+
 package node_test
 
 import (
@@ -25,9 +27,6 @@ import (
 // 4096 tokens and is settled at the 1200 it used, from a header the
 // client never sees.
 func TestExpressExample(t *testing.T) {
-	if testing.Short() {
-		t.Skip("skipped under -short: this test needs node, Debian's node-express and a sluice serve (run go test without -short, or make test)")
-	}
 	node := needNode(t)
 	s := startSluice(t, buildSluice(t), true, nil, "--config", "example/sluice.yaml")
 

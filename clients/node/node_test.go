@@ -1,3 +1,5 @@
+//go:build e2e
+
 // Package node_test runs the tests of sluice's Node.js client
 // (clients/node/sluice.js) with node's own test runner against a real
 // sluice serve, and Express as Debian packages it (node-express), with no
@@ -47,11 +49,8 @@ const minNode = 18
 // against a sluice serve on mutual TLS. The 429s that live.test.js saw
 // must be httplimit's, byte for byte.
 //
-// It skips under -short; otherwise a missing node or Express fails it.
+// A missing node or Express fails it (make deps installs them).
 func TestNode(t *testing.T) {
-	if testing.Short() {
-		t.Skip("skipped under -short: this test needs node, Debian's node-express and a sluice serve (run go test without -short, or make test)")
-	}
 	node := needNode(t)
 	bin := buildSluice(t)
 	s := startSluice(t, bin, true, nil)

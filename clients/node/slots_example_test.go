@@ -1,3 +1,5 @@
+//go:build e2e
+
 package node_test
 
 import (
@@ -16,9 +18,6 @@ import (
 // its own (the keepAlive timers do not hold it), and every slot is free
 // after (each was released, not left to its lease).
 func TestSlotsExample(t *testing.T) {
-	if testing.Short() {
-		t.Skip("skipped under -short: this test needs node and a sluice serve (run go test without -short, or make test)")
-	}
 	node := needNode(t)
 	s := startSluice(t, buildSluice(t), true, nil, "--config", "example/sluice.yaml")
 

@@ -1,3 +1,5 @@
+//go:build integration
+
 package main
 
 import (
@@ -9,12 +11,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/cdp/pagetest"
 	"github.com/sluice-go/sluice/internal/service/admin"
 	"github.com/sluice-go/sluice/policy"
 )
@@ -303,96 +303,5 @@ func TestAdminListenName(t *testing.T) {
 		if code := serveCode(h, httptestRequest("other.example")); code != http.StatusMisdirectedRequest {
 			t.Errorf("listen %s: Host other.example answered %d, want 421", c.listen, code)
 		}
-	}
-}
-
-// TestDashboardToken: with --admin-auth all, the page, in each browser,
-// asks for the token and shows nothing before; a wrong one is refused
-// and asked again; the right one shows the dashboard, is kept by the tab
-// through a reload, and is forgotten on request.
-func TestDashboardToken(t *testing.T) {
-	for _, br := range browsers {
-		t.Run(br.name, func(t *testing.T) {
-			browserPath := findBrowser(t, br)
-			d := startServe(t, []string{admin.TokenEnv + "=secret", admin.AuthEnv + "=all"}, "--config", writeFile(t, dashboardRules))
-			ctx := pagetest.Context(t)
-			page := openPage(ctx, t, br, browserPath, d.base+"/")
-			type view struct {
-				Rules   int    `json:"rules"`
-				Status  string `json:"status"`
-				Updated bool   `json:"updated"`
-				Login   bool   `json:"login"`
-				Error   string `json:"error"`
-				Forget  bool   `json:"forget"`
-				Stored  string `json:"stored"`
-			}
-			read := func() view {
-				t.Helper()
-				var v view
-				if err := page.Evaluate(ctx, `({rules: document.querySelectorAll("#rules tbody tr").length,
-					status: document.getElementById("status").textContent, updated: document.body.hasAttribute("data-updated"),
-					login: document.getElementById("login").getClientRects().length > 0, error: document.getElementById("login-error").textContent,
-					forget: document.getElementById("forget").getClientRects().length > 0, stored: sessionStorage.getItem("sluice-admin-token") || ""})`, &v); err != nil {
-					t.Fatal(err)
-				}
-				return v
-			}
-			wait := func(what, cond string) view {
-				t.Helper()
-				if err := page.WaitFor(ctx, cond); err != nil {
-					t.Fatalf("%s: %v; the page: %+v", what, err, read())
-				}
-				return read()
-			}
-			submit := func(token string) {
-				t.Helper()
-				js := `(() => { document.getElementById("token").value = ` + strconv.Quote(token) + `; document.getElementById("login").requestSubmit(); return true; })()`
-				if err := page.Evaluate(ctx, js, nil); err != nil {
-					t.Fatal(err)
-				}
-			}
-			// Shown, as the page lays it out (not only its hidden attribute).
-			loginShown := `document.getElementById("login").getClientRects().length > 0`
-			if v := wait("the page asks for the token", loginShown); v.Rules != 0 || v.Updated || v.Status != "needs the admin token" || v.Error != "" {
-				t.Errorf("before the token: %+v, want nothing shown but the question", v)
-			}
-			submit("wrong")
-			if v := wait("a wrong token refused", loginShown+` && document.getElementById("login-error").textContent !== ""`); v.Rules != 0 || v.Updated || !strings.Contains(v.Error, "refused") || v.Stored != "" {
-				t.Errorf("after a wrong token: %+v, want it refused, forgotten, nothing shown", v)
-			}
-			submit("secret")
-			updated := `document.body.hasAttribute("data-updated") && document.querySelectorAll("#rules tbody tr").length === 3`
-			if v := wait("the dashboard with the token", updated); v.Login || !v.Forget || v.Stored != "secret" {
-				t.Errorf("with the token: %+v, want the dashboard, the token kept and a way to forget it", v)
-			}
-			if err := page.Navigate(ctx, d.base+"/"); err != nil {
-				t.Fatal(err)
-			}
-			if v := wait("the dashboard after a reload", updated); v.Login {
-				t.Errorf("after a reload: %+v, want the dashboard without asking again", v)
-			}
-			if err := page.Evaluate(ctx, `(() => { document.getElementById("forget").click(); return true; })()`, nil); err != nil {
-				t.Fatal(err)
-			}
-			if v := wait("the token forgotten", loginShown); v.Stored != "" {
-				t.Errorf("after forget: %+v, want the token gone", v)
-			}
-			// The page's errors are the 401s of its three polls without the
-			// right token (before any, the wrong one, after forgetting it),
-			// after each of which it waits for a token rather than poll
-			// again, and none else (no CSP violation, no exception).
-			errs := pagetest.WaitErrors(page, 3)
-			for _, e := range errs {
-				if !strings.Contains(e, admin.StatsPath) || !strings.Contains(e, "401") {
-					t.Errorf("the page reported %q, not a 401 of %s", e, admin.StatsPath)
-				}
-			}
-			if len(errs) != 3 {
-				t.Errorf("the page reported %d errors %q, want the 3 401s of its polls", len(errs), errs)
-			}
-			if e := d.waitLog(t, "sluice: admin request refused: a wrong bearer token"); e["path"] != admin.StatsPath {
-				t.Errorf("the wrong token logged as %v", e)
-			}
-		})
 	}
 }

@@ -60,18 +60,22 @@ type testEvent struct {
 	Output  string
 }
 
+// tags are the build tags of the tiers make test runs: the integration
+// tests and the end-to-end ones.
+const tags = "integration,e2e"
+
 // goTestArgs are the arguments of the go command for t, as make test runs
-// its tests (-race -count=1).
+// its tests (-race -count=1 -tags integration,e2e).
 func goTestArgs(t target, timeout time.Duration, extra ...string) []string {
-	return append([]string{"test", "-race", "-count=1", "-timeout", timeout.String(), "-json", "-run", t.run}, append(extra, t.pkg)...)
+	return append([]string{"test", "-race", "-count=1", "-tags", tags, "-timeout", timeout.String(), "-json", "-run", t.run}, append(extra, t.pkg)...)
 }
 
 // warm builds what every target's tests need, running none of them.
 func warm(ctx context.Context, targets []target) error {
 	for _, t := range targets {
-		cmd := exec.CommandContext(ctx, "go", "test", "-race", "-count=1", "-run", "^$", t.pkg)
+		cmd := exec.CommandContext(ctx, "go", "test", "-race", "-count=1", "-tags", tags, "-run", "^$", t.pkg)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go test -race -run '^$' %s: %w\n%s", t.pkg, err, out)
+			return fmt.Errorf("go test -race -tags %s -run '^$' %s: %w\n%s", tags, t.pkg, err, out)
 		}
 	}
 	return nil

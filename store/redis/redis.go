@@ -56,87 +56,11 @@
 //
 // # Values
 //
-// A value is written by the scripts in lua/ only, as the algorithms'
-// files there describe it; what each key holds:
-//
-//   - fixed_window: the string of decimal digits of the count (1 or more:
-//     a count of 0 is no key), followed by the window index
-//     floor(now / period), now and period in µs, zero-padded to d digits,
-//     where 10^d is the smallest power of ten above every window index of
-//     a time below 2^53 µs: 13 digits for a period of 1ms, 10 for 1s or
-//     1.5s, 9 for 1m, 7 for 1h, 6 for 1d, 2 for MaxPeriod. A count of 3
-//     in the minute 29453760 (2026-01-01 00:00 UTC) is 3029453760. It
-//     expires when its window ends.
-//   - sliding_window: the current window's count (no digits when 0), the
-//     previous window's count (no digits when 0), the number of digits of
-//     the previous count as one character (0 to 9, then a to d for 10 to
-//     13), and the current window index, padded to d digits as
-//     fixed_window's. Current 7 and previous 12 in the minute 29453760
-//     are 7122029453760; current 2 alone is 20029453760. It expires when
-//     the window after the one of its last count ends.
-//   - token_bucket and gcra (one layout): the token interval in µs as its
-//     significant digits m (the interval without its trailing zeros, in
-//     decimal) and the number of its trailing zeros e as one character (0
-//     to 9, then a to e), followed by tat, the instant in µs since 1970 at
-//     which the bucket is full again (token_bucket: the last update plus
-//     the debt then; gcra: the theoretical arrival time), in 16 digits
-//     (zero-padded before 2001). The debt at now is tat − now µs of
-//     refill at the interval m×10^e, each interval one token; the
-//     capacity is the limit's, never stored. 100 per minute (a token every
-//     600000µs) full again at 1767225600600000 is 651767225600600000. It
-//     expires at tat.
-//   - sliding_log: a sorted set with one member per unit of admitted
-//     cost, scored by the instant it was admitted, in µs; the members of
-//     one instant are named <instant>, <instant>:1, <instant>:2... Those
-//     scored at or before now − period have expired (they are removed
-//     when an admitted request writes). The key expires a period after
-//     its newest member.
-//   - concurrency: a sorted set with one member per slot held, named by
-//     the slot (sluice.Request's Slot, 22 bytes from a Limiter), scored by
-//     the instant its lease ends, in µs. Those scored at or before now are
-//     free (removed when an admitted take writes); a release removes its
-//     member, a renewal moves its score. The key expires when its last
-//     lease ends, so the slots of a replica that died holding them free
-//     themselves.
-//
-// Each TTL is rounded up to the millisecond and counted on the server's
-// clock, so a value outlives its state by up to a millisecond; a request
-// with its own time (WithClock) may set a longer one. A value of another
-// layout (an older version's, or one written by hand) reads as no state.
-//
-// Every state but sliding_log's is one decimal integer, which Redis keeps
-// as a 64-bit integer in its 16-byte object rather than as a string of 32
-// bytes or more (see Values): a count and the window index (fixed_window); the two
-// windows' counts and the index (sliding_window); the token interval and
-// the instant the bucket is full again (token_bucket and gcra). So what a
-// key costs is mostly its name, of len(prefix) + len(client key) + 4 +
-// len(limit) bytes (limit: f1m, 3): MEMORY USAGE reports 72 bytes for each of these
-// four with the default prefix, a limit part of 3 bytes and a client key
-// of up to 18 (sluice:{client-123}f1m; Redis allocates 32 bytes for a key
-// of 15 to 30 bytes, and 16 for one of 7 to 14, which makes 56 in all:
-// with WithPrefix("s") and a client key of up to 7 bytes, say). The value
-// stays an integer up to 922336 requests per window for a fixed window of
-// 1ms (more for longer periods), two counts of 9 digits together for a
-// sliding window of a minute (8 for a second, 11 for an hour), and token
-// intervals of two significant digits (a token every 600000µs, 100 per
-// minute, or every 3600000µs, 1000 per hour; not every 8571429µs, 7 per
-// minute): beyond, it is a string of up to 40 bytes, which costs 32 to 48
-// bytes more in memory. A sliding_log is a sorted set of one member per
-// admitted unit of cost, each request's first member being its instant,
-// an integer to Redis: up to 128 members (Redis's
-// zset-max-listpack-entries), at most 80 bytes plus 25 per member of a
-// request of cost 1; beyond, Redis's skiplist encoding, about 140 bytes per
-// member.
-//
-// Versions before this one used the keys <prefix>:{<client key>}:[<name>:]
-// <algorithm>:<period µs> with values of the form "a:b": they are never
-// read, and expire on their own TTLs. So during a rolling upgrade, the
-// replicas of the old version and those of this one count apart (each
-// client starts afresh once under this version, and may be admitted up to
-// the limit by each side until the old replicas are gone). A value of
-// another format found at a key is read as no state: each of its
-// characters must read as a digit of a number of the layout or as a
-// length, and none of them may be the ':' of the old formats.
+// A value is written by the scripts in lua/ only. Their KEYS and ARGV,
+// replies, and the type, fields, units and TTL of what each algorithm
+// stores are specified in lua/README.md
+// (https://github.com/sluice-go/sluice/blob/main/store/redis/lua/README.md),
+// which a test keeps true to a real server.
 //
 // While a Cluster migrates a slot, decisions on its keys keep working: the
 // clients follow ASK and MOVED, the store reloads its scripts on the new

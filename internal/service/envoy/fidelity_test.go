@@ -1,3 +1,5 @@
+//go:build integration
+
 package envoy
 
 // Fidelity cases found in review: each test failed on an earlier version

@@ -1,3 +1,5 @@
+//go:build integration
+
 package envoy
 
 import (
@@ -21,14 +23,9 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/testing/proc"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
+	"github.com/sluice-go/sluice/internal/testing/testutil"
 	"github.com/sluice-go/sluice/store/redis"
 )
-
-// upstreamEnv names the environment variable that holds the path of
-// envoyproxy/ratelimit's service_cmd at the version the suite is judged
-// by; make upstream installs it (into a cache directory, never into the
-// repository) and make test passes it.
-const upstreamEnv = "SLUICE_UPSTREAM_RATELIMIT"
 
 // TestAgainstUpstream runs the conformance suite against envoyproxy/ratelimit
 // itself: its service_cmd, serving testdata/upstream as its
@@ -142,21 +139,13 @@ func dialUpstream(t *testing.T, addr string) rlsv3.RateLimitServiceClient {
 	return rlsv3.NewRateLimitServiceClient(conn)
 }
 
-// needUpstream returns the path of upstream's service_cmd; a missing
-// binary fails t, with how to get it. The test also runs redis-server,
-// whose check (redistest.Need) is what -short skips, as for every test
-// that starts a server.
+// needUpstream returns the path of upstream's service_cmd at the version
+// the suite is judged by: the tool directive of tools/go.mod, built by go
+// tool into the Go build cache the first time (testutil.Tool).
 func needUpstream(t *testing.T) string {
 	t.Helper()
 	redistest.Need(t)
-	bin := os.Getenv(upstreamEnv)
-	if bin == "" {
-		t.Fatalf("%s is not set: run `make test`, or `make upstream` and set it to the path it prints", upstreamEnv)
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("%s: %v", upstreamEnv, err)
-	}
-	return bin
+	return testutil.Tool(t, "service_cmd")
 }
 
 // startUpstream starts service_cmd on free loopback ports with its

@@ -3,8 +3,8 @@
 // port, with every file it writes in the test's temporary directory, and
 // stopped by pid when the test ends. There is no fake: a test that needs
 // nginx fails, with a message saying how to install it, when nginx is
-// missing. Under go test -short, the development loop, such a test is
-// skipped instead, installed or not.
+// missing. Only tests of the integration tier (//go:build integration)
+// use it.
 package nginxtest
 
 import (
@@ -49,9 +49,8 @@ type Server struct {
 }
 
 // Start starts nginx for t as a round-robin load balancer over backends
-// (host:port each) and stops it when t ends. It skips t under -short, so
-// that go test -short passes quickly on a machine without nginx, and
-// fails t if nginx is not installed or does not come up.
+// (host:port each) and stops it when t ends. It fails t if nginx is not
+// installed or does not come up.
 //
 // nginx runs as a single foreground process (daemon off, master_process
 // off), so its round robin is one exact rotation over the backends and
@@ -63,9 +62,6 @@ type Server struct {
 // reaches the client as it is, and no request is counted twice.
 func Start(t testing.TB, backends []string) *Server {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("skipped under -short: this test needs nginx (run go test without -short, or make test)")
-	}
 	if len(backends) == 0 {
 		t.Fatal("nginxtest: no backends")
 	}

@@ -47,8 +47,7 @@ type clusterNode struct {
 // StartCluster starts three cluster-enabled redis-servers for t, joins them
 // with redis-cli --cluster create and waits until every node reports
 // cluster_state:ok and all agree on which node owns every slot. The servers
-// are stopped (by pid) when t ends. It skips t under -short (see Need),
-// and fails t if redis-server or redis-cli is not installed or the cluster
+// are stopped (by pid) when t ends. It fails t if redis-server or redis-cli is not installed or the cluster
 // does not form.
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
@@ -69,7 +68,6 @@ func StartClusterTLS(t testing.TB) (*Cluster, TLSFiles) {
 // startCluster starts a Cluster, over TLS too when files is not nil.
 func startCluster(t testing.TB, files *TLSFiles) *Cluster {
 	t.Helper()
-	skipShort(t, "redis-server and redis-cli (a Redis Cluster)")
 	server := Need(t)
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {

@@ -1,8 +1,8 @@
 // Package redistest starts real redis-server processes for tests: on a free
 // loopback port, without persistence, stopped by pid when the test ends.
 // There is no fake: a test that needs Redis fails, with a message saying how
-// to install it, when redis-server is missing. Under go test -short, the
-// development loop, such a test is skipped instead, installed or not.
+// to install it, when redis-server is missing. Only tests of the integration
+// tier (//go:build integration) use it.
 package redistest
 
 import (
@@ -30,10 +30,8 @@ type Server struct {
 }
 
 // Start starts a redis-server for t on a free port (see
-// redisproc.StartFree) and stops it when t ends. It skips t under -short
-// (see Need), and fails t if redis-server is not installed or does not
-// come up. The stop is
-// registered after the server's temporary directory, so it runs first
+// redisproc.StartFree) and stops it when t ends. It fails t if
+// redis-server is not installed or does not come up. The stop is registered after the server's temporary directory, so it runs first
 // (cleanups run last first): the process never writes in a directory
 // being removed.
 func Start(t testing.TB) *Server {
@@ -50,27 +48,15 @@ func Start(t testing.TB) *Server {
 
 // Need returns the path of redis-server for t, which runs it: through
 // Start, StartCluster or StartSentinel, which call Need, or otherwise (a
-// program under test that starts redis-server from PATH). Under -short it
-// skips t, saying that t needs redis-server, so that go test -short passes
-// quickly on a machine without it; otherwise it fails t, with how to
-// install it, when redis-server is not in PATH.
+// program under test that starts redis-server from PATH). It fails t, with
+// how to install it, when redis-server is not in PATH.
 func Need(t testing.TB) string {
 	t.Helper()
-	skipShort(t, "redis-server")
 	path, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Fatalf("redis-server is not installed (it is not in PATH): run `make test`, which installs it, or `sudo apt-get install -y redis-server`")
 	}
 	return path
-}
-
-// skipShort skips t under -short, saying that it needs what: -short runs
-// no test that starts a server.
-func skipShort(t testing.TB, what string) {
-	t.Helper()
-	if testing.Short() {
-		t.Skipf("skipped under -short: this test needs %s (run go test without -short, or make test)", what)
-	}
 }
 
 // retryPorts calls start with a free port until it succeeds (a port may

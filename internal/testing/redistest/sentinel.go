@@ -49,7 +49,6 @@ type Sentinel struct {
 // returns once the replica is in sync and every sentinel knows the replica
 // and the two other sentinels, so that a failover can happen. It stops
 // every process when t ends, and on failure logs what the sentinels said.
-// It skips t under -short (see Need).
 func StartSentinel(t testing.TB) *Sentinel {
 	t.Helper()
 	return startSentinel(t, nil)

@@ -4,12 +4,10 @@
 // connection that stops answering, resets, a slow link, a reply cut into
 // pieces. It talks to the server over its HTTP API; there is no fake.
 //
-// The server binary is toxiproxy's cmd/server at the version make test
-// installs (make toxiproxy: with go install, into a cache directory, never
-// into the repository), named by the environment variable SLUICE_TOXIPROXY.
-// A test that needs it fails, saying how to install it, when the variable
-// is unset or names no program; under go test -short it is skipped
-// instead.
+// The server binary is toxiproxy's cmd/server at the version of the
+// tool directive in tools/go.mod, built by go tool into the Go build
+// cache (testutil.Tool) the first time a test needs it: nothing but Go is
+// needed.
 package toxitest
 
 import (
@@ -19,7 +17,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"strconv"
 	"sync"
@@ -28,11 +25,8 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/internal/testing/proc"
+	"github.com/sluice-go/sluice/internal/testing/testutil"
 )
-
-// Env names the environment variable that holds the path of the
-// toxiproxy server; make toxiproxy prints it and make test passes it.
-const Env = "SLUICE_TOXIPROXY"
 
 // startTimeout bounds how long Start waits for the server's API.
 const startTimeout = 10 * time.Second
@@ -48,22 +42,11 @@ type Server struct {
 	exited chan struct{}
 }
 
-// Need returns the path of the toxiproxy server for t. Under -short it
-// skips t; otherwise it fails t, with how to install the server, when Env
-// names no program.
+// Need returns the path of the toxiproxy server for t, building it the
+// first time (testutil.Tool).
 func Need(t testing.TB) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("skipped under -short: this test needs toxiproxy (run go test without -short, or make test)")
-	}
-	path := os.Getenv(Env)
-	if path == "" {
-		t.Fatalf("toxiproxy is not installed: run `make test`, or `export %s=$(make -s toxiproxy)` and go test again", Env)
-	}
-	if _, err := exec.LookPath(path); err != nil {
-		t.Fatalf("%s=%s: %v: run `make toxiproxy`, which installs it there", Env, path, err)
-	}
-	return path
+	return testutil.Tool(t, "server")
 }
 
 // Start starts a toxiproxy server for t on a free loopback port and stops
