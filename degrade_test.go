@@ -9,8 +9,9 @@ import (
 	"github.com/sluice-go/sluice/store/memory"
 )
 
-// downStore is a store that is down: every call fails.
-type downStore struct{}
+// downStore is a store that is down: every call fails (Take and Reset
+// as a store that cannot reach its server, the others unsupported).
+type downStore struct{ sluice.Unsupported }
 
 func (downStore) Take(context.Context, sluice.Request) ([]sluice.Result, error) {
 	return nil, errors.New("connection refused")

@@ -12,8 +12,8 @@ import (
 )
 
 // takeOnly hides its store's TakeOne: a Limiter over it decides Allow and
-// AllowN with Take, as over a store that is no sluice.OneTaker; and its
-// Peek: it is no sluice.Peeker.
+// AllowN with Take, as over a store that is no sluice.OneTaker (it
+// forwards the sluice.Store methods alone).
 type takeOnly struct{ sluice.Store }
 
 // TestOneTakerAgrees: a Limiter over the memory store, which asks its

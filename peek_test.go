@@ -19,6 +19,13 @@ func (slowPeeker) Peek(ctx context.Context, _ sluice.Request) ([]sluice.Result, 
 	return nil, ctx.Err()
 }
 
+// noPeek is a memory store that cannot peek.
+type noPeek struct{ *memory.Store }
+
+func (noPeek) Peek(context.Context, sluice.Request) ([]sluice.Result, error) {
+	return nil, errors.ErrUnsupported
+}
+
 // peekingDown is downStore with a Peek that fails too.
 type peekingDown struct{ downStore }
 
@@ -86,7 +93,7 @@ func TestLimiterPeekErrors(t *testing.T) {
 		{"cost over capacity", sluice.New(mem), []sluice.Part{{Key: "k", Limits: []sluice.Limit{l}, Cost: 4}}, sluice.ErrInvalidCost},
 		{"negative cost", sluice.New(mem), []sluice.Part{{Key: "k", Limits: []sluice.Limit{l}, Cost: -1}}, sluice.ErrInvalidCost},
 		{"invalid limit", sluice.New(mem), []sluice.Part{{Key: "k", Limits: []sluice.Limit{{Limit: 1}}}}, sluice.ErrInvalidLimit},
-		{"no Peek", sluice.New(takeOnly{mem}, sluice.WithErrorPolicy(sluice.AllowOnError)), []sluice.Part{{Key: "k", Limits: []sluice.Limit{l}}}, sluice.ErrPeekUnsupported},
+		{"no Peek", sluice.New(noPeek{mem}, sluice.WithErrorPolicy(sluice.AllowOnError)), []sluice.Part{{Key: "k", Limits: []sluice.Limit{l}}}, errors.ErrUnsupported},
 		{"timeout", sluice.New(slowPeeker{mem}, sluice.WithStoreTimeout(20*time.Millisecond)), []sluice.Part{{Key: "k", Limits: []sluice.Limit{l}}}, context.DeadlineExceeded},
 		{"down, allow", sluice.New(peekingDown{}, sluice.WithErrorPolicy(sluice.AllowOnError)), []sluice.Part{{Key: "k", Limits: []sluice.Limit{l}}}, nil},
 		{"down, local", sluice.New(peekingDown{}, sluice.WithErrorPolicy(sluice.LocalOnError(memory.New()))), []sluice.Part{{Key: "k", Limits: []sluice.Limit{l}}}, nil},

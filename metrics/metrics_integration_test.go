@@ -24,7 +24,7 @@ func TestMetrics(t *testing.T) {
 	// Three stacked rules: login denies the third request, site then
 	// counts it as denied by another rule, and probe (in shadow mode) is
 	// decided only for the two admitted requests.
-	e := engine(t, m, sluice.New(m.Store(memory.New())), `
+	e := engine(t, m, sluice.New(memory.New(), sluice.WithHooks(m.Hooks())), `
 rules:
   - {name: login, match: /login, key: ip, limit: 2, period: 1m}
   - {name: site, group: site, key: ip, limit: 100, period: 1m}
@@ -50,7 +50,7 @@ rules:
 	defer rs.Close()
 	srv.Stop()
 	for _, p := range []sluice.ErrorPolicy{sluice.AllowOnError, sluice.DenyOnError} {
-		failing := engine(t, m, sluice.New(m.Store(rs), sluice.WithErrorPolicy(p)), `
+		failing := engine(t, m, sluice.New(rs, sluice.WithHooks(m.Hooks()), sluice.WithErrorPolicy(p)), `
 rules:
   - {name: login, key: ip, limit: 2, period: 1m}
 `)
@@ -97,7 +97,7 @@ func TestBreaker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rs.Close()
-	lim := sluice.New(rs, sluice.WithErrorPolicy(sluice.AllowOnError), sluice.WithBreakerHandler(m.Breaker),
+	lim := sluice.New(rs, sluice.WithErrorPolicy(sluice.AllowOnError), sluice.WithHooks(sluice.Hooks{Breaker: m.Breaker}),
 		sluice.WithBreaker(sluice.Breaker{Failures: 2, Span: time.Nanosecond, Probe: time.Millisecond}))
 	allow := func() {
 		if _, err := lim.Allow(context.Background(), "k", sluice.PerMinute(100)); err != nil {

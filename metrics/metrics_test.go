@@ -69,7 +69,7 @@ func TestBreakerNodeNames(t *testing.T) {
 		if state == sluice.BreakerOpen {
 			err = errors.New("down")
 		}
-		m.Breaker(sluice.BreakerChange{NodeBreaker: sluice.NodeBreaker{Node: node, Name: name, State: state}, Err: err})
+		m.Breaker(sluice.NodeBreaker{Node: node, Name: name, State: state, Err: err})
 	}
 	for _, step := range []struct {
 		do       func()

@@ -30,7 +30,7 @@ func TestBreakerNodes(t *testing.T) {
 	if err := rs.Ready(context.Background()); err != nil { // reads the slot map
 		t.Fatal(err)
 	}
-	lim := sluice.New(m.Store(rs), sluice.WithErrorPolicy(sluice.AllowOnError), sluice.WithBreakerHandler(m.Breaker),
+	lim := sluice.New(rs, sluice.WithHooks(m.Hooks()), sluice.WithErrorPolicy(sluice.AllowOnError),
 		sluice.WithBreaker(sluice.Breaker{Failures: 2, Span: time.Nanosecond, Probe: time.Millisecond}))
 	victim := c.Addrs[0]
 	keyOn := map[string]string{} // a client key of each master

@@ -9,14 +9,15 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/metrics"
 	"github.com/sluice-go/sluice/store/memory"
+	"github.com/sluice-go/sluice/store/storetest"
 )
 
-// TestPeek: the instrumented store forwards Peek, timing it under
-// op="peek", apart from the decisions' op="take"; over a store without
-// Peek it gives ErrPeekUnsupported.
+// TestPeek: the hooks of Metrics time a Limiter's Peek under op="peek",
+// apart from the decisions' op="take"; over a store without Peek it
+// fails with errors.ErrUnsupported.
 func TestPeek(t *testing.T) {
 	m := metrics.New()
-	lim := sluice.New(m.Store(memory.New()))
+	lim := sluice.New(memory.New(), sluice.WithHooks(m.Hooks()))
 	ctx := context.Background()
 	l := sluice.PerMinute(5)
 	if _, err := lim.AllowN(ctx, "k", l, 2); err != nil {
@@ -25,7 +26,7 @@ func TestPeek(t *testing.T) {
 	for range 3 {
 		r, err := lim.Peek(ctx, sluice.Part{Key: "k", Limits: []sluice.Limit{l}, Cost: 1})
 		if err != nil || !r.Allowed || r.Remaining != 2 {
-			t.Fatalf("Peek through the instrumented store = %+v, %v; want allowed, 2 left", r.Result, err)
+			t.Fatalf("Peek = %+v, %v; want allowed, 2 left", r.Result, err)
 		}
 	}
 	text := scrape(t, m)
@@ -37,8 +38,8 @@ func TestPeek(t *testing.T) {
 			t.Errorf("metrics lack %s", want)
 		}
 	}
-	hidden := sluice.New(m.Store(struct{ sluice.Store }{memory.New()}))
-	if _, err := hidden.Peek(ctx, sluice.Part{Key: "k", Limits: []sluice.Limit{l}}); !errors.Is(err, sluice.ErrPeekUnsupported) {
-		t.Errorf("Peek over a store without Peek: %v, want ErrPeekUnsupported", err)
+	hidden := sluice.New(storetest.TakeOnly(memory.New()), sluice.WithHooks(m.Hooks()))
+	if _, err := hidden.Peek(ctx, sluice.Part{Key: "k", Limits: []sluice.Limit{l}}); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Peek over a store without Peek: %v, want errors.ErrUnsupported", err)
 	}
 }

@@ -10,15 +10,16 @@ import (
 	"github.com/sluice-go/sluice/metrics"
 	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/store/memory"
+	"github.com/sluice-go/sluice/store/storetest"
 )
 
-// TestSettle: the instrumented store of a Settler is one, so a Limiter
-// over it reserves and settles, the take timed under op="take", the
-// refund under op="refund" and the charge under op="charge"; that of a
-// store that is no Settler is none, and Reserve refuses it up front.
+// TestSettle: a Limiter with the hooks of Metrics reserves and settles,
+// the take timed under op="take", the refund under op="refund" and the
+// charge under op="charge"; over a store that cannot settle, Reserve
+// fails with errors.ErrUnsupported.
 func TestSettle(t *testing.T) {
 	m := metrics.New()
-	lim := sluice.New(m.Store(memory.New()))
+	lim := sluice.New(memory.New(), sluice.WithHooks(m.Hooks()))
 	ctx := context.Background()
 	l := sluice.PerMinute(100)
 	for _, c := range []struct {
@@ -48,12 +49,9 @@ func TestSettle(t *testing.T) {
 			t.Errorf("metrics lack %s", want)
 		}
 	}
-	hidden := m.Store(struct{ sluice.Store }{memory.New()})
-	if _, ok := hidden.(sluice.Settler); ok {
-		t.Error("the instrumented store of a store that is no Settler is one")
-	}
-	if _, err := sluice.New(hidden).Reserve(ctx, "k", l, 1); !errors.Is(err, sluice.ErrSettleUnsupported) {
-		t.Errorf("Reserve over a store that is no Settler: %v, want ErrSettleUnsupported", err)
+	hidden := sluice.New(storetest.TakeOnly(memory.New()), sluice.WithHooks(m.Hooks()))
+	if _, err := hidden.Reserve(ctx, "k", l, 1); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Reserve over a store that cannot settle: %v, want errors.ErrUnsupported", err)
 	}
 }
 
@@ -66,7 +64,7 @@ func TestSettledUnits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := policy.New(sluice.New(m.Store(memory.New())), set, policy.WithSettleObserver(m.Settled))
+	e := policy.New(sluice.New(memory.New(), sluice.WithHooks(m.Hooks())), set, policy.WithSettleObserver(m.Settled))
 	ctx := context.Background()
 	for _, n := range []int{30, 250} {
 		d, err := e.Check(ctx, policy.Check{Rule: "budget", Key: "k"})

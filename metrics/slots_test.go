@@ -46,7 +46,7 @@ func TestSlotsHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := policy.New(sluice.New(m.Store(memory.New())), set, policy.WithObserver(m.Decision), policy.WithSlotObserver(m.Slots),
+	e := policy.New(sluice.New(memory.New(), sluice.WithHooks(m.Hooks())), set, policy.WithObserver(m.Decision), policy.WithSlotObserver(m.Slots),
 		policy.WithLogger(slog.New(slog.DiscardHandler)))
 	m.Rules(func() []string { return []string{"exports", "pages", "jobs"} })
 	held := func(want map[string]int) {

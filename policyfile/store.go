@@ -103,15 +103,21 @@ func openBackend(r config.Redis, m config.Memory, st settings, blocks func(sluic
 	if r.DenyCache {
 		opts = append(opts, sluice.WithDenyCache(0))
 	}
-	base, release, err := leased(store, blocks)
+	hooks := st.hooks
+	calls := hooks.StoreCall
+	var backing sluice.Store = store
+	if blocks != nil && calls != nil {
+		// Behind leases the hook times Redis's calls, not the lease's.
+		backing, calls = timed{store, calls}, nil
+	}
+	base, release, err := leased(backing, blocks)
 	if err != nil {
 		cancel()
 		store.Close()
 		return nil, err
 	}
-	hooks := st.hooks
 	lim := sluice.New(base, append(opts,
-		sluice.WithHooks(sluice.Hooks{StoreCall: hooks.StoreCall, StoreError: hooks.StoreError, Breaker: func(ch sluice.NodeBreaker) {
+		sluice.WithHooks(sluice.Hooks{StoreCall: calls, StoreError: hooks.StoreError, Breaker: func(ch sluice.NodeBreaker) {
 			// Once per change of a node's state, not per failed decision.
 			if ch.State == sluice.BreakerOpen {
 				down[ch.Node] = time.Now()

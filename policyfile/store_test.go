@@ -17,7 +17,6 @@ import (
 	"github.com/sluice-go/sluice/internal/testing/redistest"
 	"github.com/sluice-go/sluice/policyfile"
 	"github.com/sluice-go/sluice/store/memory"
-	"github.com/sluice-go/sluice/store/storetest"
 )
 
 // TestOpenBackend: OpenBackend builds the store of a redis section, in
@@ -72,28 +71,27 @@ func TestOpenBackendInvalid(t *testing.T) {
 	}
 }
 
-// countStore counts the calls that reach the store it wraps.
-type countStore struct {
-	sluice.Store
-	takes *atomic.Int64
-}
-
-func (c countStore) Take(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
-	c.takes.Add(1)
-	return c.Store.Take(ctx, req)
+// countTakes counts in takes the decisions that reach the store (its
+// "take" calls, sluice.Hooks.StoreCall): Redis's, behind leases too.
+func countTakes(takes *atomic.Int64) policyfile.Option {
+	return policyfile.WithHooks(sluice.Hooks{StoreCall: func(op string, _ time.Duration, _ error) {
+		if op == "take" {
+			takes.Add(1)
+		}
+	}})
 }
 
 // TestStoreStateLog: the store's changes of state are logged once each,
 // however many decisions fail: failing when Redis goes away and the
 // breaker opens (the error policy decides meanwhile, without calling the
-// store) and recovered when it is back. WithStore sees the calls that
+// store) and recovered when it is back. The hooks see the calls that
 // reach the store.
 func TestStoreStateLog(t *testing.T) {
 	srv := redistest.Start(t)
 	path := writeFile(t, "redis: {url: redis://"+srv.Addr+", on_error: allow}\n"+limitRules(100))
 	log := &logs{}
 	var takes atomic.Int64
-	p := open(t, path, log, policyfile.WithStore(func(s sluice.Store) sluice.Store { return countStore{s, &takes} }))
+	p := open(t, path, log, countTakes(&takes))
 	run(t, p, []step{{"192.0.2.1", true, 99}})
 	srv.Stop()
 	// Decisions until the breaker opens (5 failures over 50ms), then 50
@@ -208,7 +206,7 @@ func TestDenyCacheSetting(t *testing.T) {
 			r := config.DefaultRedis()
 			r.URL, r.DenyCache = "redis://"+srv.Addr, tc.on
 			b, err := policyfile.OpenBackend(r, policyfile.WithLogger(slog.New(slog.DiscardHandler)),
-				policyfile.WithStore(func(s sluice.Store) sluice.Store { return countStore{s, &takes} }))
+				countTakes(&takes))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -289,8 +287,8 @@ rules:
   - {name: login, key: request, algorithm: fixed_window, limit: 1000, period: 1h}
 `
 	path := writeFile(t, fmt.Sprintf(rules, srv.Addr, ", lease: {block: 10}"))
-	counted := &storetest.Counting{}
-	p := open(t, path, nil, policyfile.WithStore(func(s sluice.Store) sluice.Store { counted.Store = s; return counted }))
+	var counted atomic.Int64
+	p := open(t, path, nil, countTakes(&counted))
 	for range 3 {
 		if d := check(t, p, "search", "k"); !d.Allowed {
 			t.Fatal("search denied")
@@ -299,7 +297,7 @@ rules:
 			t.Fatal("login denied")
 		}
 	}
-	if got := counted.Takes(); got != 1+3 {
+	if got := counted.Load(); got != 1+3 {
 		t.Errorf("3 searches and 3 logins: %d takes reached Redis, want 1 block of search and 3 logins", got)
 	}
 	// What another replica sees in Redis: the block of 10 spent.
@@ -324,9 +322,9 @@ rules:
 	if err := p.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	before := counted.Takes()
+	before := counted.Load()
 	check(t, p, "search", "k")
-	if got := counted.Takes() - before; got != 1 {
+	if got := counted.Load() - before; got != 1 {
 		t.Errorf("a search after the reload removed the lease: %d takes, want 1", got)
 	}
 	p.Close()

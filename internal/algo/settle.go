@@ -5,7 +5,7 @@ import (
 	"slices"
 )
 
-// Refund and Charge are what a store does for sluice.Settler's Refund and
+// Refund and Charge are what a store does for sluice.Store's Refund and
 // Charge: give back units a take consumed, and consume units whatever the
 // limit holds (a debt). refund.lua and charge.lua mirror them line for
 // line, and the conformance suite proves that the stores agree.

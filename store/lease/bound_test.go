@@ -52,12 +52,8 @@ func newFleet(t *testing.T, backings []sluice.Store, outlive time.Duration, givi
 	t.Helper()
 	f := &fleet{clock: &phaseClock{}, admitted: newRecorder(), consumed: newRecorder()}
 	for _, b := range backings {
-		c := &counting{Store: b, rec: f.consumed}
-		var backing sluice.Store = c
-		if giving {
-			backing = settlingCounting{c, b.(sluice.Settler)}
-		}
-		s, err := lease.New(backing, lease.Block(block))
+		c := &counting{Store: b, rec: f.consumed, settles: giving}
+		s, err := lease.New(c, lease.Block(block))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,12 +10,13 @@
 // process, until it is spent or the lease ends. Backing-store calls per
 // admitted decision fall by about B, and a key hotter than one Redis shard
 // can serve is spread over the replicas' memory. Over a backing store that
-// is a sluice.Settler (the memory and Redis stores), a lease gives back
-// the units it did not spend, and
+// settles (the memory and Redis stores: their TakeAt and Refund do not
+// fail with errors.ErrUnsupported), a lease gives back the units it did
+// not spend, and
 //
-//	leased, err := lease.NewSettling(redisStore, lease.Block(10))
+//	leased, err := lease.New(redisStore, lease.Block(10))
 //
-// is a Settler too, so that Limiter.Reserve, Reservation.Settle and
+// settles too, so that Limiter.Reserve, Reservation.Settle and
 // Limiter.Refund work over leases.
 //
 // # What is leased
@@ -30,7 +31,7 @@
 // other replicas 2 until it ends). B is clamped to the limit's Capacity,
 // so a block is always a valid request.
 //
-// Store.Peek (sluice.Peeker, for sluice inspect) reads without spending:
+// Store.Peek (for sluice inspect) reads without spending:
 // from this replica's lease when it would serve the request, otherwise
 // from the backing store, whose state counts every replica's leased but
 // unspent units as spent.
@@ -138,8 +139,7 @@
 //
 // # Reserving and settling
 //
-// NewSettling returns a Store that is a sluice.Settler. Requests that are
-// not leased go to the backing store's TakeAt, Refund and Charge
+// Over a backing store that settles, requests that are not leased go to the backing store's TakeAt, Refund and Charge
 // unchanged. For a leased request:
 //
 //   - TakeAt answers as Take does, and reports as the take's instant the

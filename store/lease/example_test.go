@@ -56,9 +56,9 @@ func Example() {
 // not use goes back into the lease, with no store call, for the replica's
 // next requests. Release, as the process stops, gives the lease's unspent
 // units back to the store, for the other replicas.
-func ExampleNewSettling() {
+func Example_settle() {
 	backing := memory.New() // redis.Open("redis://...") in production
-	leased, err := lease.NewSettling(backing, lease.Block(10))
+	leased, err := lease.New(backing, lease.Block(10))
 	if err != nil {
 		log.Fatal(err)
 	}

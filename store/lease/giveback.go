@@ -85,8 +85,8 @@ func (s *Store) giveBack(ctx context.Context, rests []rest) error {
 	return errors.Join(errs...)
 }
 
-// Release ends every lease of the replica: over a backing store that is a
-// sluice.Settler it gives their unspent units back to it, so that other
+// Release ends every lease of the replica: over a backing store that
+// settles it gives their unspent units back to it, so that other
 // replicas can use them, and drops them. Call it when the process stops
 // deciding (before closing the backing store): a rolling deploy then hands
 // its leases' units back rather than leaving them unused until their state

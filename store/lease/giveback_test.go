@@ -170,7 +170,7 @@ func TestRelease(t *testing.T) {
 			c := &storetest.Counting{Store: memory.New()}
 			var backing sluice.Store = c
 			if tc.hidden {
-				backing = struct{ sluice.Store }{c}
+				backing = storetest.TakeOnly(c)
 			}
 			s, err := lease.New(backing, lease.Block(10))
 			if err != nil {

@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,11 +12,16 @@ import (
 )
 
 // counting wraps a real store and counts its Take calls, and records every
-// admitted take (its instant and cost) in rec when rec is set.
+// admitted take (its instant and cost) in rec when rec is set. Unless
+// settles is set it cannot settle (TakeAt, Refund and Charge fail with
+// errors.ErrUnsupported), so that a lease Store over it gives nothing
+// back; with it, TakeAt counts and records as Take does and Refund and
+// Charge are the real store's.
 type counting struct {
 	sluice.Store
+	settles bool
 	takes   atomic.Int64
-	refunds atomic.Int64 // settlingCounting's
+	refunds atomic.Int64
 	rec     *recorder
 }
 
@@ -28,30 +34,31 @@ func (c *counting) Take(ctx context.Context, req sluice.Request) ([]sluice.Resul
 	return rs, err
 }
 
-// settlingCounting is counting over a backing store that is a Settler,
-// and one itself, so that a lease Store over it gives back: TakeAt counts
-// and records as Take does; Refund and Charge are the backing store's.
-type settlingCounting struct {
-	*counting
-	st sluice.Settler
-}
-
-func (c settlingCounting) TakeAt(ctx context.Context, req sluice.Request) (sluice.Taken, error) {
+func (c *counting) TakeAt(ctx context.Context, req sluice.Request) (sluice.Taken, error) {
+	if !c.settles {
+		return sluice.Taken{}, errors.ErrUnsupported
+	}
 	c.takes.Add(1)
-	t, err := c.st.TakeAt(ctx, req)
+	t, err := c.Store.TakeAt(ctx, req)
 	if err == nil && c.rec != nil && t.Results[0].Allowed {
 		c.rec.add(req.Now, req.Parts[0].Cost)
 	}
 	return t, err
 }
 
-func (c settlingCounting) Refund(ctx context.Context, req sluice.Request, t sluice.Taken) ([]sluice.Result, error) {
+func (c *counting) Refund(ctx context.Context, req sluice.Request, t sluice.Taken) ([]sluice.Result, error) {
+	if !c.settles {
+		return nil, errors.ErrUnsupported
+	}
 	c.refunds.Add(1)
-	return c.st.Refund(ctx, req, t)
+	return c.Store.Refund(ctx, req, t)
 }
 
-func (c settlingCounting) Charge(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
-	return c.st.Charge(ctx, req)
+func (c *counting) Charge(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {
+	if !c.settles {
+		return nil, errors.ErrUnsupported
+	}
+	return c.Store.Charge(ctx, req)
 }
 
 // recorder collects units by instant, safe for concurrent use.

@@ -320,7 +320,7 @@ func TestMaxLeases(t *testing.T) {
 	_ = c
 }
 
-// blocking is a real memory store whose Take waits for gate.
+// blocking is a real memory store whose Take and TakeAt wait for gate.
 type blocking struct {
 	sluice.Store
 	gate    chan struct{}
@@ -331,6 +331,13 @@ func (b *blocking) Take(ctx context.Context, req sluice.Request) ([]sluice.Resul
 	b.entered <- struct{}{}
 	<-b.gate
 	return b.Store.Take(ctx, req)
+}
+
+// TakeAt waits for gate as Take does: a lease refills through it.
+func (b *blocking) TakeAt(ctx context.Context, req sluice.Request) (sluice.Taken, error) {
+	b.entered <- struct{}{}
+	<-b.gate
+	return b.Store.TakeAt(ctx, req)
 }
 
 // One refill per key is in flight; the others wait for it, and give up

@@ -15,7 +15,7 @@ import (
 // TestPeek: a leased request that the replica's lease serves is peeked at
 // from the lease, as Take answers it, spending nothing; any other request
 // is the backing store's Peek, which counts the leased block as spent;
-// and a backing store without Peek gives ErrPeekUnsupported.
+// and a backing store without Peek fails with errors.ErrUnsupported.
 func TestPeek(t *testing.T) {
 	ctx := context.Background()
 	now := storetest.Epoch.Add(10 * time.Second)
@@ -50,11 +50,11 @@ func TestPeek(t *testing.T) {
 		t.Errorf("the peeks spent: the backing store has %d left, want 90", got.Remaining)
 	}
 
-	hidden, err := lease.New(struct{ sluice.Store }{backing})
+	hidden, err := lease.New(storetest.TakeOnly(backing))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := hidden.Peek(ctx, one("k", l, 1, now)); !errors.Is(err, sluice.ErrPeekUnsupported) {
-		t.Errorf("Peek over a backing store without Peek: %v, want ErrPeekUnsupported", err)
+	if _, err := hidden.Peek(ctx, one("k", l, 1, now)); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Peek over a backing store without Peek: %v, want errors.ErrUnsupported", err)
 	}
 }

@@ -2,6 +2,8 @@ package lease
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/sluice-go/sluice"
@@ -11,10 +13,16 @@ import (
 // store consumed what the request spent at. For a request answered from a
 // lease that is the instant of the lease's block take, which the lease
 // remembers, so that Refund knows the take as the lease's; for any other
-// request, the backing store's TakeAt.
+// request, the backing store's TakeAt. Once the backing store has said
+// it cannot TakeAt (errors.ErrUnsupported, when a lease was refilled
+// from it), every TakeAt fails with that error, spending nothing: a
+// lease over it cannot tell its takes apart for a refund.
 func (s *Store) TakeAt(ctx context.Context, req sluice.Request) (sluice.Taken, error) {
 	if !s.leasable(req) {
 		return s.backing.TakeAt(ctx, req)
+	}
+	if !s.settles.Load() {
+		return sluice.Taken{}, fmt.Errorf("lease: the backing store cannot settle: %w", errors.ErrUnsupported)
 	}
 	rs, at, err := s.decide(ctx, req)
 	if err != nil {

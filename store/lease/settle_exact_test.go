@@ -62,16 +62,16 @@ func TestSettleExact(t *testing.T) {
 						opts = append(opts, sluice.WithClock(storetest.NewClock().Now))
 					}
 					var lims []*sluice.Limiter
-					var stores []*lease.Settling
+					var stores []*lease.Store
 					var backs []*storetest.Counting
 					for _, b := range be.new(t, replicas) {
 						c := &storetest.Counting{Store: b}
-						s, err := lease.NewSettling(c, lease.Block(10*reserveCost))
+						s, err := lease.New(c, lease.Block(10*reserveCost))
 						if err != nil {
 							t.Fatal(err)
 						}
 						if control {
-							lease.KeepRests(s.Store)
+							lease.KeepRests(s)
 						}
 						backs, stores = append(backs, c), append(stores, s)
 						lims = append(lims, sluice.New(s, opts...))
@@ -120,7 +120,7 @@ func TestSettleExact(t *testing.T) {
 }
 
 // release releases every store's leases, failing t on an error.
-func release(t *testing.T, stores []*lease.Settling) {
+func release(t *testing.T, stores []*lease.Store) {
 	t.Helper()
 	for _, s := range stores {
 		if err := s.Release(context.Background()); err != nil {

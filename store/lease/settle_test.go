@@ -14,30 +14,29 @@ import (
 	"github.com/sluice-go/sluice/store/storetest"
 )
 
-var _ sluice.Settler = (*lease.Settling)(nil)
+var _ sluice.Store = (*lease.Store)(nil)
 
-// NewSettling needs a backing store that is a Settler, and its Store is
-// one; a Store made by New is none, even over a Settler, and Reserve
-// refuses it up front.
-func TestNewSettling(t *testing.T) {
-	if _, err := lease.NewSettling(struct{ sluice.Store }{memory.New()}); !errors.Is(err, sluice.ErrSettleUnsupported) {
-		t.Errorf("NewSettling over a store that is no Settler: %v, want ErrSettleUnsupported", err)
-	}
-	if _, err := lease.NewSettling(nil); err == nil || !strings.Contains(err.Error(), "backing store is nil") {
-		t.Errorf("NewSettling(nil): %v, want New's error", err)
-	}
-	if _, err := lease.NewSettling(memory.New(), lease.Block(0)); err == nil || !strings.Contains(err.Error(), "Block must be at least 1") {
-		t.Errorf("NewSettling with Block(0): %v, want New's error", err)
-	}
-	plain, err := lease.New(memory.New())
+// A Store over a backing store that cannot settle (its TakeAt fails with
+// errors.ErrUnsupported) still leases; Reserve over it fails with that
+// error, and a decision is not failed for it.
+func TestLeaseOverTakeOnly(t *testing.T) {
+	s, err := lease.New(storetest.TakeOnly(memory.New()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := any(plain).(sluice.Settler); ok {
-		t.Error("a Store made by New is a Settler")
+	lim := sluice.New(s)
+	ctx := context.Background()
+	if r, err := lim.Allow(ctx, "k", sluice.PerMinute(100)); err != nil || !r.Allowed {
+		t.Fatalf("Allow over a take-only backing store: %+v, %v", r, err)
 	}
-	if _, err := sluice.New(plain).Reserve(context.Background(), "k", sluice.PerMinute(100), 1); !errors.Is(err, sluice.ErrSettleUnsupported) {
-		t.Errorf("Reserve over a Store made by New: %v, want ErrSettleUnsupported", err)
+	if _, err := lim.Reserve(ctx, "k", sluice.PerMinute(100), 1); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Reserve over a take-only backing store: %v, want errors.ErrUnsupported", err)
+	}
+	if _, err := lease.New(nil); err == nil || !strings.Contains(err.Error(), "backing store is nil") {
+		t.Errorf("New(nil): %v, want its error", err)
+	}
+	if _, err := lease.New(memory.New(), lease.Block(0)); err == nil || !strings.Contains(err.Error(), "Block must be at least 1") {
+		t.Errorf("New with Block(0): %v, want its error", err)
 	}
 }
 
@@ -140,7 +139,7 @@ func TestSettleThroughLease(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &storetest.Counting{Store: memory.New()}
-			leased, err := lease.NewSettling(c, lease.Block(10))
+			leased, err := lease.New(c, lease.Block(10))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -185,10 +184,10 @@ func TestSettleThroughLease(t *testing.T) {
 	}
 }
 
-// withTTL is a Settling store whose state lifetimes are its backing
+// withTTL is a lease Store whose state lifetimes are its backing
 // memory store's, for the conformance suite.
 type withTTL struct {
-	*lease.Settling
+	*lease.Store
 	backing *memory.Store
 }
 
@@ -196,7 +195,7 @@ func (w withTTL) TTL(ctx context.Context, key string, l sluice.Limit) (time.Dura
 	return w.backing.TTL(ctx, key, l)
 }
 
-// The conformance suite over a Settling store that leases nothing
+// The conformance suite over a lease Store that leases nothing
 // (MinCapacity above every limit): its exact Results cannot hold for
 // leased requests, whose Remaining is their lease's, but it proves that
 // the requests a lease does not answer reach the backing store's Take,
@@ -205,7 +204,7 @@ func (w withTTL) TTL(ctx context.Context, key string, l sluice.Limit) (time.Dura
 func TestConformanceUnleased(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, now func() time.Time) sluice.Store {
 		m := memory.New(memory.WithClock(now))
-		s, err := lease.NewSettling(m, lease.MinCapacity(math.MaxInt))
+		s, err := lease.New(m, lease.MinCapacity(math.MaxInt))
 		if err != nil {
 			t.Fatal(err)
 		}

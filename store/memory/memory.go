@@ -11,7 +11,7 @@
 // independently; all limits of one key live in one shard, so a multi-limit
 // decision is atomic. It is a sluice.OneTaker: a Limiter's Allow and AllowN
 // over it allocate nothing once a key has its entry (BenchmarkAllow,
-// BenchmarkManyKeys). It is a sluice.Peeker: Peek reads a request's
+// BenchmarkManyKeys). Its Peek reads a request's
 // Results without deciding, creating, converting or touching anything
 // (see Store.Peek). Every piece of state carries the shortest sufficient
 // lifetime (until it would be equivalent to no state at all), and state

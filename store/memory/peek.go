@@ -7,7 +7,7 @@ import (
 	"github.com/sluice-go/sluice/internal/algo"
 )
 
-// Peek implements sluice.Peeker: it returns what Take would return for
+// Peek implements sluice.Store: it returns what Take would return for
 // req, deciding with the same algorithms on the same state under the same
 // locks, and stores nothing. It creates no entry for a key never seen,
 // converts no state kept under another Limit or Burst (Take would, and

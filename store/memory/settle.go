@@ -8,7 +8,7 @@ import (
 	"github.com/sluice-go/sluice/internal/algo"
 )
 
-// TakeAt implements sluice.Settler: Take, and the instant it decided at
+// TakeAt implements sluice.Store: Take, and the instant it decided at
 // (req.Now, or the store's clock), for every limit.
 func (s *Store) TakeAt(_ context.Context, req sluice.Request) (sluice.Taken, error) {
 	if err := needsSlot(req); err != nil {
@@ -23,7 +23,7 @@ func (s *Store) TakeAt(_ context.Context, req sluice.Request) (sluice.Taken, err
 	return t, nil
 }
 
-// Refund implements sluice.Settler: it gives back each part's Cost as
+// Refund implements sluice.Store: it gives back each part's Cost as
 // algo's Refund rules say, atomically over every key of req, and returns
 // the state after it.
 func (s *Store) Refund(_ context.Context, req sluice.Request, t sluice.Taken) ([]sluice.Result, error) {
@@ -43,7 +43,7 @@ func (s *Store) Refund(_ context.Context, req sluice.Request, t sluice.Taken) ([
 	}), nil
 }
 
-// Charge implements sluice.Settler: it consumes each part's Cost whatever
+// Charge implements sluice.Store: it consumes each part's Cost whatever
 // the limits hold (algo's Charge), atomically over every key of req, and
 // returns the state after it.
 func (s *Store) Charge(_ context.Context, req sluice.Request) ([]sluice.Result, error) {
@@ -53,7 +53,7 @@ func (s *Store) Charge(_ context.Context, req sluice.Request) ([]sluice.Result, 
 	}), nil
 }
 
-// Renew implements sluice.Renewer: it extends the lease of slot req.Slot
+// Renew implements sluice.Store: it extends the lease of slot req.Slot
 // under each Concurrency limit of req (algo's Renew), atomically over
 // every key of req, and returns the state after it, Allowed where the
 // slot was held.

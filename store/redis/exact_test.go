@@ -165,6 +165,15 @@ func (r racyStore) write(ctx context.Context, key, raw string, next algo.State, 
 
 func (r racyStore) Reset(context.Context, string, ...sluice.Limit) error { return nil }
 
+// Renew and Peek: the racy limiter holds no slots and has no read.
+func (racyStore) Renew(context.Context, sluice.Request) ([]sluice.Result, error) {
+	return nil, errors.ErrUnsupported
+}
+
+func (racyStore) Peek(context.Context, sluice.Request) ([]sluice.Result, error) {
+	return nil, errors.ErrUnsupported
+}
+
 // TestHarnessCatchesRace: the same harness, on the GET-then-SET limiter,
 // admits more than the limit (at a frozen clock: no window ends).
 func TestHarnessCatchesRace(t *testing.T) {

@@ -60,11 +60,11 @@ func ExampleWithWaitReplicas() {
 	lim := sluice.New(store,
 		sluice.WithErrorPolicy(sluice.DenyOnError),
 		sluice.WithStoreTimeout(100*time.Millisecond),
-		sluice.WithErrorHandler(func(_ context.Context, err error) {
+		sluice.WithHooks(sluice.Hooks{StoreError: func(_ context.Context, err error) {
 			if errors.Is(err, redis.ErrNotReplicated) {
 				log.Print("consumed on the primary, not on the replica: denied")
 			}
-		}))
+		}}))
 
 	res, err := lim.Allow(context.Background(), "api-key-123", sluice.PerMinute(100))
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 // operator's look, rare enough that one script serves them all).
 var peekScript = compose("peek+take", algorithms...)
 
-// Peek implements sluice.Peeker: it returns what Take would return for
+// Peek implements sluice.Store: it returns what Take would return for
 // req, and writes nothing to Redis. It is one call of take.lua made read
 // only by lua/peek.lua, which runs its decision functions and none of
 // their writers (a bucket kept under another Limit or Burst is converted as Take would

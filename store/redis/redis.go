@@ -87,7 +87,7 @@
 // one that some sequential order of the callers would give: limits stay
 // exact.
 //
-// Refunds and charges (a reservation's settle, sluice.Settler) coalesce
+// Refunds and charges (a reservation's settle) coalesce
 // in the same lanes. Those that wait go with the decisions of their
 // batch: the refunds of one instant (those without their own Now share
 // the server's TIME) in the decisions' own call (lua/refund_first.lua

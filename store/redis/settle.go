@@ -11,7 +11,7 @@ import (
 	"github.com/sluice-go/sluice/internal/algo"
 )
 
-// TakeAt implements sluice.Settler: Take, and the instant each limit was
+// TakeAt implements sluice.Store: Take, and the instant each limit was
 // decided at (take.lua's now: the request's, or the server's TIME; one
 // per slot of a decision split over Cluster slots).
 func (s *Store) TakeAt(ctx context.Context, req sluice.Request) (sluice.Taken, error) {
@@ -23,7 +23,7 @@ func (s *Store) TakeAt(ctx context.Context, req sluice.Request) (sluice.Taken, e
 	return sluice.Taken{Results: rs, At: at, Slot: req.Slot}, nil
 }
 
-// Refund implements sluice.Settler: one run of refund.lua per slot the
+// Refund implements sluice.Store: one run of refund.lua per slot the
 // keys of req lie in (one on a server alone or through Sentinel), at once
 // over their masters, each atomic. A refund never waits for replicas
 // (WithWaitReplicas): a failover that loses it leaves the consumption,
@@ -133,7 +133,7 @@ func refundTails(g *group, t sluice.Taken, index []int) []string {
 	return tails
 }
 
-// Renew implements sluice.Renewer: one run of renew.lua per slot the keys
+// Renew implements sluice.Store: one run of renew.lua per slot the keys
 // of req lie in, as Refund, each atomic, which extends the lease of slot
 // req.Slot under each Concurrency limit of req where it is still held. A
 // renewal never waits for replicas: a failover that loses it shortens the
@@ -156,7 +156,7 @@ func (s *Store) Renew(ctx context.Context, req sluice.Request) ([]sluice.Result,
 	})
 }
 
-// Charge implements sluice.Settler: one run of charge.lua per slot, as
+// Charge implements sluice.Store: one run of charge.lua per slot, as
 // Refund. A charge never waits for replicas either: a failover that loses
 // it loses the debt.
 func (s *Store) Charge(ctx context.Context, req sluice.Request) ([]sluice.Result, error) {

@@ -78,7 +78,7 @@ func hammerSettle(t *testing.T, lims []*sluice.Limiter, key string, l sluice.Lim
 	return l.Capacity() - after.Remaining, want
 }
 
-// TakeAt makes racyStore a sluice.Settler: its Take, decided at the
+// TakeAt lets racyStore settle: its Take, decided at the
 // request's instant.
 func (r racyStore) TakeAt(ctx context.Context, req sluice.Request) (sluice.Taken, error) {
 	rs, err := r.Take(ctx, req)

@@ -110,9 +110,9 @@ func (c skewReplicas) serverClock(t *testing.T) []*sluice.Limiter {
 		local := func() time.Time { return time.Now().Add(skewOffsets[i]) }
 		return []sluice.Option{
 			sluice.WithErrorPolicy(sluice.LocalOnError(memory.New(memory.WithClock(local)))),
-			sluice.WithErrorHandler(func(_ context.Context, err error) {
+			sluice.WithHooks(sluice.Hooks{StoreError: func(_ context.Context, err error) {
 				t.Errorf("replica %d (clock %v): store failed, its skewed fallback decided: %v", i, skewOffsets[i], err)
-			}),
+			}}),
 			// A loaded machine must not hand a slow decision to the
 			// fallback (the default bound under LocalOnError is 1s).
 			sluice.WithStoreTimeout(time.Minute),

@@ -179,9 +179,9 @@ func TestOutage(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			var seen []error
-			lim := sluice.New(store, sluice.WithErrorPolicy(tt.policy), sluice.WithErrorHandler(func(_ context.Context, err error) {
+			lim := sluice.New(store, sluice.WithErrorPolicy(tt.policy), sluice.WithHooks(sluice.Hooks{StoreError: func(_ context.Context, err error) {
 				seen = append(seen, err)
-			}))
+			}}))
 			if tt.allowed == nil {
 				if _, err := lim.Allow(ctx, "k", l); err == nil {
 					t.Fatal("Allow with the server down returned no error under ReturnErrors")
@@ -247,7 +247,7 @@ func TestHungServer(t *testing.T) {
 	// A caller whose own deadline (shorter than the default store timeout)
 	// expires while the store hangs gets the policy's answer too.
 	seen := 0
-	open := sluice.New(store, sluice.WithErrorPolicy(sluice.AllowOnError), sluice.WithErrorHandler(func(context.Context, error) { seen++ }))
+	open := sluice.New(store, sluice.WithErrorPolicy(sluice.AllowOnError), sluice.WithHooks(sluice.Hooks{StoreError: func(context.Context, error) { seen++ }}))
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	r, err = open.Allow(short, "k", sluice.PerMinute(5))

@@ -43,7 +43,7 @@ func newFixture(t *testing.T, opts ...admin.Option) *fixture {
 	m := metrics.New()
 	f := &fixture{top: admin.NewTop(0)}
 	obs := func(rule, key string, o policy.Outcome) { m.Decision(rule, key, o); f.top.Observe(rule, key, o) }
-	f.engine = policy.New(sluice.New(m.Store(memory.New())), set, policy.WithObserver(obs), policy.WithLogger(slog.New(slog.DiscardHandler)))
+	f.engine = policy.New(sluice.New(memory.New(), sluice.WithHooks(m.Hooks())), set, policy.WithObserver(obs), policy.WithLogger(slog.New(slog.DiscardHandler)))
 	f.h = admin.New(append([]admin.Option{admin.WithEngine(func() *policy.Engine { return f.engine }), admin.WithMetrics(m), admin.WithTop(f.top)}, opts...)...)
 	return f
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-go/sluice/metrics"
 	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/store/memory"
+	"github.com/sluice-go/sluice/store/storetest"
 )
 
 // slotsRules: ten slots for the whole fleet, two of them kept for
@@ -35,7 +36,7 @@ func slotsEngine(t *testing.T, m *metrics.Metrics, store sluice.Store) *policy.E
 	if err != nil {
 		t.Fatal(err)
 	}
-	return policy.New(sluice.New(m.Store(store)), set, policy.WithObserver(m.Decision), policy.WithShedObserver(m.Shed),
+	return policy.New(sluice.New(store, sluice.WithHooks(m.Hooks())), set, policy.WithObserver(m.Decision), policy.WithShedObserver(m.Shed),
 		policy.WithLogger(slog.New(slog.DiscardHandler)))
 }
 
@@ -122,7 +123,7 @@ func TestStatsSlots(t *testing.T) {
 
 	// A store that cannot be read without deciding: said so.
 	m2 := metrics.New()
-	blind := slotsEngine(t, m2, struct{ sluice.Store }{memory.New()})
+	blind := slotsEngine(t, m2, storetest.TakeOnly(memory.New()))
 	h2 := admin.New(admin.WithEngine(func() *policy.Engine { return blind }), admin.WithMetrics(m2))
 	_, _, body := get(t, h2, admin.StatsPath)
 	if s := decode[admin.Stats](t, body).Slots; len(s) != 2 || s[0].InUse != nil || s[0].Error == "" {

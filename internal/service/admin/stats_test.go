@@ -114,7 +114,7 @@ func TestSamplerSeries(t *testing.T) {
 
 func TestSamplerLatency(t *testing.T) {
 	m := metrics.New()
-	lim := sluice.New(m.Store(memory.New()))
+	lim := sluice.New(memory.New(), sluice.WithHooks(m.Hooks()))
 	s := newSampler(m.Gatherer(), 600)
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s.sample(t0)

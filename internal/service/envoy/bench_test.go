@@ -27,7 +27,7 @@ func benchService(b *testing.B) *Service {
 		b.Fatal(err)
 	}
 	m := metrics.New()
-	return NewService(sluice.New(m.Store(memory.New())), cfg, WithLogger(slog.New(slog.DiscardHandler)),
+	return NewService(sluice.New(memory.New(), sluice.WithHooks(m.Hooks())), cfg, WithLogger(slog.New(slog.DiscardHandler)),
 		WithObserver(m.Decision), WithUnknownDomain(m.UnknownDomain))
 }
 

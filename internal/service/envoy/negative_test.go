@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/store/memory"
+	"github.com/sluice-go/sluice/store/storetest"
 )
 
 // TestNegativeHits: a descriptor with is_negative_hits gives its
@@ -49,7 +50,7 @@ func TestNegativeHits(t *testing.T) {
 
 	// Over a store that is no Settler: refused, and nothing spent.
 	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 250e6, time.UTC)}
-	lim := sluice.New(struct{ sluice.Store }{memory.New()}, sluice.WithClock(clk.Now))
+	lim := sluice.New(storetest.TakeOnly(memory.New()), sluice.WithClock(clk.Now))
 	svc := NewService(lim, mustLoad(t, "database.yaml"), WithLogger(slog.New(slog.DiscardHandler)))
 	svc.now = clk.Now
 	client := serve(t, svc)
@@ -98,7 +99,7 @@ rules:
 		t.Errorf("2 after the refunds: %v, want OK", r)
 	}
 
-	hidden, _ := rulesService(t, sluice.New(struct{ sluice.Store }{memory.New()}, sluice.WithClock(clk.Now)), rules)
+	hidden, _ := rulesService(t, sluice.New(storetest.TakeOnly(memory.New()), sluice.WithClock(clk.Now)), rules)
 	hfx := &fixture{client: serve(t, hidden)}
 	_, err := hfx.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{login("192.0.2.9", 1, true)}})
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "is_negative_hits") {

@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-go/sluice/internal/service/server"
 	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/store/memory"
+	"github.com/sluice-go/sluice/store/storetest"
 )
 
 // compile returns the rules of a policy file, compiled.
@@ -265,8 +266,9 @@ rules:
 	}
 }
 
-// canceledStore fails every decision with its context's error.
-type canceledStore struct{}
+// canceledStore fails every decision with its context's error (and can
+// do nothing but take and reset).
+type canceledStore struct{ sluice.Store }
 
 func (canceledStore) Take(ctx context.Context, _ sluice.Request) ([]sluice.Result, error) {
 	return nil, ctx.Err()
@@ -277,7 +279,7 @@ func (canceledStore) Reset(context.Context, string, ...sluice.Limit) error { ret
 // TestCanceled: both services answer Canceled, not Unavailable, when the
 // caller gave up.
 func TestCanceled(t *testing.T) {
-	lim := sluice.New(canceledStore{})
+	lim := sluice.New(canceledStore{storetest.TakeOnly(nil)})
 	rules, _ := rulesService(t, lim, "rules:\n  - {name: login, key: ip, limit: 1, period: 1h}\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -541,7 +541,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest, d *co
 // whose take is not known, sluice.Limiter.Refund) and answers OK with the
 // state after it. A cost above the limit's capacity gives back a full
 // one; a limit of 0 holds nothing to give back. A store that cannot give
-// back (it is no sluice.Settler) is FailedPrecondition, a store failure
+// back (its Refund fails with errors.ErrUnsupported) is FailedPrecondition, a store failure
 // Unavailable, as for a decision.
 func (s *Service) refund(ctx context.Context, v verdict, box *statusOf, lim sluice.Limit, key string, cost int) (verdict, error) {
 	if lim.Limit == 0 {

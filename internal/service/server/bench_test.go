@@ -22,7 +22,7 @@ import (
 //	go test -run '^$' -bench Check -benchmem ./server/
 func BenchmarkCheck(b *testing.B) {
 	m := metrics.New()
-	lim := sluice.New(m.Store(memory.New()))
+	lim := sluice.New(memory.New(), sluice.WithHooks(m.Hooks()))
 	e := policy.New(lim, compile(b, `
 rules:
   - {name: api, key: "header:X-API-Key", algorithm: gcra, limit: 1000000, period: 1s}
