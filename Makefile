@@ -12,20 +12,32 @@ SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # the repository.
 SLUICE_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sluice
 
-# The stages of make test, each a target below, as steps for
-# internal/tools/stages (go doc ./internal/tools/stages), which prints how
-# long each took as it ends and a table of them all at the end, also when
-# one fails, naming it. The steps run one after another. The first has
-# three lanes side by side, as a shell runs a command ended by & beside
-# the next: apt-get; the downloads of the modules and of the vulnerability
-# database; the go installs of $(TOOLS), one after another (each go
-# install uses every core already). None of them needs what another
-# installs, so a cold run waits for the slowest lane, not for their sum.
-# The static checks then run in two lanes (vet alone compiles the code
-# twice, for amd64 and 386), the tests alone (nothing beside the
-# timing-sensitive ones), then fuzz beside the two other modules' tests,
-# none of which times anything.
-TEST_STEPS = 'deps & modules vulndb & $(TOOLS)' 'fmt vet & lint vuln' gotest 'fuzz & benchcheck examples'
+# The stages of make test, each a target below, in four steps, one after
+# another: no stage of a step starts before every stage of the step
+# before it has ended. The first has three lanes side by side: apt-get
+# (deps); the downloads of the modules and of the vulnerability database;
+# the go installs of $(TOOLS), one after another (each go install uses
+# every core already). None of them needs what another installs, so a
+# cold run waits for the slowest lane, not for their sum. The static
+# checks then run in two lanes (fmt then vet: vet alone compiles the code
+# twice, for amd64 and 386; lint then vuln), the tests alone (nothing
+# beside the timing-sensitive ones), then fuzz beside the two other
+# modules' tests (benchcheck then examples), none of which times anything.
+# GNU make orders them: make test makes stage/NAME for each stage with
+# -j$(TEST_JOBS) (the widest step's lanes), and the order-only
+# prerequisites below are the steps and lanes. stage/NAME makes NAME with a
+# make of its own through scripts/stage.sh, which prefixes each line of its
+# output with the stage's name, prints how long it took as it ends
+# (<== vet: ok, 1m02s) and, at the end, a table of them all (start, time,
+# processor time, result), also when one failed, naming it. A failed
+# stage fails make test: make lets the stages running beside it end and
+# starts no other.
+TEST_STEP1 = deps modules vulndb $(TOOLS)
+TEST_STEP2 := fmt vet lint vuln
+TEST_STEP3 := gotest
+TEST_STEP4 := fuzz benchcheck examples
+TEST_STAGES = $(TEST_STEP1) $(TEST_STEP2) $(TEST_STEP3) $(TEST_STEP4)
+TEST_JOBS  := 3
 
 # The Go commands the stages run. staticcheck (make lint) and govulncheck
 # (make vuln) are installed with go install, once, into a directory of
@@ -78,10 +90,31 @@ GOVULNCHECK_BIN  = $(call tool,govulncheck-$(GO_RELEASE),$(GOVULNCHECK))
 VULNDB_VERSION := v0.0.0-20261105234957-e22db6528018
 VULNDB_DIR     ?= $(SLUICE_CACHE)/vulndb
 
-.PHONY: test coldtest gotest modules deps fmt vet lint vuln vulndb fuzz bench benchcheck examples run soak stress image $(TOOLS)
+.PHONY: test stages $(TEST_STAGES:%=stage/%) coldtest gotest modules deps fmt vet lint vuln vulndb fuzz bench benchcheck examples run soak stress image $(TOOLS)
 
 test:
-	@$(GO) run ./internal/tools/stages -make '$(MAKE)' -since $$(date +%s.%N) $(TEST_STEPS)
+	@dir=$$(mktemp -d); trap 'rm -rf "$$dir"' EXIT; t0=$$(date +%s.%N); \
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) STAGE_DIR="$$dir" stages; rc=$$?; \
+	sh scripts/stage.sh table "$$dir" $$t0 $(TEST_STAGES); exit $$rc
+
+stages: $(TEST_STAGES:%=stage/%)
+
+$(TEST_STAGES:%=stage/%): stage/%:
+	@sh scripts/stage.sh run '$(STAGE_DIR)' '$(MAKE)' $*
+
+# The steps: each stage of a step after every stage of the one before.
+$(TEST_STEP2:%=stage/%): | $(TEST_STEP1:%=stage/%)
+$(TEST_STEP3:%=stage/%): | $(TEST_STEP2:%=stage/%)
+$(TEST_STEP4:%=stage/%): | $(TEST_STEP3:%=stage/%)
+# The lanes: within a step, each of these after the one before it.
+stage/vulndb:      | stage/modules
+stage/govulncheck: | stage/staticcheck
+stage/upstream:    | stage/govulncheck
+stage/toxiproxy:   | stage/upstream
+stage/helm:        | stage/toxiproxy
+stage/vet:         | stage/fmt
+stage/vuln:        | stage/lint
+stage/examples:    | stage/benchcheck
 
 # make coldtest: make test as on a fresh machine whose apt packages are
 # installed, to measure it: with empty GOCACHE, GOMODCACHE and
