@@ -295,14 +295,17 @@ soak: deps
 
 # make stress, not part of make test: the timing-sensitive tests,
 # STRESS_TESTS (the one place that states them: each PKG=REGEXP is one
-# go test -race -count=1 -json -run REGEXP PKG), 10 runs in a row beside a
-# CPU hog (internal/stress: one spinning process per core at the tests'
-# priority, stopped by pid after the last run). It
-# prints each run's result and time, each failing test's output, how many
-# runs each test failed and the hog's CPU time, and fails if any run
-# failed (10 runs took 43 minutes on the 2-core VM shared with other
-# builds). STRESS_RUNS=2 make stress for a short try; STRESS_TESTS='...'
-# for another set.
+# package, built once with go test -c -race -tags $(TAGS), and the -run
+# regexp of its tests), 10 runs of each (STRESS_RUNS; STRESS_P at a time,
+# default 1) with golang.org/x/tools/cmd/stress (a tool directive of
+# tools/go.mod), beside a CPU hog (one spinning shell per core at the
+# tests' priority, killed by pid after the last run). scripts/stress.sh
+# does it; it prints each failed run's output and the file keeping it, how
+# many runs of each package passed and the hog's CPU time, and fails if
+# any run failed (10 runs took 43 minutes on the 2-core VM shared with
+# other builds). STRESS_RUNS=2 make stress for a short try;
+# STRESS_TESTS="'./store/memory=^TestLRU\$|^TestSweepEvery\$'" for another
+# set: each entry a word of the shell, quoted (its $ kept as it is).
 STRESS_TESTS ?= \
 	'./cmd/sluice=Fault|^TestDashboard|^TestServeSlowBodies|^TestMaxInflight|^TestProxyProgress|^TestServeGRPCLimits|^TestServeGRPCInflight|^TestMaxHeaderBytes|^TestListenFlagErrors|^TestManyKeepAlive|^TestFloodUniqueKeys|^TestNet' \
 	'.=^TestBreaker|^TestProbeOwnsItsRequest' \
@@ -310,7 +313,7 @@ STRESS_TESTS ?= \
 	'./internal/service/admin=.'
 
 stress: toxiproxy
-	$(GO) run ./internal/stress $(STRESS_TESTS)
+	@GO='$(GO)' TAGS='$(TAGS)' sh scripts/stress.sh $(value STRESS_TESTS)
 
 run:
 	$(GO) run ./examples/basic
