@@ -12,20 +12,32 @@ SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # the repository.
 SLUICE_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sluice
 
-# The stages of make test, each a target below, as steps for
-# internal/tools/stages (go doc ./internal/tools/stages), which prints how
-# long each took as it ends and a table of them all at the end, also when
-# one fails, naming it. The steps run one after another. The first has
-# three lanes side by side, as a shell runs a command ended by & beside
-# the next: apt-get; the downloads of the modules and of the vulnerability
-# database; the go installs of $(TOOLS), one after another (each go
-# install uses every core already). None of them needs what another
-# installs, so a cold run waits for the slowest lane, not for their sum.
-# The static checks then run in two lanes (vet alone compiles the code
-# twice, for amd64 and 386), the tests alone (nothing beside the
-# timing-sensitive ones), then fuzz beside the two other modules' tests,
-# none of which times anything.
-TEST_STEPS = 'deps & modules vulndb & $(TOOLS)' 'fmt vet & lint vuln' gotest 'fuzz & benchcheck examples'
+# The stages of make test, each a target below, in four steps, one after
+# another: no stage of a step starts before every stage of the step
+# before it has ended. The first has three lanes side by side: apt-get
+# (deps); the downloads of the modules and of the vulnerability database;
+# the go installs of $(TOOLS), one after another (each go install uses
+# every core already). None of them needs what another installs, so a
+# cold run waits for the slowest lane, not for their sum. The static
+# checks then run in two lanes (fmt then vet: vet alone compiles the code
+# twice, for amd64 and 386; lint then vuln), the tests alone (nothing
+# beside the timing-sensitive ones), then fuzz beside the two other
+# modules' tests (benchcheck then examples), none of which times anything.
+# GNU make orders them: make test makes stage/NAME for each stage with
+# -j$(TEST_JOBS) (the widest step's lanes), and the order-only
+# prerequisites below are the steps and lanes. stage/NAME makes NAME with a
+# make of its own through scripts/stage.sh, which prefixes each line of its
+# output with the stage's name, prints how long it took as it ends
+# (<== vet: ok, 1m02s) and, at the end, a table of them all (start, time,
+# processor time, result), also when one failed, naming it. A failed
+# stage fails make test: make lets the stages running beside it end and
+# starts no other.
+TEST_STEP1 = deps modules vulndb $(TOOLS)
+TEST_STEP2 := fmt vet lint vuln
+TEST_STEP3 := gotest
+TEST_STEP4 := fuzz benchcheck examples
+TEST_STAGES = $(TEST_STEP1) $(TEST_STEP2) $(TEST_STEP3) $(TEST_STEP4)
+TEST_JOBS  := 3
 
 # The Go commands the stages run. staticcheck (make lint) and govulncheck
 # (make vuln) are installed with go install, once, into a directory of
@@ -78,10 +90,31 @@ GOVULNCHECK_BIN  = $(call tool,govulncheck-$(GO_RELEASE),$(GOVULNCHECK))
 VULNDB_VERSION := v0.0.0-20261105234957-e22db6528018
 VULNDB_DIR     ?= $(SLUICE_CACHE)/vulndb
 
-.PHONY: test coldtest gotest modules deps fmt vet lint vuln vulndb fuzz bench benchcheck examples run soak stress image $(TOOLS)
+.PHONY: test stages $(TEST_STAGES:%=stage/%) coldtest gotest modules deps fmt vet lint vuln vulndb fuzz bench benchcheck examples run soak stress image $(TOOLS)
 
 test:
-	@$(GO) run ./internal/tools/stages -make '$(MAKE)' -since $$(date +%s.%N) $(TEST_STEPS)
+	@dir=$$(mktemp -d); trap 'rm -rf "$$dir"' EXIT; t0=$$(date +%s.%N); \
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) STAGE_DIR="$$dir" stages; rc=$$?; \
+	sh scripts/stage.sh table "$$dir" $$t0 $(TEST_STAGES); exit $$rc
+
+stages: $(TEST_STAGES:%=stage/%)
+
+$(TEST_STAGES:%=stage/%): stage/%:
+	@sh scripts/stage.sh run '$(STAGE_DIR)' '$(MAKE)' $*
+
+# The steps: each stage of a step after every stage of the one before.
+$(TEST_STEP2:%=stage/%): | $(TEST_STEP1:%=stage/%)
+$(TEST_STEP3:%=stage/%): | $(TEST_STEP2:%=stage/%)
+$(TEST_STEP4:%=stage/%): | $(TEST_STEP3:%=stage/%)
+# The lanes: within a step, each of these after the one before it.
+stage/vulndb:      | stage/modules
+stage/govulncheck: | stage/staticcheck
+stage/upstream:    | stage/govulncheck
+stage/toxiproxy:   | stage/upstream
+stage/helm:        | stage/toxiproxy
+stage/vet:         | stage/fmt
+stage/vuln:        | stage/lint
+stage/examples:    | stage/benchcheck
 
 # make coldtest: make test as on a fresh machine whose apt packages are
 # installed, to measure it: with empty GOCACHE, GOMODCACHE and
@@ -262,14 +295,17 @@ soak: deps
 
 # make stress, not part of make test: the timing-sensitive tests,
 # STRESS_TESTS (the one place that states them: each PKG=REGEXP is one
-# go test -race -count=1 -json -run REGEXP PKG), 10 runs in a row beside a
-# CPU hog (internal/stress: one spinning process per core at the tests'
-# priority, stopped by pid after the last run). It
-# prints each run's result and time, each failing test's output, how many
-# runs each test failed and the hog's CPU time, and fails if any run
-# failed (10 runs took 43 minutes on the 2-core VM shared with other
-# builds). STRESS_RUNS=2 make stress for a short try; STRESS_TESTS='...'
-# for another set.
+# package, built once with go test -c -race -tags $(TAGS), and the -run
+# regexp of its tests), 10 runs of each (STRESS_RUNS; STRESS_P at a time,
+# default 1) with golang.org/x/tools/cmd/stress (a tool directive of
+# tools/go.mod), beside a CPU hog (one spinning shell per core at the
+# tests' priority, killed by pid after the last run). scripts/stress.sh
+# does it; it prints each failed run's output and the file keeping it, how
+# many runs of each package passed and the hog's CPU time, and fails if
+# any run failed (10 runs took 43 minutes on the 2-core VM shared with
+# other builds). STRESS_RUNS=2 make stress for a short try;
+# STRESS_TESTS="'./store/memory=^TestLRU\$|^TestSweepEvery\$'" for another
+# set: each entry a word of the shell, quoted (its $ kept as it is).
 STRESS_TESTS ?= \
 	'./cmd/sluice=Fault|^TestDashboard|^TestServeSlowBodies|^TestMaxInflight|^TestProxyProgress|^TestServeGRPCLimits|^TestServeGRPCInflight|^TestMaxHeaderBytes|^TestListenFlagErrors|^TestManyKeepAlive|^TestFloodUniqueKeys|^TestNet' \
 	'.=^TestBreaker|^TestProbeOwnsItsRequest' \
@@ -277,7 +313,7 @@ STRESS_TESTS ?= \
 	'./internal/service/admin=.'
 
 stress: toxiproxy
-	$(GO) run ./internal/stress $(STRESS_TESTS)
+	@GO='$(GO)' TAGS='$(TAGS)' sh scripts/stress.sh $(value STRESS_TESTS)
 
 run:
 	$(GO) run ./examples/basic

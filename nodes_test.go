@@ -220,10 +220,17 @@ func TestBreakerPerNodeReports(t *testing.T) {
 	waitProbe(conf)
 	decide(t, lim, "0k", "2k") // refused by node 2's breaker: sends its probe
 	s.nodes[2].fail.Store(false)
+	// The probe closes the breaker, then tells the handler: wait for
+	// both.
+	told := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got)
+	}
 	deadline := time.Now().Add(10 * time.Second)
-	for states(lim)[2] != BreakerClosed {
+	for states(lim)[2] != BreakerClosed || told() < 2 {
 		if time.Now().After(deadline) {
-			t.Fatalf("node 2's breaker still %s 10s after its node came back", states(lim)[2])
+			t.Fatalf("node 2's breaker %s, the handler told %d changes, 10s after its node came back", states(lim)[2], told())
 		}
 		time.Sleep(time.Millisecond)
 	}
