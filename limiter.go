@@ -522,19 +522,13 @@ func (d Degradation) String() string {
 	return ""
 }
 
-// degrade answers req, which the store could not decide (storeErr), by
-// each part's error policy: its own or the Limiter's. Parts under
-// ReturnErrors fail the whole request; parts under DenyOnError deny it, and
-// then the local parts are only looked at, so that a denied request
+// degradeLocal answers req, which the store could not decide (storeErr),
+// by each part's error policy: its own or the Limiter's. Parts under
+// ReturnErrors fail the whole request; parts under DenyOnError deny it,
+// and then the local parts are only looked at, so that a denied request
 // consumes nothing; the local parts are decided together by the fallback,
-// with each limit cut to this replica's share.
-func (l *Limiter) degrade(ctx context.Context, req Request, storeErr error) ([]Result, error) {
-	rs, _, err := l.degradeLocal(ctx, req, storeErr)
-	return rs, err
-}
-
-// degradeLocal is degrade, and also returns the parts the local fallback
-// decided, as it decided them (nil: none).
+// with each limit cut to this replica's share. It also returns the parts
+// the local fallback decided, as it decided them (nil: none).
 func (l *Limiter) degradeLocal(ctx context.Context, req Request, storeErr error) ([]Result, []Part, error) {
 	deny, local := false, 0
 	for _, p := range req.Parts {
