@@ -26,6 +26,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluice-go/sluice/internal/testing/proc"
+	"github.com/sluice-go/sluice/internal/testing/testutil"
 )
 
 // sluiceBin is the sluice binary TestMain builds: static (CGO_ENABLED=0),
@@ -212,27 +213,8 @@ func freeAddr(t *testing.T) string {
 // process is a sluice serve the test started.
 type process struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *testutil.Buffer
 	done chan error
-}
-
-// syncBuffer is a bytes.Buffer safe for the process's writes and the
-// test's reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // startSluice runs the sluice binary with args and only the environment
@@ -277,7 +259,7 @@ func trySluice(t *testing.T, args []string, env map[string]string, healthz strin
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	p := &process{cmd: cmd, out: &syncBuffer{}, done: make(chan error, 1)}
+	p := &process{cmd: cmd, out: &testutil.Buffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -369,21 +351,11 @@ func check(base, rule, key string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// eventually calls f every 100ms until it returns nil or within is over,
-// and fails t with f's last error then.
+// eventually calls f until it returns nil, failing t with its last error
+// once within is over (testutil.WaitFor).
 func eventually(t *testing.T, within time.Duration, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %v", within, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testutil.WaitFor(t, within, f)
 }
 
 // grpcHealth asks the gRPC health service at addr about service.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/httplimit"
+	"github.com/sluice-go/sluice/internal/testing/testutil"
 	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/store/storetest"
 )
@@ -148,13 +149,7 @@ func TestSlots(t *testing.T) {
 // waitFor polls cond until it holds, failing t with what after 10s.
 func waitFor(t *testing.T, cond func() bool, what string) {
 	t.Helper()
-	for range 1000 {
-		if cond() {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("never: %s", what)
+	testutil.Until(t, 10*time.Second, what, cond)
 }
 
 // TestSlotsRetryAfter: a denial by a concurrency limit suggests the wait

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-go/sluice/internal/testing/testutil"
 	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/policyfile"
 )
@@ -70,21 +71,11 @@ func check(t *testing.T, p *policyfile.Policy, rule, key string) *policy.Decisio
 	return d
 }
 
-// waitFor calls cond every 20ms until it returns nil, failing t with its
-// last error after 20s. It bounds a wait; it asserts no speed.
+// waitFor calls cond until it returns nil, failing t with its last error
+// after 20s (testutil.WaitFor). It bounds a wait; it asserts no speed.
 func waitFor(t *testing.T, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 20s: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.WaitFor(t, 20*time.Second, cond)
 }
 
 // waitRule waits until p decides under a rule called name.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/testing/redistest"
+	"github.com/sluice-go/sluice/internal/testing/testutil"
 	"github.com/sluice-go/sluice/store/redis"
 	"github.com/sluice-go/sluice/store/redis/goredis"
 	"github.com/sluice-go/sluice/store/storetest"
@@ -26,11 +27,7 @@ import (
 // eventually waits, up to 10 seconds, for cond.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	testutil.Until(t, 10*time.Second, what, cond)
 }
 
 // scriptCalls returns how many script calls (EVALSHA and EVAL) the server

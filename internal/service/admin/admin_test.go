@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/service/admin"
+	"github.com/sluice-go/sluice/internal/testing/testutil"
 	"github.com/sluice-go/sluice/metrics"
 	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/store/memory"
@@ -150,14 +151,10 @@ func TestStatsAndTop(t *testing.T) {
 	}
 }
 
-// waitFor polls cond every 50ms for up to 10s.
+// waitFor polls cond for up to 10s.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("not within 10s")
-		}
-	}
+	testutil.Until(t, 10*time.Second, "the condition", cond)
 }
 
 func TestPlainKeys(t *testing.T) {

@@ -9,8 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -169,7 +167,7 @@ func startUpstream(t *testing.T, bin, root, redisAddr string, env ...string) str
 		"RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config",
 		"RUNTIME_WATCH_ROOT=false", "RUNTIME_IGNOREDOTFILES=true")
 	cmd.Env = append(cmd.Env, env...)
-	var out lockedBuffer
+	var out testutil.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	proc.DieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
@@ -204,22 +202,4 @@ func startUpstream(t *testing.T, bin, root, redisAddr string, env ...string) str
 			t.Fatalf("envoyproxy/ratelimit did not answer within 60s: %v\n%s", err, out.String())
 		}
 	}
-}
-
-// lockedBuffer collects a process's output for error messages.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/config"
 	"github.com/sluice-go/sluice/httplimit"
+	"github.com/sluice-go/sluice/internal/testing/testutil"
 	"github.com/sluice-go/sluice/policy"
 	"github.com/sluice-go/sluice/store/memory"
 	"github.com/sluice-go/sluice/store/storetest"
@@ -40,25 +40,7 @@ type fixture struct {
 	elapsed time.Duration
 	engine  *policy.Engine
 	srv     *Server
-	logs    *syncBuffer
-}
-
-// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs    *testutil.Buffer
 }
 
 func parse(t testing.TB, yaml string) *config.File {
@@ -87,7 +69,7 @@ func setup(t *testing.T, yaml string, opts ...Option) *fixture {
 }
 
 func setupWith(t *testing.T, lim *sluice.Limiter, c *storetest.Clock, yaml string, opts ...Option) *fixture {
-	f := &fixture{t: t, clock: c, logs: &syncBuffer{}}
+	f := &fixture{t: t, clock: c, logs: &testutil.Buffer{}}
 	f.engine = policy.New(lim, compile(t, yaml), policy.WithLogger(slog.New(slog.NewTextHandler(f.logs, nil))), policy.WithDenialLog(1))
 	f.srv = New(f.engine, append([]Option{WithClock(c.Now)}, opts...)...)
 	return f

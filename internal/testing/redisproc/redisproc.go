@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/internal/testing/proc"
+	"github.com/sluice-go/sluice/internal/testing/testutil"
 )
 
 // startTimeout bounds how long Start waits for the server to answer.
@@ -28,7 +29,7 @@ type Process struct {
 	Addr string
 
 	cmd    *exec.Cmd
-	out    syncBuffer
+	out    testutil.Buffer
 	once   sync.Once
 	exited chan struct{}
 }
@@ -144,23 +145,4 @@ func Ping(addr string) error {
 		return fmt.Errorf("PING answered %q", line)
 	}
 	return nil
-}
-
-// syncBuffer is a bytes.Buffer safe for the process's writes and a
-// concurrent Output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
