@@ -54,15 +54,22 @@ func (l *Limiter) takeParts(ctx context.Context, parts []Part) ([]Result, error)
 	if err := validate(parts); err != nil {
 		return nil, err
 	}
-	c := call{op: opTake, req: Request{Parts: parts, Slot: slotFor(parts)}}
-	if l.now != nil {
-		c.req.Now = l.now()
-	}
-	c.now = c.req.Now
+	c := l.partsCall(opTake, parts)
 	if err := l.take(ctx, &c); err != nil {
 		return nil, err
 	}
 	return c.rs, nil
+}
+
+// partsCall is the call of op deciding parts, at the Limiter's clock
+// (the zero Now: the store's), with a new slot when a part holds one.
+func (l *Limiter) partsCall(op callOp, parts []Part) call {
+	c := call{op: op, req: Request{Parts: parts, Slot: slotFor(parts)}}
+	if l.now != nil {
+		c.req.Now = l.now()
+	}
+	c.now = c.req.Now
+	return c
 }
 
 // take decides c, from the deny cache when it holds a denial of c's

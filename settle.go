@@ -115,11 +115,7 @@ func (l *Limiter) reserve(ctx context.Context, r *Reservation, parts []Part) (*R
 	if err := validate(parts); err != nil {
 		return nil, err
 	}
-	c := call{op: opTakeAt, req: Request{Parts: parts, Slot: slotFor(parts)}}
-	if l.now != nil {
-		c.req.Now = l.now()
-	}
-	c.now = c.req.Now
+	c := l.partsCall(opTakeAt, parts)
 	if err := l.decide(ctx, &c); err != nil {
 		return nil, err
 	}
@@ -134,7 +130,7 @@ func (l *Limiter) reserve(ctx context.Context, r *Reservation, parts []Part) (*R
 }
 
 // localIndex returns the index in parts of the i-th part that the local
-// fallback decides (degrade's order).
+// fallback decides (degradeLocal's order).
 func localIndex(parts []Part, l *Limiter, i int) int {
 	for j, p := range parts {
 		if l.modeOf(p) == modeLocal {
@@ -144,7 +140,7 @@ func localIndex(parts []Part, l *Limiter, i int) int {
 			i--
 		}
 	}
-	return -1 // unreachable: degrade decides no more parts than are local
+	return -1 // unreachable: degradeLocal decides no more parts than are local
 }
 
 // Settle settles the reservation at actual, the work's cost, for every
